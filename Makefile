@@ -1,0 +1,49 @@
+# GPU Portal — the two commands: `make run` (the demo) and `make test` (everything CI checks).
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+PY_STAMP := $(VENV)/.installed
+JS_STAMP := node_modules/.installed
+
+.PHONY: install run test lint typecheck test-only bench bench-engine clean
+
+$(PY_STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $@
+
+$(JS_STAMP): package.json package-lock.json
+	npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+install: $(PY_STAMP) $(JS_STAMP)
+
+run: install
+	$(BIN)/python manage.py run_portal
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: install
+	$(BIN)/mypy .
+	$(BIN)/lint-imports
+
+test: install lint typecheck
+	$(BIN)/python manage.py makemigrations --check --dry-run
+	DEBUG=false SECRET_KEY=check-deploy-only-$$RANDOM$$RANDOM$$RANDOM$$RANDOM$$RANDOM-not-a-secret \
+	  ALLOWED_HOSTS=portal.example.com $(BIN)/python manage.py check --deploy --fail-level WARNING
+	$(BIN)/pytest
+
+test-only: install
+	$(BIN)/pytest
+
+bench: bench-engine
+
+bench-engine: install
+	$(BIN)/python -m bench.engine
+
+clean:
+	rm -rf $(VENV) node_modules staticfiles var .mypy_cache .ruff_cache .pytest_cache

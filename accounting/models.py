@@ -1,0 +1,1 @@
+"""Usage ledger, prices and budgets (arrive with the accounting issue)."""

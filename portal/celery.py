@@ -1,0 +1,22 @@
+"""The Celery app, with the whole beat schedule in one place."""
+
+from __future__ import annotations
+
+import os
+
+from celery import Celery
+from celery.schedules import crontab
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
+
+app = Celery("portal")
+app.config_from_object("django.conf:settings", namespace="CELERY")
+app.autodiscover_tasks()
+
+# Business deadlines are columns checked by these periodic tasks, never Celery ETAs.
+app.conf.beat_schedule = {
+    "purge-expired-api-tokens": {
+        "task": "tenants.tasks.purge_expired_api_tokens",
+        "schedule": crontab(minute=17),
+    },
+}

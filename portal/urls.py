@@ -1,0 +1,31 @@
+from __future__ import annotations
+
+from django.conf import settings
+from django.contrib import admin
+from django.contrib.auth import views as auth_views
+from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+
+from portal import views
+
+api_v1 = [
+    path("", include("tenants.api.urls")),
+]
+
+urlpatterns = [
+    path("", views.home, name="home"),
+    path("login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
+    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("account/tokens/", views.api_tokens, name="api-tokens"),
+    path("account/tokens/<str:token_key>/revoke/", views.revoke_api_token, name="api-token-revoke"),
+    path("api/v1/", include(api_v1)),
+    path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
+    path("admin/", admin.site.urls),
+]
+
+if settings.OIDC_ENABLED:
+    urlpatterns.append(path("oidc/", include("mozilla_django_oidc.urls")))
+
+handler404 = "tenants.api.errors.not_found_view"
+handler500 = "tenants.api.errors.server_error_view"

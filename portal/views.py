@@ -1,0 +1,60 @@
+"""The UI shell: each role's home page and the personal API tokens page."""
+
+from __future__ import annotations
+
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, render
+from django.views.decorators.http import require_POST
+from django_htmx.middleware import HtmxDetails
+from knox.models import AuthToken
+
+from tenants.models import Membership, Project, Team, scope_of
+from tenants.selectors import primary_role
+from tenants.services import record_audit_event
+
+
+class HtmxHttpRequest(HttpRequest):
+    htmx: HtmxDetails
+
+
+HOME_TEMPLATES = {
+    "developer": "portal/home_developer.html",
+    "team_lead": "portal/home_team_lead.html",
+    "finance": "portal/home_finance.html",
+    "platform_admin": "portal/home_platform_admin.html",
+}
+
+
+@login_required
+def home(request: HttpRequest) -> HttpResponse:
+    role = primary_role(user=request.user)
+    context = {
+        "teams": Team.objects.visible_to(request.user),
+        "projects": Project.objects.visible_to(request.user).select_related("team"),
+        "members": Membership.objects.visible_to(request.user).select_related("user", "team"),
+        "scope": scope_of(request.user),
+    }
+    template = HOME_TEMPLATES.get(role or "", "portal/home_no_role.html")
+    return render(request, template, context)
+
+
+@login_required
+def api_tokens(request: HtmxHttpRequest) -> HttpResponse:
+    """List the user's tokens; POST creates one and shows it once (HTMX swaps the panel in)."""
+    new_token = None
+    if request.method == "POST":
+        _, new_token = AuthToken.objects.create(user=request.user)
+        record_audit_event(actor=request.user, action="auth.token_created", target=request.user)
+    tokens = AuthToken.objects.filter(user=request.user).order_by("-created")
+    template = "portal/_tokens.html" if request.htmx else "portal/tokens.html"
+    return render(request, template, {"tokens": tokens, "new_token": new_token})
+
+
+@login_required
+@require_POST
+def revoke_api_token(request: HttpRequest, token_key: str) -> HttpResponse:
+    get_object_or_404(AuthToken, token_key=token_key, user=request.user).delete()
+    record_audit_event(actor=request.user, action="auth.token_revoked", target=request.user)
+    tokens = AuthToken.objects.filter(user=request.user).order_by("-created")
+    return render(request, "portal/_tokens.html", {"tokens": tokens, "new_token": None})

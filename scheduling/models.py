@@ -1,0 +1,1 @@
+"""GPU inventory, flavors and requests (arrive with the requests issue)."""

@@ -1,0 +1,82 @@
+"""One error shape for the whole API: {"error": {"code", "message", "fields"}}."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.http import Http404, HttpRequest, JsonResponse
+from rest_framework import exceptions, status
+from rest_framework.response import Response
+from rest_framework.serializers import as_serializer_error
+from rest_framework.views import exception_handler
+
+from tenants.errors import DomainError
+
+
+def error_body(code: str, message: str, fields: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {"error": {"code": code, "message": message, "fields": fields or {}}}
+
+
+def _flatten(detail: Any) -> Any:
+    """DRF's nested ErrorDetail lists → plain strings (first message per field)."""
+    if isinstance(detail, dict):
+        return {key: _flatten(value) for key, value in detail.items()}
+    if isinstance(detail, list):
+        if detail and all(isinstance(item, str) for item in detail):
+            return " ".join(str(item) for item in detail)
+        return [_flatten(item) for item in detail]
+    return str(detail)
+
+
+def portal_exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+    if isinstance(exc, DomainError):
+        return Response(error_body(exc.code, exc.message, exc.fields), status=exc.status_code)
+    if isinstance(exc, Http404):
+        exc = exceptions.NotFound()
+    elif isinstance(exc, DjangoPermissionDenied):
+        exc = exceptions.PermissionDenied()
+    elif isinstance(exc, DjangoValidationError):
+        exc = exceptions.ValidationError(detail=as_serializer_error(exc))
+
+    response = exception_handler(exc, context)
+    if response is None or not isinstance(exc, exceptions.APIException):
+        return response
+    if isinstance(exc, exceptions.ValidationError):
+        fields = _flatten(exc.detail) if isinstance(exc.detail, dict) else {}
+        non_field = fields.pop("non_field_errors", None) if isinstance(fields, dict) else None
+        if isinstance(exc.detail, list):
+            non_field = _flatten(exc.detail)
+        message = str(non_field) if non_field else "Invalid input: see the fields."
+        response.data = error_body("invalid", message, fields)
+    else:
+        codes = exc.get_codes()
+        code = codes if isinstance(codes, str) else exc.default_code
+        response.data = error_body(str(code), str(exc.detail))
+    return response
+
+
+def _wants_json(request: HttpRequest) -> bool:
+    return request.path.startswith("/api/")
+
+
+def not_found_view(request: HttpRequest, exception: Exception | None = None) -> Any:
+    """Unknown URLs: the API's error shape under /api/, Django's page elsewhere."""
+    if _wants_json(request):
+        return JsonResponse(error_body("not_found", "Not found."), status=status.HTTP_404_NOT_FOUND)
+    from django.views.defaults import page_not_found
+
+    return page_not_found(request, exception or Http404())
+
+
+def server_error_view(request: HttpRequest) -> Any:
+    """An unexpected failure: no stack trace, the error shape under /api/."""
+    if _wants_json(request):
+        return JsonResponse(
+            error_body("server_error", "Something went wrong on our side; it has been logged."),
+            status=status.HTTP_500_INTERNAL_SERVER_ERROR,
+        )
+    from django.views.defaults import server_error
+
+    return server_error(request)

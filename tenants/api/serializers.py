@@ -1,0 +1,99 @@
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib.auth import authenticate, get_user_model
+from rest_framework import serializers
+
+from tenants.api.base import ScopedPrimaryKeyRelatedField
+from tenants.choices import Role
+from tenants.models import Membership, Project, Team
+
+
+class TeamSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Team
+        fields = ["id", "name", "slug", "description", "created_at"]
+        read_only_fields = ["id", "created_at"]
+
+
+class ProjectSerializer(serializers.ModelSerializer):
+    team = ScopedPrimaryKeyRelatedField(queryset=Team.objects.all())
+    namespace = serializers.CharField(read_only=True)
+
+    class Meta:
+        model = Project
+        fields = ["id", "team", "name", "slug", "description", "namespace", "created_at"]
+        read_only_fields = ["id", "created_at"]
+        # Uniqueness within the team is checked by the database constraint's message.
+        validators: list[Any] = []
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        team = attrs.get("team", getattr(self.instance, "team", None))
+        slug = attrs.get("slug", getattr(self.instance, "slug", None))
+        clash = Project.objects.filter(team=team, slug=slug)
+        if self.instance is not None:
+            clash = clash.exclude(pk=self.instance.pk)
+        if clash.exists():
+            raise serializers.ValidationError(
+                {"slug": "A project with this slug exists in the team."}
+            )
+        return attrs
+
+
+class MembershipSerializer(serializers.ModelSerializer):
+    user = serializers.SlugRelatedField(
+        slug_field="username", queryset=get_user_model().objects.filter(is_active=True)
+    )
+    team = ScopedPrimaryKeyRelatedField(
+        queryset=Team.objects.all(), allow_null=True, required=False, default=None
+    )
+    role = serializers.ChoiceField(choices=Role.choices)
+
+    class Meta:
+        model = Membership
+        fields = ["id", "user", "team", "role", "created_at"]
+        read_only_fields = ["id", "created_at"]
+        validators: list[Any] = []
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.instance is not None:
+            # Who and where are fixed once granted; only the role changes.
+            self.fields["user"].read_only = True
+            self.fields["team"].read_only = True
+
+
+class TokenRequestSerializer(serializers.Serializer):
+    username = serializers.CharField()
+    password = serializers.CharField(style={"input_type": "password"}, trim_whitespace=False)
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        user = authenticate(
+            request=self.context.get("request"),
+            username=attrs["username"],
+            password=attrs["password"],
+        )
+        if user is None:
+            raise serializers.ValidationError("Unable to sign in with these credentials.")
+        attrs["user"] = user
+        return attrs
+
+
+class TokenSerializer(serializers.Serializer):
+    token = serializers.CharField()
+    expiry = serializers.DateTimeField(allow_null=True)
+
+
+class RoleSerializer(serializers.Serializer):
+    role = serializers.CharField()
+    team = serializers.DictField(allow_null=True)
+
+
+class MeSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    username = serializers.CharField()
+    email = serializers.EmailField()
+    full_name = serializers.CharField()
+    primary_role = serializers.CharField(allow_null=True)
+    roles = RoleSerializer(many=True)

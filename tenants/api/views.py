@@ -1,0 +1,130 @@
+from __future__ import annotations
+
+from typing import Any, cast
+
+from drf_spectacular.utils import extend_schema
+from knox.models import AuthToken
+from rest_framework import permissions, status
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.serializers import BaseSerializer
+from rest_framework.views import APIView
+
+from tenants import services
+from tenants.api.base import ScopedModelViewSet
+from tenants.api.filters import MembershipFilter, ProjectFilter
+from tenants.api.serializers import (
+    MembershipSerializer,
+    MeSerializer,
+    ProjectSerializer,
+    TeamSerializer,
+    TokenRequestSerializer,
+    TokenSerializer,
+)
+from tenants.models import Membership, Project, Team
+from tenants.selectors import primary_role, user_roles
+
+
+class TokenView(APIView):
+    """Exchange a username and password for a personal API token (hashed at rest, expiring)."""
+
+    authentication_classes: list[Any] = []
+    permission_classes = [permissions.AllowAny]
+
+    @extend_schema(request=TokenRequestSerializer, responses={201: TokenSerializer})
+    def post(self, request: Request) -> Response:
+        serializer = TokenRequestSerializer(data=request.data, context={"request": request})
+        serializer.is_valid(raise_exception=True)
+        user = serializer.validated_data["user"]
+        instance, token = AuthToken.objects.create(user=user)
+        services.record_audit_event(actor=user, action="auth.token_created", target=user)
+        return Response({"token": token, "expiry": instance.expiry}, status=status.HTTP_201_CREATED)
+
+
+class MeView(APIView):
+    """Who the caller is and which roles they hold."""
+
+    @extend_schema(responses=MeSerializer)
+    def get(self, request: Request) -> Response:
+        user = request.user
+        data = {
+            "id": user.pk,
+            "username": user.get_username(),
+            "email": getattr(user, "email", ""),
+            "full_name": user.get_full_name() if hasattr(user, "get_full_name") else "",
+            "primary_role": primary_role(user=user),
+            "roles": user_roles(user=user),
+        }
+        return Response(MeSerializer(data).data)
+
+
+class TeamViewSet(ScopedModelViewSet):
+    """Teams: everyone sees their own; platform admins create and change them."""
+
+    queryset = Team.objects.all()
+    serializer_class = TeamSerializer
+    filterset_fields = ["slug"]
+    ordering_fields = ["name", "created_at"]
+
+    def perform_create(self, serializer: BaseSerializer) -> None:
+        serializer.instance = services.create_team(
+            actor=self.request.user, **serializer.validated_data
+        )
+
+    def perform_update(self, serializer: BaseSerializer) -> None:
+        serializer.instance = services.update_team(
+            actor=self.request.user,
+            team=cast(Team, serializer.instance),
+            **serializer.validated_data,
+        )
+
+    def perform_destroy(self, instance: Team) -> None:
+        services.delete_team(actor=self.request.user, team=instance)
+
+
+class ProjectViewSet(ScopedModelViewSet):
+    """Projects of the caller's teams; the team lead creates and changes them."""
+
+    queryset = Project.objects.select_related("team")
+    serializer_class = ProjectSerializer
+    filterset_class = ProjectFilter
+    ordering_fields = ["name", "created_at"]
+
+    def perform_create(self, serializer: BaseSerializer) -> None:
+        serializer.instance = services.create_project(
+            actor=self.request.user, **serializer.validated_data
+        )
+
+    def perform_update(self, serializer: BaseSerializer) -> None:
+        serializer.instance = services.update_project(
+            actor=self.request.user,
+            project=cast(Project, serializer.instance),
+            **serializer.validated_data,
+        )
+
+    def perform_destroy(self, instance: Project) -> None:
+        services.delete_project(actor=self.request.user, project=instance)
+
+
+class MembershipViewSet(ScopedModelViewSet):
+    """Who holds which role; team leads manage their own team's members."""
+
+    queryset = Membership.objects.select_related("user", "team")
+    serializer_class = MembershipSerializer
+    filterset_class = MembershipFilter
+    ordering_fields = ["created_at"]
+
+    def perform_create(self, serializer: BaseSerializer) -> None:
+        serializer.instance = services.add_member(
+            actor=self.request.user, **serializer.validated_data
+        )
+
+    def perform_update(self, serializer: BaseSerializer) -> None:
+        membership = cast(Membership, serializer.instance)
+        role = serializer.validated_data.get("role", membership.role)
+        serializer.instance = services.change_member_role(
+            actor=self.request.user, membership=membership, role=role
+        )
+
+    def perform_destroy(self, instance: Membership) -> None:
+        services.remove_member(actor=self.request.user, membership=instance)

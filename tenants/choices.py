@@ -1,0 +1,16 @@
+"""Roles of the organisation."""
+
+from __future__ import annotations
+
+from django.db import models
+
+
+class Role(models.TextChoices):
+    DEVELOPER = "developer", "Developer"
+    TEAM_LEAD = "team_lead", "Team lead"
+    FINANCE = "finance", "Finance"
+    PLATFORM_ADMIN = "platform_admin", "Platform admin"
+
+
+TEAM_ROLES = frozenset({Role.DEVELOPER, Role.TEAM_LEAD})
+ORGANISATION_ROLES = frozenset({Role.FINANCE, Role.PLATFORM_ADMIN})

@@ -1,0 +1,17 @@
+"""Template context: the signed-in user's role, for the navigation."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.http import HttpRequest
+
+from tenants.models import scope_of
+from tenants.selectors import primary_role
+
+
+def roles(request: HttpRequest) -> dict[str, Any]:
+    user = getattr(request, "user", None)
+    if user is None or not user.is_authenticated:
+        return {}
+    return {"portal_scope": scope_of(user), "portal_role": primary_role(user=user)}

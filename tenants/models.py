@@ -1,0 +1,213 @@
+"""The organisation: teams, their projects (the tenant boundary), memberships and the audit trail.
+
+Every query that reaches a user goes through `<Model>.objects.visible_to(user)`; an object outside
+that queryset does not exist for the user (the API answers 404).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.db import models
+from django.db.models import Q
+
+from tenants.choices import ORGANISATION_ROLES, TEAM_ROLES, Role
+from tenants.scope import ANONYMOUS, Scope
+
+
+class ScopedQuerySet(models.QuerySet):
+    """A queryset that knows how to restrict itself to what a user may see."""
+
+    def visible_to(self, user: Any) -> ScopedQuerySet:
+        return self.for_scope(scope_of(user))
+
+    def for_scope(self, scope: Scope) -> ScopedQuerySet:
+        raise NotImplementedError
+
+
+class TeamQuerySet(ScopedQuerySet):
+    def for_scope(self, scope: Scope) -> TeamQuerySet:
+        if scope.sees_all_tenants:
+            return self.all()
+        return self.filter(id__in=scope.team_ids)
+
+
+class Team(models.Model):
+    """A group of people that shares a GPU quota and a budget."""
+
+    name = models.CharField(max_length=100, unique=True)
+    slug = models.SlugField(max_length=40, unique=True)
+    description = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = TeamQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class ProjectQuerySet(ScopedQuerySet):
+    def for_scope(self, scope: Scope) -> ProjectQuerySet:
+        if scope.sees_all_tenants:
+            return self.all()
+        return self.filter(team_id__in=scope.team_ids)
+
+
+class Project(models.Model):
+    """A team's unit of work and the tenant boundary: one Kubernetes namespace, its own quota."""
+
+    team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="projects")
+    name = models.CharField(max_length=100)
+    slug = models.SlugField(max_length=40)
+    description = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = ProjectQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["team__name", "name"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["team", "slug"],
+                name="project_slug_unique_in_team",
+                violation_error_message="A project with this slug already exists in the team.",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.team.slug}/{self.slug}"
+
+    @property
+    def namespace(self) -> str:
+        """The Kubernetes namespace that holds the project's workloads."""
+        return f"gpu-{self.team.slug}-{self.slug}"[:63]
+
+
+class MembershipQuerySet(ScopedQuerySet):
+    def for_scope(self, scope: Scope) -> MembershipQuerySet:
+        if scope.is_platform_admin:
+            return self.all()
+        return self.filter(team_id__in=scope.team_ids)
+
+
+class Membership(models.Model):
+    """A user's role: per team (developer, team lead) or for the organisation (finance, admin)."""
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships"
+    )
+    team = models.ForeignKey(
+        Team, on_delete=models.CASCADE, related_name="memberships", null=True, blank=True
+    )
+    role = models.CharField(max_length=20, choices=Role.choices)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = MembershipQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["team__name", "user__username"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["user", "team"],
+                condition=Q(team__isnull=False),
+                name="membership_one_role_per_team",
+                violation_error_message="The user is already a member of this team.",
+            ),
+            models.UniqueConstraint(
+                fields=["user", "role"],
+                condition=Q(team__isnull=True),
+                name="membership_organisation_role_once",
+                violation_error_message="The user already has this organisation role.",
+            ),
+            models.CheckConstraint(
+                condition=(
+                    Q(team__isnull=False, role__in=sorted(TEAM_ROLES))
+                    | Q(team__isnull=True, role__in=sorted(ORGANISATION_ROLES))
+                ),
+                name="membership_role_matches_team",
+                violation_error_message=(
+                    "Developer and team lead roles belong to a team; "
+                    "finance and platform admin roles to the organisation."
+                ),
+            ),
+        ]
+
+    def __str__(self) -> str:
+        where = self.team.name if self.team else "organisation"
+        return f"{self.user} – {self.get_role_display()} ({where})"
+
+
+def scope_of(user: Any) -> Scope:
+    """The user's roles, read once and cached on the user object for the request."""
+    if user is None or not user.is_authenticated or not user.is_active:
+        return ANONYMOUS
+    cached = getattr(user, "_portal_scope", None)
+    if cached is not None:
+        return cached
+    team_ids: set[int] = set()
+    lead_team_ids: set[int] = set()
+    is_admin = bool(user.is_superuser)
+    is_finance = False
+    for role, team_id in Membership.objects.filter(user_id=user.pk).values_list("role", "team_id"):
+        if role == Role.PLATFORM_ADMIN:
+            is_admin = True
+        elif role == Role.FINANCE:
+            is_finance = True
+        elif team_id is not None:
+            team_ids.add(team_id)
+            if role == Role.TEAM_LEAD:
+                lead_team_ids.add(team_id)
+    scope = Scope(user.pk, is_admin, is_finance, frozenset(team_ids), frozenset(lead_team_ids))
+    user._portal_scope = scope
+    return scope
+
+
+class AuditEventQuerySet(ScopedQuerySet):
+    def for_scope(self, scope: Scope) -> AuditEventQuerySet:
+        if scope.is_platform_admin:
+            return self.all()
+        return self.filter(team_id__in=scope.lead_team_ids)
+
+
+class AuditEvent(models.Model):
+    """An append-only record of one decision or one human action."""
+
+    occurred_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    action = models.CharField(max_length=60, db_index=True)
+    target_type = models.CharField(max_length=60)
+    target_id = models.CharField(max_length=64, blank=True)
+    team = models.ForeignKey(
+        Team, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    project = models.ForeignKey(
+        Project, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    message = models.TextField(blank=True)
+    data = models.JSONField(default=dict, blank=True)
+
+    objects = AuditEventQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-occurred_at", "-id"]
+        indexes = [models.Index(fields=["target_type", "target_id"], name="audit_target_idx")]
+
+    def __str__(self) -> str:
+        return (
+            f"{self.occurred_at:%Y-%m-%d %H:%M} {self.action} {self.target_type}:{self.target_id}"
+        )
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        if self.pk is not None:
+            raise ValidationError("Audit events are append-only.")
+        super().save(*args, **kwargs)
+
+    def delete(self, *args: Any, **kwargs: Any) -> Any:
+        raise ValidationError("Audit events are append-only.")

@@ -1,0 +1,14 @@
+"""Periodic housekeeping of the organisation."""
+
+from __future__ import annotations
+
+from celery import shared_task
+from django.utils import timezone
+from knox.models import AuthToken
+
+
+@shared_task(acks_late=True)
+def purge_expired_api_tokens() -> int:
+    """Delete API tokens past expiry: knox refuses them already; this keeps the table small."""
+    deleted, _ = AuthToken.objects.filter(expiry__lt=timezone.now()).delete()
+    return deleted

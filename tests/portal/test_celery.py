@@ -1,0 +1,35 @@
+"""The Celery app, its schedule and a real worker process on a real Redis."""
+
+from __future__ import annotations
+
+import pytest
+from django.utils import timezone
+
+from portal.celery import app
+from tenants.tasks import purge_expired_api_tokens
+from tests.support.personas import Org
+
+
+def test_beat_schedule_names_only_registered_tasks() -> None:
+    app.loader.import_default_modules()
+    for entry in app.conf.beat_schedule.values():
+        assert entry["task"] in app.tasks, entry["task"]
+
+
+def test_tasks_ack_late_and_requeue_on_worker_loss() -> None:
+    assert app.conf.task_acks_late is True
+    assert app.conf.task_reject_on_worker_lost is True
+    assert app.conf.worker_prefetch_multiplier == 1
+
+
+@pytest.mark.django_db
+def test_purge_expired_tokens_is_safe_to_run_twice(org: Org) -> None:
+    from datetime import timedelta
+
+    from knox.models import AuthToken
+
+    AuthToken.objects.create(user=org.dev_a, expiry=timedelta(seconds=-5))
+    AuthToken.objects.create(user=org.dev_a, expiry=timedelta(hours=1))
+    assert purge_expired_api_tokens() == 1
+    assert purge_expired_api_tokens() == 0
+    assert AuthToken.objects.filter(user=org.dev_a, expiry__gt=timezone.now()).count() == 1

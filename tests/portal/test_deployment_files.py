@@ -1,0 +1,50 @@
+"""docker-compose.yml, the Makefile and the README stay in step with the project."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import yaml
+from django.conf import settings
+
+ROOT = Path(settings.BASE_DIR)
+
+
+def test_compose_has_the_production_services() -> None:
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    assert {"postgres", "redis", "web", "worker", "beat", "migrate"} <= set(compose["services"])
+
+
+def test_every_compose_command_exists_in_the_project() -> None:
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    from celery import current_app
+    from django.core.management import get_commands
+
+    for name in ("web", "worker", "beat", "migrate"):
+        command = compose["services"][name]["command"]
+        if command[:2] == ["python", "manage.py"]:
+            assert command[2] in get_commands(), f"{name}: unknown management command"
+        elif command[0] == "gunicorn":
+            module, _, attribute = command[1].partition(":")
+            assert hasattr(__import__(module, fromlist=[attribute]), attribute)
+        elif command[0] == "celery":
+            assert command[1:3] == ["-A", "portal"]
+            assert current_app.main == "portal"
+            assert command[3] in {"worker", "beat"}
+        else:
+            raise AssertionError(f"{name}: unexpected command {command}")
+    for service in ("web", "worker", "beat", "migrate"):
+        environment = compose["services"][service]["environment"]
+        assert {"DATABASE_URL", "REDIS_URL", "SECRET_KEY"} <= set(environment)
+
+
+def test_readme_commands_are_make_targets() -> None:
+    makefile = (ROOT / "Makefile").read_text()
+    readme = (ROOT / "README.md").read_text()
+    for target in set(re.findall(r"`make ([a-z-]+)`", readme)):
+        assert re.search(rf"^{target}:", makefile, re.M), f"README names missing target {target}"
+
+
+def test_ci_runs_the_readme_test_command() -> None:
+    assert "make test" in (ROOT / ".ci" / "run").read_text()
