@@ -200,6 +200,8 @@ if not DEBUG:
     SECURE_HSTS_INCLUDE_SUBDOMAINS = True
     SECURE_HSTS_PRELOAD = env.bool("SECURE_HSTS_PRELOAD", default=False)
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+# HSTS preload is a commitment for a whole domain, so it stays the operator's choice.
+SILENCED_SYSTEM_CHECKS = [] if env.bool("SECURE_HSTS_PRELOAD", default=False) else ["security.W021"]
 
 LOGGING = {
     "version": 1,

@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 from django.urls import path
-from knox import views as knox_views
 from rest_framework.routers import SimpleRouter
 
 from tenants.api import views
@@ -13,8 +12,8 @@ router.register("members", views.MembershipViewSet, basename="membership")
 
 urlpatterns = [
     path("auth/token/", views.TokenView.as_view(), name="auth-token"),
-    path("auth/logout/", knox_views.LogoutView.as_view(), name="auth-logout"),
-    path("auth/logout-all/", knox_views.LogoutAllView.as_view(), name="auth-logout-all"),
+    path("auth/logout/", views.LogoutView.as_view(), name="auth-logout"),
+    path("auth/logout-all/", views.LogoutAllView.as_view(), name="auth-logout-all"),
     path("me/", views.MeView.as_view(), name="me"),
     *router.urls,
 ]

@@ -3,6 +3,7 @@ from __future__ import annotations
 from typing import Any, cast
 
 from drf_spectacular.utils import extend_schema
+from knox import views as knox_views
 from knox.models import AuthToken
 from rest_framework import permissions, status
 from rest_framework.request import Request
@@ -39,6 +40,16 @@ class TokenView(APIView):
         instance, token = AuthToken.objects.create(user=user)
         services.record_audit_event(actor=user, action="auth.token_created", target=user)
         return Response({"token": token, "expiry": instance.expiry}, status=status.HTTP_201_CREATED)
+
+
+@extend_schema(request=None, responses={204: None})
+class LogoutView(knox_views.LogoutView):
+    """Revoke the token this request was made with."""
+
+
+@extend_schema(request=None, responses={204: None})
+class LogoutAllView(knox_views.LogoutAllView):
+    """Revoke every token of the caller."""
 
 
 class MeView(APIView):
