@@ -1,0 +1,226 @@
+"""Filter plugins: small predicates that return None (passes) or a human-readable reason.
+
+Two levels, run in this order (kube-scheduler's PreFilter/Filter split):
+
+1. Pool filters `(pool, shape)` run once per (pool, shape) and prune whole pools: the pool
+   admits the workload kind, and its sharing mode can serve the flavor kind.
+2. Node filters `(state, node, shape)` run on each candidate node the capacity index proposes:
+   schedulable, labels, taints, GPU model, shared/exclusive node, and capacity (whole cards,
+   one device with enough vGPU memory and cores, or a free MIG slice of the profile).
+
+The fit helpers at the bottom choose concrete devices; placement, preemption and backfill all use
+them so that "fits" means the same thing everywhere.
+
+Adding a rule: write `def my_rule(st, node, shape) -> str | None`, register it in NODE_FILTERS
+(or POOL_FILTERS), and list its name in `Policy.filters`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection
+
+from .state import MODE_EXCLUSIVE, MODE_MIG, MODE_VGPU, Claim, FleetState, Shape
+from .types import MIG_PROFILES, MIG_SLICES, Pool, mig_bits
+
+PoolFilter = Callable[[Pool, Shape], "str | None"]
+NodeFilter = Callable[[FleetState, int, Shape], "str | None"]
+
+_NO_BLOCK: frozenset[int] = frozenset()
+
+
+# ----------------------------------------------------------------------------- pool filters
+
+
+def pool_kind(pool: Pool, shape: Shape) -> str | None:
+    """The pool accepts the request's workload kind (training, inference, ...)."""
+    if shape.workload_kind in pool.allowed_kinds:
+        return None
+    return f"pool {pool.name} does not accept {shape.workload_kind} workloads"
+
+
+def pool_sharing(pool: Pool, shape: Shape) -> str | None:
+    """vGPU flavors need a vgpu pool and MIG flavors a mig pool; whole cards fit any pool."""
+    if shape.kind == "whole" or shape.kind == pool.sharing:
+        return None
+    return f"pool {pool.name} is {pool.sharing}, not {shape.kind}"
+
+
+POOL_FILTERS: dict[str, PoolFilter] = {"pool_kind": pool_kind, "pool_sharing": pool_sharing}
+
+
+# ----------------------------------------------------------------------------- node filters
+
+
+def node_schedulable(st: FleetState, node: int, shape: Shape) -> str | None:
+    """Cordoned nodes take no new work."""
+    return None if st.node_schedulable[node] else f"node {st.node_ids[node]} is cordoned"
+
+
+def node_labels(st: FleetState, node: int, shape: Shape) -> str | None:
+    """The node carries its pool's selector labels and the request's node selector."""
+    labels = st.node_labels[node]
+    pool = st.pools.get(st.node_pool[node])
+    wanted = (pool.node_selector if pool else ()) + shape.node_selector
+    for key, value in wanted:
+        if labels.get(key) != value:
+            return f"node {st.node_ids[node]} lacks label {key}={value}"
+    return None
+
+
+def node_taints(st: FleetState, node: int, shape: Shape) -> str | None:
+    """Every NoSchedule/NoExecute taint not covered by the pool is tolerated by the request."""
+    keys = st.node_taint_keys[node]
+    if not keys:
+        return None
+    missing = sorted(k for k in keys if k not in shape.tolerations)
+    return f"node {st.node_ids[node]} has untolerated taint {missing[0]}" if missing else None
+
+
+def gpu_model(st: FleetState, node: int, shape: Shape) -> str | None:
+    """The node's GPU model is one the flavor / pin allows."""
+    if shape.models is None or st.node_model[node] in shape.models:
+        return None
+    return f"node {st.node_ids[node]} has {st.node_model[node]}, not {'/'.join(shape.models)}"
+
+
+def shared_node(st: FleetState, node: int, shape: Shape) -> str | None:
+    """No work joins a node held exclusively; an exclusive request needs an empty node."""
+    if st.node_exclusive[node]:
+        return f"node {st.node_ids[node]} is held exclusively"
+    if not shape.allow_shared_node and st.node_tenants[node] > 0:
+        return f"node {st.node_ids[node]} is shared and the request wants a node of its own"
+    return None
+
+
+def capacity(st: FleetState, node: int, shape: Shape) -> str | None:
+    """The node can host the request (or its per-node part, for gangs) right now."""
+    part = min(shape.gpu_count, len(st.node_devices[node])) if shape.kind == "whole" else 1
+    if fit_node(st, node, shape, part) is not None:
+        return None
+    name = st.node_ids[node]
+    if shape.kind == "whole":
+        return f"node {name} has {st.free_whole_count(node)} free GPUs, needs {part}"
+    if shape.kind == "vgpu":
+        return (
+            f"node {name} has no GPU with {shape.memory_mib} MiB and "
+            f"{shape.cores_percent}% cores free"
+        )
+    return f"node {name} has no free {shape.mig_profile} MIG slice"
+
+
+NODE_FILTERS: dict[str, NodeFilter] = {
+    "node_schedulable": node_schedulable,
+    "node_labels": node_labels,
+    "node_taints": node_taints,
+    "gpu_model": gpu_model,
+    "shared_node": shared_node,
+    "capacity": capacity,
+}
+
+
+# ----------------------------------------------------------------------------- fit helpers
+
+
+def whole_devices(
+    st: FleetState, node: int, count: int, blocked: Collection[int] = _NO_BLOCK
+) -> list[int] | None:
+    """The `count` lowest-index fully free devices of `node` outside `blocked`, if enough."""
+    out: list[int] = []
+    for d in st.node_devices[node]:
+        if st.fully_free(d) and d not in blocked:
+            out.append(d)
+            if len(out) == count:
+                return out
+    return None
+
+
+def vgpu_fits(st: FleetState, dev: int, memory_mib: int, cores_percent: int) -> bool:
+    """A vGPU-mode device not held whole has the memory and cores free."""
+    return (
+        st.dev_mode[dev] == MODE_VGPU
+        and not st.whole[dev]
+        and st.mem_free[dev] >= memory_mib
+        and st.cores_free[dev] >= cores_percent
+    )
+
+
+def mig_value(mask: int) -> int:
+    """How useful the free slices of a MIG GPU are: largest placeable profile first, then 1g count.
+
+    Used to prefer placements that keep a large aligned block free (fragmentation awareness).
+    """
+    largest = 0
+    for prof in MIG_PROFILES.values():
+        if prof.slices > largest:
+            for s in prof.starts:
+                if not mask & mig_bits(prof.name, s):
+                    largest = prof.slices
+                    break
+    return largest * 8 + (MIG_SLICES - bin(mask).count("1"))
+
+
+def mig_start(st: FleetState, dev: int, profile: str, best: bool = True) -> int | None:
+    """Start slice for a `profile` instance on `dev`, or None.
+
+    With `best`, the start that leaves the most useful free block (see `mig_value`), lowest start
+    on ties; otherwise the first legal start (what a naive placer does).
+    """
+    if st.dev_mode[dev] != MODE_MIG or st.whole[dev]:
+        return None
+    mask = st.mig_mask[dev]
+    chosen: int | None = None
+    chosen_value = -1
+    for s in MIG_PROFILES[profile].starts:
+        bits = mig_bits(profile, s)
+        if mask & bits:
+            continue
+        if not best:
+            return s
+        value = mig_value(mask | bits)
+        if value > chosen_value:
+            chosen, chosen_value = s, value
+    return chosen
+
+
+def fit_node(
+    st: FleetState,
+    node: int,
+    shape: Shape,
+    count: int,
+    blocked: Collection[int] = _NO_BLOCK,
+) -> tuple[Claim, ...] | None:
+    """Claims placing `count` devices of `shape` on `node` now, ignoring other filters.
+
+    Whole: the lowest free cards.  vGPU: the tightest device by free memory (best fit).  MIG: the
+    device with the fewest free slices, at the fragmentation-aware start.
+    """
+    if shape.kind == "whole":
+        if not shape.allow_shared_node and st.node_tenants[node] > 0:
+            return None
+        devs = whole_devices(st, node, count, blocked)
+        return None if devs is None else tuple((d, True, 0, 0, 0) for d in devs)
+    best_dev = -1
+    best_key = 1 << 60
+    best_bits = 0
+    for d in st.node_devices[node]:
+        if d in blocked:
+            continue
+        if shape.kind == "vgpu":
+            if vgpu_fits(st, d, shape.memory_mib, shape.cores_percent) and (
+                st.mem_free[d] < best_key
+            ):
+                best_dev, best_key = d, st.mem_free[d]
+        elif shape.mig_profile is not None and st.dev_mode[d] == MODE_MIG:
+            s = mig_start(st, d, shape.mig_profile)
+            if s is not None and st.mig_free_slices(d) < best_key:
+                best_dev, best_key = d, st.mig_free_slices(d)
+                best_bits = mig_bits(shape.mig_profile, s)
+    if best_dev < 0:
+        return None
+    if shape.kind == "vgpu":
+        return ((best_dev, False, shape.memory_mib, shape.cores_percent, 0),)
+    return ((best_dev, False, 0, 0, best_bits),)
+
+
+def device_mode_name(mode: int) -> str:
+    return {MODE_EXCLUSIVE: "exclusive", MODE_VGPU: "vgpu", MODE_MIG: "mig"}[mode]

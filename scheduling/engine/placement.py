@@ -1,0 +1,386 @@
+"""Placement: turn a shape into concrete device claims using the index, filters and scores.
+
+Plugin placer, per request:
+
+1. Resolve eligible groups (pool, model) with the pool filters and the model pin (cached per
+   shape).
+2. For every group, walk the capacity buckets in the pool's packing direction and keep the first
+   `Policy.max_candidates` nodes/devices that pass the node filters and do not touch capacity
+   reserved for a request this one would delay.
+3. Score the candidates with the weighted score plugins; highest wins, ties go to the lowest node
+   id then device id (deterministic).
+
+Gangs (whole-card requests larger than a node) take full nodes from one group, all or nothing.
+
+`best_fit` is the comparison baseline: same buckets and filters, but it just takes the feasible
+spot with the least free capacity left in the primary dimension (free cards on the node, free
+memory on the GPU, free MIG slices, first legal MIG start), with no scoring.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+
+from .filters import NODE_FILTERS, POOL_FILTERS, NodeFilter, mig_start, whole_devices
+from .index import GIB, CapacityIndex, Group
+from .scores import SCORES, ScoreFn
+from .state import Claim, FleetState, Shape
+from .types import MIG_PROFILES, Policy
+
+Candidate = tuple[int, tuple[Claim, ...], Group]
+
+
+class Placer:
+    """Finds placements for shapes against the indexed fleet state."""
+
+    def __init__(self, st: FleetState, index: CapacityIndex, policy: Policy) -> None:
+        self.st = st
+        self.index = index
+        self.policy = policy
+        unknown = [n for n in policy.filters if n not in NODE_FILTERS]
+        if unknown:
+            raise ValueError(f"unknown filter plugin(s): {', '.join(unknown)}")
+        # The index only proposes spots with capacity, so the capacity filter is implied here.
+        self.node_filters: list[NodeFilter] = [
+            NODE_FILTERS[n] for n in policy.filters if n != "capacity"
+        ]
+        self.scores: list[tuple[ScoreFn, float]] = self._score_list(policy.scores)
+        self.pool_scores: dict[str, list[tuple[ScoreFn, float]]] = {
+            pool: self._score_list(lst) for pool, lst in policy.pool_scores
+        }
+        self._groups: dict[tuple[object, ...], tuple[list[Group], str | None]] = {}
+
+    @staticmethod
+    def _score_list(items: tuple[tuple[str, float], ...]) -> list[tuple[ScoreFn, float]]:
+        unknown = [n for n, _ in items if n not in SCORES]
+        if unknown:
+            raise ValueError(f"unknown score plugin(s): {', '.join(unknown)}")
+        return [(SCORES[n], w) for n, w in items if w]
+
+    # ------------------------------------------------------------------ groups
+
+    def groups_for(self, shape: Shape) -> tuple[list[Group], str | None]:
+        """Groups whose pool passes the pool filters and whose model the shape allows."""
+        key = (shape.kind, shape.models, shape.workload_kind)
+        hit = self._groups.get(key)
+        if hit is not None:
+            return hit
+        groups: list[Group] = []
+        reason: str | None = None
+        for g in self.index.groups.values():
+            why = next(
+                (r for f in POOL_FILTERS.values() if (r := f(g.pool, shape)) is not None), None
+            )
+            if why is None and shape.models is not None and g.model not in shape.models:
+                why = f"pool {g.pool.name} has {g.model}"
+            if why is None:
+                groups.append(g)
+            elif reason is None:
+                reason = why
+        self._groups[key] = (groups, reason)
+        return groups, reason
+
+    def node_ok(self, node: int, shape: Shape) -> bool:
+        st = self.st
+        return all(f(st, node, shape) is None for f in self.node_filters)
+
+    # ------------------------------------------------------------------ plugin placer
+
+    def place(
+        self, shape: Shape, blocked: Collection[int], preemptible: bool
+    ) -> tuple[tuple[Claim, ...] | None, bool]:
+        """Best placement now, and whether reserved capacity turned a candidate away."""
+        groups, _ = self.groups_for(shape)
+        if not groups:
+            return None, False
+        if self.policy.placer == "best_fit":
+            return self._best_fit(shape, groups, blocked)
+        if shape.kind == "whole" and shape.gpu_count > min(g.max_devices for g in groups):
+            return self._gang(shape, groups, blocked, preemptible)
+        limit = max(1, self.policy.max_candidates)
+        cands: list[Candidate] = []
+        hit = False
+        for g in groups:
+            got: list[Candidate] = []
+            if shape.kind == "whole":
+                if shape.gpu_count <= g.max_devices:
+                    hit |= self._whole_cands(g, shape, blocked, got, limit)
+            elif shape.kind == "vgpu":
+                hit |= self._vgpu_cands(g, shape, blocked, got, limit)
+            else:
+                hit |= self._mig_cands(g, shape, blocked, got, limit, best=True)
+            cands.extend(got)
+        if not cands:
+            return None, hit
+        best: tuple[float, int, int] | None = None
+        best_claims: tuple[Claim, ...] = ()
+        st = self.st
+        for node, claims, g in cands:
+            fns = self.pool_scores.get(g.pool.name, self.scores)
+            total = 0.0
+            for fn, w in fns:
+                total += w * fn(st, node, shape, claims, g.pool, preemptible)
+            key = (-total, node, claims[0][0])
+            if best is None or key < best:
+                best, best_claims = key, claims
+        return best_claims, hit
+
+    def _whole_cands(
+        self, g: Group, shape: Shape, blocked: Collection[int], out: list[Candidate], limit: int
+    ) -> bool:
+        st, n, hit = self.st, shape.gpu_count, False
+        top = g.max_devices
+        if not shape.allow_shared_node:
+            ks: range = range(top, top + 1)
+        elif g.pool.scoring == "binpack":
+            ks = range(n, top + 1)
+        else:
+            ks = range(top, n - 1, -1)
+        for k in ks:
+            for node in g.whole[k]:
+                if not shape.allow_shared_node and len(st.node_devices[node]) != k:
+                    continue
+                if not self.node_ok(node, shape):
+                    continue
+                devs = whole_devices(st, node, n, blocked)
+                if devs is None:
+                    hit = True
+                    continue
+                out.append((node, tuple((d, True, 0, 0, 0) for d in devs), g))
+                if len(out) >= limit:
+                    return hit
+        return hit
+
+    def _vgpu_cands(
+        self, g: Group, shape: Shape, blocked: Collection[int], out: list[Candidate], limit: int
+    ) -> bool:
+        st, m, c, hit = self.st, shape.memory_mib, shape.cores_percent, False
+        b0 = m // GIB
+        if b0 >= len(g.vgpu):
+            return False
+        bs = (
+            range(b0, len(g.vgpu))
+            if g.pool.scoring == "binpack"
+            else range(len(g.vgpu) - 1, b0 - 1, -1)
+        )
+        ok: dict[int, bool] = {}
+        for b in bs:
+            for d in g.vgpu[b]:
+                if st.mem_free[d] < m or st.cores_free[d] < c:
+                    continue
+                node = st.dev_node[d]
+                good = ok.get(node)
+                if good is None:
+                    good = ok[node] = self.node_ok(node, shape)
+                if not good:
+                    continue
+                if d in blocked:
+                    hit = True
+                    continue
+                out.append((node, ((d, False, m, c, 0),), g))
+                if len(out) >= limit:
+                    return hit
+        return hit
+
+    def _mig_cands(
+        self,
+        g: Group,
+        shape: Shape,
+        blocked: Collection[int],
+        out: list[Candidate],
+        limit: int,
+        best: bool,
+    ) -> bool:
+        st, p, hit = self.st, shape.mig_profile, False
+        if p is None or p not in MIG_PROFILES:
+            return False
+        need = MIG_PROFILES[p].slices
+        buckets = g.mig[p]
+        ss = (
+            range(need, len(buckets))
+            if g.pool.scoring == "binpack" or not best
+            else range(len(buckets) - 1, need - 1, -1)
+        )
+        ok: dict[int, bool] = {}
+        for s in ss:
+            for d in buckets[s]:
+                node = st.dev_node[d]
+                good = ok.get(node)
+                if good is None:
+                    good = ok[node] = self.node_ok(node, shape)
+                if not good:
+                    continue
+                if d in blocked:
+                    hit = True
+                    continue
+                start = mig_start(st, d, p, best=best)
+                if start is None:
+                    continue
+                bits = ((1 << need) - 1) << start
+                out.append((node, ((d, False, 0, 0, bits),), g))
+                if len(out) >= limit:
+                    return hit
+        return hit
+
+    def _gang(
+        self, shape: Shape, groups: list[Group], blocked: Collection[int], preemptible: bool
+    ) -> tuple[tuple[Claim, ...] | None, bool]:
+        """All-or-nothing: q full nodes plus one node for the remainder, from a single group."""
+        st, hit = self.st, False
+        order = groups
+        if self.policy.placer == "plugins":
+            # Prefer the group the pool-level plugins like best (affinity, tier).
+            def group_rank(g: Group) -> tuple[float, GroupKeyT]:
+                fns = self.pool_scores.get(g.pool.name, self.scores)
+                pool_level = sum(
+                    w * fn(st, -1, shape, (), g.pool, preemptible)
+                    for fn, w in fns
+                    if fn in (SCORES["pool_affinity"], SCORES["tier"])
+                )
+                return (-pool_level, g.key)
+
+            order = sorted(groups, key=group_rank)
+        for g in order:
+            d_per = g.max_devices
+            if d_per == 0:
+                continue
+            q, r = divmod(shape.gpu_count, d_per)
+            chosen: list[tuple[Claim, ...]] = []
+            used: set[int] = set()
+            for node in g.whole[d_per]:
+                if len(chosen) == q:
+                    break
+                if len(st.node_devices[node]) != d_per or not self.node_ok(node, shape):
+                    continue
+                devs = whole_devices(st, node, d_per, blocked)
+                if devs is None:
+                    hit = True
+                    continue
+                chosen.append(tuple((d, True, 0, 0, 0) for d in devs))
+                used.add(node)
+            if len(chosen) < q:
+                continue
+            if r:
+                extra: tuple[Claim, ...] | None = None
+                for k in range(r, d_per + 1):
+                    for node in g.whole[k]:
+                        if node in used or not self.node_ok(node, shape):
+                            continue
+                        devs = whole_devices(st, node, r, blocked)
+                        if devs is None:
+                            hit = True
+                            continue
+                        extra = tuple((d, True, 0, 0, 0) for d in devs)
+                        break
+                    if extra is not None:
+                        break
+                if extra is None:
+                    continue
+                chosen.append(extra)
+            return tuple(c for part in chosen for c in part), hit
+        return None, hit
+
+    # ------------------------------------------------------------------ best-fit baseline
+
+    def _best_fit(
+        self, shape: Shape, groups: list[Group], blocked: Collection[int]
+    ) -> tuple[tuple[Claim, ...] | None, bool]:
+        st, hit = self.st, False
+        if shape.kind == "whole":
+            if shape.gpu_count > min(g.max_devices for g in groups):
+                return self._gang(shape, groups, blocked, False)
+            top = max(g.max_devices for g in groups)
+            for k in range(shape.gpu_count, top + 1):
+                for g in groups:
+                    if k > g.max_devices:
+                        continue
+                    for node in g.whole[k]:
+                        if not shape.allow_shared_node and len(st.node_devices[node]) != k:
+                            continue
+                        if not self.node_ok(node, shape):
+                            continue
+                        devs = whole_devices(st, node, shape.gpu_count, blocked)
+                        if devs is None:
+                            hit = True
+                            continue
+                        return tuple((d, True, 0, 0, 0) for d in devs), hit
+            return None, hit
+        if shape.kind == "vgpu":
+            m, c = shape.memory_mib, shape.cores_percent
+            top = max(len(g.vgpu) for g in groups)
+            for b in range(m // GIB, top):
+                best: tuple[int, int] | None = None
+                for g in groups:
+                    if b >= len(g.vgpu):
+                        continue
+                    for d in g.vgpu[b]:
+                        if st.mem_free[d] < m or st.cores_free[d] < c:
+                            continue
+                        if not self.node_ok(st.dev_node[d], shape):
+                            continue
+                        if d in blocked:
+                            hit = True
+                            continue
+                        if best is None or (st.mem_free[d], d) < best:
+                            best = (st.mem_free[d], d)
+                if best is not None:
+                    return ((best[1], False, m, c, 0),), hit
+            return None, hit
+        got: list[Candidate] = []
+        p = shape.mig_profile
+        if p is None or p not in MIG_PROFILES:
+            return None, False
+        need = MIG_PROFILES[p].slices
+        for s in range(need, 8):
+            for g in groups:
+                hit |= self._mig_cands_at(g, shape, blocked, got, s)
+                if got:
+                    return got[0][1], hit
+        return None, hit
+
+    def _mig_cands_at(
+        self, g: Group, shape: Shape, blocked: Collection[int], out: list[Candidate], s: int
+    ) -> bool:
+        st, p, hit = self.st, shape.mig_profile, False
+        assert p is not None
+        for d in g.mig[p][s]:
+            node = st.dev_node[d]
+            if not self.node_ok(node, shape):
+                continue
+            if d in blocked:
+                hit = True
+                continue
+            start = mig_start(st, d, p, best=False)
+            if start is not None:
+                bits = ((1 << MIG_PROFILES[p].slices) - 1) << start
+                out.append((node, ((d, False, 0, 0, bits),), g))
+                return hit
+        return hit
+
+    # ------------------------------------------------------------------ reasons
+
+    def capacity_reason(self, shape: Shape) -> str:
+        """Why no spot exists for `shape` anywhere (phrased for people)."""
+        groups, pool_reason = self.groups_for(shape)
+        where = "/".join(shape.models) if shape.models else "eligible"
+        if not groups:
+            if shape.models == ():
+                return "the pinned GPU model contradicts the flavor's model"
+            return f"no pool can run it ({pool_reason})" if pool_reason else "no pool can run it"
+        if shape.kind == "whole":
+            n = shape.gpu_count
+            per = min(g.max_devices for g in groups)
+            if n > per:
+                q = -(-n // per)
+                return f"no {q} {where} nodes with {per} free GPUs each for a {n}-GPU gang"
+            if not shape.allow_shared_node:
+                return f"no {where} node is entirely free (the request wants a node of its own)"
+            return f"no {where} node has {n} free GPU{'s' if n != 1 else ''}"
+        if shape.kind == "vgpu":
+            gib = f"{shape.memory_mib / GIB:g}"
+            cores = f" and {shape.cores_percent}% cores" if shape.cores_percent else ""
+            return f"no {where} node has {gib} GiB{cores} free on one GPU"
+        return f"no {where} GPU has a free {shape.mig_profile} MIG slice"
+
+
+GroupKeyT = tuple[str, str]

@@ -1,0 +1,321 @@
+"""The planning cycle: `plan(snapshot, now=..., policy=...) -> Plan`, and the `Scheduler` behind it.
+
+`Scheduler(snapshot, policy)` flattens the snapshot (FleetState), builds the capacity index and
+the quota ledger once; `plan(now)` then runs one cycle over the pending queue and
+`place_one(request, now)` decides a single newly arrived request against the same indexed state.
+
+Cycle, per request in queue order (see queue.py):
+
+1. Validate the request (known flavor, sane shape); otherwise wait with code "invalid".
+2. Quota (quota.py): blocked requests wait with the ledger's reason, code "quota".
+3. Failure memo: a shape that already failed in this cycle, with no capacity freed since and the
+   same reservations in its way, fails at once with the same reason.
+4. Place now (placement.py), keeping off reserved devices unless the request ends before the
+   reservation starts.  Success: apply claims, charge quota, update the team's share.
+5. Otherwise preempt (preemption.py) if the request outranks preemptible work or reclaims its
+   guarantee from borrowers.  Freed capacity clears the failure memo.
+6. Otherwise, if reservations remain (Policy.max_reservations), reserve for it (backfill.py):
+   it is the head; code "reserved".  Everyone else waits with a capacity or reservation reason.
+
+Waiting requests get 1-based positions in the order they were considered.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from .backfill import Hold, reserve
+from .index import CapacityIndex
+from .placement import Placer
+from .preemption import find_victims
+from .queue import FairQueue
+from .quota import QuotaLedger
+from .state import MODE_MIG, MODE_VGPU, AllocRecord, Claim, FleetState, Shape, shape_of
+from .types import (
+    MIG_PROFILES,
+    MIG_SLICES,
+    Admission,
+    Decision,
+    Plan,
+    Policy,
+    Preemption,
+    Request,
+    Reservation,
+    Snapshot,
+    WaitCode,
+    Waiting,
+)
+
+_Outcome = tuple[Admission | None, list[Preemption], str | None, WaitCode | None]
+
+
+class Scheduler:
+    """Indexed fleet state plus quota ledger; one planning cycle and single-request decisions."""
+
+    def __init__(self, snapshot: Snapshot, policy: Policy | None = None) -> None:
+        self.policy = policy or Policy()
+        self.snapshot = snapshot
+        self.st = FleetState(snapshot)
+        self.index = CapacityIndex(self.st)
+        self.placer = Placer(self.st, self.index, self.policy)
+        self.ledger = QuotaLedger(snapshot.teams, snapshot.quotas)
+        self.capacity: dict[str, float] = defaultdict(float)
+        for dev in range(len(self.st.dev_node)):
+            self.capacity[self.st.node_model[self.st.dev_node[dev]]] += 1.0
+        self.models = tuple(sorted(self.capacity))
+        self.usage: defaultdict[str, defaultdict[str, float]] = defaultdict(
+            lambda: defaultdict(float)
+        )
+        for rec in self.st.allocs.values():
+            self.ledger.charge(rec.team, rec.project, rec.flavor, rec.ge)
+            self.usage[rec.team][rec.model] += rec.ge
+        self.weight: dict[str, float] = {}
+        total_g = sum(self.ledger.guaranteed.values()) or 1.0
+        for t in snapshot.teams:
+            if t.weight is not None:
+                w = t.weight
+            elif self.policy.fair_share_weighting == "quota":
+                w = self.ledger.team_guaranteed_total(t.name) / total_g
+            else:
+                w = 1.0
+            self.weight[t.name] = max(w, 1e-9)
+        self.holds: list[Hold] = []
+        self._fail: dict[tuple[Shape, tuple[int, ...]], tuple[str, WaitCode]] = {}
+        self._preempt_fail: set[tuple[Shape, int, bool, tuple[int, ...]]] = set()
+        self._queue: FairQueue | None = None
+        self._planned = False
+
+    # ------------------------------------------------------------------ shares & metrics
+
+    def share(self, team: str) -> float:
+        """Weighted dominant share: max over GPU models of used/capacity, over the team weight."""
+        use = self.usage.get(team)
+        if not use:
+            return 0.0
+        dom = max(use[m] / self.capacity[m] for m in use if self.capacity.get(m))
+        return dom / self.weight.get(team, 1e-9)
+
+    def free_gpu_equivalents(self) -> float:
+        """Unallocated capacity in GE: free cards, usable vGPU share, free MIG slices."""
+        st = self.st
+        total = 0.0
+        for d in range(len(st.dev_node)):
+            if not st.node_schedulable[st.dev_node[d]] or st.whole[d]:
+                continue
+            if st.node_exclusive[st.dev_node[d]]:
+                continue
+            if st.dev_mode[d] == MODE_MIG:
+                total += (MIG_SLICES - bin(st.mig_mask[d]).count("1")) / MIG_SLICES
+            elif st.dev_mode[d] == MODE_VGPU:
+                total += min(st.mem_free[d] / max(1, st.mem_total[d]), st.cores_free[d] / 100)
+            else:
+                total += 1.0 if st.fully_free(d) else 0.0
+        return total
+
+    # ------------------------------------------------------------------ entry points
+
+    def plan(self, now: float) -> Plan:
+        """Run one cycle over the snapshot's pending requests (once per Scheduler)."""
+        if self._planned:
+            raise RuntimeError("a Scheduler plans one cycle; build a new one per snapshot")
+        self._planned = True
+        queue = FairQueue(self.snapshot.pending, self.policy.queue_order, self.share)
+        self._queue = queue
+        admissions: list[Admission] = []
+        preemptions: list[Preemption] = []
+        waiting: list[Waiting] = []
+        considered = 0
+        while (req := queue.pop()) is not None:
+            considered += 1
+            adm, pre, reason, code = self._decide(req, now, allow_reserve=True)
+            preemptions.extend(pre)
+            if adm is not None:
+                admissions.append(adm)
+            else:
+                assert reason is not None and code is not None
+                waiting.append(Waiting(req.id, reason, code, len(waiting) + 1))
+        self._queue = None
+        return Plan(
+            admissions=tuple(admissions),
+            preemptions=tuple(preemptions),
+            waiting=tuple(waiting),
+            reservations=tuple(
+                Reservation(
+                    h.request_id, h.start_at, tuple(self.st.device_claim(c) for c in h.claims)
+                )
+                for h in self.holds
+            ),
+            considered=considered,
+        )
+
+    def place_one(self, request: Request, now: float) -> Decision:
+        """Decide one newly arrived request now, against the indexed state and reservations."""
+        adm, pre, reason, code = self._decide(request, now, allow_reserve=False)
+        return Decision(request.id, adm, tuple(pre), reason, code)
+
+    # ------------------------------------------------------------------ one decision
+
+    def _decide(self, req: Request, now: float, allow_reserve: bool) -> _Outcome:
+        flavor = self.st.flavors.get(req.flavor)
+        if flavor is None:
+            return None, [], f"unknown flavor {req.flavor}", "invalid"
+        invalid = _invalid(req, flavor.kind, req.mig_profile or flavor.mig_profile)
+        if invalid:
+            return None, [], invalid, "invalid"
+        demand = req.gpu_count * flavor.gpu_equivalent
+        ok, borrowed, why = self.ledger.check(req.team, req.project, req.flavor, demand)
+        if not ok:
+            assert why is not None
+            return None, [], why, "quota"
+        shape = shape_of(req, flavor)
+        end = now + req.max_runtime_seconds
+        block_ids = tuple(
+            i for i, h in enumerate(self.holds) if h.start_at < end and h.request_id != req.id
+        )
+        blocked: frozenset[int] = frozenset()
+        for i in block_ids:
+            blocked = blocked | self.holds[i].devices
+        memo: tuple[str, WaitCode] | None = self._fail.get((shape, ())) or self._fail.get(
+            (shape, block_ids)
+        )
+        preemptible = req.is_preemptible or borrowed
+        if memo is None:
+            claims, hit = self.placer.place(shape, blocked, preemptible)
+            if claims is not None:
+                return self._admit(req, demand, borrowed, preemptible, claims, now), [], None, None
+            fresh: tuple[str, WaitCode]
+            if hit:
+                holder = self.holds[block_ids[0]].request_id if block_ids else "?"
+                fresh = (f"waiting behind reservation for request {holder}", "reservation")
+                self._fail[(shape, block_ids)] = fresh
+            else:
+                fresh = (self.placer.capacity_reason(shape), "capacity")
+                self._fail[(shape, ())] = fresh
+            memo = fresh
+        # Preemption.
+        if self.policy.enable_preemption:
+            got = self._preempt(req, shape, demand, borrowed, preemptible, blocked, block_ids, now)
+            if got is not None:
+                return got
+        # Reservation for the head.
+        if (
+            allow_reserve
+            and memo[1] == "capacity"
+            and self.policy.enable_backfill
+            and len(self.holds) < self.policy.max_reservations
+        ):
+            groups, _ = self.placer.groups_for(shape)
+            taken = frozenset(d for h in self.holds for d in h.devices)
+            hold = reserve(self.st, req.id, shape, groups, now, taken)
+            if hold is not None:
+                self.holds.append(hold)
+                nodes = sorted({self.st.node_ids[self.st.dev_node[c[0]]] for c in hold.claims})
+                where = ", ".join(nodes[:3]) + (" ..." if len(nodes) > 3 else "")
+                return (
+                    None,
+                    [],
+                    (
+                        f"{memo[0]}; capacity reserved on {where} from "
+                        f"+{hold.start_at - now:.0f}s when running work ends"
+                    ),
+                    "reserved",
+                )
+        return None, [], memo[0], memo[1]
+
+    def _admit(
+        self,
+        req: Request,
+        demand: float,
+        borrowed: bool,
+        preemptible: bool,
+        claims: tuple[Claim, ...],
+        now: float,
+    ) -> Admission:
+        st = self.st
+        nodes = tuple(dict.fromkeys(st.dev_node[c[0]] for c in claims))
+        rec = AllocRecord(
+            id=req.id,
+            team=req.team,
+            project=req.project,
+            flavor=req.flavor,
+            ge=demand,
+            priority=req.priority,
+            preemptible=preemptible,
+            borrowed=borrowed,
+            started_at=now,
+            end=now + req.max_runtime_seconds,
+            exclusive_node=not req.allow_shared_node,
+            claims=claims,
+            nodes=nodes,
+            model=st.node_model[nodes[0]],
+            from_snapshot=False,
+        )
+        crossing = not self.ledger.above_guarantee(req.team, req.flavor)
+        st.apply(rec)
+        self.ledger.charge(req.team, req.project, req.flavor, demand)
+        self.usage[req.team][rec.model] += demand
+        if crossing and self.ledger.above_guarantee(req.team, req.flavor):
+            self._preempt_fail.clear()  # the team's running work just became eligible victims
+        return Admission(req.id, tuple(st.device_claim(c) for c in claims), borrowed, preemptible)
+
+    def _preempt(
+        self,
+        req: Request,
+        shape: Shape,
+        demand: float,
+        borrowed: bool,
+        preemptible: bool,
+        blocked: frozenset[int],
+        block_ids: tuple[int, ...],
+        now: float,
+    ) -> _Outcome | None:
+        reclaim = not borrowed
+        if req.priority <= 0 and not reclaim:
+            return None
+        key = (shape, req.priority, reclaim, block_ids)
+        if key in self._preempt_fail:
+            return None
+        groups, _ = self.placer.groups_for(shape)
+        if not groups:
+            return None
+        found = find_victims(
+            self.st, self.placer, self.ledger, shape, groups, req.priority, reclaim, blocked
+        )
+        if found is None:
+            self._preempt_fail.add(key)
+            return None
+        claims, victims = found
+        out: list[Preemption] = []
+        for v in victims:
+            self.st.release(v)
+            self.ledger.charge(v.team, v.project, v.flavor, -v.ge)
+            self.usage[v.team][v.model] -= v.ge
+            if self._queue is not None:
+                self._queue.touch(v.team)
+            why = (
+                f"reclaims borrowed capacity for team {req.team}'s guaranteed quota"
+                if reclaim and v.borrowed and v.priority >= req.priority
+                else f"priority {v.priority} is below {req.priority}"
+            )
+            out.append(Preemption(v.id, req.id, f"preempted for request {req.id}: {why}"))
+        self._fail.clear()
+        self._preempt_fail.clear()
+        adm = self._admit(req, demand, borrowed, preemptible, claims, now)
+        return adm, out, None, None
+
+
+def _invalid(req: Request, kind: str, profile: str | None) -> str | None:
+    if req.gpu_count < 1:
+        return "gpu_count must be at least 1"
+    if kind in ("vgpu", "mig") and req.gpu_count != 1:
+        return f"{kind} requests take exactly one GPU share; split into several requests"
+    if kind == "mig" and (profile is None or profile not in MIG_PROFILES):
+        return f"unknown MIG profile {profile}"
+    if req.max_runtime_seconds <= 0:
+        return "max_runtime_seconds must be positive"
+    return None
+
+
+def plan(snapshot: Snapshot, *, now: float, policy: Policy | None = None) -> Plan:
+    """Plan one scheduling cycle for `snapshot` at time `now` (epoch seconds)."""
+    return Scheduler(snapshot, policy).plan(now)

@@ -1,0 +1,109 @@
+"""Score plugins: rate a feasible candidate placement in [0, 1]; the planner sums them weighted.
+
+Each plugin is `(state, node, shape, claims, pool, preemptible) -> float` and is evaluated
+before the claims are applied.  Pools choose `binpack` or `spread`; the packing plugins flip
+direction accordingly.  Weights come from `Policy.scores` (or `Policy.pool_scores` per pool).
+
+* pool_affinity  keep shareable hardware for shareable demand: whole-card work prefers
+                 exclusive pools, leaving vGPU/MIG-capable cards to requests only they can serve.
+* tier           prefer the cheapest pool tier that fits.
+* node_packing   binpack: fuller nodes first (keeps whole nodes free for gangs); spread: emptier.
+* device_packing binpack: the tightest device for vGPU/MIG; spread: the loosest.
+* fragmentation  do not break a fully free card or node when a partly used one fits; for vGPU,
+                 keep memory and cores balanced; for MIG, keep the largest aligned block free.
+* tenancy_mix    avoid mixing preemptible and non-preemptible work on a node, so preemption
+                 frees whole nodes and guaranteed work is not disturbed.
+
+Adding a rule: write the function, register it in SCORES, list `(name, weight)` in the policy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from .filters import mig_value
+from .state import Claim, FleetState, Shape
+from .types import MIG_SLICES, Pool
+
+ScoreFn = Callable[[FleetState, int, Shape, "tuple[Claim, ...]", Pool, bool], float]
+_MAX_MIG_VALUE = mig_value(0)
+
+
+def pool_affinity(
+    st: FleetState, node: int, shape: Shape, claims: tuple[Claim, ...], pool: Pool, pre: bool
+) -> float:
+    """1 when the pool's sharing mode is the natural home of the flavor kind."""
+    if shape.kind == "whole":
+        return 1.0 if pool.sharing == "exclusive" else 0.0
+    return 1.0
+
+
+def tier(
+    st: FleetState, node: int, shape: Shape, claims: tuple[Claim, ...], pool: Pool, pre: bool
+) -> float:
+    """Lower tiers score higher (1 / (1 + tier))."""
+    return 1.0 / (1.0 + max(0, pool.tier))
+
+
+def node_packing(
+    st: FleetState, node: int, shape: Shape, claims: tuple[Claim, ...], pool: Pool, pre: bool
+) -> float:
+    """Share of the node's cards in use after the placement (binpack) or free (spread)."""
+    devs = st.node_devices[node]
+    if not devs:
+        return 0.0
+    newly = sum(1 for c in claims if st.fully_free(c[0]))
+    used = (len(devs) - st.free_whole_count(node) + newly) / len(devs)
+    return used if pool.scoring == "binpack" else 1.0 - used
+
+
+def device_packing(
+    st: FleetState, node: int, shape: Shape, claims: tuple[Claim, ...], pool: Pool, pre: bool
+) -> float:
+    """Share of the chosen device left free after a vGPU/MIG placement (inverted for binpack)."""
+    if shape.kind == "whole" or not claims:
+        return 0.5
+    dev, _, mem, _, bits = claims[0]
+    if shape.kind == "vgpu":
+        left = (st.mem_free[dev] - mem) / max(1, st.mem_total[dev])
+    else:
+        left = (MIG_SLICES - bin(st.mig_mask[dev] | bits).count("1")) / MIG_SLICES
+    return 1.0 - left if pool.scoring == "binpack" else left
+
+
+def fragmentation(
+    st: FleetState, node: int, shape: Shape, claims: tuple[Claim, ...], pool: Pool, pre: bool
+) -> float:
+    """High when the placement leaves free capacity in large, usable pieces."""
+    if shape.kind == "whole":
+        devs = st.node_devices[node]
+        breaks_node = len(claims) < len(devs) and st.free_whole_count(node) == len(devs)
+        return 0.0 if breaks_node else 1.0
+    dev, _, mem, cores, bits = claims[0]
+    breaks_card = 0.0 if st.fully_free(dev) else 0.5
+    if shape.kind == "vgpu":
+        mem_left = (st.mem_free[dev] - mem) / max(1, st.mem_total[dev])
+        cores_left = (st.cores_free[dev] - cores) / 100.0
+        return breaks_card + 0.5 * (1.0 - abs(mem_left - cores_left))
+    return breaks_card + 0.5 * mig_value(st.mig_mask[dev] | bits) / _MAX_MIG_VALUE
+
+
+def tenancy_mix(
+    st: FleetState, node: int, shape: Shape, claims: tuple[Claim, ...], pool: Pool, pre: bool
+) -> float:
+    """Share of the node's tenants with the same preemptibility as the request (0.5 if empty)."""
+    tenants = st.node_tenants[node]
+    if tenants == 0:
+        return 0.5
+    same = st.node_preemptible[node] if pre else tenants - st.node_preemptible[node]
+    return same / tenants
+
+
+SCORES: dict[str, ScoreFn] = {
+    "pool_affinity": pool_affinity,
+    "tier": tier,
+    "node_packing": node_packing,
+    "device_packing": device_packing,
+    "fragmentation": fragmentation,
+    "tenancy_mix": tenancy_mix,
+}

@@ -1,0 +1,283 @@
+"""Mutable, array-backed view of the fleet that one planning cycle works on.
+
+The snapshot's frozen values are flattened into parallel lists indexed by integer node and
+device ids (sorted by the snapshot's string ids, so input order never matters).  Applying or
+releasing an allocation updates those lists and tells a listener (the capacity index) which
+nodes changed, so indexes stay current without rescans.
+
+`Shape` is the part of a request that decides where it can go; requests with equal shapes are
+interchangeable for placement, which is what the failure memo keys on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from .types import (
+    MIG_PROFILES,
+    MIG_SLICES,
+    Allocation,
+    DeviceClaim,
+    Flavor,
+    FlavorKind,
+    Pool,
+    Request,
+    Snapshot,
+    mig_bits,
+)
+
+FULL_MIG_MASK = (1 << MIG_SLICES) - 1
+MODE_EXCLUSIVE, MODE_VGPU, MODE_MIG = 0, 1, 2
+_MODES = {"exclusive": MODE_EXCLUSIVE, "vgpu": MODE_VGPU, "mig": MODE_MIG}
+
+
+@dataclass(frozen=True, slots=True)
+class Shape:
+    """Placement-relevant part of a request (hashable; equal shapes place identically)."""
+
+    kind: FlavorKind
+    gpu_count: int
+    memory_mib: int
+    cores_percent: int
+    mig_profile: str | None
+    models: tuple[str, ...] | None
+    workload_kind: str
+    allow_shared_node: bool
+    node_selector: tuple[tuple[str, str], ...]
+    tolerations: tuple[str, ...]
+
+
+def shape_of(request: Request, flavor: Flavor) -> Shape:
+    """Resolve a request against its flavor (request fields override flavor defaults)."""
+    models: tuple[str, ...] | None = None
+    if flavor.gpu_model is not None:
+        models = (flavor.gpu_model,)
+    if request.pinned_model is not None:
+        models = (request.pinned_model,) if models is None or request.pinned_model in models else ()
+    return Shape(
+        kind=flavor.kind,
+        gpu_count=request.gpu_count,
+        memory_mib=request.vgpu_memory_mib or flavor.memory_mib,
+        cores_percent=request.vgpu_cores_percent or flavor.cores_percent,
+        mig_profile=request.mig_profile or flavor.mig_profile,
+        models=models,
+        workload_kind=request.kind,
+        allow_shared_node=request.allow_shared_node,
+        node_selector=tuple(sorted(request.node_selector)),
+        tolerations=tuple(sorted(set(request.tolerations))),
+    )
+
+
+# A claim on one device: (device, whole, memory_mib, cores_percent, mig_bits)
+Claim = tuple[int, bool, int, int, int]
+
+
+@dataclass(slots=True)
+class AllocRecord:
+    """Internal, mutable record of running or just-admitted work."""
+
+    id: str
+    team: str
+    project: str
+    flavor: str
+    ge: float
+    priority: int
+    preemptible: bool
+    borrowed: bool
+    started_at: float
+    end: float
+    exclusive_node: bool
+    claims: tuple[Claim, ...]
+    nodes: tuple[int, ...]
+    model: str
+    from_snapshot: bool
+
+
+class FleetState:
+    """Flattened nodes and devices plus the allocations holding them."""
+
+    def __init__(self, snapshot: Snapshot) -> None:
+        self.pools: dict[str, Pool] = {p.name: p for p in snapshot.pools}
+        nodes = sorted(snapshot.nodes, key=lambda n: n.id)
+        self.node_ids: list[str] = [n.id for n in nodes]
+        self.node_of: dict[str, int] = {nid: i for i, nid in enumerate(self.node_ids)}
+        self.node_pool: list[str] = [n.pool for n in nodes]
+        self.node_model: list[str] = [n.gpu_model for n in nodes]
+        self.node_labels: list[dict[str, str]] = [dict(n.labels) for n in nodes]
+        self.node_schedulable: list[bool] = [n.schedulable for n in nodes]
+        # Taint keys a workload must tolerate itself (pool taints are tolerated by admission).
+        self.node_taint_keys: list[frozenset[str]] = []
+        for n in nodes:
+            pool = self.pools.get(n.pool)
+            pool_keys = {t.key for t in pool.taints} if pool else set()
+            self.node_taint_keys.append(
+                frozenset(
+                    t.key
+                    for t in n.taints
+                    if t.effect in ("NoSchedule", "NoExecute") and t.key not in pool_keys
+                )
+            )
+        self.node_devices: list[list[int]] = [[] for _ in nodes]
+        self.node_tenants: list[int] = [0] * len(nodes)
+        self.node_preemptible: list[int] = [0] * len(nodes)
+        self.node_exclusive: list[bool] = [False] * len(nodes)
+        self.node_allocs: list[dict[str, None]] = [{} for _ in nodes]
+
+        devices = sorted(
+            (d for d in snapshot.devices if d.node_id in self.node_of),
+            key=lambda d: (self.node_of[d.node_id], d.index),
+        )
+        self.dev_of: dict[tuple[str, int], int] = {}
+        self.dev_node: list[int] = []
+        self.dev_index: list[int] = []
+        self.mem_total: list[int] = []
+        self.mem_free: list[int] = []
+        self.cores_free: list[int] = []
+        self.dev_mode: list[int] = []
+        self.mig_mask: list[int] = []
+        self.whole: list[bool] = []
+        for d in devices:
+            i = len(self.dev_node)
+            node = self.node_of[d.node_id]
+            pool = self.pools.get(self.node_pool[node])
+            mode = _MODES[pool.sharing] if pool else MODE_EXCLUSIVE
+            if mode == MODE_MIG and not d.mig_capable:
+                mode = MODE_EXCLUSIVE
+            self.dev_of[(d.node_id, d.index)] = i
+            self.dev_node.append(node)
+            self.dev_index.append(d.index)
+            self.mem_total.append(d.memory_total_mib)
+            self.mem_free.append(min(d.memory_free_mib, d.memory_total_mib))
+            self.cores_free.append(min(d.cores_free_percent, 100))
+            self.dev_mode.append(mode)
+            self.mig_mask.append(d.mig_used_mask & FULL_MIG_MASK if mode == MODE_MIG else 0)
+            self.whole.append(d.whole_allocated)
+            self.node_devices[node].append(i)
+
+        self.allocs: dict[str, AllocRecord] = {}
+        self.listener: Callable[[int], None] | None = None
+        self.flavors: dict[str, Flavor] = {f.id: f for f in snapshot.flavors}
+        for a in sorted(snapshot.allocations, key=lambda a: a.request_id):
+            rec = self._record_from_allocation(a)
+            if rec is not None:
+                self.allocs[rec.id] = rec
+                self._attach(rec)  # capacity is already reflected in the device state
+
+    # ------------------------------------------------------------------ construction helpers
+
+    def claim_from(self, c: DeviceClaim) -> Claim | None:
+        dev = self.dev_of.get((c.node_id, c.device_index))
+        if dev is None:
+            return None
+        bits = 0
+        if c.mig_profile is not None and c.mig_start is not None and c.mig_profile in MIG_PROFILES:
+            bits = mig_bits(c.mig_profile, c.mig_start)
+        return (dev, c.whole, c.memory_mib, c.cores_percent, bits)
+
+    def device_claim(self, claim: Claim) -> DeviceClaim:
+        dev, whole, mem, cores, bits = claim
+        profile: str | None = None
+        start: int | None = None
+        if bits:
+            start = (bits & -bits).bit_length() - 1
+            size = bin(bits).count("1")
+            profile = next((p.name for p in MIG_PROFILES.values() if p.slices == size), None)
+        return DeviceClaim(
+            node_id=self.node_ids[self.dev_node[dev]],
+            device_index=self.dev_index[dev],
+            whole=whole,
+            memory_mib=mem,
+            cores_percent=cores,
+            mig_profile=profile,
+            mig_start=start,
+        )
+
+    def _record_from_allocation(self, a: Allocation) -> AllocRecord | None:
+        claims = tuple(c for c in (self.claim_from(x) for x in a.placement) if c is not None)
+        if not claims:
+            return None
+        nodes = tuple(dict.fromkeys(self.dev_node[c[0]] for c in claims))
+        return AllocRecord(
+            id=a.request_id,
+            team=a.team,
+            project=a.project,
+            flavor=a.flavor,
+            ge=a.gpu_equivalents,
+            priority=a.priority,
+            preemptible=a.preemptible,
+            borrowed=a.borrowed,
+            started_at=a.started_at,
+            end=a.expected_end,
+            exclusive_node=a.exclusive_node,
+            claims=claims,
+            nodes=nodes,
+            model=self.node_model[nodes[0]],
+            from_snapshot=True,
+        )
+
+    # ------------------------------------------------------------------ queries
+
+    def fully_free(self, dev: int) -> bool:
+        return (
+            not self.whole[dev]
+            and self.mig_mask[dev] == 0
+            and self.mem_free[dev] == self.mem_total[dev]
+            and self.cores_free[dev] == 100
+        )
+
+    def free_whole_count(self, node: int) -> int:
+        return sum(1 for d in self.node_devices[node] if self.fully_free(d))
+
+    def mig_free_slices(self, dev: int) -> int:
+        return MIG_SLICES - bin(self.mig_mask[dev]).count("1")
+
+    # ------------------------------------------------------------------ mutation
+
+    def _attach(self, rec: AllocRecord) -> None:
+        for n in rec.nodes:
+            self.node_tenants[n] += 1
+            if rec.preemptible:
+                self.node_preemptible[n] += 1
+            if rec.exclusive_node:
+                self.node_exclusive[n] = True
+            self.node_allocs[n][rec.id] = None
+
+    def _detach(self, rec: AllocRecord) -> None:
+        for n in rec.nodes:
+            self.node_tenants[n] -= 1
+            if rec.preemptible:
+                self.node_preemptible[n] -= 1
+            if rec.exclusive_node:
+                self.node_exclusive[n] = False
+            self.node_allocs[n].pop(rec.id, None)
+
+    def apply(self, rec: AllocRecord, notify: bool = True) -> None:
+        """Take the capacity `rec` claims and register it."""
+        for dev, whole, mem, cores, bits in rec.claims:
+            if whole:
+                self.whole[dev] = True
+            else:
+                self.mem_free[dev] -= mem
+                self.cores_free[dev] -= cores
+                self.mig_mask[dev] |= bits
+        self.allocs[rec.id] = rec
+        self._attach(rec)
+        if notify and self.listener is not None:
+            for n in rec.nodes:
+                self.listener(n)
+
+    def release(self, rec: AllocRecord, notify: bool = True) -> None:
+        """Give back the capacity `rec` claims and forget it."""
+        for dev, whole, mem, cores, bits in rec.claims:
+            if whole:
+                self.whole[dev] = False
+            else:
+                self.mem_free[dev] = min(self.mem_total[dev], self.mem_free[dev] + mem)
+                self.cores_free[dev] = min(100, self.cores_free[dev] + cores)
+                self.mig_mask[dev] &= ~bits
+        self.allocs.pop(rec.id, None)
+        self._detach(rec)
+        if notify and self.listener is not None:
+            for n in rec.nodes:
+                self.listener(n)

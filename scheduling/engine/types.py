@@ -1,0 +1,370 @@
+"""Value types of the scheduling engine: what goes in (Snapshot, Policy) and what comes out (Plan).
+
+Every type is a frozen, slotted dataclass so a snapshot can be shared, hashed where useful and
+never mutated behind the engine's back.  Collections are tuples (ordered, hashable) instead of
+lists or sets so that iteration order is part of the value and plans are deterministic.
+
+Units: memory in MiB, cores in percent of one GPU (0-100), time in epoch seconds, capacity and
+quota in GPU-equivalents ("GE": one whole card = 1.0, a MIG 1g slice = 1/7, a vGPU share =
+max(memory share, core share)).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import Literal
+
+SharingMode = Literal["exclusive", "vgpu", "mig"]
+Scoring = Literal["binpack", "spread"]
+FlavorKind = Literal["whole", "vgpu", "mig"]
+
+
+class Priority(IntEnum):
+    """Named priority classes; larger runs first.  Requests carry the plain integer."""
+
+    BATCH = 0
+    LOW = 1
+    NORMAL = 2
+    HIGH = 3
+    CRITICAL = 4
+
+
+@dataclass(frozen=True, slots=True)
+class MigProfile:
+    """A MIG instance shape: how many of the 7 compute slices it takes and where it may start."""
+
+    name: str
+    slices: int
+    starts: tuple[int, ...]
+
+    @property
+    def gpu_equivalent(self) -> float:
+        return self.slices / MIG_SLICES
+
+
+MIG_SLICES = 7
+#: H100/A100 geometry: legal start slices per profile (NVIDIA placement rules, simplified to the
+#: compute-slice axis).  A placement occupies bits [start, start + slices) of a 7-bit mask.
+MIG_PROFILES: dict[str, MigProfile] = {
+    p.name: p
+    for p in (
+        MigProfile("1g.10gb", 1, (0, 1, 2, 3, 4, 5, 6)),
+        MigProfile("2g.20gb", 2, (0, 2, 4)),
+        MigProfile("3g.40gb", 3, (0, 4)),
+        MigProfile("4g.40gb", 4, (0,)),
+        MigProfile("7g.80gb", 7, (0,)),
+    )
+}
+
+
+def mig_bits(profile: str, start: int) -> int:
+    """Bitmask of the compute slices a `profile` instance starting at `start` occupies."""
+    return ((1 << MIG_PROFILES[profile].slices) - 1) << start
+
+
+def mig_free_by_profile(used_mask: int) -> dict[str, int]:
+    """How many more instances of each profile fit on a GPU whose occupied slices are `used_mask`.
+
+    Counts are per profile in isolation (placing one may reduce the others), which is what the
+    NVIDIA device plugin reports as allocatable MIG resources.
+    """
+    out: dict[str, int] = {}
+    for name, prof in MIG_PROFILES.items():
+        mask = used_mask
+        n = 0
+        for s in prof.starts:
+            bits = mig_bits(name, s)
+            if s + prof.slices <= MIG_SLICES and not mask & bits:
+                mask |= bits
+                n += 1
+        out[name] = n
+    return out
+
+
+def vgpu_equivalent(memory_mib: int, cores_percent: int, device_memory_mib: int) -> float:
+    """GE weight of a vGPU share: the larger of its memory share and its core share."""
+    return max(memory_mib / device_memory_mib, cores_percent / 100.0)
+
+
+@dataclass(frozen=True, slots=True)
+class Taint:
+    """A node taint; effects NoSchedule and NoExecute must be tolerated, PreferNoSchedule not."""
+
+    key: str
+    value: str = ""
+    effect: str = "NoSchedule"
+
+
+@dataclass(frozen=True, slots=True)
+class Pool:
+    """A group of nodes sharing one sharing mode and scoring strategy.
+
+    `taints` are tolerated automatically by every workload admitted to the pool (the portal adds
+    the tolerations to the pod); `node_selector` labels are required on every node of the pool.
+    `tier` ranks cost/quality (0 = cheapest); the engine prefers not to spend a higher tier when
+    an equally good placement exists in a lower one.
+    """
+
+    name: str
+    tier: int = 0
+    sharing: SharingMode = "exclusive"
+    scoring: Scoring = "binpack"
+    allowed_kinds: tuple[str, ...] = ("training", "inference", "notebook", "batch")
+    node_selector: tuple[tuple[str, str], ...] = ()
+    taints: tuple[Taint, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    id: str
+    pool: str
+    gpu_model: str
+    labels: tuple[tuple[str, str], ...] = ()
+    taints: tuple[Taint, ...] = ()
+    schedulable: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class GpuDevice:
+    """Free capacity of one GPU as last observed.
+
+    `mig_used_mask` has bit i set when compute slice i of a MIG-mode GPU is in use; use
+    `mig_free_by_profile` to turn it into per-profile free counts.  `whole_allocated` marks a card
+    held exclusively by a whole-GPU allocation.
+    """
+
+    node_id: str
+    index: int
+    memory_total_mib: int
+    memory_free_mib: int
+    cores_free_percent: int = 100
+    mig_capable: bool = False
+    mig_used_mask: int = 0
+    whole_allocated: bool = False
+
+    @property
+    def mig_free(self) -> dict[str, int]:
+        return mig_free_by_profile(self.mig_used_mask) if self.mig_capable else {}
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceClaim:
+    """What one allocation holds on one GPU: the whole card, a vGPU share or a MIG instance."""
+
+    node_id: str
+    device_index: int
+    whole: bool = True
+    memory_mib: int = 0
+    cores_percent: int = 0
+    mig_profile: str | None = None
+    mig_start: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Allocation:
+    """Running work. `request_id` identifies it in preemptions."""
+
+    request_id: str
+    team: str
+    flavor: str
+    gpu_equivalents: float
+    placement: tuple[DeviceClaim, ...]
+    started_at: float
+    max_runtime_seconds: float
+    project: str = ""
+    priority: int = Priority.NORMAL
+    preemptible: bool = False
+    borrowed: bool = False
+    exclusive_node: bool = False
+
+    @property
+    def expected_end(self) -> float:
+        return self.started_at + self.max_runtime_seconds
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """A pending GPU request.
+
+    vGPU size and MIG profile default to the flavor's; the request fields override them when
+    non-zero / set.  vGPU and MIG requests take one device (gpu_count 1).  Whole-GPU requests
+    with more GPUs than a node has are gangs spread over several nodes of one pool.
+    """
+
+    id: str
+    team: str
+    flavor: str
+    submitted_at: float
+    project: str = ""
+    gpu_count: int = 1
+    kind: str = "training"
+    priority: int = Priority.NORMAL
+    is_preemptible: bool = False
+    allow_shared_node: bool = True
+    pinned_model: str | None = None
+    vgpu_memory_mib: int = 0
+    vgpu_cores_percent: int = 0
+    mig_profile: str | None = None
+    max_runtime_seconds: float = 86_400.0
+    node_selector: tuple[tuple[str, str], ...] = ()
+    tolerations: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Flavor:
+    """A sellable GPU shape. `gpu_model` None means any model; `gpu_equivalent` is per GPU."""
+
+    id: str
+    kind: FlavorKind
+    gpu_model: str | None = None
+    memory_mib: int = 0
+    cores_percent: int = 0
+    mig_profile: str | None = None
+    gpu_equivalent: float = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class Quota:
+    """Guaranteed and limit (GE) of a team, or of one project of a team, for one flavor."""
+
+    team: str
+    flavor: str
+    guaranteed: float
+    limit: float
+    project: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Team:
+    """A team; teams of the same cohort lend each other idle guaranteed quota."""
+
+    name: str
+    cohort: str | None = None
+    weight: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    pools: tuple[Pool, ...]
+    nodes: tuple[Node, ...]
+    devices: tuple[GpuDevice, ...]
+    flavors: tuple[Flavor, ...]
+    teams: tuple[Team, ...] = ()
+    quotas: tuple[Quota, ...] = ()
+    allocations: tuple[Allocation, ...] = ()
+    pending: tuple[Request, ...] = ()
+
+
+# ----------------------------------------------------------------------------- outputs
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    request_id: str
+    placement: tuple[DeviceClaim, ...]
+    borrowed: bool
+    preemptible: bool
+
+    @property
+    def node_ids(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(c.node_id for c in self.placement))
+
+    @property
+    def devices_by_node(self) -> tuple[tuple[str, tuple[int, ...]], ...]:
+        return tuple(
+            (n, tuple(c.device_index for c in self.placement if c.node_id == n))
+            for n in self.node_ids
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Preemption:
+    victim_id: str
+    for_request: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    """Capacity held for `request_id` from `start_at` (EASY backfilling)."""
+
+    request_id: str
+    start_at: float
+    placement: tuple[DeviceClaim, ...]
+
+
+WaitCode = Literal["quota", "capacity", "reservation", "reserved", "invalid"]
+
+
+@dataclass(frozen=True, slots=True)
+class Waiting:
+    """A request left pending. `position` is 1-based among waiting requests in queue order."""
+
+    request_id: str
+    reason: str
+    code: WaitCode
+    position: int
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    admissions: tuple[Admission, ...] = ()
+    preemptions: tuple[Preemption, ...] = ()
+    waiting: tuple[Waiting, ...] = ()
+    reservations: tuple[Reservation, ...] = ()
+    considered: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """Outcome for one request from `Scheduler.place_one`."""
+
+    request_id: str
+    admission: Admission | None
+    preemptions: tuple[Preemption, ...] = ()
+    reason: str | None = None
+    code: WaitCode | None = None
+
+
+# ----------------------------------------------------------------------------- policy
+
+QueueKey = Literal["priority", "fair_share", "age"]
+
+DEFAULT_FILTERS: tuple[str, ...] = (
+    "node_schedulable",
+    "node_labels",
+    "node_taints",
+    "gpu_model",
+    "shared_node",
+    "capacity",
+)
+DEFAULT_SCORES: tuple[tuple[str, float], ...] = (
+    ("pool_affinity", 4.0),
+    ("tier", 1.0),
+    ("node_packing", 1.0),
+    ("device_packing", 1.0),
+    ("fragmentation", 2.0),
+    ("tenancy_mix", 0.5),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    """Tunable behaviour of a cycle.
+
+    `filters` and `scores` name plugins from `filters.NODE_FILTERS` / `scores.SCORES` in the
+    order they run; `pool_scores` overrides the score list for a named pool.  `placer` selects
+    the plugin pipeline ("plugins") or the plain best-fit baseline ("best_fit").
+    """
+
+    queue_order: tuple[QueueKey, ...] = ("priority", "fair_share", "age")
+    fair_share_weighting: Literal["quota", "equal"] = "quota"
+    filters: tuple[str, ...] = DEFAULT_FILTERS
+    scores: tuple[tuple[str, float], ...] = DEFAULT_SCORES
+    pool_scores: tuple[tuple[str, tuple[tuple[str, float], ...]], ...] = ()
+    placer: Literal["plugins", "best_fit"] = "plugins"
+    enable_preemption: bool = True
+    enable_backfill: bool = True
+    max_reservations: int = 1
+    max_candidates: int = 8
