@@ -144,11 +144,7 @@ def vgpu_fits(st: FleetState, dev: int, memory_mib: int, cores_percent: int) -> 
     )
 
 
-def mig_value(mask: int) -> int:
-    """How useful the free slices of a MIG GPU are: largest placeable profile first, then 1g count.
-
-    Used to prefer placements that keep a large aligned block free (fragmentation awareness).
-    """
+def _mig_value(mask: int) -> int:
     largest = 0
     for prof in MIG_PROFILES.values():
         if prof.slices > largest:
@@ -159,6 +155,40 @@ def mig_value(mask: int) -> int:
     return largest * 8 + (MIG_SLICES - bin(mask).count("1"))
 
 
+_MASKS = range(1 << MIG_SLICES)
+_MIG_VALUE: list[int] = [_mig_value(m) for m in _MASKS]
+
+
+def _start_table(profile: str, best: bool) -> list[int]:
+    out: list[int] = []
+    for mask in _MASKS:
+        chosen, chosen_value = -1, -1
+        for s in MIG_PROFILES[profile].starts:
+            bits = mig_bits(profile, s)
+            if mask & bits:
+                continue
+            if not best:
+                chosen = s
+                break
+            if _MIG_VALUE[mask | bits] > chosen_value:
+                chosen, chosen_value = s, _MIG_VALUE[mask | bits]
+        out.append(chosen)
+    return out
+
+
+# Precomputed per profile and occupied-slice mask: the start slice to use (-1: does not fit).
+_BEST_START = {p: _start_table(p, True) for p in MIG_PROFILES}
+_FIRST_START = {p: _start_table(p, False) for p in MIG_PROFILES}
+
+
+def mig_value(mask: int) -> int:
+    """How useful the free slices of a MIG GPU are: largest placeable profile first, then 1g count.
+
+    Used to prefer placements that keep a large aligned block free (fragmentation awareness).
+    """
+    return _MIG_VALUE[mask]
+
+
 def mig_start(st: FleetState, dev: int, profile: str, best: bool = True) -> int | None:
     """Start slice for a `profile` instance on `dev`, or None.
 
@@ -167,19 +197,8 @@ def mig_start(st: FleetState, dev: int, profile: str, best: bool = True) -> int 
     """
     if st.dev_mode[dev] != MODE_MIG or st.whole[dev]:
         return None
-    mask = st.mig_mask[dev]
-    chosen: int | None = None
-    chosen_value = -1
-    for s in MIG_PROFILES[profile].starts:
-        bits = mig_bits(profile, s)
-        if mask & bits:
-            continue
-        if not best:
-            return s
-        value = mig_value(mask | bits)
-        if value > chosen_value:
-            chosen, chosen_value = s, value
-    return chosen
+    s = (_BEST_START if best else _FIRST_START)[profile][st.mig_mask[dev]]
+    return None if s < 0 else s
 
 
 def fit_node(

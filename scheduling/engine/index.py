@@ -72,22 +72,23 @@ class CapacityIndex:
                 self.refresh_node(n)
         st.listener = self.refresh_node
 
-    def refresh_node(self, node: int) -> None:
-        """Re-file `node` and its devices in their buckets after a capacity change."""
+    def refresh_node(self, node: int, devices: tuple[int, ...] | None = None) -> None:
+        """Re-file `node` and `devices` (default: all of its devices) after a change."""
         g = self.node_group.get(node)
         if g is None:
             return
         st = self.st
         usable = st.node_schedulable[node] and not st.node_exclusive[node]
-        old = g.node_k.pop(node, None)
-        if old is not None:
-            del g.whole[old][node]
-        devs = st.node_devices[node]
-        if usable:
-            k = sum(1 for d in devs if st.fully_free(d))
+        k = st.node_free[node] if usable else 0
+        old = g.node_k.get(node, 0)
+        if old != k:
+            if old:
+                del g.whole[old][node]
+                del g.node_k[node]
             if k:
                 g.node_k[node] = k
                 g.whole[k][node] = None
+        devs = st.node_devices[node] if devices is None else devices
         for d in devs:
             mode = st.dev_mode[d]
             if mode == MODE_VGPU:

@@ -23,11 +23,12 @@ from collections.abc import Collection
 
 from .filters import NODE_FILTERS, POOL_FILTERS, NodeFilter, mig_start, whole_devices
 from .index import GIB, CapacityIndex, Group
-from .scores import SCORES, ScoreFn
+from .scores import POOL_LEVEL, SCORES, ScoreFn
 from .state import Claim, FleetState, Shape
-from .types import MIG_PROFILES, Policy
+from .types import DEFAULT_FILTERS, MIG_PROFILES, Policy
 
 Candidate = tuple[int, tuple[Claim, ...], Group]
+ScoreList = list[tuple[ScoreFn, float]]
 
 
 class Placer:
@@ -44,18 +45,23 @@ class Placer:
         self.node_filters: list[NodeFilter] = [
             NODE_FILTERS[n] for n in policy.filters if n != "capacity"
         ]
-        self.scores: list[tuple[ScoreFn, float]] = self._score_list(policy.scores)
-        self.pool_scores: dict[str, list[tuple[ScoreFn, float]]] = {
+        # With the stock filter list, plain shapes on plain nodes only need the shared-node check.
+        self.fast_filters = tuple(policy.filters) == DEFAULT_FILTERS
+        self.scores = self._score_list(policy.scores)
+        self.pool_scores: dict[str, tuple[ScoreList, ScoreList]] = {
             pool: self._score_list(lst) for pool, lst in policy.pool_scores
         }
         self._groups: dict[tuple[object, ...], tuple[list[Group], str | None]] = {}
 
     @staticmethod
-    def _score_list(items: tuple[tuple[str, float], ...]) -> list[tuple[ScoreFn, float]]:
+    def _score_list(items: tuple[tuple[str, float], ...]) -> tuple[ScoreList, ScoreList]:
+        """(pool-level plugins, per-candidate plugins) with their weights."""
         unknown = [n for n, _ in items if n not in SCORES]
         if unknown:
             raise ValueError(f"unknown score plugin(s): {', '.join(unknown)}")
-        return [(SCORES[n], w) for n, w in items if w]
+        pool_level = [(SCORES[n], w) for n, w in items if w and n in POOL_LEVEL]
+        per_cand = [(SCORES[n], w) for n, w in items if w and n not in POOL_LEVEL]
+        return pool_level, per_cand
 
     # ------------------------------------------------------------------ groups
 
@@ -81,7 +87,17 @@ class Placer:
         return groups, reason
 
     def node_ok(self, node: int, shape: Shape) -> bool:
+        """All node filters (except capacity) pass."""
         st = self.st
+        if (
+            self.fast_filters
+            and st.node_plain[node]
+            and not shape.node_selector
+            and (shape.models is None or st.node_model[node] in shape.models)
+        ):
+            if st.node_exclusive[node]:
+                return False
+            return shape.allow_shared_node or st.node_tenants[node] == 0
         return all(f(st, node, shape) is None for f in self.node_filters)
 
     # ------------------------------------------------------------------ plugin placer
@@ -115,9 +131,14 @@ class Placer:
         best: tuple[float, int, int] | None = None
         best_claims: tuple[Claim, ...] = ()
         st = self.st
+        base: dict[GroupKeyT, float] = {}
         for node, claims, g in cands:
-            fns = self.pool_scores.get(g.pool.name, self.scores)
-            total = 0.0
+            pool_level, fns = self.pool_scores.get(g.pool.name, self.scores)
+            total = base.get(g.key)
+            if total is None:
+                total = base[g.key] = sum(
+                    w * fn(st, node, shape, claims, g.pool, preemptible) for fn, w in pool_level
+                )
             for fn, w in fns:
                 total += w * fn(st, node, shape, claims, g.pool, preemptible)
             key = (-total, node, claims[0][0])
@@ -231,13 +252,9 @@ class Placer:
         if self.policy.placer == "plugins":
             # Prefer the group the pool-level plugins like best (affinity, tier).
             def group_rank(g: Group) -> tuple[float, GroupKeyT]:
-                fns = self.pool_scores.get(g.pool.name, self.scores)
-                pool_level = sum(
-                    w * fn(st, -1, shape, (), g.pool, preemptible)
-                    for fn, w in fns
-                    if fn in (SCORES["pool_affinity"], SCORES["tier"])
-                )
-                return (-pool_level, g.key)
+                pool_level, _ = self.pool_scores.get(g.pool.name, self.scores)
+                value = sum(w * fn(st, -1, shape, (), g.pool, preemptible) for fn, w in pool_level)
+                return (-value, g.key)
 
             order = sorted(groups, key=group_rank)
         for g in order:

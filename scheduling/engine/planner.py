@@ -288,6 +288,10 @@ class Scheduler:
         out: list[Preemption] = []
         for v in victims:
             self.st.release(v)
+            for n in v.nodes:
+                lst = self.st.node_victims.get(n)
+                if lst is not None and v in lst:
+                    lst.remove(v)
             self.ledger.charge(v.team, v.project, v.flavor, -v.ge)
             self.usage[v.team][v.model] -= v.ge
             if self._queue is not None:
@@ -298,8 +302,9 @@ class Scheduler:
                 else f"priority {v.priority} is below {req.priority}"
             )
             out.append(Preemption(v.id, req.id, f"preempted for request {req.id}: {why}"))
+        # Freed capacity may now fit shapes that failed; failed preemptions stay failed (fewer
+        # victims remain, and their teams' usage only went down).
         self._fail.clear()
-        self._preempt_fail.clear()
         adm = self._admit(req, demand, borrowed, preemptible, claims, now)
         return adm, out, None, None
 

@@ -26,11 +26,9 @@ from .index import Group
 from .placement import Placer
 from .quota import EPS, QuotaLedger
 from .state import AllocRecord, Claim, FleetState, Shape
+from .types import MIG_PROFILES
 
-
-def victim_order(rec: AllocRecord) -> tuple[int, int, float, str]:
-    """Sort key: cheapest victim first."""
-    return (0 if rec.borrowed else 1, rec.priority, -rec.started_at, rec.id)
+PREEMPTION_CANDIDATES = 16
 
 
 def find_victims(
@@ -43,40 +41,53 @@ def find_victims(
     reclaim: bool,
     blocked: Collection[int],
 ) -> tuple[tuple[Claim, ...], list[AllocRecord]] | None:
-    """Claims and victims for the cheapest preemption, or None.  Leaves `st` unchanged."""
+    """Claims and victims for the cheapest preemption, or None.  Leaves `st` unchanged.
+
+    Like kube-scheduler's DefaultPreemption the search is bounded: it stops after
+    PREEMPTION_CANDIDATES nodes with a feasible victim set, or at a single borrowed victim of the
+    lowest priority class (nothing can be cheaper).
+    """
     gang = shape.kind == "whole" and shape.gpu_count > min(g.max_devices for g in groups)
-
-    def eligible(rec: AllocRecord) -> bool:
-        return (
-            rec.preemptible
-            and rec.from_snapshot
-            and (rec.priority < priority or (reclaim and rec.borrowed))
-        )
-
     results: list[tuple[tuple[int, int, int, int], int, tuple[Claim, ...], list[AllocRecord]]] = []
+    done = False
+    blocked_nodes = {st.dev_node[d] for d in blocked}
     for g in groups:
+        if done:
+            break
         count = g.max_devices if gang else shape.gpu_count
-        for node in g.nodes:
-            if st.node_preemptible[node] == 0 or not st.node_schedulable[node]:
+        for node in st.group_victim_nodes(g.key, g.nodes):
+            victims_here = st.node_victims.get(node)
+            if not victims_here or not st.node_schedulable[node] or node in blocked_nodes:
                 continue
-            if blocked and any(d in blocked for d in st.node_devices[node]):
-                continue
-            cands = sorted(
-                (rec for rid in st.node_allocs[node] if eligible(rec := st.allocs[rid])),
-                key=victim_order,
-            )
+            cands: list[AllocRecord] = []
+            freeable = 0
+            for rec in victims_here:
+                if rec.priority < priority or (reclaim and rec.borrowed):
+                    cands.append(rec)
+                    freeable += sum(1 for c in rec.claims if st.dev_node[c[0]] == node)
+                elif not rec.borrowed:
+                    break  # sorted: the rest outrank the request
             if not cands:
                 continue
+            if shape.kind == "whole" and st.node_free[node] + freeable < count:
+                continue
+            if shape.kind != "whole" and not _could_fit(st, node, shape, cands):
+                continue
             found = _victims_on_node(st, placer, ledger, node, shape, count, cands)
-            if found is not None:
-                claims, victims = found
-                cost = (
-                    len(victims),
-                    sum(1 for v in victims if not v.borrowed),
-                    max(v.priority for v in victims),
-                    node,
-                )
-                results.append((cost, node, claims, victims))
+            if found is None:
+                continue
+            claims, victims = found
+            cost = (
+                len(victims),
+                sum(1 for v in victims if not v.borrowed),
+                max(v.priority for v in victims),
+                node,
+            )
+            results.append((cost, node, claims, victims))
+            limit = PREEMPTION_CANDIDATES * (4 if gang else 1)
+            if (not gang and cost[:3] == (1, 0, 0)) or len(results) >= limit:
+                done = True
+                break
     if not results:
         return None
     results.sort(key=lambda x: x[0])
@@ -115,6 +126,32 @@ def find_victims(
         if nodes_used == need:
             return tuple(picked_claims[: shape.gpu_count]), picked_victims
     return None
+
+
+def _could_fit(st: FleetState, node: int, shape: Shape, cands: list[AllocRecord]) -> bool:
+    """Cheap upper bound for vGPU/MIG: could some device fit if every candidate left?"""
+    gain: dict[int, tuple[bool, int, int, int]] = {}
+    for rec in cands:
+        for dev, whole, mem, cores, bits in rec.claims:
+            if st.dev_node[dev] != node:
+                continue
+            w, m, c, b = gain.get(dev, (False, 0, 0, 0))
+            gain[dev] = (w or whole, m + mem, c + cores, b | bits)
+    for dev, (whole, mem, cores, bits) in gain.items():
+        if st.whole[dev] and not whole:
+            continue
+        if shape.kind == "vgpu":
+            if whole or (
+                st.mem_free[dev] + mem >= shape.memory_mib
+                and st.cores_free[dev] + cores >= shape.cores_percent
+            ):
+                return True
+        elif shape.mig_profile is not None:
+            mask = 0 if whole else st.mig_mask[dev] & ~bits
+            prof = MIG_PROFILES[shape.mig_profile]
+            if any(not mask & (((1 << prof.slices) - 1) << s) for s in prof.starts):
+                return True
+    return False
 
 
 def _victims_on_node(

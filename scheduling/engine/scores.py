@@ -99,6 +99,9 @@ def tenancy_mix(
     return same / tenants
 
 
+#: Plugins whose value depends only on the pool and shape: evaluated once per group.
+POOL_LEVEL: frozenset[str] = frozenset({"pool_affinity", "tier"})
+
 SCORES: dict[str, ScoreFn] = {
     "pool_affinity": pool_affinity,
     "tier": tier,

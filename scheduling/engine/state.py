@@ -69,6 +69,11 @@ def shape_of(request: Request, flavor: Flavor) -> Shape:
     )
 
 
+def victim_order(rec: AllocRecord) -> tuple[int, int, float, str]:
+    """Preemption preference: borrowed first, lower priority, newest, then id."""
+    return (0 if rec.borrowed else 1, rec.priority, -rec.started_at, rec.id)
+
+
 # A claim on one device: (device, whole, memory_mib, cores_percent, mig_bits)
 Claim = tuple[int, bool, int, int, int]
 
@@ -155,14 +160,37 @@ class FleetState:
             self.whole.append(d.whole_allocated)
             self.node_devices[node].append(i)
 
+        self.node_free: list[int] = [
+            sum(1 for d in self.node_devices[n] if self.fully_free(d)) for n in range(len(nodes))
+        ]
+        # Nodes whose labels/taints impose nothing beyond their pool (filter fast path).
+        self.node_plain: list[bool] = []
+        for ni in range(len(nodes)):
+            pool = self.pools.get(self.node_pool[ni])
+            sel = pool.node_selector if pool else ()
+            self.node_plain.append(
+                self.node_schedulable[ni]
+                and not self.node_taint_keys[ni]
+                and all(self.node_labels[ni].get(k) == v for k, v in sel)
+            )
         self.allocs: dict[str, AllocRecord] = {}
-        self.listener: Callable[[int], None] | None = None
+        # Called with (node, changed devices or None for all) after apply/release.
+        self.listener: Callable[[int, tuple[int, ...] | None], None] | None = None
         self.flavors: dict[str, Flavor] = {f.id: f for f in snapshot.flavors}
         for a in sorted(snapshot.allocations, key=lambda a: a.request_id):
             rec = self._record_from_allocation(a)
             if rec is not None:
                 self.allocs[rec.id] = rec
                 self._attach(rec)  # capacity is already reflected in the device state
+        # Preemption candidates: running preemptible work per node, cheapest victim first.
+        self.node_victims: dict[int, list[AllocRecord]] = {}
+        for rec in self.allocs.values():
+            if rec.preemptible:
+                for ni in rec.nodes:
+                    self.node_victims.setdefault(ni, []).append(rec)
+        for lst in self.node_victims.values():
+            lst.sort(key=victim_order)
+        self._victim_nodes: dict[object, list[int]] = {}
 
     # ------------------------------------------------------------------ construction helpers
 
@@ -218,6 +246,13 @@ class FleetState:
 
     # ------------------------------------------------------------------ queries
 
+    def group_victim_nodes(self, key: object, nodes: list[int]) -> list[int]:
+        """Nodes of a group that hosted preemptible running work at the start (cached)."""
+        got = self._victim_nodes.get(key)
+        if got is None:
+            got = self._victim_nodes[key] = [n for n in nodes if n in self.node_victims]
+        return got
+
     def fully_free(self, dev: int) -> bool:
         return (
             not self.whole[dev]
@@ -227,7 +262,8 @@ class FleetState:
         )
 
     def free_whole_count(self, node: int) -> int:
-        return sum(1 for d in self.node_devices[node] if self.fully_free(d))
+        """Fully free cards on `node` (maintained on every apply/release)."""
+        return self.node_free[node]
 
     def mig_free_slices(self, dev: int) -> int:
         return MIG_SLICES - bin(self.mig_mask[dev]).count("1")
@@ -254,7 +290,10 @@ class FleetState:
 
     def apply(self, rec: AllocRecord, notify: bool = True) -> None:
         """Take the capacity `rec` claims and register it."""
+        node_free = self.node_free
         for dev, whole, mem, cores, bits in rec.claims:
+            if self.fully_free(dev):
+                node_free[self.dev_node[dev]] -= 1
             if whole:
                 self.whole[dev] = True
             else:
@@ -264,11 +303,11 @@ class FleetState:
         self.allocs[rec.id] = rec
         self._attach(rec)
         if notify and self.listener is not None:
-            for n in rec.nodes:
-                self.listener(n)
+            self._notify(rec)
 
     def release(self, rec: AllocRecord, notify: bool = True) -> None:
         """Give back the capacity `rec` claims and forget it."""
+        node_free = self.node_free
         for dev, whole, mem, cores, bits in rec.claims:
             if whole:
                 self.whole[dev] = False
@@ -276,8 +315,17 @@ class FleetState:
                 self.mem_free[dev] = min(self.mem_total[dev], self.mem_free[dev] + mem)
                 self.cores_free[dev] = min(100, self.cores_free[dev] + cores)
                 self.mig_mask[dev] &= ~bits
+            if self.fully_free(dev):
+                node_free[self.dev_node[dev]] += 1
         self.allocs.pop(rec.id, None)
         self._detach(rec)
         if notify and self.listener is not None:
+            self._notify(rec)
+
+    def _notify(self, rec: AllocRecord) -> None:
+        assert self.listener is not None
+        if rec.exclusive_node or len(rec.nodes) > 1:
             for n in rec.nodes:
-                self.listener(n)
+                self.listener(n, None)
+        else:
+            self.listener(rec.nodes[0], tuple(c[0] for c in rec.claims))

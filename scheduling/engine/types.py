@@ -367,4 +367,4 @@ class Policy:
     enable_preemption: bool = True
     enable_backfill: bool = True
     max_reservations: int = 1
-    max_candidates: int = 8
+    max_candidates: int = 4
