@@ -19,4 +19,8 @@ app.conf.beat_schedule = {
         "task": "tenants.tasks.purge_expired_api_tokens",
         "schedule": crontab(minute=17),
     },
+    "expire-stale-approvals": {
+        "task": "scheduling.tasks.expire_stale_approvals",
+        "schedule": 300.0,
+    },
 }

@@ -168,6 +168,8 @@ CLUSTER_BACKEND = env.str("CLUSTER_BACKEND", default="simulated")
 if CLUSTER_BACKEND not in {"simulated", "kubernetes"}:
     raise environ.ImproperlyConfigured("CLUSTER_BACKEND must be 'simulated' or 'kubernetes'")
 KUBECONFIG = env.str("KUBECONFIG", default="")
+PORTAL_CURRENCY = env.str("PORTAL_CURRENCY", default="EUR")
+NOTIFICATION_WEBHOOK_URL = env.str("NOTIFICATION_WEBHOOK_URL", default="")
 DEMO_PASSWORD = env.str("DEMO_PASSWORD", default="demo")
 EMAIL_BACKEND = env.str("EMAIL_BACKEND", default="django.core.mail.backends.console.EmailBackend")
 DEFAULT_FROM_EMAIL = env.str("DEFAULT_FROM_EMAIL", default="gpu-portal@localhost")

@@ -10,6 +10,7 @@ from portal import views
 
 api_v1 = [
     path("", include("tenants.api.urls")),
+    path("", include("scheduling.api.urls")),
 ]
 
 urlpatterns = [

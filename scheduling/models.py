@@ -1,1 +1,350 @@
-"""GPU inventory, flavors and requests (arrive with the requests issue)."""
+"""GPU inventory (tiers, pools, nodes, devices), flavors, quotas, approval rules and requests."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+from django.conf import settings
+from django.core.validators import MaxValueValidator, MinValueValidator
+from django.db import models
+from django.db.models import F, Q
+
+from scheduling.choices import (
+    FlavorKind,
+    Placement,
+    Priority,
+    RequestStatus,
+    Scoring,
+    SharingMode,
+    WorkloadKind,
+)
+from tenants.models import Project, ScopedQuerySet, Team
+from tenants.scope import Scope
+
+
+class CatalogQuerySet(ScopedQuerySet):
+    """The GPU catalogue is the same for everyone signed in who has a role."""
+
+    def for_scope(self, scope: Scope) -> CatalogQuerySet:
+        if scope.sees_all_tenants or scope.team_ids:
+            return self.all()
+        return self.none()
+
+
+class Tier(models.Model):
+    """A scenario tier (dev, inference, training, …): what it is for and how long work may run."""
+
+    name = models.CharField(max_length=40, unique=True)
+    slug = models.SlugField(max_length=40, unique=True)
+    description = models.TextField(blank=True)
+    max_runtime_seconds = models.PositiveIntegerField(default=24 * 3600)
+    allowed_teams = models.ManyToManyField(Team, blank=True, related_name="allowed_tiers")
+    allowed_projects = models.ManyToManyField(
+        Project,
+        blank=True,
+        related_name="allowed_tiers",
+        help_text="Leave empty to let every project of an allowed team use the tier.",
+    )
+
+    objects = CatalogQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class NodePool(models.Model):
+    """A set of GPU nodes with one tier, one sharing mode and one way of being scheduled."""
+
+    name = models.CharField(max_length=60, unique=True)
+    slug = models.SlugField(max_length=40, unique=True)
+    tier = models.ForeignKey(Tier, on_delete=models.PROTECT, related_name="pools")
+    sharing_mode = models.CharField(max_length=12, choices=SharingMode.choices)
+    node_selector = models.JSONField(default=dict, blank=True)
+    taints = models.JSONField(default=list, blank=True)
+    scheduler_name = models.CharField(max_length=63, default="default-scheduler")
+    placement = models.CharField(max_length=10, choices=Placement.choices, default=Placement.PORTAL)
+    scoring = models.CharField(max_length=10, choices=Scoring.choices, default=Scoring.BINPACK)
+    allowed_kinds = models.JSONField(
+        default=list, blank=True, help_text="Workload kinds allowed here; empty allows all."
+    )
+
+    objects = CatalogQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def allows_kind(self, kind: str) -> bool:
+        return not self.allowed_kinds or kind in self.allowed_kinds
+
+
+class Node(models.Model):
+    """A GPU node of a pool, as the cluster reports it (or as an admin entered it)."""
+
+    pool = models.ForeignKey(NodePool, on_delete=models.CASCADE, related_name="nodes")
+    name = models.CharField(max_length=253, unique=True)
+    gpu_model = models.CharField(max_length=40)
+    labels = models.JSONField(default=dict, blank=True)
+    is_schedulable = models.BooleanField(default=True)
+    synced_at = models.DateTimeField(null=True, blank=True)
+
+    objects = CatalogQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["pool__name", "name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class GpuDevice(models.Model):
+    """One physical GPU of a node; `mig_layout` counts its MIG slices by profile."""
+
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="devices")
+    index = models.PositiveSmallIntegerField()
+    memory_mib = models.PositiveIntegerField()
+    mig_layout = models.JSONField(default=dict, blank=True)
+
+    objects = CatalogQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["node__name", "index"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["node", "index"],
+                name="gpu_device_index_unique_per_node",
+                violation_error_message="The node already has a GPU with this index.",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.node.name}/gpu{self.index}"
+
+
+MIG_SLICES_PER_GPU = 7
+
+
+class Flavor(models.Model):
+    """What a request asks for and what quotas and prices count: a card, a vGPU share, a slice."""
+
+    name = models.CharField(max_length=60, unique=True)
+    slug = models.SlugField(max_length=40, unique=True)
+    pool = models.ForeignKey(NodePool, on_delete=models.PROTECT, related_name="flavors")
+    kind = models.CharField(max_length=8, choices=FlavorKind.choices)
+    gpu_model = models.CharField(max_length=40)
+    gpu_memory_mib = models.PositiveIntegerField(
+        help_text="Memory of one card (whole), the share's default (vGPU) or the slice (MIG)."
+    )
+    gpu_cores_percent = models.PositiveSmallIntegerField(
+        default=100, validators=[MinValueValidator(1), MaxValueValidator(100)]
+    )
+    mig_profile = models.CharField(max_length=20, blank=True, help_text="e.g. 1g.10gb")
+    gpu_equivalent = models.DecimalField(
+        max_digits=6, decimal_places=4, help_text="Whole card = 1; used to add usage up."
+    )
+    is_active = models.BooleanField(default=True)
+
+    objects = CatalogQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["pool__name", "name"]
+        constraints = [
+            models.CheckConstraint(
+                condition=~Q(kind=FlavorKind.MIG) | ~Q(mig_profile=""),
+                name="flavor_mig_needs_profile",
+                violation_error_message="A MIG flavor needs a MIG profile.",
+            ),
+            models.CheckConstraint(
+                condition=Q(gpu_equivalent__gt=0) & Q(gpu_equivalent__lte=1),
+                name="flavor_gpu_equivalent_in_range",
+                violation_error_message="A flavor's GPU-equivalent weight is in (0, 1].",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def resource_names(self) -> list[str]:
+        """The Kubernetes extended resources a workload of this flavor asks for."""
+        if self.kind == FlavorKind.MIG:
+            return [f"nvidia.com/mig-{self.mig_profile}"]
+        if self.kind == FlavorKind.VGPU:
+            return ["nvidia.com/gpu", "nvidia.com/gpumem", "nvidia.com/gpucores"]
+        return ["nvidia.com/gpu"]
+
+
+def gpu_equivalent_of(
+    *,
+    kind: str,
+    card_memory_mib: int,
+    memory_mib: int,
+    cores_percent: int,
+    mig_profile: str = "",
+) -> Decimal:
+    """Whole card = 1; MIG = its compute slices of 7; vGPU = the larger of memory and core share."""
+    if kind == FlavorKind.WHOLE:
+        return Decimal(1)
+    if kind == FlavorKind.MIG:
+        slices = int(mig_profile.split("g.", 1)[0]) if "g." in mig_profile else 1
+        return (Decimal(slices) / MIG_SLICES_PER_GPU).quantize(Decimal("0.0001"))
+    share = max(Decimal(memory_mib) / Decimal(card_memory_mib), Decimal(cores_percent) / 100)
+    return min(Decimal(1), share).quantize(Decimal("0.0001"))
+
+
+class QuotaQuerySet(ScopedQuerySet):
+    def for_scope(self, scope: Scope) -> QuotaQuerySet:
+        if scope.is_platform_admin:
+            return self.all()
+        return self.filter(team_id__in=scope.team_ids)
+
+
+class Quota(models.Model):
+    """A team's or a project's share of one flavor: guaranteed, and a limit reached by borrowing.
+
+    A row without a project is the team's quota; a row with one is the project's part of it.
+    Amounts count units of the flavor (cards, shares or slices).
+    """
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="quotas")
+    project = models.ForeignKey(
+        Project, on_delete=models.CASCADE, related_name="quotas", null=True, blank=True
+    )
+    flavor = models.ForeignKey(Flavor, on_delete=models.CASCADE, related_name="quotas")
+    guaranteed = models.PositiveIntegerField(default=0)
+    limit = models.PositiveIntegerField(default=0)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = QuotaQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["team__name", "project__name", "flavor__name"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(guaranteed__lte=F("limit")),
+                name="quota_guaranteed_within_limit",
+                violation_error_message="The guaranteed amount cannot exceed the limit.",
+            ),
+            models.UniqueConstraint(
+                fields=["team", "flavor"],
+                condition=Q(project__isnull=True),
+                name="quota_one_per_team_flavor",
+                violation_error_message="The team already has a quota for this flavor.",
+            ),
+            models.UniqueConstraint(
+                fields=["project", "flavor"],
+                condition=Q(project__isnull=False),
+                name="quota_one_per_project_flavor",
+                violation_error_message="The project already has a quota for this flavor.",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        owner = self.project or self.team
+        return f"{owner} {self.flavor}: {self.guaranteed}/{self.limit}"
+
+
+class ApprovalRule(models.Model):
+    """When requests in a tier are approved at once and when they wait for the team lead."""
+
+    tier = models.OneToOneField(Tier, on_delete=models.CASCADE, related_name="approval_rule")
+    auto_approve_within_guaranteed = models.BooleanField(default=True)
+    auto_approve_max_priority = models.CharField(
+        max_length=10, choices=Priority.choices, default=Priority.NORMAL
+    )
+    lead_approves_whole_cards = models.BooleanField(default=False)
+    approval_ttl_hours = models.PositiveIntegerField(
+        default=72, help_text="Requests not approved within this time expire."
+    )
+
+    objects = CatalogQuerySet.as_manager()
+
+    def __str__(self) -> str:
+        return f"approval rule for {self.tier}"
+
+
+class GpuRequestQuerySet(ScopedQuerySet):
+    def for_scope(self, scope: Scope) -> GpuRequestQuerySet:
+        """Developers see their own requests, leads their team's, admins all; finance none."""
+        if scope.is_platform_admin:
+            return self.all()
+        return self.filter(Q(team_id__in=scope.lead_team_ids) | Q(owner_id=scope.user_id)).filter(
+            team_id__in=scope.team_ids
+        )
+
+
+class GpuRequest(models.Model):
+    """One ask for GPUs by a developer, followed through its lifecycle (see choices.TRANSITIONS)."""
+
+    project = models.ForeignKey(Project, on_delete=models.PROTECT, related_name="gpu_requests")
+    team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="gpu_requests")
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="gpu_requests"
+    )
+    flavor = models.ForeignKey(Flavor, on_delete=models.PROTECT, related_name="gpu_requests")
+    gpu_count = models.PositiveIntegerField(validators=[MinValueValidator(1)])
+    gpu_memory_mib = models.PositiveIntegerField(null=True, blank=True)
+    gpu_cores_percent = models.PositiveSmallIntegerField(null=True, blank=True)
+    kind = models.CharField(max_length=10, choices=WorkloadKind.choices, default=WorkloadKind.JOB)
+    image = models.CharField(max_length=255)
+    command = models.JSONField(default=list, blank=True)
+    env = models.JSONField(default=dict, blank=True)
+    max_runtime_seconds = models.PositiveIntegerField()
+    priority = models.CharField(max_length=10, choices=Priority.choices, default=Priority.NORMAL)
+    is_preemptible = models.BooleanField(default=False)
+    allow_shared_node = models.BooleanField(default=True)
+    reason = models.TextField(blank=True)
+    gpu_equivalent = models.DecimalField(max_digits=8, decimal_places=4)
+
+    status = models.CharField(
+        max_length=20, choices=RequestStatus.choices, default=RequestStatus.PENDING_APPROVAL
+    )
+    status_reason = models.TextField(blank=True)
+    needs_lead_approval_because = models.TextField(blank=True)
+    approved_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="approved_gpu_requests",
+    )
+    decision_comment = models.TextField(blank=True)
+    approval_expires_at = models.DateTimeField(null=True, blank=True)
+    waiting_reason = models.TextField(blank=True)
+    queue_position = models.PositiveIntegerField(null=True, blank=True)
+    attempt = models.PositiveIntegerField(default=0)
+
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    approved_at = models.DateTimeField(null=True, blank=True)
+    queued_at = models.DateTimeField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    objects = GpuRequestQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [
+            models.Index(fields=["status", "team"], name="gpu_request_status_team_idx"),
+            models.Index(fields=["project", "flavor", "status"], name="gpu_request_usage_idx"),
+        ]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(gpu_count__gte=1),
+                name="gpu_request_count_positive",
+                violation_error_message="A request needs at least one GPU.",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"request {self.pk} ({self.flavor} × {self.gpu_count})"
+
+    def as_audit_data(self) -> dict[str, Any]:
+        return {"status": self.status, "flavor": self.flavor_id, "gpu_count": self.gpu_count}

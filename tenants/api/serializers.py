@@ -7,7 +7,7 @@ from rest_framework import serializers
 
 from tenants.api.base import ScopedPrimaryKeyRelatedField
 from tenants.choices import Role
-from tenants.models import Membership, Project, Team
+from tenants.models import AuditEvent, Membership, Project, Team
 
 
 class TeamSerializer(serializers.ModelSerializer):
@@ -97,3 +97,23 @@ class MeSerializer(serializers.Serializer):
     full_name = serializers.CharField()
     primary_role = serializers.CharField(allow_null=True)
     roles = RoleSerializer(many=True)
+
+
+class AuditEventSerializer(serializers.ModelSerializer):
+    actor = serializers.CharField(source="actor.username", read_only=True, default=None)
+
+    class Meta:
+        model = AuditEvent
+        fields = [
+            "id",
+            "occurred_at",
+            "actor",
+            "action",
+            "target_type",
+            "target_id",
+            "team",
+            "project",
+            "message",
+            "data",
+        ]
+        read_only_fields = fields

@@ -9,6 +9,7 @@ router = SimpleRouter()
 router.register("teams", views.TeamViewSet, basename="team")
 router.register("projects", views.ProjectViewSet, basename="project")
 router.register("members", views.MembershipViewSet, basename="membership")
+router.register("audit", views.AuditEventViewSet, basename="audit-event")
 
 urlpatterns = [
     path("auth/token/", views.TokenView.as_view(), name="auth-token"),

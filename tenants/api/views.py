@@ -12,9 +12,10 @@ from rest_framework.serializers import BaseSerializer
 from rest_framework.views import APIView
 
 from tenants import services
-from tenants.api.base import ScopedModelViewSet
-from tenants.api.filters import MembershipFilter, ProjectFilter
+from tenants.api.base import ScopedModelViewSet, ScopedReadOnlyViewSet
+from tenants.api.filters import AuditEventFilter, MembershipFilter, ProjectFilter
 from tenants.api.serializers import (
+    AuditEventSerializer,
     MembershipSerializer,
     MeSerializer,
     ProjectSerializer,
@@ -22,7 +23,7 @@ from tenants.api.serializers import (
     TokenRequestSerializer,
     TokenSerializer,
 )
-from tenants.models import Membership, Project, Team
+from tenants.models import AuditEvent, Membership, Project, Team
 from tenants.selectors import primary_role, user_roles
 
 
@@ -139,3 +140,11 @@ class MembershipViewSet(ScopedModelViewSet):
 
     def perform_destroy(self, instance: Membership) -> None:
         services.remove_member(actor=self.request.user, membership=instance)
+
+
+class AuditEventViewSet(ScopedReadOnlyViewSet):
+    """The append-only audit trail: admins read all of it, team leads their team's part."""
+
+    queryset = AuditEvent.objects.select_related("actor")
+    serializer_class = AuditEventSerializer
+    filterset_class = AuditEventFilter

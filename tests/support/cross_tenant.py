@@ -45,6 +45,8 @@ def assert_other_tenant_hidden(
     url = reverse(detail_route, kwargs={"pk": pk})
     for method in ("get", "patch", "delete"):
         response = getattr(client, method)(url, write_payload or {}, format="json")
+        if response.status_code == 405 and method != "get":
+            continue  # the route offers no such write to anyone: nothing to leak
         assert response.status_code == 404, f"{method.upper()} {url}: {response.status_code}"
         assert response.json()["error"]["code"] == "not_found"
     for action in action_routes:

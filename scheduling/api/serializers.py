@@ -1,0 +1,189 @@
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework import serializers
+
+from scheduling.choices import Priority, WorkloadKind
+from scheduling.models import Flavor, GpuRequest, NodePool, Quota
+from tenants.api.base import ScopedPrimaryKeyRelatedField
+from tenants.models import Project, Team
+
+
+class NodePoolSerializer(serializers.ModelSerializer):
+    tier: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
+        slug_field="slug", read_only=True
+    )
+    node_count = serializers.IntegerField(read_only=True)
+    gpu_count = serializers.IntegerField(read_only=True)
+
+    class Meta:
+        model = NodePool
+        fields = [
+            "id",
+            "name",
+            "slug",
+            "tier",
+            "sharing_mode",
+            "node_selector",
+            "taints",
+            "scheduler_name",
+            "placement",
+            "scoring",
+            "allowed_kinds",
+            "node_count",
+            "gpu_count",
+        ]
+        read_only_fields = fields
+
+
+class FlavorSerializer(serializers.ModelSerializer):
+    pool: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
+        slug_field="slug", read_only=True
+    )
+    tier = serializers.CharField(source="pool.tier.slug", read_only=True)
+    resource_names = serializers.ListField(child=serializers.CharField(), read_only=True)
+
+    class Meta:
+        model = Flavor
+        fields = [
+            "id",
+            "name",
+            "slug",
+            "pool",
+            "tier",
+            "kind",
+            "gpu_model",
+            "gpu_memory_mib",
+            "gpu_cores_percent",
+            "mig_profile",
+            "gpu_equivalent",
+            "resource_names",
+            "is_active",
+        ]
+        read_only_fields = fields
+
+
+class QuotaSerializer(serializers.ModelSerializer):
+    team = ScopedPrimaryKeyRelatedField(queryset=Team.objects.all())
+    project = ScopedPrimaryKeyRelatedField(
+        queryset=Project.objects.all(), allow_null=True, required=False, default=None
+    )
+    flavor = ScopedPrimaryKeyRelatedField(queryset=Flavor.objects.all())
+    guaranteed = serializers.IntegerField(min_value=0, max_value=100_000)
+    limit = serializers.IntegerField(min_value=0, max_value=100_000)
+    used = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Quota
+        fields = ["id", "team", "project", "flavor", "guaranteed", "limit", "used", "updated_at"]
+        read_only_fields = ["id", "used", "updated_at"]
+        validators: list[Any] = []
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.instance is not None and not isinstance(self.instance, list | tuple):
+            for field in ("team", "project", "flavor"):
+                self.fields[field].read_only = True
+
+    def get_used(self, quota: Quota) -> int:
+        used: dict[tuple[int, int | None, int], int] = self.context.get("used_units", {})
+        return used.get((quota.team_id, quota.project_id, quota.flavor_id), 0)
+
+
+class GpuRequestSerializer(serializers.ModelSerializer):
+    """What a developer may write, and everything they may read back; status is read-only."""
+
+    project = ScopedPrimaryKeyRelatedField(queryset=Project.objects.all())
+    flavor = ScopedPrimaryKeyRelatedField(queryset=Flavor.objects.all())
+    owner = serializers.CharField(source="owner.username", read_only=True)
+    team: serializers.PrimaryKeyRelatedField[Any] = serializers.PrimaryKeyRelatedField(
+        read_only=True
+    )
+    gpu_count = serializers.IntegerField(min_value=1, max_value=1024)
+    kind = serializers.ChoiceField(choices=WorkloadKind.choices, default=WorkloadKind.JOB)
+    image = serializers.CharField(max_length=255)
+    command = serializers.ListField(
+        child=serializers.CharField(max_length=4096, allow_blank=True), required=False, default=list
+    )
+    env = serializers.DictField(
+        child=serializers.CharField(max_length=4096, allow_blank=True), required=False, default=dict
+    )
+    max_runtime_seconds = serializers.IntegerField(min_value=60, max_value=90 * 24 * 3600)
+    priority = serializers.ChoiceField(choices=Priority.choices, default=Priority.NORMAL)
+    is_preemptible = serializers.BooleanField(default=False)
+    allow_shared_node = serializers.BooleanField(default=True)
+    reason = serializers.CharField(max_length=2000, required=False, allow_blank=True, default="")
+    gpu_memory_mib = serializers.IntegerField(
+        min_value=1, max_value=1_048_576, required=False, allow_null=True, default=None
+    )
+    gpu_cores_percent = serializers.IntegerField(
+        min_value=1, max_value=100, required=False, allow_null=True, default=None
+    )
+
+    class Meta:
+        model = GpuRequest
+        fields = [
+            "id",
+            "project",
+            "team",
+            "owner",
+            "flavor",
+            "gpu_count",
+            "gpu_memory_mib",
+            "gpu_cores_percent",
+            "kind",
+            "image",
+            "command",
+            "env",
+            "max_runtime_seconds",
+            "priority",
+            "is_preemptible",
+            "allow_shared_node",
+            "reason",
+            "gpu_equivalent",
+            "status",
+            "status_reason",
+            "needs_lead_approval_because",
+            "approved_by",
+            "decision_comment",
+            "approval_expires_at",
+            "waiting_reason",
+            "queue_position",
+            "attempt",
+            "created_at",
+            "updated_at",
+            "approved_at",
+            "queued_at",
+            "started_at",
+            "finished_at",
+        ]
+        read_only_fields = [
+            "id",
+            "team",
+            "owner",
+            "gpu_equivalent",
+            "status",
+            "status_reason",
+            "needs_lead_approval_because",
+            "approved_by",
+            "decision_comment",
+            "approval_expires_at",
+            "waiting_reason",
+            "queue_position",
+            "attempt",
+            "created_at",
+            "updated_at",
+            "approved_at",
+            "queued_at",
+            "started_at",
+            "finished_at",
+        ]
+
+
+class DecisionSerializer(serializers.Serializer):
+    comment = serializers.CharField(max_length=2000, required=False, allow_blank=True, default="")
+
+
+class CancelSerializer(serializers.Serializer):
+    reason = serializers.CharField(max_length=2000, required=False, allow_blank=True, default="")

@@ -1,0 +1,150 @@
+from __future__ import annotations
+
+from typing import Any, cast
+
+from django.db.models import Count, QuerySet
+from drf_spectacular.utils import extend_schema
+from rest_framework import mixins, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.serializers import BaseSerializer
+
+from scheduling import services
+from scheduling.api.filters import FlavorFilter, GpuRequestFilter, QuotaFilter
+from scheduling.api.serializers import (
+    CancelSerializer,
+    DecisionSerializer,
+    FlavorSerializer,
+    GpuRequestSerializer,
+    NodePoolSerializer,
+    QuotaSerializer,
+)
+from scheduling.choices import COMMITTED_STATUSES
+from scheduling.models import Flavor, GpuRequest, NodePool, Quota
+from tenants.api.base import ScopedModelViewSet, ScopedReadOnlyViewSet, ScopedViewSetMixin
+from tenants.models import scope_of
+
+
+class NodePoolViewSet(ScopedReadOnlyViewSet):
+    """GPU node pools: tier, sharing mode, how work is placed; admins edit them in the admin."""
+
+    queryset = (
+        NodePool.objects.select_related("tier")
+        .annotate(node_count=Count("nodes", distinct=True), gpu_count=Count("nodes__devices"))
+        .order_by("name")
+    )
+    serializer_class = NodePoolSerializer
+    filterset_fields = ["sharing_mode", "tier__slug"]
+
+
+class FlavorViewSet(ScopedReadOnlyViewSet):
+    """What can be requested, and the GPU-equivalent weight quotas and prices count in."""
+
+    queryset = Flavor.objects.select_related("pool", "pool__tier")
+    serializer_class = FlavorSerializer
+    filterset_class = FlavorFilter
+
+
+class QuotaViewSet(ScopedModelViewSet):
+    """Team quotas (set by admins) and their split over projects (set by the team lead)."""
+
+    queryset = Quota.objects.select_related("team", "project", "flavor")
+    serializer_class = QuotaSerializer
+    filterset_class = QuotaFilter
+
+    def get_serializer_context(self) -> dict[str, Any]:
+        context = super().get_serializer_context()
+        context["used_units"] = self._used_units()
+        return context
+
+    def _used_units(self) -> dict[tuple[int, int | None, int], int]:
+        """Committed units per (team, project, flavor) and per (team, None, flavor), one query."""
+        scope = scope_of(self.request.user)
+        requests: QuerySet[GpuRequest] = GpuRequest.objects.filter(status__in=COMMITTED_STATUSES)
+        if not scope.is_platform_admin:
+            requests = requests.filter(team_id__in=scope.team_ids)
+        used: dict[tuple[int, int | None, int], int] = {}
+        for team_id, project_id, flavor_id, gpu_count in requests.values_list(
+            "team_id", "project_id", "flavor_id", "gpu_count"
+        ):
+            for key in ((team_id, project_id, flavor_id), (team_id, None, flavor_id)):
+                used[key] = used.get(key, 0) + gpu_count
+        return used
+
+    def perform_create(self, serializer: BaseSerializer) -> None:
+        data = serializer.validated_data
+        serializer.instance = services.set_quota(
+            actor=self.request.user,
+            team=data["team"],
+            project=data.get("project"),
+            flavor=data["flavor"],
+            guaranteed=data["guaranteed"],
+            limit=data["limit"],
+        )
+
+    def perform_update(self, serializer: BaseSerializer) -> None:
+        quota = cast(Quota, serializer.instance)
+        data = serializer.validated_data
+        serializer.instance = services.set_quota(
+            actor=self.request.user,
+            team=quota.team,
+            project=quota.project,
+            flavor=quota.flavor,
+            guaranteed=data.get("guaranteed", quota.guaranteed),
+            limit=data.get("limit", quota.limit),
+            quota=quota,
+        )
+
+    def perform_destroy(self, instance: Quota) -> None:
+        services.delete_quota(actor=self.request.user, quota=instance)
+
+
+class GpuRequestViewSet(
+    ScopedViewSetMixin,
+    mixins.CreateModelMixin,
+    mixins.RetrieveModelMixin,
+    mixins.ListModelMixin,
+    viewsets.GenericViewSet,
+):
+    """GPU requests: submit, follow, cancel; leads approve or reject. Requests are not edited."""
+
+    queryset = GpuRequest.objects.select_related("owner", "flavor", "project", "approved_by")
+    serializer_class = GpuRequestSerializer
+    filterset_class = GpuRequestFilter
+    ordering_fields = ["created_at", "priority", "status"]
+
+    def perform_create(self, serializer: BaseSerializer) -> None:
+        serializer.instance = services.submit_gpu_request(
+            actor=self.request.user, **serializer.validated_data
+        )
+
+    def _decide(self, request: Request, decide: Any, **kwargs: Any) -> Response:
+        gpu_request = self.get_object()
+        updated = decide(actor=request.user, request=gpu_request, **kwargs)
+        return Response(self.get_serializer(updated).data, status=status.HTTP_200_OK)
+
+    @extend_schema(request=DecisionSerializer, responses=GpuRequestSerializer)
+    @action(detail=True, methods=["post"])
+    def approve(self, request: Request, pk: str | None = None) -> Response:
+        body = DecisionSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        return self._decide(
+            request, services.approve_gpu_request, comment=body.validated_data["comment"]
+        )
+
+    @extend_schema(request=DecisionSerializer, responses=GpuRequestSerializer)
+    @action(detail=True, methods=["post"])
+    def reject(self, request: Request, pk: str | None = None) -> Response:
+        body = DecisionSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        return self._decide(
+            request, services.reject_gpu_request, comment=body.validated_data["comment"]
+        )
+
+    @extend_schema(request=CancelSerializer, responses=GpuRequestSerializer)
+    @action(detail=True, methods=["post"])
+    def cancel(self, request: Request, pk: str | None = None) -> Response:
+        body = CancelSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        return self._decide(request, services.cancel_gpu_request, **body.validated_data)

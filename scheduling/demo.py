@@ -1,0 +1,166 @@
+"""The demo GPU fleet: one pool per sharing mode, their flavors, quotas and approval rules."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+from django.db import transaction
+
+from scheduling.choices import FlavorKind, Placement, SharingMode, WorkloadKind
+from scheduling.models import ApprovalRule, Flavor, GpuDevice, Node, NodePool, Quota, Tier
+from tenants.models import Team
+
+GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+
+TIERS = {
+    "dev": ("Development", 8 * 3600, {"lead_approves_whole_cards": False}),
+    "inference": ("Inference", 7 * 24 * 3600, {"lead_approves_whole_cards": False}),
+    "training": ("Training", 3 * 24 * 3600, {"lead_approves_whole_cards": True}),
+}
+
+POOLS: list[dict[str, Any]] = [
+    {
+        "slug": "a100-training",
+        "name": "A100 training (whole cards)",
+        "tier": "training",
+        "sharing_mode": SharingMode.EXCLUSIVE,
+        "scheduler_name": "default-scheduler",
+        "placement": Placement.PORTAL,
+        "allowed_kinds": [WorkloadKind.JOB],
+        "gpu_model": "A100-80G",
+        "memory_mib": 81920,
+        "nodes": 2,
+        "gpus_per_node": 8,
+        "mig_layouts": None,
+    },
+    {
+        "slug": "h100-mig",
+        "name": "H100 MIG (inference)",
+        "tier": "inference",
+        "sharing_mode": SharingMode.MIG,
+        "scheduler_name": "default-scheduler",
+        "placement": Placement.CLUSTER,
+        "allowed_kinds": [],
+        "gpu_model": "H100-80G",
+        "memory_mib": 81920,
+        "nodes": 1,
+        "gpus_per_node": 8,
+        "mig_layouts": [{"1g.10gb": 7}] * 4 + [{"3g.40gb": 2}] * 4,
+    },
+    {
+        "slug": "l4-vgpu",
+        "name": "L4 vGPU (development)",
+        "tier": "dev",
+        "sharing_mode": SharingMode.VGPU,
+        "scheduler_name": "hami-scheduler",
+        "placement": Placement.PORTAL,
+        "allowed_kinds": [],
+        "gpu_model": "L4",
+        "memory_mib": 24576,
+        "nodes": 2,
+        "gpus_per_node": 4,
+        "mig_layouts": None,
+    },
+]
+
+# slug: (name, pool, kind, memory MiB, cores %, MIG profile, GPU-equivalent)
+FLAVORS = {
+    "a100-80g": ("A100-80G whole", "a100-training", FlavorKind.WHOLE, 81920, 100, "", "1"),
+    "h100-1g10gb": ("H100 mig-1g.10gb", "h100-mig", FlavorKind.MIG, 10240, 14, "1g.10gb", "0.1429"),
+    "h100-3g40gb": ("H100 mig-3g.40gb", "h100-mig", FlavorKind.MIG, 40960, 43, "3g.40gb", "0.4286"),
+    "l4-12g": ("L4 vGPU 12GiB/25%", "l4-vgpu", FlavorKind.VGPU, 12288, 25, "", "0.5"),
+    "l4-6g": ("L4 vGPU 6GiB/25%", "l4-vgpu", FlavorKind.VGPU, 6144, 25, "", "0.25"),
+}
+
+# team: {flavor: (guaranteed, limit)}
+QUOTAS = {
+    "vision": {
+        "a100-80g": (4, 8),
+        "h100-1g10gb": (7, 14),
+        "h100-3g40gb": (2, 4),
+        "l4-12g": (8, 16),
+        "l4-6g": (8, 16),
+    },
+    "speech": {"h100-1g10gb": (7, 14), "h100-3g40gb": (2, 4), "l4-12g": (8, 16), "l4-6g": (8, 16)},
+}
+TIERS_OF_TEAM = {"vision": ["dev", "inference", "training"], "speech": ["dev", "inference"]}
+
+
+@transaction.atomic
+def seed_demo_fleet(*, teams: dict[str, Team]) -> None:
+    """Create (or leave as they are) the demo tiers, pools, nodes, flavors and quotas."""
+    tiers: dict[str, Tier] = {}
+    for slug, (name, max_runtime, rule) in TIERS.items():
+        tier, _ = Tier.objects.get_or_create(
+            slug=slug, defaults={"name": name, "max_runtime_seconds": max_runtime}
+        )
+        ApprovalRule.objects.get_or_create(tier=tier, defaults=rule)
+        tiers[slug] = tier
+    for team_slug, tier_slugs in TIERS_OF_TEAM.items():
+        for tier_slug in tier_slugs:
+            tiers[tier_slug].allowed_teams.add(teams[team_slug])
+
+    pools: dict[str, NodePool] = {}
+    for spec in POOLS:
+        pool, _ = NodePool.objects.get_or_create(
+            slug=spec["slug"],
+            defaults={
+                "name": spec["name"],
+                "tier": tiers[spec["tier"]],
+                "sharing_mode": spec["sharing_mode"],
+                "scheduler_name": spec["scheduler_name"],
+                "placement": spec["placement"],
+                "allowed_kinds": spec["allowed_kinds"],
+                "node_selector": {"gpu-portal/pool": spec["slug"]},
+                "taints": [GPU_TAINT],
+            },
+        )
+        pools[spec["slug"]] = pool
+        for number in range(spec["nodes"]):
+            node, _ = Node.objects.get_or_create(
+                name=f"{spec['slug']}-{number + 1}",
+                defaults={
+                    "pool": pool,
+                    "gpu_model": spec["gpu_model"],
+                    "labels": {
+                        "gpu-portal/pool": spec["slug"],
+                        "nvidia.com/gpu.product": spec["gpu_model"],
+                    },
+                },
+            )
+            for index in range(spec["gpus_per_node"]):
+                layouts = spec["mig_layouts"]
+                GpuDevice.objects.get_or_create(
+                    node=node,
+                    index=index,
+                    defaults={
+                        "memory_mib": spec["memory_mib"],
+                        "mig_layout": layouts[index] if layouts else {},
+                    },
+                )
+
+    flavors: dict[str, Flavor] = {}
+    for slug, (name, pool_slug, kind, memory, cores, profile, weight) in FLAVORS.items():
+        pool = pools[pool_slug]
+        flavors[slug], _ = Flavor.objects.get_or_create(
+            slug=slug,
+            defaults={
+                "name": name,
+                "pool": pool,
+                "kind": kind,
+                "gpu_model": next(p["gpu_model"] for p in POOLS if p["slug"] == pool_slug),
+                "gpu_memory_mib": memory,
+                "gpu_cores_percent": cores,
+                "mig_profile": profile,
+                "gpu_equivalent": Decimal(weight),
+            },
+        )
+    for team_slug, amounts in QUOTAS.items():
+        for flavor_slug, (guaranteed, limit) in amounts.items():
+            Quota.objects.get_or_create(
+                team=teams[team_slug],
+                project=None,
+                flavor=flavors[flavor_slug],
+                defaults={"guaranteed": guaranteed, "limit": limit},
+            )

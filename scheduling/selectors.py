@@ -1,0 +1,157 @@
+"""Reads of requests, quotas and the GPU catalogue."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from django.db.models import Max, QuerySet, Sum
+
+from scheduling.choices import COMMITTED_STATUSES, RequestStatus
+from scheduling.models import Flavor, GpuDevice, GpuRequest, Node, Quota, Tier
+from tenants.models import Project, Team, scope_of
+
+
+def committed_units(*, flavor: Flavor, team: Team, project: Project | None = None) -> int:
+    """Units of the flavor asked for and not yet given back, by the team or one project."""
+    requests = GpuRequest.objects.filter(flavor=flavor, team=team, status__in=COMMITTED_STATUSES)
+    if project is not None:
+        requests = requests.filter(project=project)
+    return int(requests.aggregate(total=Sum("gpu_count"))["total"] or 0)
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaStanding:
+    """Where a project stands against its quota for one flavor (team and project levels)."""
+
+    team_guaranteed: int
+    team_limit: int
+    team_committed: int
+    project_guaranteed: int | None
+    project_limit: int | None
+    project_committed: int
+
+    def fits_guaranteed(self, units: int) -> bool:
+        team_ok = self.team_committed + units <= self.team_guaranteed
+        if self.project_guaranteed is None:
+            return team_ok
+        return team_ok and self.project_committed + units <= self.project_guaranteed
+
+    def fits_limit(self, units: int) -> bool:
+        team_ok = self.team_committed + units <= self.team_limit
+        if self.project_limit is None:
+            return team_ok
+        return team_ok and self.project_committed + units <= self.project_limit
+
+    @property
+    def max_ever(self) -> int:
+        """The most units one request could ever get, with nothing else running."""
+        if self.project_limit is None:
+            return self.team_limit
+        return min(self.team_limit, self.project_limit)
+
+    @property
+    def left_guaranteed(self) -> int:
+        left = self.team_guaranteed - self.team_committed
+        if self.project_guaranteed is not None:
+            left = min(left, self.project_guaranteed - self.project_committed)
+        return max(0, left)
+
+    @property
+    def left_limit(self) -> int:
+        left = self.team_limit - self.team_committed
+        if self.project_limit is not None:
+            left = min(left, self.project_limit - self.project_committed)
+        return max(0, left)
+
+
+def quota_standing(*, project: Project, flavor: Flavor, lock: bool = False) -> QuotaStanding | None:
+    """The quota standing, or None when the team has no quota for the flavor.
+
+    With `lock`, the quota rows are locked (SELECT … FOR UPDATE) until the transaction ends, so
+    concurrent approvals for the same team and flavor are decided one after another.
+    """
+    rows: QuerySet[Quota] = Quota.objects.filter(team=project.team, flavor=flavor)
+    if lock:
+        rows = rows.select_for_update()
+    team_quota = project_quota = None
+    for quota in rows.order_by("id"):
+        if quota.project_id is None:
+            team_quota = quota
+        elif quota.project_id == project.pk:
+            project_quota = quota
+    if team_quota is None:
+        return None
+    return QuotaStanding(
+        team_guaranteed=team_quota.guaranteed,
+        team_limit=team_quota.limit,
+        team_committed=committed_units(flavor=flavor, team=project.team),
+        project_guaranteed=project_quota.guaranteed if project_quota else None,
+        project_limit=project_quota.limit if project_quota else None,
+        project_committed=committed_units(flavor=flavor, team=project.team, project=project),
+    )
+
+
+def tier_allowed_for_project(*, tier: Tier, project: Project) -> bool:
+    """A team must be allowed the tier; a project narrows it only if it lists tiers at all."""
+    if not tier.allowed_teams.filter(pk=project.team_id).exists():
+        return False
+    project_tiers = Tier.objects.filter(allowed_projects=project)
+    return not project_tiers.exists() or project_tiers.filter(pk=tier.pk).exists()
+
+
+def flavors_for_project(*, project: Project) -> QuerySet[Flavor]:
+    """Active flavors in tiers the project may use and for which its team has a quota."""
+    flavors = Flavor.objects.filter(
+        is_active=True,
+        pool__tier__allowed_teams=project.team,
+        quotas__team=project.team,
+        quotas__project__isnull=True,
+    ).select_related("pool", "pool__tier")
+    project_tiers = Tier.objects.filter(allowed_projects=project)
+    if project_tiers.exists():
+        flavors = flavors.filter(pool__tier__in=project_tiers)
+    return flavors.distinct()
+
+
+@dataclass(frozen=True, slots=True)
+class PoolCapacity:
+    """The largest shapes the pool's schedulable nodes can hold, for request validation."""
+
+    max_gpus_per_node: int
+    total_gpus: int
+    max_device_memory_mib: int
+    mig_slices_total: dict[str, int]
+    mig_slices_per_node_max: dict[str, int]
+
+
+def pool_capacity(*, flavor: Flavor) -> PoolCapacity:
+    nodes = Node.objects.filter(pool=flavor.pool, is_schedulable=True, gpu_model=flavor.gpu_model)
+    devices = GpuDevice.objects.filter(node__in=nodes)
+    per_node: dict[int, int] = {}
+    mig_total: dict[str, int] = {}
+    mig_node: dict[tuple[int, str], int] = {}
+    for node_id, layout in devices.values_list("node_id", "mig_layout"):
+        per_node[node_id] = per_node.get(node_id, 0) + 1
+        for profile, count in (layout or {}).items():
+            mig_total[profile] = mig_total.get(profile, 0) + int(count)
+            mig_node[(node_id, profile)] = mig_node.get((node_id, profile), 0) + int(count)
+    mig_node_max: dict[str, int] = {}
+    for (_, profile), count in mig_node.items():
+        mig_node_max[profile] = max(mig_node_max.get(profile, 0), count)
+    return PoolCapacity(
+        max_gpus_per_node=max(per_node.values(), default=0),
+        total_gpus=sum(per_node.values()),
+        max_device_memory_mib=int(devices.aggregate(m=Max("memory_mib"))["m"] or 0),
+        mig_slices_total=mig_total,
+        mig_slices_per_node_max=mig_node_max,
+    )
+
+
+def approval_inbox(*, user: Any) -> QuerySet[GpuRequest]:
+    """Requests waiting for this user's decision: their teams' pending ones (all, for admins)."""
+    scope = scope_of(user)
+    pending = GpuRequest.objects.filter(status=RequestStatus.PENDING_APPROVAL)
+    if not scope.is_platform_admin:
+        pending = pending.filter(team_id__in=scope.lead_team_ids)
+    return pending.select_related("owner", "project", "flavor", "team").order_by("created_at")

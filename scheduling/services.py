@@ -1,0 +1,448 @@
+"""Writes of the request side: submit, approve, reject, cancel, expire; quotas.
+
+Each service validates completely before it writes, runs in one transaction, moves the request
+only through `lifecycle.transition()` and leaves audit events behind.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.db import transaction
+from django.utils import timezone
+
+from scheduling import approval
+from scheduling.choices import (
+    CANCELLABLE_STATUSES,
+    FlavorKind,
+    Priority,
+    RequestStatus,
+    WorkloadKind,
+)
+from scheduling.lifecycle import transition
+from scheduling.models import ApprovalRule, Flavor, GpuRequest, Quota, gpu_equivalent_of
+from scheduling.notifications import notify
+from scheduling.selectors import pool_capacity, quota_standing, tier_allowed_for_project
+from tenants.choices import Role
+from tenants.errors import ConflictError, DomainError, ForbiddenError
+from tenants.models import Project, Team, scope_of
+from tenants.services import record_audit_event
+
+# An OCI image reference: [registry[:port]/]path[:tag][@sha256:digest], lower-case path.
+IMAGE_REFERENCE = re.compile(
+    r"^(?:(?:[a-zA-Z0-9-]+\.)*[a-zA-Z0-9-]+(?::[0-9]+)?/)?"
+    r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*"
+    r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@sha256:[a-f0-9]{64})?$"
+)
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
+MAX_COMMAND_ARGS = 256
+MAX_ENV_VARS = 128
+
+
+def _invalid(field: str, message: str, code: str = "invalid") -> DomainError:
+    return DomainError(code, message, fields={field: message})
+
+
+def _validate_workload(
+    *, image: str, command: list[str], env: dict[str, str], kind: str, flavor: Flavor
+) -> None:
+    if not IMAGE_REFERENCE.match(image) or len(image) > 255:
+        raise _invalid("image", f"'{image}' is not a valid image reference (e.g. pytorch:2.4).")
+    if len(command) > MAX_COMMAND_ARGS:
+        raise _invalid("command", f"At most {MAX_COMMAND_ARGS} arguments.")
+    if len(env) > MAX_ENV_VARS:
+        raise _invalid("env", f"At most {MAX_ENV_VARS} variables.")
+    for name in env:
+        if not ENV_NAME.match(name):
+            raise _invalid("env", f"'{name}' is not a valid environment variable name.")
+    if not flavor.pool.allows_kind(kind):
+        allowed = ", ".join(flavor.pool.allowed_kinds)
+        raise _invalid("kind", f"Pool {flavor.pool} runs only {allowed} workloads.")
+
+
+def _validate_shape(
+    *, flavor: Flavor, gpu_count: int, kind: str, memory_mib: int, cores_percent: int
+) -> None:
+    """The request must fit the pool's hardware, or it would wait forever."""
+    capacity = pool_capacity(flavor=flavor)
+    if flavor.kind == FlavorKind.MIG:
+        available = capacity.mig_slices_total.get(flavor.mig_profile, 0)
+        if gpu_count > available:
+            raise _invalid(
+                "gpu_count",
+                f"Pool {flavor.pool} has {available} {flavor.mig_profile} slices in all; "
+                f"{gpu_count} can never be given.",
+            )
+        return
+    # Batch jobs may span nodes (all-or-nothing); notebooks and services live on one node.
+    most = capacity.total_gpus if kind == WorkloadKind.JOB else capacity.max_gpus_per_node
+    if gpu_count > most:
+        where = "in all" if kind == WorkloadKind.JOB else "on any one node"
+        raise _invalid(
+            "gpu_count",
+            f"Pool {flavor.pool} has at most {most} {flavor.gpu_model} GPUs {where}; "
+            f"{gpu_count} can never be given.",
+        )
+    if flavor.kind == FlavorKind.VGPU:
+        if memory_mib > capacity.max_device_memory_mib:
+            raise _invalid(
+                "gpu_memory_mib",
+                f"No {flavor.gpu_model} in pool {flavor.pool} has {memory_mib} MiB; "
+                f"the largest has {capacity.max_device_memory_mib} MiB.",
+            )
+        if not 1 <= cores_percent <= 100:
+            raise _invalid("gpu_cores_percent", "Cores are a percentage between 1 and 100.")
+
+
+def _approval_rule(flavor: Flavor) -> approval.RuleSettings:
+    rule = ApprovalRule.objects.filter(tier=flavor.pool.tier_id).first()
+    if rule is None:  # no rule configured: the lead decides everything
+        return approval.RuleSettings(False, Priority.NORMAL, True)
+    return approval.RuleSettings(
+        rule.auto_approve_within_guaranteed,
+        rule.auto_approve_max_priority,
+        rule.lead_approves_whole_cards,
+    )
+
+
+def _approval_ttl(flavor: Flavor) -> timedelta:
+    rule = ApprovalRule.objects.filter(tier=flavor.pool.tier_id).first()
+    return timedelta(hours=rule.approval_ttl_hours if rule else 72)
+
+
+def _team_leads(team: Team) -> list[Any]:
+    return list(
+        get_user_model().objects.filter(
+            memberships__team=team, memberships__role=Role.TEAM_LEAD, is_active=True
+        )
+    )
+
+
+@transaction.atomic
+def submit_gpu_request(
+    *,
+    actor: Any,
+    project: Project,
+    flavor: Flavor,
+    gpu_count: int,
+    image: str,
+    max_runtime_seconds: int,
+    kind: str = WorkloadKind.JOB,
+    command: list[str] | None = None,
+    env: dict[str, str] | None = None,
+    priority: str = Priority.NORMAL,
+    is_preemptible: bool = False,
+    allow_shared_node: bool = True,
+    reason: str = "",
+    gpu_memory_mib: int | None = None,
+    gpu_cores_percent: int | None = None,
+) -> GpuRequest:
+    """Validate and record a request; approve it at once when the tier's rule allows."""
+    scope = scope_of(actor)
+    if not (scope.is_member_of(project.team_id) or scope.is_platform_admin):
+        raise ForbiddenError("forbidden", "Only members of the project's team may request GPUs.")
+    command = command or []
+    env = env or {}
+    tier = flavor.pool.tier
+    if not flavor.is_active:
+        raise _invalid("flavor", f"Flavor {flavor} is retired.")
+    if not tier_allowed_for_project(tier=tier, project=project):
+        raise _invalid("flavor", f"Project {project} may not use the {tier} tier.")
+    if max_runtime_seconds > tier.max_runtime_seconds:
+        raise _invalid(
+            "max_runtime_seconds",
+            f"The {tier} tier allows at most {tier.max_runtime_seconds} seconds.",
+        )
+    _validate_workload(image=image, command=command, env=env, kind=kind, flavor=flavor)
+    if flavor.kind == FlavorKind.VGPU:
+        memory_mib = gpu_memory_mib or flavor.gpu_memory_mib
+        cores_percent = gpu_cores_percent or flavor.gpu_cores_percent
+    else:
+        if gpu_memory_mib is not None or gpu_cores_percent is not None:
+            field = "gpu_memory_mib" if gpu_memory_mib is not None else "gpu_cores_percent"
+            raise _invalid(field, "Memory and cores are chosen only for vGPU flavors.")
+        memory_mib, cores_percent = flavor.gpu_memory_mib, flavor.gpu_cores_percent
+    _validate_shape(
+        flavor=flavor,
+        gpu_count=gpu_count,
+        kind=kind,
+        memory_mib=memory_mib,
+        cores_percent=cores_percent,
+    )
+
+    standing = quota_standing(project=project, flavor=flavor, lock=True)
+    if standing is None:
+        raise _invalid("flavor", f"Team {project.team} has no quota for {flavor}.", "no_quota")
+    if gpu_count > standing.max_ever:
+        raise _invalid(
+            "gpu_count",
+            f"The quota limit for {flavor} is {standing.max_ever}; "
+            f"{gpu_count} can never be approved.",
+            "quota_exceeded",
+        )
+    card_memory = pool_capacity(flavor=flavor).max_device_memory_mib or flavor.gpu_memory_mib
+    unit_equivalent = gpu_equivalent_of(
+        kind=flavor.kind,
+        card_memory_mib=card_memory,
+        memory_mib=memory_mib,
+        cores_percent=cores_percent,
+        mig_profile=flavor.mig_profile,
+    )
+    request = GpuRequest.objects.create(
+        project=project,
+        team=project.team,
+        owner=actor,
+        flavor=flavor,
+        gpu_count=gpu_count,
+        gpu_memory_mib=memory_mib if flavor.kind == FlavorKind.VGPU else None,
+        gpu_cores_percent=cores_percent if flavor.kind == FlavorKind.VGPU else None,
+        kind=kind,
+        image=image,
+        command=command,
+        env=env,
+        max_runtime_seconds=max_runtime_seconds,
+        priority=priority,
+        is_preemptible=is_preemptible,
+        allow_shared_node=allow_shared_node,
+        reason=reason,
+        gpu_equivalent=unit_equivalent * gpu_count,
+        approval_expires_at=timezone.now() + _approval_ttl(flavor),
+    )
+    record_audit_event(
+        actor=actor,
+        action="request.submitted",
+        target=request,
+        team=project.team,
+        project=project,
+        data=request.as_audit_data(),
+    )
+    facts = approval.ApprovalFacts(
+        priority=priority,
+        flavor_kind=flavor.kind,
+        within_guaranteed=standing.fits_guaranteed(gpu_count),
+        within_limit=standing.fits_limit(gpu_count),
+    )
+    lead_reasons = approval.reasons_for_lead_approval(facts, _approval_rule(flavor))
+    if lead_reasons:
+        request.needs_lead_approval_because = "; ".join(lead_reasons)
+        request.status_reason = f"Waiting for a team lead: {request.needs_lead_approval_because}."
+        request.save(update_fields=["needs_lead_approval_because", "status_reason"])
+        notify(
+            users=_team_leads(project.team),
+            subject=f"GPU request {request.pk} needs your approval",
+            body=f"{actor} asks for {gpu_count} × {flavor} in {project}: {request.status_reason}",
+            event={"type": "request.pending_approval", "request": request.pk},
+        )
+    else:
+        _approve(request, actor=None, reason="Approved automatically: within guaranteed quota.")
+    return request
+
+
+def _approve(request: GpuRequest, *, actor: Any, reason: str, comment: str = "") -> None:
+    """Approve and queue; the caller holds the quota lock and has checked the limit."""
+    transition(
+        request,
+        RequestStatus.APPROVED,
+        actor=actor,
+        reason=reason,
+        approved_by=actor,
+        decision_comment=comment,
+    )
+    transition(request, RequestStatus.QUEUED, actor=None, reason="Waiting for the scheduler.")
+    notify(
+        users=[request.owner],
+        subject=f"GPU request {request.pk} approved",
+        body=reason + (f"\n\n{comment}" if comment else ""),
+        event={"type": "request.approved", "request": request.pk},
+    )
+
+
+def _require_decider(actor: Any, request: GpuRequest) -> None:
+    if not scope_of(actor).is_lead_of(request.team_id):
+        raise ForbiddenError("forbidden", "Only the team's lead may approve or reject requests.")
+
+
+@transaction.atomic
+def approve_gpu_request(*, actor: Any, request: GpuRequest, comment: str = "") -> GpuRequest:
+    """A lead's approval; refused (409) if it would take the project past its quota limit."""
+    _require_decider(actor, request)
+    request = GpuRequest.objects.select_for_update().get(pk=request.pk)
+    if request.status != RequestStatus.PENDING_APPROVAL:
+        if request.status in (RequestStatus.APPROVED, RequestStatus.QUEUED):
+            return request  # approved already: a repeated click changes nothing
+        raise ConflictError(
+            "illegal_transition",
+            f"Request {request.pk} is {request.status}; only pending requests can be approved.",
+            fields={"status": request.status},
+        )
+    standing = quota_standing(project=request.project, flavor=request.flavor, lock=True)
+    if standing is None or not standing.fits_limit(request.gpu_count):
+        left = standing.left_limit if standing else 0
+        raise ConflictError(
+            "quota_exceeded",
+            f"Approving would exceed the {request.flavor} quota limit: {left} left, "
+            f"{request.gpu_count} asked.",
+        )
+    _approve(request, actor=actor, reason=f"Approved by {actor}.", comment=comment)
+    return request
+
+
+@transaction.atomic
+def reject_gpu_request(*, actor: Any, request: GpuRequest, comment: str) -> GpuRequest:
+    _require_decider(actor, request)
+    if not comment.strip():
+        raise _invalid("comment", "Say why the request is rejected.")
+    transition(
+        request,
+        RequestStatus.REJECTED,
+        actor=actor,
+        reason=f"Rejected by {actor}: {comment}",
+        approved_by=actor,
+        decision_comment=comment,
+    )
+    notify(
+        users=[request.owner],
+        subject=f"GPU request {request.pk} rejected",
+        body=comment,
+        event={"type": "request.rejected", "request": request.pk},
+    )
+    return request
+
+
+@transaction.atomic
+def cancel_gpu_request(*, actor: Any, request: GpuRequest, reason: str = "") -> GpuRequest:
+    """The owner (or their lead) withdraws a request; a cancelled one stays cancelled."""
+    scope = scope_of(actor)
+    if request.owner_id != actor.pk and not scope.is_lead_of(request.team_id):
+        raise ForbiddenError("forbidden", "Only the owner or the team lead may cancel a request.")
+    if request.status not in CANCELLABLE_STATUSES and request.status != RequestStatus.CANCELLED:
+        raise ConflictError(
+            "illegal_transition",
+            f"Request {request.pk} is {request.status}; it can no longer be cancelled.",
+            fields={"status": request.status},
+        )
+    transition(
+        request,
+        RequestStatus.CANCELLED,
+        actor=actor,
+        reason=reason or f"Cancelled by {actor}.",
+    )
+    return request
+
+
+def expire_stale_approvals(*, now: Any = None) -> int:
+    """Pending requests nobody decided on within their tier's approval time expire."""
+    now = now or timezone.now()
+    expired = 0
+    stale = GpuRequest.objects.filter(
+        status=RequestStatus.PENDING_APPROVAL, approval_expires_at__lt=now
+    )
+    for request in stale.select_related("team", "project", "owner"):
+        with transaction.atomic():
+            if transition(
+                request, RequestStatus.EXPIRED, actor=None, reason="Nobody approved it in time."
+            ):
+                expired += 1
+                notify(
+                    users=[request.owner],
+                    subject=f"GPU request {request.pk} expired",
+                    body="No team lead approved the request in time; submit it again if needed.",
+                    event={"type": "request.expired", "request": request.pk},
+                )
+    return expired
+
+
+def _require_quota_setter(actor: Any, team: Team, project: Project | None) -> None:
+    scope = scope_of(actor)
+    if project is None and not scope.is_platform_admin:
+        raise ForbiddenError("forbidden", "Only platform admins set team quotas.")
+    if project is not None and not scope.is_lead_of(team.pk):
+        raise ForbiddenError("forbidden", "Only the team lead splits the team quota.")
+
+
+def _check_project_split(*, team: Team, project: Project, flavor: Flavor, quota: Quota) -> None:
+    """A project's quota fits inside the team's, and all projects together inside its guarantee."""
+    team_quota = Quota.objects.filter(team=team, project__isnull=True, flavor=flavor).first()
+    if team_quota is None:
+        raise _invalid("flavor", f"Team {team} has no quota for {flavor} to split.", "no_quota")
+    if quota.limit > team_quota.limit:
+        raise _invalid("limit", f"The team's limit for {flavor} is {team_quota.limit}.")
+    others = (
+        Quota.objects.filter(team=team, flavor=flavor, project__isnull=False)
+        .exclude(project=project)
+        .values_list("guaranteed", flat=True)
+    )
+    if sum(others) + quota.guaranteed > team_quota.guaranteed:
+        raise _invalid(
+            "guaranteed",
+            f"Projects together would be guaranteed more than the team's "
+            f"{team_quota.guaranteed} {flavor}.",
+        )
+
+
+def _check_team_covers_projects(*, team: Team, flavor: Flavor, quota: Quota) -> None:
+    projects = Quota.objects.filter(team=team, flavor=flavor, project__isnull=False)
+    if sum(projects.values_list("guaranteed", flat=True)) > quota.guaranteed:
+        raise _invalid("guaranteed", "The team's projects are already guaranteed more than that.")
+    if any(limit > quota.limit for limit in projects.values_list("limit", flat=True)):
+        raise _invalid("limit", "A project of the team has a higher limit than that.")
+
+
+@transaction.atomic
+def set_quota(
+    *,
+    actor: Any,
+    team: Team,
+    flavor: Flavor,
+    guaranteed: int,
+    limit: int,
+    project: Project | None = None,
+    quota: Quota | None = None,
+) -> Quota:
+    """Create or change a team's quota (admins) or a project's part of it (the team's lead)."""
+    _require_quota_setter(actor, team, project)
+    if project is not None and project.team_id != team.pk:
+        raise _invalid("project", "The project belongs to another team.")
+    if guaranteed > limit:
+        raise _invalid("guaranteed", "The guaranteed amount cannot exceed the limit.")
+    # Lock the team's row first so concurrent splits of one team are decided one at a time.
+    list(Quota.objects.select_for_update().filter(team=team, flavor=flavor))
+    if quota is None:
+        quota = Quota.objects.filter(team=team, project=project, flavor=flavor).first() or Quota(
+            team=team, project=project, flavor=flavor
+        )
+    before = (quota.guaranteed, quota.limit) if quota.pk else None
+    quota.guaranteed, quota.limit = guaranteed, limit
+    if project is None:
+        _check_team_covers_projects(team=team, flavor=flavor, quota=quota)
+    else:
+        _check_project_split(team=team, project=project, flavor=flavor, quota=quota)
+    quota.save()
+    record_audit_event(
+        actor=actor,
+        action="quota.set",
+        target=quota,
+        team=team,
+        project=project,
+        data={"flavor": flavor.pk, "before": before, "after": [guaranteed, limit]},
+    )
+    return quota
+
+
+@transaction.atomic
+def delete_quota(*, actor: Any, quota: Quota) -> None:
+    _require_quota_setter(actor, quota.team, quota.project)
+    if (
+        quota.project is None
+        and Quota.objects.filter(
+            team=quota.team, flavor=quota.flavor, project__isnull=False
+        ).exists()
+    ):
+        raise ConflictError("quota_split", "Remove the projects' parts of this quota first.")
+    record_audit_event(
+        actor=actor, action="quota.deleted", target=quota, team=quota.team, project=quota.project
+    )
+    quota.delete()
