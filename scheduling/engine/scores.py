@@ -74,13 +74,17 @@ def device_packing(
 def fragmentation(
     st: FleetState, node: int, shape: Shape, claims: tuple[Claim, ...], pool: Pool, pre: bool
 ) -> float:
-    """High when the placement leaves free capacity in large, usable pieces."""
+    """High when the placement leaves free capacity in large, usable pieces.
+
+    Not breaking a fully free node/card only counts in binpack pools (spread wants the opposite).
+    """
+    binpack = pool.scoring == "binpack"
     if shape.kind == "whole":
         devs = st.node_devices[node]
         breaks_node = len(claims) < len(devs) and st.free_whole_count(node) == len(devs)
-        return 0.0 if breaks_node else 1.0
+        return 0.0 if breaks_node and binpack else 1.0
     dev, _, mem, cores, bits = claims[0]
-    breaks_card = 0.0 if st.fully_free(dev) else 0.5
+    breaks_card = 0.0 if st.fully_free(dev) and binpack else 0.5
     if shape.kind == "vgpu":
         mem_left = (st.mem_free[dev] - mem) / max(1, st.mem_total[dev])
         cores_left = (st.cores_free[dev] - cores) / 100.0

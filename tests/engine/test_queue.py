@@ -1,0 +1,97 @@
+"""Queue order: priority class, then DRF fair share between teams, then age; ids break ties."""
+
+from __future__ import annotations
+
+from scheduling.engine import Policy, Priority, Request, Scheduler, Team
+from scheduling.engine.queue import FairQueue
+
+from .builders import alloc, fleet, node, req, whole_claims
+
+
+def drain(q: FairQueue) -> list[str]:
+    out = []
+    while (r := q.pop()) is not None:
+        out.append(r.id)
+    return out
+
+
+def test_queue_serves_higher_priority_first_then_age() -> None:
+    reqs = [
+        req("old-low", priority=Priority.LOW, submitted_at=1.0),
+        req("new-crit", priority=Priority.CRITICAL, submitted_at=9.0),
+        req("mid-normal", priority=Priority.NORMAL, submitted_at=5.0),
+        req("old-normal", priority=Priority.NORMAL, submitted_at=2.0),
+    ]
+    q = FairQueue(reqs, ("priority", "fair_share", "age"), lambda team: 0.0)
+    assert drain(q) == ["new-crit", "old-normal", "mid-normal", "old-low"]
+
+
+def test_queue_breaks_age_ties_by_id() -> None:
+    reqs = [req("b", submitted_at=1.0), req("a", submitted_at=1.0)]
+    assert drain(FairQueue(reqs, ("priority", "age"), lambda t: 0.0)) == ["a", "b"]
+
+
+def test_queue_without_fair_share_is_plain_priority_then_age() -> None:
+    reqs = [req("x", team="t1", submitted_at=2.0), req("y", team="t2", submitted_at=1.0)]
+    assert drain(FairQueue(reqs, ("priority", "age"), lambda t: 0.0)) == ["y", "x"]
+
+
+def test_queue_picks_team_with_lowest_dominant_share_first() -> None:
+    shares = {"rich": 0.5, "poor": 0.1}
+    reqs = [
+        req("rich-1", team="rich", submitted_at=0.0),
+        req("poor-1", team="poor", submitted_at=5.0),
+    ]
+    assert drain(FairQueue(reqs, ("priority", "fair_share", "age"), shares.__getitem__)) == [
+        "poor-1",
+        "rich-1",
+    ]
+
+
+def test_plan_alternates_between_equal_teams_as_shares_grow() -> None:
+    teams = (Team("a", "c", weight=1.0), Team("b", "c", weight=1.0))
+    pending = [req(f"a{i}", team="a", submitted_at=float(i)) for i in range(4)] + [
+        req(f"b{i}", team="b", submitted_at=10.0 + i) for i in range(4)
+    ]
+    snap = fleet(node("n"), teams=teams, pending=pending)
+    plan = Scheduler(snap).plan(now=0.0)
+    assert [a.request_id for a in plan.admissions] == [
+        "a0",
+        "b0",
+        "a1",
+        "b1",
+        "a2",
+        "b2",
+        "a3",
+        "b3",
+    ]
+
+
+def test_team_holding_more_of_a_scarce_model_waits_behind_others() -> None:
+    teams = (Team("a", "c", weight=1.0), Team("b", "c", weight=1.0))
+    snap = fleet(
+        node("n"),
+        teams=teams,
+        allocations=[alloc("run", whole_claims("n", [0, 1]), team="a")],
+        pending=[
+            req("a-new", team="a", submitted_at=0.0),
+            req("b-new", team="b", submitted_at=9.0),
+        ],
+    )
+    plan = Scheduler(snap).plan(now=0.0)
+    assert [a.request_id for a in plan.admissions] == ["b-new", "a-new"]
+
+
+def test_waiting_requests_get_queue_positions_in_queue_order() -> None:
+    pending: list[Request] = [
+        req("big1", gpu_count=8, submitted_at=1.0),
+        req("big2", gpu_count=8, submitted_at=2.0),
+        req("big3", gpu_count=8, submitted_at=3.0),
+    ]
+    snap = fleet(node("n", whole=(0,)), pending=pending)
+    plan = Scheduler(snap, Policy(enable_backfill=False)).plan(now=0.0)
+    assert [(w.request_id, w.position) for w in plan.waiting] == [
+        ("big1", 1),
+        ("big2", 2),
+        ("big3", 3),
+    ]
