@@ -1,0 +1,94 @@
+"""End-to-end behaviour of plan() and Scheduler.place_one()."""
+
+from __future__ import annotations
+
+import pytest
+
+from scheduling.engine import Policy, Scheduler, plan
+
+from .builders import fleet, node, req
+
+
+def test_waiting_reason_for_vgpu_names_model_and_size() -> None:
+    snap = fleet(
+        node("l4", pool="vgpu", model="L4", gpus=1, free_mem=[10_240], free_cores=[100]),
+        pending=[req("r", "v20", pinned_model="L4")],
+    )
+    (w,) = plan(snap, now=0.0, policy=Policy(enable_backfill=False)).waiting
+    assert w.reason == "no L4 node has 20 GiB and 25% cores free on one GPU"
+    assert w.code == "capacity"
+
+
+def test_waiting_reason_for_mig_names_profile() -> None:
+    snap = fleet(
+        node("h", pool="mig", model="H100-80G", gpus=1, mig_masks=[0b1111111]),
+        pending=[req("r", "m1")],
+    )
+    (w,) = plan(snap, now=0.0, policy=Policy(enable_backfill=False)).waiting
+    assert w.reason == "no eligible GPU has a free 1g.10gb MIG slice"
+
+
+def test_waiting_reason_when_no_pool_accepts_the_kind() -> None:
+    snap = fleet(node("n"), pending=[req("r", "m1")], pools=())
+    (w,) = plan(snap, now=0.0).waiting
+    assert w.reason.startswith("no pool can run it")
+
+
+@pytest.mark.parametrize(
+    ("request_kwargs", "reason_part"),
+    [
+        ({"flavor": "nope"}, "unknown flavor"),
+        ({"gpu_count": 0}, "at least 1"),
+        ({"flavor": "v20", "gpu_count": 2}, "exactly one GPU share"),
+        ({"max_runtime_seconds": 0}, "positive"),
+    ],
+)
+def test_invalid_requests_wait_with_code_invalid(
+    request_kwargs: dict[str, object], reason_part: str
+) -> None:
+    r = req("r", **request_kwargs)  # type: ignore[arg-type]
+    (w,) = plan(fleet(node("n"), pending=[r]), now=0.0).waiting
+    assert w.code == "invalid" and reason_part in w.reason
+
+
+def test_identical_shapes_fail_fast_with_the_same_reason() -> None:
+    snap = fleet(
+        node("n", whole=(0,)),
+        pending=[req(f"r{i}", gpu_count=8, submitted_at=float(i)) for i in range(5)],
+    )
+    p = plan(snap, now=0.0, policy=Policy(enable_backfill=False))
+    assert len({w.reason for w in p.waiting}) == 1
+
+
+def test_place_one_admits_an_arriving_request_against_indexed_state() -> None:
+    snap = fleet(node("n", gpus=2), pending=[req("first")])
+    sched = Scheduler(snap)
+    sched.plan(now=0.0)
+    d1 = sched.place_one(req("arrival"), now=1.0)
+    d2 = sched.place_one(req("too-many"), now=1.0)
+    assert d1.admission is not None and d1.admission.devices_by_node == (("n", (1,)),)
+    assert d2.admission is None and d2.code == "capacity"
+
+
+def test_scheduler_plans_a_single_cycle() -> None:
+    sched = Scheduler(fleet(node("n")))
+    sched.plan(now=0.0)
+    with pytest.raises(RuntimeError):
+        sched.plan(now=0.0)
+
+
+def test_plan_is_independent_of_input_order() -> None:
+    reqs = [req(f"r{i}", gpu_count=1 + i % 3, submitted_at=float(i % 4)) for i in range(12)]
+    nodes = [node(f"n{i}", gpus=4) for i in range(3)]
+    a = plan(fleet(*nodes, pending=reqs), now=0.0)
+    b = plan(fleet(*reversed(nodes), pending=list(reversed(reqs))), now=0.0)
+    assert a.admissions == b.admissions and a.waiting == b.waiting
+
+
+def test_best_fit_baseline_places_by_least_leftover() -> None:
+    snap = fleet(
+        node("v", pool="vgpu", gpus=2, free_mem=[81_920, 30_720], free_cores=[100, 50]),
+        pending=[req("r", "v20")],
+    )
+    p = plan(snap, now=0.0, policy=Policy(placer="best_fit"))
+    assert p.admissions[0].devices_by_node == (("v", (1,)),)
