@@ -19,6 +19,8 @@ urlpatterns = [
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("account/tokens/", views.api_tokens, name="api-tokens"),
     path("account/tokens/<str:token_key>/revoke/", views.revoke_api_token, name="api-token-revoke"),
+    path("", include("scheduling.urls")),
+    path("", include("accounting.urls")),
     path("api/v1/", include(api_v1)),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),

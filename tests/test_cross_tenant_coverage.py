@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import re
 import pkgutil
 from collections.abc import Iterator, Sequence
 
@@ -11,7 +12,7 @@ from django.urls import URLPattern, URLResolver, get_resolver
 import tests
 from tests.support.cross_tenant import COVERED_ROUTES
 
-OBJECT_KWARGS = ("pk", "token_key")
+OBJECT_ROUTE = re.compile(r"<(?:int:|str:)?(?:pk|token_key|[a-z_]+_id)>|\(\?P<")
 UNSCOPED_PREFIXES = ("admin/",)  # Django admin: platform admins only, guarded by is_staff.
 
 
@@ -33,14 +34,7 @@ def test_every_object_route_has_a_cross_tenant_test() -> None:
     object_routes = {
         name
         for name, route in _walk(get_resolver().url_patterns)
-        if any(
-            f"<{kind}>" in route
-            or f"<int:{kind}>" in route
-            or f"<str:{kind}>" in route
-            or f"(?P<{kind}>" in route
-            for kind in OBJECT_KWARGS
-        )
-        and not route.startswith(UNSCOPED_PREFIXES)
+        if OBJECT_ROUTE.search(route) and not route.startswith(UNSCOPED_PREFIXES)
     }
     assert object_routes, "the resolver walk found no object routes: the walk is broken"
     missing = sorted(object_routes - COVERED_ROUTES)

@@ -1,0 +1,75 @@
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+from django import forms
+
+from scheduling.choices import Priority, WorkloadKind
+from scheduling.models import Flavor
+from tenants.models import Project
+
+
+class GpuRequestForm(forms.Form):
+    """The web form for a GPU request; the same service as the API validates the rest."""
+
+    project = forms.ModelChoiceField(queryset=Project.objects.none())
+    flavor = forms.ModelChoiceField(queryset=Flavor.objects.none())
+    gpu_count = forms.IntegerField(min_value=1, max_value=1024, initial=1, label="GPUs")
+    kind = forms.ChoiceField(choices=WorkloadKind.choices, initial=WorkloadKind.JOB)
+    image = forms.CharField(max_length=255, initial="pytorch/pytorch:2.4.0-cuda12.1-cudnn9-runtime")
+    command = forms.CharField(
+        required=False, help_text="As you would type it in a shell, e.g. python train.py --epochs 3"
+    )
+    env = forms.CharField(
+        required=False, widget=forms.Textarea(attrs={"rows": 2}), help_text="KEY=value per line"
+    )
+    max_runtime_hours = forms.DecimalField(
+        min_value=0.1, max_value=2160, decimal_places=2, initial=2, label="Max runtime (hours)"
+    )
+    priority = forms.ChoiceField(choices=Priority.choices, initial=Priority.NORMAL)
+    is_preemptible = forms.BooleanField(required=False, label="Preemptible")
+    allow_shared_node = forms.BooleanField(required=False, initial=True, label="May share a node")
+    gpu_memory_mib = forms.IntegerField(
+        required=False, min_value=1, label="vGPU memory (MiB)", help_text="vGPU flavors only"
+    )
+    gpu_cores_percent = forms.IntegerField(
+        required=False, min_value=1, max_value=100, label="vGPU cores (%)"
+    )
+    reason = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2}))
+
+    def __init__(self, *args: Any, projects: Any, flavors: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["project"].queryset = projects  # type: ignore[attr-defined]
+        self.fields["flavor"].queryset = flavors  # type: ignore[attr-defined]
+
+    def clean_command(self) -> list[str]:
+        try:
+            return shlex.split(self.cleaned_data["command"] or "")
+        except ValueError as error:
+            raise forms.ValidationError(f"Cannot split the command: {error}.") from error
+
+    def clean_env(self) -> dict[str, str]:
+        env: dict[str, str] = {}
+        for line in (self.cleaned_data["env"] or "").splitlines():
+            if not line.strip():
+                continue
+            name, sep, value = line.partition("=")
+            if not sep:
+                raise forms.ValidationError(f"'{line}' is not KEY=value.")
+            env[name.strip()] = value
+        return env
+
+    def service_arguments(self) -> dict[str, Any]:
+        data = dict(self.cleaned_data)
+        data["max_runtime_seconds"] = int(data.pop("max_runtime_hours") * 3600)
+        return data
+
+
+class DecisionForm(forms.Form):
+    comment = forms.CharField(required=False, max_length=2000)
+
+
+class ProjectQuotaForm(forms.Form):
+    guaranteed = forms.IntegerField(min_value=0, max_value=100_000)
+    limit = forms.IntegerField(min_value=0, max_value=100_000)

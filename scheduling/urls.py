@@ -1,0 +1,26 @@
+from __future__ import annotations
+
+from django.urls import path
+
+from scheduling import views
+
+urlpatterns = [
+    path("requests/", views.request_list, name="gpu-requests-page"),
+    path("requests/new/", views.request_new, name="gpu-request-new"),
+    path("requests/new/flavors/", views.request_form_flavors, name="gpu-request-form-flavors"),
+    path("requests/<int:pk>/", views.request_detail, name="gpu-request-page"),
+    path("requests/<int:pk>/cancel/", views.request_cancel, name="gpu-request-cancel-page"),
+    path("approvals/", views.approvals, name="approvals-page"),
+    path(
+        "approvals/<int:pk>/<str:decision>/",
+        views.approval_decide,
+        name="approval-decide",
+    ),
+    path("quotas/", views.quotas, name="quotas-page"),
+    path(
+        "quotas/<int:project_id>/<int:flavor_id>/",
+        views.project_quota_set,
+        name="project-quota-set",
+    ),
+    path("audit/", views.audit_log, name="audit-page"),
+]

@@ -1,0 +1,227 @@
+"""Pages of the request side: the request form, my requests, the approval inbox, quotas, audit."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.paginator import Paginator
+from django.db.models import QuerySet
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_POST
+
+from scheduling import services
+from scheduling.choices import CANCELLABLE_STATUSES, RequestStatus
+from scheduling.forms import DecisionForm, GpuRequestForm, ProjectQuotaForm
+from scheduling.models import Flavor, GpuRequest, Quota
+from scheduling.selectors import approval_inbox, committed_units, flavors_for_project
+from tenants.errors import DomainError
+from tenants.models import AuditEvent, Project, scope_of
+
+
+def _member_projects(user: Any) -> QuerySet[Project]:
+    scope = scope_of(user)
+    projects = Project.objects.visible_to(user).select_related("team")
+    if not scope.is_platform_admin:
+        projects = projects.filter(team_id__in=scope.team_ids)
+    return projects
+
+
+def _form_flavors(project: Project | None) -> QuerySet[Flavor]:
+    return flavors_for_project(project=project) if project else Flavor.objects.none()
+
+
+def _chosen_project(request: HttpRequest, projects: QuerySet[Project]) -> Project | None:
+    project_id = request.POST.get("project") or request.GET.get("project")
+    if project_id and str(project_id).isdigit():
+        return projects.filter(pk=project_id).first()
+    return projects.first()
+
+
+def _apply_domain_error(form: GpuRequestForm, error: DomainError) -> None:
+    placed = False
+    for field, message in error.fields.items():
+        if field in form.fields:
+            form.add_error(field, str(message) or error.message)
+            placed = True
+    if not placed:
+        form.add_error(None, error.message)
+
+
+@login_required
+def request_list(request: HttpRequest) -> HttpResponse:
+    requests = GpuRequest.objects.visible_to(request.user).select_related(
+        "flavor", "project", "owner"
+    )
+    status = request.GET.get("status", "")
+    if status in RequestStatus.values:
+        requests = requests.filter(status=status)
+    page = Paginator(requests, 25).get_page(request.GET.get("page"))
+    return render(
+        request,
+        "scheduling/request_list.html",
+        {"page": page, "status": status, "statuses": RequestStatus.choices},
+    )
+
+
+@login_required
+def request_new(request: HttpRequest) -> HttpResponse:
+    projects = _member_projects(request.user)
+    project = _chosen_project(request, projects)
+    form = GpuRequestForm(
+        request.POST or None,
+        projects=projects,
+        flavors=_form_flavors(project),
+        initial={"project": project},
+    )
+    if request.method == "POST" and form.is_valid():
+        try:
+            created = services.submit_gpu_request(actor=request.user, **form.service_arguments())
+        except DomainError as error:
+            _apply_domain_error(form, error)
+        else:
+            messages.success(request, f"Request {created.pk} is {created.get_status_display()}.")
+            return redirect("gpu-request-page", pk=created.pk)
+    return render(request, "scheduling/request_form.html", {"form": form, "project": project})
+
+
+@login_required
+def request_form_flavors(request: HttpRequest) -> HttpResponse:
+    """HTMX: the flavor options a project may use, when the project selection changes."""
+    project = _chosen_project(request, _member_projects(request.user))
+    return render(request, "scheduling/_flavor_options.html", {"flavors": _form_flavors(project)})
+
+
+@login_required
+def request_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    gpu_request = get_object_or_404(
+        GpuRequest.objects.visible_to(request.user).select_related("flavor", "project", "owner"),
+        pk=pk,
+    )
+    history = (
+        AuditEvent.objects.filter(target_type="GpuRequest", target_id=str(gpu_request.pk))
+        .select_related("actor")
+        .order_by("occurred_at", "id")
+    )
+    return render(
+        request,
+        "scheduling/request_detail.html",
+        {
+            "gpu_request": gpu_request,
+            "history": history,
+            "can_cancel": gpu_request.status in CANCELLABLE_STATUSES,
+        },
+    )
+
+
+@login_required
+@require_POST
+def request_cancel(request: HttpRequest, pk: int) -> HttpResponse:
+    gpu_request = get_object_or_404(GpuRequest.objects.visible_to(request.user), pk=pk)
+    try:
+        services.cancel_gpu_request(actor=request.user, request=gpu_request)
+        messages.success(request, f"Request {pk} cancelled.")
+    except DomainError as error:
+        messages.error(request, error.message)
+    return redirect("gpu-request-page", pk=pk)
+
+
+@login_required
+def approvals(request: HttpRequest) -> HttpResponse:
+    scope = scope_of(request.user)
+    if not (scope.lead_team_ids or scope.is_platform_admin):
+        raise Http404
+    return render(
+        request, "scheduling/approvals.html", {"pending": approval_inbox(user=request.user)}
+    )
+
+
+@login_required
+@require_POST
+def approval_decide(request: HttpRequest, pk: int, decision: str) -> HttpResponse:
+    """HTMX: approve or reject one request from the inbox and swap its row."""
+    if decision not in {"approve", "reject"}:
+        raise Http404
+    gpu_request = get_object_or_404(GpuRequest.objects.visible_to(request.user), pk=pk)
+    form = DecisionForm(request.POST)
+    comment = form.cleaned_data["comment"] if form.is_valid() else ""
+    error = None
+    try:
+        if decision == "approve":
+            services.approve_gpu_request(actor=request.user, request=gpu_request, comment=comment)
+        else:
+            services.reject_gpu_request(actor=request.user, request=gpu_request, comment=comment)
+    except DomainError as domain_error:
+        error = domain_error.message
+    gpu_request.refresh_from_db()
+    return render(request, "scheduling/_approval_row.html", {"item": gpu_request, "error": error})
+
+
+@login_required
+def quotas(request: HttpRequest) -> HttpResponse:
+    """Each team quota per flavor, what is in use, and its split over the team's projects."""
+    scope = scope_of(request.user)
+    visible = Quota.objects.visible_to(request.user).select_related("flavor", "project", "team")
+    if not scope.is_platform_admin:
+        visible = visible.filter(team_id__in=scope.team_ids)
+    quota_list = list(visible)
+    splits = {(q.project_id, q.flavor_id): q for q in quota_list if q.project_id is not None}
+    rows = []
+    for team_quota in (q for q in quota_list if q.project_id is None):
+        team = team_quota.team
+        rows.append(
+            {
+                "quota": team_quota,
+                "used": committed_units(flavor=team_quota.flavor, team=team),
+                "can_split": scope.is_lead_of(team.pk),
+                "splits": [
+                    {
+                        "project": project,
+                        "quota": splits.get((project.pk, team_quota.flavor_id)),
+                        "used": committed_units(
+                            flavor=team_quota.flavor, team=team, project=project
+                        ),
+                    }
+                    for project in team.projects.all()
+                ],
+            }
+        )
+    return render(request, "scheduling/quotas.html", {"rows": rows})
+
+
+@login_required
+@require_POST
+def project_quota_set(request: HttpRequest, project_id: int, flavor_id: int) -> HttpResponse:
+    project = get_object_or_404(Project.objects.visible_to(request.user), pk=project_id)
+    flavor = get_object_or_404(Flavor.objects.visible_to(request.user), pk=flavor_id)
+    form = ProjectQuotaForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, "Give whole numbers for guaranteed and limit.")
+        return redirect("quotas-page")
+    try:
+        services.set_quota(
+            actor=request.user,
+            team=project.team,
+            project=project,
+            flavor=flavor,
+            **form.cleaned_data,
+        )
+        messages.success(request, f"Quota of {project} for {flavor} saved.")
+    except DomainError as error:
+        messages.error(request, error.message)
+    return redirect("quotas-page")
+
+
+@login_required
+def audit_log(request: HttpRequest) -> HttpResponse:
+    scope = scope_of(request.user)
+    if not (scope.lead_team_ids or scope.is_platform_admin):
+        raise Http404
+    events = AuditEvent.objects.visible_to(request.user).select_related("actor", "team")
+    action = request.GET.get("action", "")
+    if action:
+        events = events.filter(action__startswith=action)
+    page = Paginator(events, 50).get_page(request.GET.get("page"))
+    return render(request, "scheduling/audit.html", {"page": page, "action": action})

@@ -1,0 +1,131 @@
+"""Quota limits hold under concurrency (PostgreSQL) and under any sequence of actions."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+from django.db import connection, connections
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from scheduling import services
+from scheduling.choices import COMMITTED_STATUSES, TRANSITIONS, RequestStatus
+from scheduling.models import ApprovalRule, GpuRequest, Quota
+from scheduling.selectors import committed_units
+from tenants.errors import DomainError
+from tests.scheduling.conftest import Fleet
+from tests.support.personas import Org
+
+
+def _submit(org: Org, fleet: Fleet, gpu_count: int) -> GpuRequest:
+    return services.submit_gpu_request(
+        actor=org.dev_a,
+        project=org.project_a,
+        flavor=fleet.l4_12g,
+        gpu_count=gpu_count,
+        image="pytorch:2.4",
+        max_runtime_seconds=600,
+    )
+
+
+@pytest.mark.integration
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.skipif(
+    connection.vendor != "postgresql", reason="row locks need PostgreSQL; set DATABASE_URL"
+)
+def test_parallel_approvals_never_pass_the_quota_limit(org: Org, fleet: Fleet) -> None:
+    ApprovalRule.objects.update(auto_approve_within_guaranteed=False)
+    limit = Quota.objects.get(team=org.team_a, project=None, flavor=fleet.l4_12g).limit
+    pending = [_submit(org, fleet, 4) for _ in range(8)]  # 32 units asked, 16 allowed
+    barrier = threading.Barrier(len(pending))
+    outcomes: list[str] = []
+
+    def approve(request: GpuRequest) -> None:
+        try:
+            barrier.wait()
+            services.approve_gpu_request(actor=org.lead_a, request=request)
+            outcomes.append("approved")
+        except DomainError as error:
+            outcomes.append(error.code)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=approve, args=(request,)) for request in pending]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    assert outcomes.count("approved") == limit // 4
+    assert outcomes.count("quota_exceeded") == len(pending) - limit // 4
+    assert committed_units(flavor=fleet.l4_12g, team=org.team_a) == limit
+
+
+ACTIONS = st.lists(
+    st.tuples(
+        st.sampled_from(["submit", "approve", "reject", "cancel"]),
+        st.integers(min_value=1, max_value=6),  # units to submit / which request to act on
+        st.sampled_from(["normal", "high"]),
+    ),
+    min_size=1,
+    max_size=25,
+)
+
+
+@pytest.mark.django_db
+@settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(actions=ACTIONS)
+def test_any_sequence_of_actions_keeps_states_legal_and_quota_within_limit(
+    org: Org, fleet: Fleet, actions: list[tuple[str, int, str]]
+) -> None:
+    from django.db import transaction
+
+    savepoint = transaction.savepoint()
+    try:
+        quota = Quota.objects.get(team=org.team_a, project=None, flavor=fleet.l4_12g)
+        history: dict[int, list[str]] = {}
+        for action, number, priority in actions:
+            requests = list(GpuRequest.objects.order_by("id"))
+            target: Any = requests[number % len(requests)] if requests else None
+            try:
+                if action == "submit":
+                    made = services.submit_gpu_request(
+                        actor=org.dev_a,
+                        project=org.project_a,
+                        flavor=fleet.l4_12g,
+                        gpu_count=number,
+                        image="pytorch:2.4",
+                        max_runtime_seconds=600,
+                        priority=priority,
+                    )
+                    history[made.pk] = [RequestStatus.PENDING_APPROVAL]
+                elif target is not None and action == "approve":
+                    services.approve_gpu_request(actor=org.lead_a, request=target)
+                elif target is not None and action == "reject":
+                    services.reject_gpu_request(actor=org.lead_a, request=target, comment="no")
+                elif target is not None and action == "cancel":
+                    services.cancel_gpu_request(actor=org.dev_a, request=target)
+            except DomainError:
+                pass  # a refused action must leave everything as it was
+            for request in GpuRequest.objects.all():
+                states = history.setdefault(request.pk, [RequestStatus.PENDING_APPROVAL])
+                if states[-1] != request.status:
+                    states.append(request.status)
+            used = committed_units(flavor=fleet.l4_12g, team=org.team_a)
+            assert used <= quota.limit
+        for states in history.values():
+            for before, after in zip(states, states[1:], strict=False):
+                # Approve moves through approved to queued inside one service call.
+                assert after in TRANSITIONS[before] or (
+                    before == RequestStatus.PENDING_APPROVAL and after == RequestStatus.QUEUED
+                ), states
+        committed = GpuRequest.objects.filter(status__in=COMMITTED_STATUSES)
+        assert all(r.status in {RequestStatus.QUEUED} for r in committed)
+    finally:
+        transaction.savepoint_rollback(savepoint)
