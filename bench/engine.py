@@ -1,0 +1,253 @@
+"""Scheduling-engine benchmark on the synthetic W-GPU-2k workload.
+
+Run from the repository root:
+
+    .venv/bin/python -m bench.engine            # full fleet, 5 runs
+    .venv/bin/python -m bench.engine --quick    # 10% fleet, 5,000 pending, 3 runs
+
+Figures (medians over --runs, all in one process on the same seeded workload):
+
+* engine.decisions_per_second  pending requests decided / full-cycle seconds
+* engine.full_cycle_seconds    Scheduler(snapshot) + plan(now): index build plus the whole queue
+* engine.arrival_decision_ms   Scheduler.place_one for a newly arrived request against the
+                               indexed starting state (60% full, so capacity exists); median of
+                               the admitted arrivals
+* engine.unallocated_vs_best_fit  free GPU-equivalents left after the engine's cycle divided by
+                               those left after the best-fit baseline's cycle (same snapshot, same
+                               queue order, same quota rules; only placement differs)
+* engine.max_fair_share_gap_points  max over teams of |actual - fair| share of fleet capacity, in
+                               percentage points; fair = weighted max-min (water-filling) of the
+                               fleet's GE over the teams' demand (running + pending GE, capped by
+                               their limits), weights = guaranteed-quota share
+* engine.quota_breaches        (team, flavor) pairs whose usage after the plan exceeds the limit
+                               and grew during the cycle; must be 0
+
+Each figure is printed as a human-readable line and as one JSON line
+{"metric": ..., "value": ..., "unit": ...}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from collections import Counter, defaultdict
+
+from bench.workload import Workload, generate
+from scheduling.engine import Plan, Policy, Request, Scheduler, Snapshot
+
+
+def _emit(metric: str, value: float, unit: str, text: str) -> None:
+    print(text)
+    print(json.dumps({"metric": metric, "value": round(value, 6), "unit": unit}))
+
+
+def _usage_after(snap: Snapshot, plan: Plan) -> dict[tuple[str, str], float]:
+    flavors = {f.id: f for f in snap.flavors}
+    out: defaultdict[tuple[str, str], float] = defaultdict(float)
+    victims = {p.victim_id for p in plan.preemptions}
+    for a in snap.allocations:
+        if a.request_id not in victims:
+            out[(a.team, a.flavor)] += a.gpu_equivalents
+    reqs = {r.id: r for r in snap.pending}
+    for adm in plan.admissions:
+        r = reqs[adm.request_id]
+        out[(r.team, r.flavor)] += r.gpu_count * flavors[r.flavor].gpu_equivalent
+    return out
+
+
+def quota_breaches(snap: Snapshot, plan: Plan) -> int:
+    before: defaultdict[tuple[str, str], float] = defaultdict(float)
+    for a in snap.allocations:
+        before[(a.team, a.flavor)] += a.gpu_equivalents
+    limit = {(q.team, q.flavor): q.limit for q in snap.quotas if q.project is None}
+    after = _usage_after(snap, plan)
+    return sum(
+        1
+        for key, used in after.items()
+        if used > limit.get(key, 0.0) + 1e-6 and used > before[key] + 1e-6
+    )
+
+
+def fair_share_gap(snap: Snapshot, plan: Plan, capacity: float) -> tuple[float, str]:
+    """Max |actual - fair| over teams in points of fleet capacity, and the worst team."""
+    flavors = {f.id: f for f in snap.flavors}
+    guaranteed: defaultdict[str, float] = defaultdict(float)
+    limit: defaultdict[str, float] = defaultdict(float)
+    for q in snap.quotas:
+        if q.project is None:
+            guaranteed[q.team] += q.guaranteed
+            limit[q.team] += q.limit
+    demand: defaultdict[str, float] = defaultdict(float)
+    for a in snap.allocations:
+        demand[a.team] += a.gpu_equivalents
+    for r in snap.pending:
+        demand[r.team] += r.gpu_count * flavors[r.flavor].gpu_equivalent
+    teams = sorted(t.name for t in snap.teams)
+    total_g = sum(guaranteed.values()) or 1.0
+    weight = {t: guaranteed[t] / total_g for t in teams}
+    cap = {t: min(demand[t], limit[t]) for t in teams}
+    target = min(capacity, sum(cap.values()))
+    lo, hi = 0.0, 1e9
+    for _ in range(200):  # water level lambda: sum(min(cap, lambda * w)) == target
+        mid = (lo + hi) / 2
+        if sum(min(cap[t], mid * weight[t]) for t in teams) < target:
+            lo = mid
+        else:
+            hi = mid
+    fair = {t: min(cap[t], hi * weight[t]) for t in teams}
+    actual: defaultdict[str, float] = defaultdict(float)
+    for (team, _), used in _usage_after(snap, plan).items():
+        actual[team] += used
+    gaps = {t: abs(actual[t] - fair[t]) / capacity * 100 for t in teams}
+    worst = max(teams, key=lambda t: (gaps[t], t))
+    detail = (
+        f"{worst}: actual {actual[worst] / capacity * 100:.2f}% vs fair "
+        f"{fair[worst] / capacity * 100:.2f}%"
+    )
+    return gaps[worst], detail
+
+
+def arrivals(w: Workload, n: int, seed: int) -> list[Request]:
+    fresh = generate(seed=seed + 1000, scale=0.02, pending=n, teams=len(w.snapshot.teams))
+    team_names = [t.name for t in w.snapshot.teams]
+    out = []
+    for i, r in enumerate(fresh.snapshot.pending):
+        out.append(
+            Request(
+                id=f"arrival-{i:04d}",
+                team=team_names[i % len(team_names)],
+                flavor=r.flavor,
+                submitted_at=w.now,
+                gpu_count=r.gpu_count,
+                kind=r.kind,
+                priority=r.priority,
+                is_preemptible=r.is_preemptible,
+                allow_shared_node=r.allow_shared_node,
+                pinned_model=r.pinned_model,
+                max_runtime_seconds=r.max_runtime_seconds,
+            )
+        )
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--runs", type=int, default=None, help="repetitions (default 5, quick 3)")
+    ap.add_argument("--quick", action="store_true", help="10%% fleet, 5,000 pending")
+    ap.add_argument("--seed", type=int, default=7)
+    args = ap.parse_args()
+    runs = args.runs or (3 if args.quick else 5)
+    if args.quick:
+        w = generate(seed=args.seed, scale=0.1, pending=5_000, teams=20)
+    else:
+        w = generate(seed=args.seed)
+    snap = w.snapshot
+    label = "quick (10% fleet)" if args.quick else "W-GPU-2k"
+    print(
+        f"workload {label}: {len(snap.nodes)} nodes, {len(snap.devices)} GPUs, "
+        f"{len(snap.teams)} teams, {len(snap.allocations)} running, {len(snap.pending)} pending, "
+        f"seed {w.seed}, {runs} runs"
+    )
+
+    cycle: list[float] = []
+    plan_only: list[float] = []
+    engine_plan: Plan | None = None
+    engine_free = 0.0
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        sched = Scheduler(snap, Policy())
+        t1 = time.perf_counter()
+        p = sched.plan(w.now)
+        t2 = time.perf_counter()
+        cycle.append(t2 - t0)
+        plan_only.append(t2 - t1)
+        if engine_plan is None:
+            engine_plan, engine_free = p, sched.free_gpu_equivalents()
+        else:
+            assert p == engine_plan, "plan is not deterministic"
+    assert engine_plan is not None
+    full = statistics.median(cycle)
+
+    base_times: list[float] = []
+    base_plan: Plan | None = None
+    base_free = 0.0
+    for _ in range(max(1, runs // 2)):
+        t0 = time.perf_counter()
+        bs = Scheduler(snap, Policy(placer="best_fit"))
+        bp = bs.plan(w.now)
+        base_times.append(time.perf_counter() - t0)
+        base_plan, base_free = bp, bs.free_gpu_equivalents()
+    assert base_plan is not None
+
+    # Arrival latency against the indexed starting state (capacity exists).
+    lat_all: list[float] = []
+    lat_admitted: list[float] = []
+    for _ in range(runs):
+        sched = Scheduler(snap, Policy())
+        for r in arrivals(w, 200, w.seed):
+            t0 = time.perf_counter()
+            d = sched.place_one(r, w.now)
+            dt = (time.perf_counter() - t0) * 1000
+            lat_all.append(dt)
+            if d.admission is not None:
+                lat_admitted.append(dt)
+    lat_admitted.sort()
+    lat_all.sort()
+
+    codes = Counter(x.code for x in engine_plan.waiting)
+    print(
+        f"engine plan: {len(engine_plan.admissions)} admitted, {len(engine_plan.preemptions)} "
+        f"preemptions, {len(engine_plan.reservations)} reservations, waiting by code "
+        f"{dict(sorted(codes.items()))}"
+    )
+    print(
+        f"best-fit plan: {len(base_plan.admissions)} admitted, {len(base_plan.preemptions)} "
+        f"preemptions, cycle {statistics.median(base_times):.3f} s"
+    )
+    _emit(
+        "engine.decisions_per_second",
+        len(snap.pending) / full,
+        "decisions/s",
+        f"decisions per second: {len(snap.pending) / full:,.0f} "
+        f"({len(snap.pending)} pending / {full:.3f} s)",
+    )
+    _emit(
+        "engine.full_cycle_seconds",
+        full,
+        "s",
+        f"full cycle: {full:.3f} s median (index build "
+        f"{statistics.median(c - p for c, p in zip(cycle, plan_only, strict=True)):.3f} s + "
+        f"queue {statistics.median(plan_only):.3f} s); runs {[round(c, 3) for c in cycle]}",
+    )
+    med = statistics.median(lat_admitted) if lat_admitted else float("nan")
+    p99 = lat_all[int(0.99 * (len(lat_all) - 1))] if lat_all else float("nan")
+    _emit(
+        "engine.arrival_decision_ms",
+        med,
+        "ms",
+        f"arrival decision: {med:.3f} ms median over {len(lat_admitted)} admitted arrivals "
+        f"(all {len(lat_all)}: median {statistics.median(lat_all):.3f} ms, p99 {p99:.3f} ms)",
+    )
+    ratio = engine_free / base_free if base_free else (0.0 if engine_free == 0 else float("inf"))
+    _emit(
+        "engine.unallocated_vs_best_fit",
+        ratio,
+        "ratio",
+        f"unallocated GPU-eq after the cycle: engine {engine_free:.2f}, best-fit "
+        f"{base_free:.2f} of {w.capacity_ge:.0f} (ratio {ratio:.3f})",
+    )
+    gap, detail = fair_share_gap(snap, engine_plan, w.capacity_ge)
+    _emit(
+        "engine.max_fair_share_gap_points",
+        gap,
+        "points",
+        f"max fair-share gap: {gap:.2f} points ({detail})",
+    )
+    breaches = quota_breaches(snap, engine_plan)
+    _emit("engine.quota_breaches", breaches, "count", f"quota breaches: {breaches}")
+
+
+if __name__ == "__main__":
+    main()
