@@ -47,7 +47,12 @@ class Priority(models.TextChoices):
     CRITICAL = "critical", "Critical"
 
 
-PRIORITY_RANK: dict[str, int] = {Priority.LOW: 0, Priority.NORMAL: 1, Priority.HIGH: 2, Priority.CRITICAL: 3}
+PRIORITY_RANK: dict[str, int] = {
+    Priority.LOW: 0,
+    Priority.NORMAL: 1,
+    Priority.HIGH: 2,
+    Priority.CRITICAL: 3,
+}
 
 
 class RequestStatus(models.TextChoices):

@@ -34,3 +34,14 @@ def redis_url() -> Iterator[str]:
 def fast_password_hashing(settings: Any) -> None:
     """Real hashing costs ~0.3 s a user; the suite creates hundreds of users."""
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture(autouse=True, scope="session")
+def celery_runs_tasks_inline() -> Iterator[None]:
+    """Tasks queued by the code under test run in-process unless a test starts a real worker."""
+    from portal.celery import app
+
+    app.conf.task_always_eager = True
+    app.conf.task_eager_propagates = True
+    yield
+    app.conf.task_always_eager = False
