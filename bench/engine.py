@@ -17,8 +17,9 @@ Figures (medians over --runs, all in one process on the same seeded workload):
                                queue order, same quota rules; only placement differs)
 * engine.max_fair_share_gap_points  max over teams of |actual - fair| share of fleet capacity, in
                                percentage points; fair = weighted max-min (water-filling) of the
-                               fleet's GE over the teams' demand (running + pending GE, capped by
-                               their limits), weights = guaranteed-quota share
+                               fleet's GE over the teams' demand (running + pending GE of each
+                               flavor, capped by the flavor's limit), weights = guaranteed-quota
+                               share
 * engine.quota_breaches        (team, flavor) pairs whose usage after the plan exceeds the limit
                                and grew during the cycle; must be 0
 
@@ -70,38 +71,85 @@ def quota_breaches(snap: Snapshot, plan: Plan) -> int:
     )
 
 
-def fair_share_gap(snap: Snapshot, plan: Plan, capacity: float) -> tuple[float, str]:
-    """Max |actual - fair| over teams in points of fleet capacity, and the worst team."""
-    flavors = {f.id: f for f in snap.flavors}
-    guaranteed: defaultdict[str, float] = defaultdict(float)
-    limit: defaultdict[str, float] = defaultdict(float)
-    for q in snap.quotas:
-        if q.project is None:
-            guaranteed[q.team] += q.guaranteed
-            limit[q.team] += q.limit
-    demand: defaultdict[str, float] = defaultdict(float)
-    for a in snap.allocations:
-        demand[a.team] += a.gpu_equivalents
-    for r in snap.pending:
-        demand[r.team] += r.gpu_count * flavors[r.flavor].gpu_equivalent
-    teams = sorted(t.name for t in snap.teams)
-    total_g = sum(guaranteed.values()) or 1.0
-    weight = {t: guaranteed[t] / total_g for t in teams}
-    cap = {t: min(demand[t], limit[t]) for t in teams}
-    target = min(capacity, sum(cap.values()))
-    lo, hi = 0.0, 1e9
-    for _ in range(200):  # water level lambda: sum(min(cap, lambda * w)) == target
+def _water_fill(
+    current: dict[str, float], extra: dict[str, float], weight: dict[str, float], budget: float
+) -> dict[str, float]:
+    """Weighted water-filling: raise totals toward lambda * weight, each by at most `extra`."""
+    teams = sorted(current)
+    give = min(budget, sum(extra.values()))
+    if give <= 0:
+        return dict(current)
+
+    def handed(level: float) -> float:
+        return sum(min(extra[t], max(0.0, level * weight[t] - current[t])) for t in teams)
+
+    lo, hi = 0.0, 1.0
+    while handed(hi) < give and hi < 1e15:
+        hi *= 2
+    for _ in range(100):
         mid = (lo + hi) / 2
-        if sum(min(cap[t], mid * weight[t]) for t in teams) < target:
+        if handed(mid) < give:
             lo = mid
         else:
             hi = mid
-    fair = {t: min(cap[t], hi * weight[t]) for t in teams}
+    return {t: current[t] + min(extra[t], max(0.0, hi * weight[t] - current[t])) for t in teams}
+
+
+def fair_shares(snap: Snapshot, plan: Plan, capacity: float, by_priority: bool) -> dict[str, float]:
+    """Each team's weighted DRF fair share (GE) of the fleet after this cycle.
+
+    Start from the running work that survives the plan; hand the rest of the fleet out by
+    weighted water-filling (weights = guaranteed-quota share) over each team's pending demand,
+    capped per flavor by the team's limit.  With `by_priority`, priority classes are served
+    strictly one after the other, as the queue order prescribes; without, all at once.
+    """
+    flavors = {f.id: f for f in snap.flavors}
+    guaranteed: defaultdict[str, float] = defaultdict(float)
+    limit: dict[tuple[str, str], float] = {}
+    for q in snap.quotas:
+        if q.project is None:
+            guaranteed[q.team] += q.guaranteed
+            limit[(q.team, q.flavor)] = q.limit
+    teams = sorted(t.name for t in snap.teams)
+    total_g = sum(guaranteed.values()) or 1.0
+    weight = {t: max(guaranteed[t] / total_g, 1e-12) for t in teams}
+    victims = {p.victim_id for p in plan.preemptions}
+    used_tf: defaultdict[tuple[str, str], float] = defaultdict(float)
+    current = dict.fromkeys(teams, 0.0)
+    for a in snap.allocations:
+        if a.request_id not in victims:
+            used_tf[(a.team, a.flavor)] += a.gpu_equivalents
+            current[a.team] += a.gpu_equivalents
+    levels: defaultdict[int, defaultdict[tuple[str, str], float]] = defaultdict(
+        lambda: defaultdict(float)
+    )
+    for r in snap.pending:
+        lvl = r.priority if by_priority else 0
+        levels[lvl][(r.team, r.flavor)] += r.gpu_count * flavors[r.flavor].gpu_equivalent
+    budget = capacity - sum(current.values())
+    for lvl in sorted(levels, reverse=True):
+        extra = dict.fromkeys(teams, 0.0)
+        for (team, flavor), d in sorted(levels[lvl].items()):
+            room = max(0.0, limit.get((team, flavor), 0.0) - used_tf[(team, flavor)])
+            take = min(d, room)
+            extra[team] += take
+            used_tf[(team, flavor)] += take  # conservative: assume this level gets it all
+        after = _water_fill(current, extra, weight, budget)
+        budget -= sum(after.values()) - sum(current.values())
+        current = after
+    return current
+
+
+def fair_share_gap(
+    snap: Snapshot, plan: Plan, capacity: float, by_priority: bool = True
+) -> tuple[float, str]:
+    """Max |actual - fair| over teams in points of fleet capacity, and the worst team."""
+    fair = fair_shares(snap, plan, capacity, by_priority)
     actual: defaultdict[str, float] = defaultdict(float)
     for (team, _), used in _usage_after(snap, plan).items():
         actual[team] += used
-    gaps = {t: abs(actual[t] - fair[t]) / capacity * 100 for t in teams}
-    worst = max(teams, key=lambda t: (gaps[t], t))
+    gaps = {t: abs(actual[t] - fair[t]) / capacity * 100 for t in fair}
+    worst = max(sorted(gaps), key=lambda t: gaps[t])
     detail = (
         f"{worst}: actual {actual[worst] / capacity * 100:.2f}% vs fair "
         f"{fair[worst] / capacity * 100:.2f}%"
@@ -239,11 +287,13 @@ def main() -> None:
         f"{base_free:.2f} of {w.capacity_ge:.0f} (ratio {ratio:.3f})",
     )
     gap, detail = fair_share_gap(snap, engine_plan, w.capacity_ge)
+    flat_gap, flat_detail = fair_share_gap(snap, engine_plan, w.capacity_ge, by_priority=False)
     _emit(
         "engine.max_fair_share_gap_points",
         gap,
         "points",
-        f"max fair-share gap: {gap:.2f} points ({detail})",
+        f"max fair-share gap: {gap:.2f} points ({detail}); ignoring priority classes: "
+        f"{flat_gap:.2f} points ({flat_detail})",
     )
     breaches = quota_breaches(snap, engine_plan)
     _emit("engine.quota_breaches", breaches, "count", f"quota breaches: {breaches}")

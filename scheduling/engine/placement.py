@@ -128,6 +128,8 @@ class Placer:
             cands.extend(got)
         if not cands:
             return None, hit
+        if len(cands) == 1:
+            return cands[0][1], hit
         best: tuple[float, int, int] | None = None
         best_claims: tuple[Claim, ...] = ()
         st = self.st

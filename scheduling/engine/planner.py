@@ -23,6 +23,8 @@ Waiting requests get 1-based positions in the order they were considered.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Hashable
+from dataclasses import replace
 
 from .backfill import Hold, reserve
 from .index import CapacityIndex
@@ -36,6 +38,7 @@ from .types import (
     MIG_SLICES,
     Admission,
     Decision,
+    Flavor,
     Plan,
     Policy,
     Preemption,
@@ -80,8 +83,10 @@ class Scheduler:
                 w = 1.0
             self.weight[t.name] = max(w, 1e-9)
         self.holds: list[Hold] = []
-        self._fail: dict[tuple[Shape, tuple[int, ...]], tuple[str, WaitCode]] = {}
-        self._preempt_fail: set[tuple[Shape, int, bool, tuple[int, ...]]] = set()
+        self._fail: dict[tuple[Hashable, tuple[int, ...]], tuple[str, WaitCode]] = {}
+        self._preempt_fail: set[tuple[Hashable, int, bool, tuple[int, ...]]] = set()
+        self._shapes: dict[Hashable, tuple[Shape, Hashable]] = {}
+        self._share: dict[str, float] = {}  # cached DRF shares, dropped when usage changes
         self._queue: FairQueue | None = None
         self._planned = False
 
@@ -89,11 +94,16 @@ class Scheduler:
 
     def share(self, team: str) -> float:
         """Weighted dominant share: max over GPU models of used/capacity, over the team weight."""
+        hit = self._share.get(team)
+        if hit is not None:
+            return hit
         use = self.usage.get(team)
-        if not use:
-            return 0.0
-        dom = max(use[m] / self.capacity[m] for m in use if self.capacity.get(m))
-        return dom / self.weight.get(team, 1e-9)
+        value = 0.0
+        if use:
+            dom = max((use[m] / self.capacity[m] for m in use if self.capacity.get(m)), default=0)
+            value = dom / self.weight.get(team, 1e-9)
+        self._share[team] = value
+        return value
 
     def free_gpu_equivalents(self) -> float:
         """Unallocated capacity in GE: free cards, usable vGPU share, free MIG slices."""
@@ -167,7 +177,7 @@ class Scheduler:
         if not ok:
             assert why is not None
             return None, [], why, "quota"
-        shape = shape_of(req, flavor)
+        shape, mkey = self._shape(req, flavor)
         end = now + req.max_runtime_seconds
         block_ids = tuple(
             i for i, h in enumerate(self.holds) if h.start_at < end and h.request_id != req.id
@@ -175,8 +185,8 @@ class Scheduler:
         blocked: frozenset[int] = frozenset()
         for i in block_ids:
             blocked = blocked | self.holds[i].devices
-        memo: tuple[str, WaitCode] | None = self._fail.get((shape, ())) or self._fail.get(
-            (shape, block_ids)
+        memo: tuple[str, WaitCode] | None = self._fail.get((mkey, ())) or self._fail.get(
+            (mkey, block_ids)
         )
         preemptible = req.is_preemptible or borrowed
         if memo is None:
@@ -187,14 +197,16 @@ class Scheduler:
             if hit:
                 holder = self.holds[block_ids[0]].request_id if block_ids else "?"
                 fresh = (f"waiting behind reservation for request {holder}", "reservation")
-                self._fail[(shape, block_ids)] = fresh
+                self._fail[(mkey, block_ids)] = fresh
             else:
                 fresh = (self.placer.capacity_reason(shape), "capacity")
-                self._fail[(shape, ())] = fresh
+                self._fail[(mkey, ())] = fresh
             memo = fresh
         # Preemption.
         if self.policy.enable_preemption:
-            got = self._preempt(req, shape, demand, borrowed, preemptible, blocked, block_ids, now)
+            got = self._preempt(
+                req, shape, mkey, demand, borrowed, preemptible, blocked, block_ids, now
+            )
             if got is not None:
                 return got
         # Reservation for the head.
@@ -221,6 +233,32 @@ class Scheduler:
                     "reserved",
                 )
         return None, [], memo[0], memo[1]
+
+    def _shape(self, req: Request, flavor: Flavor) -> tuple[Shape, Hashable]:
+        """The request's shape and its memo key (cached per distinct request shape).
+
+        The memo key replaces the workload kind by the eligible groups it leads to, so requests
+        that differ only in kind but can go to the same pools share failures.
+        """
+        raw = (
+            req.flavor,
+            req.gpu_count,
+            req.kind,
+            req.allow_shared_node,
+            req.pinned_model,
+            req.vgpu_memory_mib,
+            req.vgpu_cores_percent,
+            req.mig_profile,
+            req.node_selector,
+            req.tolerations,
+        )
+        hit = self._shapes.get(raw)
+        if hit is None:
+            shape = shape_of(req, flavor)
+            groups, _ = self.placer.groups_for(shape)
+            canon = replace(shape, workload_kind="") if groups else shape
+            hit = self._shapes[raw] = (shape, (canon, tuple(g.key for g in groups)))
+        return hit
 
     def _admit(
         self,
@@ -254,6 +292,7 @@ class Scheduler:
         st.apply(rec)
         self.ledger.charge(req.team, req.project, req.flavor, demand)
         self.usage[req.team][rec.model] += demand
+        self._share.pop(req.team, None)
         if crossing and self.ledger.above_guarantee(req.team, req.flavor):
             self._preempt_fail.clear()  # the team's running work just became eligible victims
         return Admission(req.id, tuple(st.device_claim(c) for c in claims), borrowed, preemptible)
@@ -262,6 +301,7 @@ class Scheduler:
         self,
         req: Request,
         shape: Shape,
+        mkey: Hashable,
         demand: float,
         borrowed: bool,
         preemptible: bool,
@@ -272,7 +312,7 @@ class Scheduler:
         reclaim = not borrowed
         if req.priority <= 0 and not reclaim:
             return None
-        key = (shape, req.priority, reclaim, block_ids)
+        key = (mkey, req.priority, reclaim, block_ids)
         if key in self._preempt_fail:
             return None
         groups, _ = self.placer.groups_for(shape)
@@ -294,6 +334,7 @@ class Scheduler:
                     lst.remove(v)
             self.ledger.charge(v.team, v.project, v.flavor, -v.ge)
             self.usage[v.team][v.model] -= v.ge
+            self._share.pop(v.team, None)
             if self._queue is not None:
                 self._queue.touch(v.team)
             why = (

@@ -51,6 +51,7 @@ def find_victims(
     results: list[tuple[tuple[int, int, int, int], int, tuple[Claim, ...], list[AllocRecord]]] = []
     done = False
     blocked_nodes = {st.dev_node[d] for d in blocked}
+    borrowing: dict[tuple[str, str], bool] = {}
     for g in groups:
         if done:
             break
@@ -63,6 +64,12 @@ def find_victims(
             freeable = 0
             for rec in victims_here:
                 if rec.priority < priority or (reclaim and rec.borrowed):
+                    key = (rec.team, rec.flavor)
+                    above = borrowing.get(key)
+                    if above is None:
+                        above = borrowing[key] = ledger.above_guarantee(rec.team, rec.flavor)
+                    if not above:
+                        continue  # its team is at or below its guarantee: never a victim
                     cands.append(rec)
                     freeable += sum(1 for c in rec.claims if st.dev_node[c[0]] == node)
                 elif not rec.borrowed:

@@ -49,11 +49,14 @@ def node_packing(
     st: FleetState, node: int, shape: Shape, claims: tuple[Claim, ...], pool: Pool, pre: bool
 ) -> float:
     """Share of the node's cards in use after the placement (binpack) or free (spread)."""
-    devs = st.node_devices[node]
-    if not devs:
+    n = len(st.node_devices[node])
+    if not n:
         return 0.0
-    newly = sum(1 for c in claims if st.fully_free(c[0]))
-    used = (len(devs) - st.free_whole_count(node) + newly) / len(devs)
+    newly = 0
+    for c in claims:
+        if st.fully_free(c[0]):
+            newly += 1
+    used = (n - st.node_free[node] + newly) / n
     return used if pool.scoring == "binpack" else 1.0 - used
 
 
