@@ -1,0 +1,938 @@
+"""The `kubernetes` cluster backend: the official client talking to a real API server.
+
+This is the only module of the project that imports the `kubernetes` package. It does four
+things: classify client errors (`classify_api_exception`), map API objects onto the portal's
+values (`workload_status`, `node_inventory`), create-or-adopt objects built by
+`kubernetes_manifests`, and list/watch what runs. It never retries on its own (the Celery layer
+retries `TransientClusterError` with jittered backoff) except re-listing after 410 Gone.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from datetime import datetime
+from typing import Any, TypeVar
+
+import urllib3.exceptions
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+from kubernetes import watch as k8s_watch
+from kubernetes.client.exceptions import ApiException
+from kubernetes.utils import parse_quantity
+
+from scheduling.cluster import kubernetes_manifests as manifests
+from scheduling.cluster.base import (
+    ATTEMPT_LABEL,
+    KIND_LABEL,
+    MANAGED_BY_LABEL,
+    MANAGED_BY_VALUE,
+    PROJECT_LABEL,
+    REQUEST_LABEL,
+    TEAM_LABEL,
+    TERMINATE_REASON_ANNOTATION,
+    WORKLOAD_KINDS,
+    ClusterError,
+    HamiDevice,
+    NodeInventory,
+    PermanentClusterError,
+    PrioritySpec,
+    ProjectSpec,
+    Taint,
+    TransientClusterError,
+    WorkloadEvent,
+    WorkloadKind,
+    WorkloadPhase,
+    WorkloadSpec,
+    WorkloadStatus,
+    workload_name,
+)
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+TRANSIENT_STATUSES = frozenset({408, 409, 410, 425, 429, 500, 502, 503, 504})
+GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+GPU_MEMORY_LABEL = "nvidia.com/gpu.memory"
+GPU_COUNT_LABEL = "nvidia.com/gpu.count"
+HAMI_REGISTER_ANNOTATION = "hami.io/node-nvidia-register"
+LIST_PAGE_SIZE = 500
+
+# Waiting reasons that will not clear up by themselves, with the words the owner sees.
+FATAL_WAITING_REASONS: Mapping[str, str] = {
+    "ErrImagePull": "image pull failed",
+    "ImagePullBackOff": "image pull failed",
+    "InvalidImageName": "image name is invalid",
+    "CrashLoopBackOff": "container keeps crashing",
+    "CreateContainerConfigError": "container configuration is invalid",
+    "CreateContainerError": "container could not be created",
+    "RunContainerError": "container could not be started",
+}
+_COMPLETE_CONDITIONS = ("Complete", "SuccessCriteriaMet")
+_FAILED_CONDITIONS = ("Failed", "FailureTarget")
+_CLIENT_ERRORS = (ApiException, urllib3.exceptions.HTTPError, OSError, k8s_config.ConfigException)
+
+
+# 1. Errors -----------------------------------------------------------------------------------
+
+
+def _status_details(exc: ApiException) -> tuple[str, str]:
+    """The (reason, message) of the API's Status body, falling back to the HTTP reason."""
+    reason, message = str(exc.reason or ""), ""
+    if exc.body:
+        try:
+            body = json.loads(exc.body)
+        except (TypeError, ValueError):
+            message = str(exc.body)[:500]
+        else:
+            if isinstance(body, dict):
+                reason = str(body.get("reason") or reason)
+                message = str(body.get("message") or "")
+    return reason, message
+
+
+def _retry_after(exc: ApiException) -> float | None:
+    headers = exc.headers or {}
+    value = headers.get("Retry-After") or headers.get("retry-after")
+    try:
+        return float(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+def classify_api_exception(exc: BaseException) -> ClusterError:
+    """Map a client, transport or config error onto a transient or permanent `ClusterError`.
+
+    Transient: timeouts, refused or dropped connections, 408/409 conflicts/410 Gone/429/5xx, and
+    403 from a namespace that is being deleted. Permanent: everything the same request will hit
+    again (400, 401, 403, 404, 422, TLS failures, a broken kubeconfig).
+    """
+    if isinstance(exc, ClusterError):
+        return exc
+    if isinstance(exc, ApiException):
+        status = int(exc.status) if exc.status else None
+        reason, message = _status_details(exc)
+        text = f"Kubernetes API {status or '-'} {reason}: {message}".strip().rstrip(":")
+        if status is None:
+            return TransientClusterError(text, reason=reason)
+        if status in TRANSIENT_STATUSES:
+            return TransientClusterError(
+                text, status=status, reason=reason, retry_after_seconds=_retry_after(exc)
+            )
+        if status == 403 and "being terminated" in message:
+            return TransientClusterError(text, status=status, reason="NamespaceTerminating")
+        return PermanentClusterError(text, status=status, reason=reason)
+    if isinstance(exc, urllib3.exceptions.MaxRetryError) and isinstance(
+        exc.reason, urllib3.exceptions.SSLError
+    ):
+        return PermanentClusterError(f"TLS to the API server failed: {exc.reason}", reason="TLS")
+    if isinstance(exc, urllib3.exceptions.SSLError):
+        return PermanentClusterError(f"TLS to the API server failed: {exc}", reason="TLS")
+    if isinstance(exc, urllib3.exceptions.HTTPError | OSError):
+        # MaxRetryError, timeouts, NewConnectionError, ProtocolError, ConnectionRefusedError...
+        return TransientClusterError(
+            f"cannot reach the API server: {exc}", reason=type(exc).__name__
+        )
+    if isinstance(exc, k8s_config.ConfigException):
+        return PermanentClusterError(f"Kubernetes client configuration: {exc}", reason="Config")
+    return PermanentClusterError(f"unexpected error: {exc!r}", reason=type(exc).__name__)
+
+
+# 2. Status mapping ----------------------------------------------------------------------------
+
+
+def _conditions(obj: Any) -> list[Any]:
+    status = getattr(obj, "status", None)
+    return list(getattr(status, "conditions", None) or [])
+
+
+def _true_condition(obj: Any, types: Sequence[str]) -> Any | None:
+    """The first condition of `types` (in that order of preference) whose status is True."""
+    conditions = _conditions(obj)
+    for type_ in types:
+        for condition in conditions:
+            if condition.type == type_ and condition.status == "True":
+                return condition
+    return None
+
+
+def _container_statuses(pod: k8s.V1Pod) -> list[k8s.V1ContainerStatus]:
+    status = pod.status
+    if status is None:
+        return []
+    return [*(status.init_container_statuses or []), *(status.container_statuses or [])]
+
+
+def pod_problem(pod: k8s.V1Pod) -> tuple[str, str] | None:
+    """(reason, message) when a container is stuck in a waiting state that will not heal."""
+    for container in _container_statuses(pod):
+        waiting = container.state.waiting if container.state else None
+        reason = (waiting.reason if waiting is not None else None) or ""
+        if waiting is not None and reason in FATAL_WAITING_REASONS:
+            detail = waiting.message or f"container {container.name} is in {reason}"
+            return reason, f"{FATAL_WAITING_REASONS[reason]}: {detail}"
+    return None
+
+
+def pod_termination(pod: k8s.V1Pod) -> tuple[str, str] | None:
+    """(reason, message) of the first container that terminated unsuccessfully."""
+    for container in _container_statuses(pod):
+        terminated = container.state.terminated if container.state else None
+        if terminated is not None and terminated.exit_code != 0:
+            reason = terminated.reason or "Error"
+            detail = f"container {container.name} exited with code {terminated.exit_code}"
+            if terminated.message:
+                detail = f"{detail}: {terminated.message}"
+            return reason, detail
+    if pod.status is not None and pod.status.phase == "Failed":
+        return pod.status.reason or "Failed", pod.status.message or "the pod failed"
+    return None
+
+
+def pod_unschedulable(pod: k8s.V1Pod) -> str | None:
+    """The scheduler's message when it could not place a pending pod."""
+    for condition in _conditions(pod):
+        if (
+            condition.type == "PodScheduled"
+            and condition.status == "False"
+            and condition.reason == "Unschedulable"
+        ):
+            return str(condition.message or "no node fits the pod")
+    return None
+
+
+def _pod_started_at(pod: k8s.V1Pod) -> datetime | None:
+    for container in _container_statuses(pod):
+        state = container.state
+        if state and state.running and state.running.started_at:
+            return state.running.started_at
+        if state and state.terminated and state.terminated.started_at:
+            return state.terminated.started_at
+    return pod.status.start_time if pod.status else None
+
+
+def _pod_finished_at(pod: k8s.V1Pod) -> datetime | None:
+    finished = [
+        c.state.terminated.finished_at
+        for c in _container_statuses(pod)
+        if c.state and c.state.terminated and c.state.terminated.finished_at
+    ]
+    return max(finished) if finished else None
+
+
+def _newest_first(pods: Sequence[k8s.V1Pod]) -> list[k8s.V1Pod]:
+    def created(pod: k8s.V1Pod) -> str:
+        stamp = pod.metadata.creation_timestamp if pod.metadata else None
+        return stamp.isoformat() if stamp else ""
+
+    return sorted(pods, key=created, reverse=True)
+
+
+def workload_status(
+    *,
+    namespace: str,
+    request_id: str,
+    attempt: int,
+    job: k8s.V1Job | None = None,
+    deployment: k8s.V1Deployment | None = None,
+    pods: Sequence[k8s.V1Pod] = (),
+) -> WorkloadStatus:
+    """Map a workload's Job or Deployment and its pods onto one `WorkloadStatus`.
+
+    Precedence, first match wins:
+    1. nothing exists → missing;
+    2. a Job condition Complete/SuccessCriteriaMet → succeeded, Failed/FailureTarget → failed
+       with the Job's reason (DeadlineExceeded, BackoffLimitExceeded) and the pod's detail;
+    3. a container stuck in ErrImagePull, ImagePullBackOff, CrashLoopBackOff,
+       CreateContainerConfigError, ... → failed, with a clear reason;
+    4. a Job pod that failed → failed with its exit code or eviction reason;
+    5. a pod Running, or the Deployment Available → running;
+    6. a pod the scheduler could not place → pending with the scheduler's message;
+    7. a Deployment whose ReplicaSet cannot create pods (quota) → pending with that message;
+    8. otherwise pending.
+    """
+    owner = job if job is not None else deployment
+    anchor: Any = owner if owner is not None else (pods[0] if pods else None)
+    labels: Mapping[str, str] = {}
+    if anchor is not None and anchor.metadata is not None:
+        labels = anchor.metadata.labels or {}
+    kind_label = labels.get(KIND_LABEL)
+    kind: WorkloadKind | None = None
+    if kind_label in WORKLOAD_KINDS:
+        kind = kind_label  # type: ignore[assignment]
+    elif job is not None:
+        kind = "job"
+    pods = _newest_first(pods)
+    pod = pods[0] if pods else None
+
+    def status(
+        phase: WorkloadPhase,
+        reason: str = "",
+        message: str = "",
+        *,
+        started_at: datetime | None = None,
+        finished_at: datetime | None = None,
+    ) -> WorkloadStatus:
+        return WorkloadStatus(
+            request_id=request_id,
+            attempt=attempt,
+            phase=phase,
+            namespace=namespace,
+            name=workload_name(request_id, attempt),
+            kind=kind,
+            reason=reason,
+            message=message,
+            node_name=pod.spec.node_name if pod is not None and pod.spec else None,
+            started_at=started_at or (_pod_started_at(pod) if pod is not None else None),
+            finished_at=finished_at,
+            team_slug=labels.get(TEAM_LABEL, ""),
+            project_slug=labels.get(PROJECT_LABEL, ""),
+        )
+
+    if owner is None and pod is None:
+        return status("missing", "NotFound", "no Job, Deployment or pod exists for this attempt")
+    if job is not None:
+        done = _true_condition(job, _COMPLETE_CONDITIONS)
+        if done is not None:
+            finished = (job.status.completion_time if job.status else None) or (
+                done.last_transition_time
+            )
+            return status("succeeded", "Completed", finished_at=finished)
+        failed = _true_condition(job, _FAILED_CONDITIONS)
+        if failed is not None:
+            detail = pod_termination(pod) if pod is not None else None
+            message = str(failed.message or "the Job failed")
+            if detail is not None and failed.reason != "DeadlineExceeded":
+                message = f"{message}; {detail[1]}"
+            finished = (_pod_finished_at(pod) if pod is not None else None) or (
+                failed.last_transition_time
+            )
+            return status("failed", str(failed.reason or "Failed"), message, finished_at=finished)
+    for candidate in pods:
+        problem = pod_problem(candidate)
+        if problem is not None:
+            return status("failed", *problem)
+    if job is not None and pod is not None and pod.status and pod.status.phase == "Failed":
+        reason, message = pod_termination(pod) or ("Failed", "the pod failed")
+        return status("failed", reason, message, finished_at=_pod_finished_at(pod))
+    running = next((p for p in pods if p.status and p.status.phase == "Running"), None)
+    if running is not None:
+        pod = running
+        return status("running")
+    if deployment is not None and _true_condition(deployment, ("Available",)) is not None:
+        return status("running")
+    if pod is not None and pod.status and pod.status.phase == "Succeeded" and job is not None:
+        # The pod is done but the Job controller has not recorded it yet.
+        return status("running", "Completing", "the pod succeeded; the Job is being finalised")
+    for candidate in pods:
+        unschedulable = pod_unschedulable(candidate)
+        if unschedulable is not None:
+            return status("pending", "Unschedulable", unschedulable)
+    if deployment is not None:
+        failure = _true_condition(deployment, ("ReplicaFailure",))
+        if failure is not None:
+            return status("pending", str(failure.reason or "FailedCreate"), str(failure.message))
+    if pod is None:
+        return status("pending", "NoPod", "waiting for the controller to create the pod")
+    waiting = next(
+        (c.state.waiting for c in _container_statuses(pod) if c.state and c.state.waiting), None
+    )
+    if waiting is not None:
+        return status("pending", str(waiting.reason or "Waiting"), str(waiting.message or ""))
+    return status("pending", "Pending", "the pod is waiting to start")
+
+
+# 3. Inventory -----------------------------------------------------------------------------------
+
+
+def _int_quantity(value: str | None) -> int:
+    if value is None:
+        return 0
+    try:
+        return int(parse_quantity(value))
+    except (ValueError, ArithmeticError):
+        return 0
+
+
+def parse_hami_devices(annotation: str) -> tuple[HamiDevice, ...]:
+    """Parse HAMi's `hami.io/node-nvidia-register` annotation.
+
+    HAMi writes either JSON (a list of objects with id, count, devmem, devcore, type, numa,
+    health) or, in older releases, `uuid,count,devmem,devcore,type,numa,health` records joined
+    by `:`. Malformed records are skipped: inventory must not fail on one bad node.
+    """
+    text = annotation.strip()
+    devices: list[HamiDevice] = []
+    if text.startswith("["):
+        try:
+            records = json.loads(text)
+        except ValueError:
+            return ()
+        for record in records if isinstance(records, list) else []:
+            try:
+                devices.append(
+                    HamiDevice(
+                        uuid=str(record["id"]),
+                        split_count=int(record.get("count", 0)),
+                        memory_mib=int(record.get("devmem", 0)),
+                        cores_percent=int(record.get("devcore", 0)),
+                        model=str(record.get("type", "")),
+                        numa=int(record.get("numa", 0)),
+                        healthy=bool(record.get("health", True)),
+                    )
+                )
+            except (KeyError, TypeError, ValueError, AttributeError):
+                continue
+        return tuple(devices)
+    for chunk in text.split(":"):
+        fields = chunk.split(",")
+        if len(fields) < 7:
+            continue
+        try:
+            devices.append(
+                HamiDevice(
+                    uuid=fields[0],
+                    split_count=int(fields[1]),
+                    memory_mib=int(fields[2]),
+                    cores_percent=int(fields[3]),
+                    model=fields[4],
+                    numa=int(fields[5]),
+                    healthy=fields[6].strip().lower() == "true",
+                )
+            )
+        except ValueError:
+            continue
+    return tuple(devices)
+
+
+def node_inventory(node: k8s.V1Node) -> NodeInventory:
+    """Map a V1Node onto `NodeInventory`: GPUs from GPU feature discovery labels, MIG and
+    HAMi resources from allocatable, HAMi devices from the registration annotation."""
+    metadata = node.metadata or k8s.V1ObjectMeta()
+    labels = dict(metadata.labels or {})
+    annotations = metadata.annotations or {}
+    spec = node.spec or k8s.V1NodeSpec()
+    status = node.status or k8s.V1NodeStatus()
+    allocatable = {k: str(v) for k, v in (status.allocatable or {}).items()}
+    capacity = {k: str(v) for k, v in (status.capacity or {}).items()}
+    taints = tuple(
+        Taint(key=t.key, effect=t.effect, value=t.value or "")  # type: ignore[arg-type]
+        for t in spec.taints or []
+    )
+    ready = any(c.type == "Ready" and c.status == "True" for c in status.conditions or [])
+    hami = parse_hami_devices(annotations.get(HAMI_REGISTER_ANNOTATION, ""))
+    mig = {
+        name.removeprefix(manifests.MIG_RESOURCE_PREFIX): _int_quantity(amount)
+        for name, amount in sorted(allocatable.items())
+        if name.startswith(manifests.MIG_RESOURCE_PREFIX)
+    }
+    gpu_allocatable = _int_quantity(allocatable.get(manifests.GPU_RESOURCE))
+    if GPU_COUNT_LABEL in labels and labels[GPU_COUNT_LABEL].isdigit():
+        gpu_count = int(labels[GPU_COUNT_LABEL])
+    elif hami:
+        gpu_count = len(hami)
+    else:
+        gpu_count = gpu_allocatable
+    memory_label = labels.get(GPU_MEMORY_LABEL, "")
+    if memory_label.isdigit():
+        gpu_memory_mib: int | None = int(memory_label)
+    elif hami:
+        gpu_memory_mib = max(d.memory_mib for d in hami)
+    else:
+        gpu_memory_mib = None
+    model = labels.get(GPU_PRODUCT_LABEL) or (hami[0].model if hami else None)
+    cpu = allocatable.get("cpu")
+    memory = allocatable.get("memory")
+    return NodeInventory(
+        name=str(metadata.name),
+        labels=labels,
+        taints=taints,
+        ready=ready,
+        schedulable=ready and not spec.unschedulable,
+        allocatable=allocatable,
+        capacity=capacity,
+        gpu_model=model,
+        gpu_count=gpu_count,
+        gpu_memory_mib=gpu_memory_mib,
+        mig_devices=mig,
+        hami_devices=hami,
+        vgpu_slots=gpu_allocatable if hami else 0,
+        cpu_millicores=int(parse_quantity(cpu) * 1000) if cpu else 0,
+        memory_mib=int(parse_quantity(memory) / (1 << 20)) if memory else 0,
+    )
+
+
+# 4. The backend -------------------------------------------------------------------------------
+
+
+def load_api_client(kubeconfig: str | None = None, context: str | None = None) -> k8s.ApiClient:
+    """An ApiClient from an explicit kubeconfig, else the in-cluster service account, else the
+    default kubeconfig (~/.kube/config)."""
+    try:
+        if kubeconfig:
+            return k8s_config.new_client_from_config(config_file=kubeconfig, context=context)
+        try:
+            configuration = k8s.Configuration()
+            k8s_config.load_incluster_config(client_configuration=configuration)
+            return k8s.ApiClient(configuration)
+        except k8s_config.ConfigException:
+            return k8s_config.new_client_from_config(context=context)
+    except (k8s_config.ConfigException, OSError) as exc:
+        raise PermanentClusterError(f"cannot load Kubernetes configuration: {exc}") from exc
+
+
+def _same_quantities(have: Mapping[str, Any] | None, want: Mapping[str, str]) -> bool:
+    have = have or {}
+    if set(have) != set(want):
+        return False
+    try:
+        return all(parse_quantity(str(have[k])) == parse_quantity(want[k]) for k in want)
+    except ValueError:
+        return False
+
+
+def _labels_of(obj: Any) -> Mapping[str, str]:
+    metadata = getattr(obj, "metadata", None)
+    return (metadata.labels if metadata is not None else None) or {}
+
+
+def _resource_version(obj: Any) -> str | None:
+    return obj.metadata.resource_version if obj.metadata is not None else None
+
+
+def _workload_key(obj: Any) -> tuple[str, str, int] | None:
+    """(namespace, request id, attempt) from an object's labels, or None if they are broken."""
+    labels = _labels_of(obj)
+    request_id, attempt = labels.get(REQUEST_LABEL), labels.get(ATTEMPT_LABEL)
+    if not request_id or not attempt or not attempt.isdigit():
+        return None
+    try:
+        workload_name(request_id, int(attempt))
+    except ValueError:
+        return None
+    return str(obj.metadata.namespace), request_id, int(attempt)
+
+
+class KubernetesClusterBackend:
+    """`ClusterBackend` on a real cluster through the official client.
+
+    Point it at a cluster with a kubeconfig path (and context), let it find the in-cluster
+    service account, or hand it a ready `ApiClient` (tests, a test-bed API server).
+    """
+
+    def __init__(
+        self,
+        *,
+        kubeconfig: str | None = None,
+        context: str | None = None,
+        api_client: k8s.ApiClient | None = None,
+        request_timeout_seconds: float = 30.0,
+        watch_factory: Callable[[], Any] = k8s_watch.Watch,
+    ) -> None:
+        self.api_client = api_client or load_api_client(kubeconfig, context)
+        self.core = k8s.CoreV1Api(self.api_client)
+        self.batch = k8s.BatchV1Api(self.api_client)
+        self.apps = k8s.AppsV1Api(self.api_client)
+        self.scheduling = k8s.SchedulingV1Api(self.api_client)
+        self._timeout = request_timeout_seconds
+        self._watch_factory = watch_factory
+
+    def _call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """One API call with the request timeout; client errors become `ClusterError`s."""
+        try:
+            return fn(*args, _request_timeout=self._timeout, **kwargs)
+        except _CLIENT_ERRORS as exc:
+            raise classify_api_exception(exc) from exc
+
+    def _write(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
+        """A create, replace, patch or delete whose answer the backend does not need.
+
+        The raw response is drained instead of deserialised: the API answers deletes with
+        either the object or a Status, and the client's strict models reject the one they do
+        not expect (a Status for a deleted Service, for instance). Errors still raise.
+        """
+        response = self._call(fn, *args, _preload_content=False, **kwargs)
+        getattr(response, "data", None)
+        release = getattr(response, "release_conn", None)
+        if callable(release):
+            release()
+
+    def _read_or_none(self, fn: Callable[..., T], *args: Any) -> T | None:
+        try:
+            return self._call(fn, *args)
+        except ClusterError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def _create_or_read(
+        self, create: Callable[..., Any], read: Callable[..., T], body: dict[str, Any]
+    ) -> T | None:
+        """Create `body`; on 409 AlreadyExists read and return the existing object instead.
+
+        None means it was created. Create first rather than read first: one call in the common
+        case and no window between the read and the create.
+        """
+        name = body["metadata"]["name"]
+        namespace = body["metadata"].get("namespace")
+        scope = (namespace,) if namespace else ()
+        try:
+            self._write(create, *scope, body)
+            return None
+        except ClusterError as exc:
+            if exc.status != 409:
+                raise
+        return self._call(read, name, *scope)
+
+    # Inventory and cluster-wide objects ------------------------------------------------------
+
+    def sync_inventory(self) -> list[NodeInventory]:
+        nodes = self._list_all(self.core.list_node)
+        return sorted((node_inventory(n) for n in nodes), key=lambda n: n.name)
+
+    def ensure_priority_classes(self, specs: Sequence[PrioritySpec]) -> None:
+        """Create the classes; converge one whose value or policy drifted by re-creating it.
+
+        Both fields are immutable, so drift means delete-and-create; only classes carrying the
+        portal's label are touched, a same-named foreign class is a permanent error. Running
+        pods keep their resolved priority through the gap.
+        """
+        for spec in specs:
+            body = manifests.priority_class_manifest(spec)
+            existing = self._create_or_read(
+                self.scheduling.create_priority_class, self.scheduling.read_priority_class, body
+            )
+            if existing is None:
+                continue
+            if existing.value == spec.value and existing.preemption_policy in (
+                None,
+                spec.preemption_policy,
+            ):
+                continue
+            if _labels_of(existing).get(MANAGED_BY_LABEL) != MANAGED_BY_VALUE:
+                raise PermanentClusterError(
+                    f"PriorityClass {spec.name} exists with value {existing.value} and is not "
+                    "managed by the portal; rename the portal's class or remove it",
+                    status=409,
+                    reason="AlreadyExists",
+                )
+            log.info(
+                "re-creating PriorityClass %s: value %s → %s", spec.name, existing.value, spec.value
+            )
+            self._write(self.scheduling.delete_priority_class, spec.name)
+            self._write(self.scheduling.create_priority_class, body)
+
+    def ensure_project(self, spec: ProjectSpec) -> None:
+        """Namespace, ResourceQuota and LimitRange for a project; adopts and converges."""
+        # 1. The namespace: adopt an existing one by adding the portal's labels.
+        ns_body = manifests.namespace_manifest(spec)
+        namespace = self._create_or_read(
+            self.core.create_namespace, self.core.read_namespace, ns_body
+        )
+        if namespace is not None:
+            if namespace.status is not None and namespace.status.phase == "Terminating":
+                raise TransientClusterError(
+                    f"namespace {spec.namespace} is being deleted", reason="NamespaceTerminating"
+                )
+            want = ns_body["metadata"]["labels"]
+            have = _labels_of(namespace)
+            if any(have.get(k) != v for k, v in want.items()):
+                patch = {"metadata": {"labels": want}}
+                self._write(
+                    self.core.patch_namespace,
+                    spec.namespace,
+                    patch,
+                    _content_type="application/merge-patch+json",
+                )
+        # 2. The quota: replace it when its hard limits differ from the portal's.
+        quota_body = manifests.resource_quota_manifest(spec)
+        quota = self._create_or_read(
+            self.core.create_namespaced_resource_quota,
+            self.core.read_namespaced_resource_quota,
+            quota_body,
+        )
+        if quota is not None and not _same_quantities(
+            quota.spec.hard if quota.spec else None, quota_body["spec"]["hard"]
+        ):
+            quota_body["metadata"]["resourceVersion"] = _resource_version(quota)
+            self._write(
+                self.core.replace_namespaced_resource_quota,
+                manifests.QUOTA_NAME,
+                spec.namespace,
+                quota_body,
+            )
+        # 3. The limit range: the same, or gone when the project has no defaults.
+        if spec.limit_range.is_empty:
+            try:
+                self._write(
+                    self.core.delete_namespaced_limit_range,
+                    manifests.LIMIT_RANGE_NAME,
+                    spec.namespace,
+                )
+            except ClusterError as exc:
+                if exc.status != 404:
+                    raise
+            return
+        limits_body = manifests.limit_range_manifest(spec)
+        limit_range = self._create_or_read(
+            self.core.create_namespaced_limit_range,
+            self.core.read_namespaced_limit_range,
+            limits_body,
+        )
+        if limit_range is not None and not self._same_limits(
+            limit_range, limits_body["spec"]["limits"]
+        ):
+            limits_body["metadata"]["resourceVersion"] = _resource_version(limit_range)
+            self._write(
+                self.core.replace_namespaced_limit_range,
+                manifests.LIMIT_RANGE_NAME,
+                spec.namespace,
+                limits_body,
+            )
+
+    def _same_limits(self, existing: k8s.V1LimitRange, want: list[dict[str, Any]]) -> bool:
+        have = self.api_client.sanitize_for_serialization(
+            (existing.spec.limits if existing.spec else None) or []
+        )
+        if len(have) != len(want):
+            return False
+        for have_item, want_item in zip(have, want, strict=True):
+            if have_item.get("type") != want_item.get("type"):
+                return False
+            for key in ("default", "defaultRequest", "max"):
+                if not _same_quantities(have_item.get(key), want_item.get(key, {})):
+                    return False
+        return True
+
+    # Workloads -------------------------------------------------------------------------------
+
+    def launch(self, spec: WorkloadSpec) -> str:
+        """Create the Job, or the Deployment and Service; adopt on 409 AlreadyExists.
+
+        A retry of the same request and attempt creates nothing new. An object of that name
+        that the portal did not make for this attempt is a permanent error, never adopted.
+        """
+        creators: dict[str, tuple[Callable[..., Any], Callable[..., Any]]] = {
+            "Job": (self.batch.create_namespaced_job, self.batch.read_namespaced_job),
+            "Deployment": (
+                self.apps.create_namespaced_deployment,
+                self.apps.read_namespaced_deployment,
+            ),
+            "Service": (self.core.create_namespaced_service, self.core.read_namespaced_service),
+        }
+        for body in manifests.workload_manifests(spec):
+            create, read = creators[body["kind"]]
+            existing = self._create_or_read(create, read, body)
+            if existing is None:
+                log.info("created %s %s/%s", body["kind"], spec.namespace, spec.name)
+                continue
+            key = _workload_key(existing)
+            if _labels_of(existing).get(MANAGED_BY_LABEL) != MANAGED_BY_VALUE or key != (
+                spec.namespace,
+                spec.request_id,
+                spec.attempt,
+            ):
+                raise PermanentClusterError(
+                    f"{body['kind']} {spec.namespace}/{spec.name} exists but does not belong "
+                    f"to request {spec.request_id} attempt {spec.attempt}",
+                    status=409,
+                    reason="AlreadyExists",
+                )
+            if existing.metadata is not None and existing.metadata.deletion_timestamp:
+                raise PermanentClusterError(
+                    f"{body['kind']} {spec.namespace}/{spec.name} is being deleted; "
+                    "launch a new attempt instead",
+                    status=409,
+                    reason="Terminating",
+                )
+            log.info("adopted existing %s %s/%s", body["kind"], spec.namespace, spec.name)
+        return spec.name
+
+    def terminate(
+        self,
+        namespace: str,
+        request_id: str,
+        attempt: int,
+        *,
+        reason: str,
+        grace_seconds: int = 30,
+    ) -> None:
+        """Record why, delete the workload objects in the background, then its pods.
+
+        Pods are deleted explicitly so `grace_seconds` applies to them (the garbage collector
+        would use the pod's own grace period). Anything already gone counts as done.
+        """
+        name = workload_name(request_id, attempt)
+        patch = {"metadata": {"annotations": {TERMINATE_REASON_ANNOTATION: reason[:1000]}}}
+        targets: list[tuple[Callable[..., Any], Callable[..., Any] | None]] = [
+            (self.batch.delete_namespaced_job, self.batch.patch_namespaced_job),
+            (self.apps.delete_namespaced_deployment, self.apps.patch_namespaced_deployment),
+            (self.core.delete_namespaced_service, None),
+        ]
+        for delete, annotate in targets:
+            try:
+                if annotate is not None:
+                    self._write(
+                        annotate,
+                        name,
+                        namespace,
+                        patch,
+                        _content_type="application/merge-patch+json",
+                    )
+                self._write(
+                    delete,
+                    name,
+                    namespace,
+                    propagation_policy="Background",
+                    grace_period_seconds=grace_seconds,
+                )
+            except ClusterError as exc:
+                if exc.status != 404:
+                    raise
+        try:
+            self._write(
+                self.core.delete_collection_namespaced_pod,
+                namespace,
+                label_selector=manifests.workload_selector(request_id, attempt),
+                grace_period_seconds=grace_seconds,
+            )
+        except ClusterError as exc:
+            if exc.status != 404:
+                raise
+        log.info("terminated %s/%s: %s", namespace, name, reason)
+
+    def get_workload(self, namespace: str, request_id: str, attempt: int) -> WorkloadStatus:
+        name = workload_name(request_id, attempt)
+        job = self._read_or_none(self.batch.read_namespaced_job, name, namespace)
+        deployment = None
+        if job is None:
+            deployment = self._read_or_none(self.apps.read_namespaced_deployment, name, namespace)
+        pods = self._list_all(
+            self.core.list_namespaced_pod,
+            namespace,
+            label_selector=manifests.workload_selector(request_id, attempt),
+        )
+        return workload_status(
+            namespace=namespace,
+            request_id=request_id,
+            attempt=attempt,
+            job=job,
+            deployment=deployment,
+            pods=pods,
+        )
+
+    def list_workloads(self, namespaces: Sequence[str] | None = None) -> list[WorkloadStatus]:
+        """Every portal workload (Jobs, Deployments and their pods), sorted by key."""
+        selector = manifests.workload_selector()
+        jobs: list[Any] = []
+        deployments: list[Any] = []
+        pods: list[Any] = []
+        if namespaces is None:
+            jobs = self._list_all(self.batch.list_job_for_all_namespaces, label_selector=selector)
+            deployments = self._list_all(
+                self.apps.list_deployment_for_all_namespaces, label_selector=selector
+            )
+            pods = self._list_all(self.core.list_pod_for_all_namespaces, label_selector=selector)
+        else:
+            for ns in namespaces:
+                jobs += self._list_all(self.batch.list_namespaced_job, ns, label_selector=selector)
+                deployments += self._list_all(
+                    self.apps.list_namespaced_deployment, ns, label_selector=selector
+                )
+                pods += self._list_all(self.core.list_namespaced_pod, ns, label_selector=selector)
+        groups: dict[tuple[str, str, int], dict[str, Any]] = {}
+        for kind, objects in (("job", jobs), ("deployment", deployments), ("pods", pods)):
+            for obj in objects:
+                key = _workload_key(obj)
+                if key is None:
+                    log.warning("ignoring %s with broken portal labels", obj.metadata.name)
+                    continue
+                group = groups.setdefault(key, {"job": None, "deployment": None, "pods": []})
+                if kind == "pods":
+                    group["pods"].append(obj)
+                else:
+                    group[kind] = obj
+        return [
+            workload_status(
+                namespace=ns,
+                request_id=request_id,
+                attempt=attempt,
+                job=group["job"],
+                deployment=group["deployment"],
+                pods=group["pods"],
+            )
+            for (ns, request_id, attempt), group in sorted(groups.items())
+        ]
+
+    def _list_all(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> list[Any]:
+        """All items of a list call, page by page; restarts once if a continue token expires."""
+        for restart in (False, True):
+            items: list[Any] = []
+            token: str | None = None
+            try:
+                while True:
+                    page = self._call(fn, *args, limit=LIST_PAGE_SIZE, _continue=token, **kwargs)
+                    items.extend(page.items or [])
+                    token = page.metadata._continue if page.metadata else None
+                    if not token:
+                        return items
+            except ClusterError as exc:
+                if exc.status != 410 or restart:
+                    raise
+                log.info("list continue token expired; listing again from the start")
+        raise AssertionError("unreachable")
+
+    def _pods_resource_version(self) -> str:
+        page = self._call(
+            self.core.list_pod_for_all_namespaces,
+            label_selector=manifests.workload_selector(),
+            limit=1,
+        )
+        return str(page.metadata.resource_version if page.metadata else "")
+
+    def watch_workloads(
+        self, resource_version: str | None = None, *, timeout_seconds: int = 300
+    ) -> Iterator[WorkloadEvent]:
+        """Stream pod changes of portal workloads as hints to re-read them (`get_workload`).
+
+        Without a resource version, or when the server answers 410 Gone because ours is too
+        old, it yields `resync` with a fresh version: the caller re-lists (`list_workloads`) and
+        watches on from there. The iterator ends when the server closes the watch (after about
+        `timeout_seconds`) or after a resync; the caller starts it again with the last version.
+        """
+        if resource_version is None:
+            yield WorkloadEvent(type="resync", resource_version=self._pods_resource_version())
+            return
+        watcher = self._watch_factory()
+        try:
+            for event in watcher.stream(
+                self.core.list_pod_for_all_namespaces,
+                label_selector=manifests.workload_selector(),
+                resource_version=resource_version,
+                timeout_seconds=timeout_seconds,
+                allow_watch_bookmarks=True,
+            ):
+                event_type = event.get("type")
+                obj = event.get("object")
+                if event_type == "BOOKMARK" or not hasattr(obj, "metadata"):
+                    version = watcher.resource_version or resource_version
+                    yield WorkloadEvent(type="bookmark", resource_version=str(version))
+                    continue
+                key = _workload_key(obj)
+                if key is None:
+                    continue
+                yield WorkloadEvent(
+                    type="deleted" if event_type == "DELETED" else "changed",
+                    resource_version=str(obj.metadata.resource_version),
+                    namespace=key[0],
+                    request_id=key[1],
+                    attempt=key[2],
+                )
+        except _CLIENT_ERRORS as exc:
+            error = classify_api_exception(exc)
+            if error.status != 410:
+                raise error from exc
+            log.info("watch resource version %s expired; asking for a re-list", resource_version)
+            yield WorkloadEvent(type="resync", resource_version=self._pods_resource_version())

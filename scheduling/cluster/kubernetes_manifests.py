@@ -1,0 +1,388 @@
+"""Pure builders of the Kubernetes objects the portal creates, as API-shaped dicts.
+
+No client, no I/O: a spec goes in, a dict comes out that can be sent as the body of a create
+call, validated against the OpenAPI schema in tests, or printed for a human. Keeping the shape
+here and the calls in `kubernetes.py` means every field the portal sets is visible in one file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from scheduling.cluster.base import (
+    ATTEMPT_LABEL,
+    KIND_LABEL,
+    MANAGED_BY_LABEL,
+    MANAGED_BY_VALUE,
+    MAX_RUNTIME_ANNOTATION,
+    OWNER_ANNOTATION,
+    PROJECT_LABEL,
+    REASON_ANNOTATION,
+    REQUEST_LABEL,
+    TEAM_LABEL,
+    LimitRangeSpec,
+    PrioritySpec,
+    ProjectSpec,
+    Toleration,
+    WorkloadSpec,
+)
+
+Manifest = dict[str, Any]
+
+QUOTA_NAME = "gpu-portal-quota"
+LIMIT_RANGE_NAME = "gpu-portal-limits"
+CONTAINER_NAME = "main"
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+GPU_RESOURCE = "nvidia.com/gpu"
+VGPU_MEMORY_RESOURCE = "nvidia.com/gpumem"
+VGPU_CORES_RESOURCE = "nvidia.com/gpucores"
+MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
+
+#: Finished Jobs stay this long so the sync loop can read their final status before the
+#: ttl-after-finished controller deletes them (and their pods with them).
+JOB_TTL_SECONDS_AFTER_FINISHED = 3600
+TERMINATION_GRACE_SECONDS = 30
+#: Pod Security level enforced in project namespaces: GPU workloads need no privileges, and
+#: the device plugin injects devices, so `baseline` fits and blocks hostPath/privileged pods.
+POD_SECURITY_LEVEL = "baseline"
+
+# Quota names Kubernetes accepts without a domain: the standard compute/object resources.
+_STANDARD_QUOTA_NAMES = frozenset(
+    {
+        "pods",
+        "services",
+        "services.loadbalancers",
+        "services.nodeports",
+        "secrets",
+        "configmaps",
+        "persistentvolumeclaims",
+        "replicationcontrollers",
+        "resourcequotas",
+        "cpu",
+        "memory",
+        "ephemeral-storage",
+    }
+)
+
+
+def project_labels(team_slug: str, project_slug: str) -> dict[str, str]:
+    """Labels on every object of a project."""
+    return {MANAGED_BY_LABEL: MANAGED_BY_VALUE, TEAM_LABEL: team_slug, PROJECT_LABEL: project_slug}
+
+
+def selector_labels(request_id: str, attempt: int) -> dict[str, str]:
+    """The labels that pick out one attempt's pods (Deployment and Service selectors)."""
+    return {
+        MANAGED_BY_LABEL: MANAGED_BY_VALUE,
+        REQUEST_LABEL: request_id,
+        ATTEMPT_LABEL: str(attempt),
+    }
+
+
+def workload_selector(request_id: str | None = None, attempt: int | None = None) -> str:
+    """A label selector string for all portal workloads, or for one request (and attempt)."""
+    parts = [f"{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}"]
+    if request_id is not None:
+        parts.append(f"{REQUEST_LABEL}={request_id}")
+    if attempt is not None:
+        parts.append(f"{ATTEMPT_LABEL}={attempt}")
+    return ",".join(parts)
+
+
+def workload_labels(spec: WorkloadSpec) -> dict[str, str]:
+    """Labels on the workload object and its pods: ours override any extra of the same key."""
+    return {
+        **spec.extra_labels,
+        **project_labels(spec.team_slug, spec.project_slug),
+        **selector_labels(spec.request_id, spec.attempt),
+        KIND_LABEL: spec.kind,
+    }
+
+
+def workload_annotations(spec: WorkloadSpec) -> dict[str, str]:
+    """Annotations that tie the object back to the portal request for a human reading it."""
+    annotations = dict(spec.extra_annotations)
+    if spec.owner:
+        annotations[OWNER_ANNOTATION] = spec.owner
+    if spec.reason:
+        annotations[REASON_ANNOTATION] = spec.reason
+    if spec.max_runtime_seconds is not None:
+        annotations[MAX_RUNTIME_ANNOTATION] = str(spec.max_runtime_seconds)
+    return annotations
+
+
+def gpu_resource_limits(spec: WorkloadSpec) -> dict[str, str]:
+    """The extended resources one container asks for, per sharing mode.
+
+    Extended resources may not be overcommitted, so they go in `limits` only; Kubernetes copies
+    them into `requests`, which is what ResourceQuota counts.
+    """
+    if spec.gpu_count == 0:
+        return {}
+    if spec.sharing == "exclusive":
+        return {GPU_RESOURCE: str(spec.gpu_count)}
+    if spec.sharing == "vgpu":
+        limits = {GPU_RESOURCE: str(spec.gpu_count)}
+        if spec.vgpu_memory_mib is not None:
+            limits[VGPU_MEMORY_RESOURCE] = str(spec.vgpu_memory_mib)
+        if spec.vgpu_cores_percent is not None:
+            limits[VGPU_CORES_RESOURCE] = str(spec.vgpu_cores_percent)
+        return limits
+    return {f"{MIG_RESOURCE_PREFIX}{spec.mig_profile}": str(spec.gpu_count)}
+
+
+def _container_resources(spec: WorkloadSpec) -> dict[str, dict[str, str]]:
+    limits = gpu_resource_limits(spec)
+    requests: dict[str, str] = {}
+    if spec.cpu is not None:
+        requests["cpu"] = spec.cpu
+    if spec.memory is not None:
+        # Memory is not compressible: request and limit alike so the pod is never OOM-evicted
+        # for using what it asked for.
+        requests["memory"] = spec.memory
+        limits["memory"] = spec.memory
+    resources: dict[str, dict[str, str]] = {}
+    if limits:
+        resources["limits"] = limits
+    if requests:
+        resources["requests"] = requests
+    return resources
+
+
+def _toleration(toleration: Toleration) -> dict[str, Any]:
+    body: dict[str, Any] = {"key": toleration.key, "operator": toleration.operator}
+    if toleration.operator == "Equal":
+        body["value"] = toleration.value
+    if toleration.effect is not None:
+        body["effect"] = toleration.effect
+    if toleration.toleration_seconds is not None:
+        body["tolerationSeconds"] = toleration.toleration_seconds
+    return body
+
+
+def node_selector(spec: WorkloadSpec) -> dict[str, str]:
+    """The pool's labels plus, when the portal placed the pod, the chosen node's hostname.
+
+    A hostname selector rather than `spec.nodeName`: `nodeName` skips the scheduler, and with it
+    resource fit checks, preemption and HAMi's device assignment.
+    """
+    selector = dict(spec.node_selector)
+    if spec.node_name is not None:
+        selector[HOSTNAME_LABEL] = spec.node_name
+    return selector
+
+
+def pod_spec(spec: WorkloadSpec, *, restart_policy: str) -> dict[str, Any]:
+    """The pod spec shared by Job and Deployment templates."""
+    container: dict[str, Any] = {
+        "name": CONTAINER_NAME,
+        "image": spec.image,
+        "resources": _container_resources(spec),
+    }
+    if spec.command:
+        container["command"] = list(spec.command)
+    if spec.args:
+        container["args"] = list(spec.args)
+    if spec.env:
+        container["env"] = [{"name": k, "value": v} for k, v in sorted(spec.env.items())]
+    if spec.kind != "job":
+        container["ports"] = [
+            {"name": "http", "containerPort": spec.service_port, "protocol": "TCP"}
+        ]
+    body: dict[str, Any] = {
+        "restartPolicy": restart_policy,
+        "schedulerName": spec.scheduler_name,
+        "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS,
+        # User workloads have no business with the API server or with every Service's env vars.
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "containers": [container],
+    }
+    if spec.priority_class_name:
+        body["priorityClassName"] = spec.priority_class_name
+    selector = node_selector(spec)
+    if selector:
+        body["nodeSelector"] = selector
+    if spec.tolerations:
+        body["tolerations"] = [_toleration(t) for t in spec.tolerations]
+    return body
+
+
+def _metadata(spec: WorkloadSpec) -> dict[str, Any]:
+    metadata: dict[str, Any] = {
+        "name": spec.name,
+        "namespace": spec.namespace,
+        "labels": workload_labels(spec),
+    }
+    annotations = workload_annotations(spec)
+    if annotations:
+        metadata["annotations"] = annotations
+    return metadata
+
+
+def _template_metadata(spec: WorkloadSpec) -> dict[str, Any]:
+    metadata: dict[str, Any] = {"labels": workload_labels(spec)}
+    annotations = workload_annotations(spec)
+    if annotations:
+        metadata["annotations"] = annotations
+    return metadata
+
+
+def job_manifest(spec: WorkloadSpec) -> Manifest:
+    """A batch/v1 Job that runs one pod once: no retries (`backoffLimit: 0`), because a failed
+    or preempted attempt is retried by the portal as a new attempt with a new name."""
+    job_spec: dict[str, Any] = {
+        "backoffLimit": 0,
+        "completions": 1,
+        "parallelism": 1,
+        "ttlSecondsAfterFinished": JOB_TTL_SECONDS_AFTER_FINISHED,
+        "template": {
+            "metadata": _template_metadata(spec),
+            "spec": pod_spec(spec, restart_policy="Never"),
+        },
+    }
+    if spec.max_runtime_seconds is not None:
+        job_spec["activeDeadlineSeconds"] = spec.max_runtime_seconds
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": _metadata(spec), "spec": job_spec}
+
+
+def deployment_manifest(spec: WorkloadSpec) -> Manifest:
+    """An apps/v1 Deployment with one replica for a notebook or an inference service.
+
+    `Recreate` so a rollout never holds two GPU pods at once. No `activeDeadlineSeconds`: the API
+    rejects it in ReplicaSet pod templates, and a pod killed by it would just be replaced; the
+    portal's timeout reclaim enforces the max runtime (recorded in an annotation) instead.
+    """
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": _metadata(spec),
+        "spec": {
+            "replicas": 1,
+            "revisionHistoryLimit": 1,
+            "strategy": {"type": "Recreate"},
+            "selector": {"matchLabels": selector_labels(spec.request_id, spec.attempt)},
+            "template": {
+                "metadata": _template_metadata(spec),
+                "spec": pod_spec(spec, restart_policy="Always"),
+            },
+        },
+    }
+
+
+def service_manifest(spec: WorkloadSpec) -> Manifest:
+    """A ClusterIP Service in front of a notebook (8888) or service (8080) Deployment."""
+    port = spec.service_port
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _metadata(spec),
+        "spec": {
+            "type": "ClusterIP",
+            "selector": selector_labels(spec.request_id, spec.attempt),
+            "ports": [{"name": "http", "port": port, "targetPort": port, "protocol": "TCP"}],
+        },
+    }
+
+
+def workload_manifests(spec: WorkloadSpec) -> list[Manifest]:
+    """Everything one launch creates, in creation order."""
+    if spec.kind == "job":
+        return [job_manifest(spec)]
+    return [deployment_manifest(spec), service_manifest(spec)]
+
+
+def namespace_manifest(spec: ProjectSpec) -> Manifest:
+    return {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {
+            "name": spec.namespace,
+            "labels": {
+                **project_labels(spec.team_slug, spec.project_slug),
+                "pod-security.kubernetes.io/enforce": POD_SECURITY_LEVEL,
+            },
+        },
+    }
+
+
+def quota_resource_name(name: str) -> str:
+    """The ResourceQuota key for a portal quota resource.
+
+    Kubernetes counts extended resources (anything with a domain, like `nvidia.com/gpu`) only
+    under the `requests.` prefix, so a bare name gets it and `limits.` is refused.
+    """
+    if name in _STANDARD_QUOTA_NAMES or name.startswith("count/"):
+        return name
+    if name.startswith("limits."):
+        if "/" in name:
+            raise ValueError(f"quota {name!r}: extended resources only support requests.")
+        return name
+    if name.startswith("requests."):
+        return name
+    if "/" in name:
+        return f"requests.{name}"
+    raise ValueError(f"unknown quota resource {name!r}")
+
+
+def quota_hard(quota: Mapping[str, int | str]) -> dict[str, str]:
+    """The `spec.hard` map: normalised names and quantities as strings."""
+    hard: dict[str, str] = {}
+    for name, amount in quota.items():
+        key = quota_resource_name(name)
+        if key in hard:
+            raise ValueError(f"quota names {key!r} twice")
+        hard[key] = str(amount)
+    return hard
+
+
+def resource_quota_manifest(spec: ProjectSpec) -> Manifest:
+    return {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": {
+            "name": QUOTA_NAME,
+            "namespace": spec.namespace,
+            "labels": project_labels(spec.team_slug, spec.project_slug),
+        },
+        "spec": {"hard": quota_hard(spec.quota)},
+    }
+
+
+def limit_range_limits(limit_range: LimitRangeSpec) -> list[dict[str, Any]]:
+    item: dict[str, Any] = {"type": "Container"}
+    if limit_range.default_limits:
+        item["default"] = dict(limit_range.default_limits)
+    if limit_range.default_requests:
+        item["defaultRequest"] = dict(limit_range.default_requests)
+    if limit_range.max_limits:
+        item["max"] = dict(limit_range.max_limits)
+    return [item]
+
+
+def limit_range_manifest(spec: ProjectSpec) -> Manifest:
+    return {
+        "apiVersion": "v1",
+        "kind": "LimitRange",
+        "metadata": {
+            "name": LIMIT_RANGE_NAME,
+            "namespace": spec.namespace,
+            "labels": project_labels(spec.team_slug, spec.project_slug),
+        },
+        "spec": {"limits": limit_range_limits(spec.limit_range)},
+    }
+
+
+def priority_class_manifest(spec: PrioritySpec) -> Manifest:
+    body: Manifest = {
+        "apiVersion": "scheduling.k8s.io/v1",
+        "kind": "PriorityClass",
+        "metadata": {"name": spec.name, "labels": {MANAGED_BY_LABEL: MANAGED_BY_VALUE}},
+        "value": spec.value,
+        "preemptionPolicy": spec.preemption_policy,
+        "globalDefault": False,
+    }
+    if spec.description:
+        body["description"] = spec.description
+    return body
