@@ -1,10 +1,10 @@
 """The `kubernetes` cluster backend: the official client talking to a real API server.
 
-This is the only module of the project that imports the `kubernetes` package. It does four
-things: classify client errors (`classify_api_exception`), map API objects onto the portal's
-values (`workload_status`, `node_inventory`), create-or-adopt objects built by
-`kubernetes_manifests`, and list/watch what runs. It never retries on its own (the Celery layer
-retries `TransientClusterError` with jittered backoff) except re-listing after 410 Gone.
+This is the only module of the project that loads the `kubernetes` package. It classifies client
+errors (`classify_api_exception`), creates or adopts the objects `kubernetes_manifests` builds,
+and lists and watches what runs, mapping it with `kubernetes_status`. It never retries on its
+own (the Celery layer retries `TransientClusterError` with jittered backoff), except that an
+expired list or watch is listed again (410 Gone).
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from datetime import datetime
 from typing import Any, TypeVar
 
 import urllib3.exceptions
@@ -20,62 +19,46 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes import watch as k8s_watch
 from kubernetes.client.exceptions import ApiException
-from kubernetes.utils import parse_quantity
 
 from scheduling.cluster import kubernetes_manifests as manifests
 from scheduling.cluster.base import (
     ATTEMPT_LABEL,
-    KIND_LABEL,
     MANAGED_BY_LABEL,
     MANAGED_BY_VALUE,
-    PROJECT_LABEL,
     REQUEST_LABEL,
-    TEAM_LABEL,
     TERMINATE_REASON_ANNOTATION,
-    WORKLOAD_KINDS,
     ClusterError,
-    HamiDevice,
     NodeInventory,
     PermanentClusterError,
     PrioritySpec,
     ProjectSpec,
-    Taint,
     TransientClusterError,
     WorkloadEvent,
-    WorkloadKind,
-    WorkloadPhase,
     WorkloadSpec,
     WorkloadStatus,
     workload_name,
 )
+from scheduling.cluster.kubernetes_status import node_inventory, quantity, workload_status
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
 TRANSIENT_STATUSES = frozenset({408, 409, 410, 425, 429, 500, 502, 503, 504})
-GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
-GPU_MEMORY_LABEL = "nvidia.com/gpu.memory"
-GPU_COUNT_LABEL = "nvidia.com/gpu.count"
-HAMI_REGISTER_ANNOTATION = "hami.io/node-nvidia-register"
 LIST_PAGE_SIZE = 500
 
-# Waiting reasons that will not clear up by themselves, with the words the owner sees.
-FATAL_WAITING_REASONS: Mapping[str, str] = {
-    "ErrImagePull": "image pull failed",
-    "ImagePullBackOff": "image pull failed",
-    "InvalidImageName": "image name is invalid",
-    "CrashLoopBackOff": "container keeps crashing",
-    "CreateContainerConfigError": "container configuration is invalid",
-    "CreateContainerError": "container could not be created",
-    "RunContainerError": "container could not be started",
-}
-_COMPLETE_CONDITIONS = ("Complete", "SuccessCriteriaMet")
-_FAILED_CONDITIONS = ("Failed", "FailureTarget")
-_CLIENT_ERRORS = (ApiException, urllib3.exceptions.HTTPError, OSError, k8s_config.ConfigException)
+# What a client call can raise besides bugs; ValueError covers the client's (pydantic) models
+# refusing a response body they did not expect.
+_CLIENT_ERRORS = (
+    ApiException,
+    urllib3.exceptions.HTTPError,
+    OSError,
+    k8s_config.ConfigException,
+    ValueError,
+)
 
 
-# 1. Errors -----------------------------------------------------------------------------------
+# Errors -----------------------------------------------------------------------------------
 
 
 def _status_details(exc: ApiException) -> tuple[str, str]:
@@ -137,334 +120,12 @@ def classify_api_exception(exc: BaseException) -> ClusterError:
         )
     if isinstance(exc, k8s_config.ConfigException):
         return PermanentClusterError(f"Kubernetes client configuration: {exc}", reason="Config")
+    if isinstance(exc, ValueError):
+        return PermanentClusterError(f"unexpected API response: {exc}", reason="BadResponse")
     return PermanentClusterError(f"unexpected error: {exc!r}", reason=type(exc).__name__)
 
 
-# 2. Status mapping ----------------------------------------------------------------------------
-
-
-def _conditions(obj: Any) -> list[Any]:
-    status = getattr(obj, "status", None)
-    return list(getattr(status, "conditions", None) or [])
-
-
-def _true_condition(obj: Any, types: Sequence[str]) -> Any | None:
-    """The first condition of `types` (in that order of preference) whose status is True."""
-    conditions = _conditions(obj)
-    for type_ in types:
-        for condition in conditions:
-            if condition.type == type_ and condition.status == "True":
-                return condition
-    return None
-
-
-def _container_statuses(pod: k8s.V1Pod) -> list[k8s.V1ContainerStatus]:
-    status = pod.status
-    if status is None:
-        return []
-    return [*(status.init_container_statuses or []), *(status.container_statuses or [])]
-
-
-def pod_problem(pod: k8s.V1Pod) -> tuple[str, str] | None:
-    """(reason, message) when a container is stuck in a waiting state that will not heal."""
-    for container in _container_statuses(pod):
-        waiting = container.state.waiting if container.state else None
-        reason = (waiting.reason if waiting is not None else None) or ""
-        if waiting is not None and reason in FATAL_WAITING_REASONS:
-            detail = waiting.message or f"container {container.name} is in {reason}"
-            return reason, f"{FATAL_WAITING_REASONS[reason]}: {detail}"
-    return None
-
-
-def pod_termination(pod: k8s.V1Pod) -> tuple[str, str] | None:
-    """(reason, message) of the first container that terminated unsuccessfully."""
-    for container in _container_statuses(pod):
-        terminated = container.state.terminated if container.state else None
-        if terminated is not None and terminated.exit_code != 0:
-            reason = terminated.reason or "Error"
-            detail = f"container {container.name} exited with code {terminated.exit_code}"
-            if terminated.message:
-                detail = f"{detail}: {terminated.message}"
-            return reason, detail
-    if pod.status is not None and pod.status.phase == "Failed":
-        return pod.status.reason or "Failed", pod.status.message or "the pod failed"
-    return None
-
-
-def pod_unschedulable(pod: k8s.V1Pod) -> str | None:
-    """The scheduler's message when it could not place a pending pod."""
-    for condition in _conditions(pod):
-        if (
-            condition.type == "PodScheduled"
-            and condition.status == "False"
-            and condition.reason == "Unschedulable"
-        ):
-            return str(condition.message or "no node fits the pod")
-    return None
-
-
-def _pod_started_at(pod: k8s.V1Pod) -> datetime | None:
-    for container in _container_statuses(pod):
-        state = container.state
-        if state and state.running and state.running.started_at:
-            return state.running.started_at
-        if state and state.terminated and state.terminated.started_at:
-            return state.terminated.started_at
-    return pod.status.start_time if pod.status else None
-
-
-def _pod_finished_at(pod: k8s.V1Pod) -> datetime | None:
-    finished = [
-        c.state.terminated.finished_at
-        for c in _container_statuses(pod)
-        if c.state and c.state.terminated and c.state.terminated.finished_at
-    ]
-    return max(finished) if finished else None
-
-
-def _newest_first(pods: Sequence[k8s.V1Pod]) -> list[k8s.V1Pod]:
-    def created(pod: k8s.V1Pod) -> str:
-        stamp = pod.metadata.creation_timestamp if pod.metadata else None
-        return stamp.isoformat() if stamp else ""
-
-    return sorted(pods, key=created, reverse=True)
-
-
-def workload_status(
-    *,
-    namespace: str,
-    request_id: str,
-    attempt: int,
-    job: k8s.V1Job | None = None,
-    deployment: k8s.V1Deployment | None = None,
-    pods: Sequence[k8s.V1Pod] = (),
-) -> WorkloadStatus:
-    """Map a workload's Job or Deployment and its pods onto one `WorkloadStatus`.
-
-    Precedence, first match wins:
-    1. nothing exists → missing;
-    2. a Job condition Complete/SuccessCriteriaMet → succeeded, Failed/FailureTarget → failed
-       with the Job's reason (DeadlineExceeded, BackoffLimitExceeded) and the pod's detail;
-    3. a container stuck in ErrImagePull, ImagePullBackOff, CrashLoopBackOff,
-       CreateContainerConfigError, ... → failed, with a clear reason;
-    4. a Job pod that failed → failed with its exit code or eviction reason;
-    5. a pod Running, or the Deployment Available → running;
-    6. a pod the scheduler could not place → pending with the scheduler's message;
-    7. a Deployment whose ReplicaSet cannot create pods (quota) → pending with that message;
-    8. otherwise pending.
-    """
-    owner = job if job is not None else deployment
-    anchor: Any = owner if owner is not None else (pods[0] if pods else None)
-    labels: Mapping[str, str] = {}
-    if anchor is not None and anchor.metadata is not None:
-        labels = anchor.metadata.labels or {}
-    kind_label = labels.get(KIND_LABEL)
-    kind: WorkloadKind | None = None
-    if kind_label in WORKLOAD_KINDS:
-        kind = kind_label  # type: ignore[assignment]
-    elif job is not None:
-        kind = "job"
-    pods = _newest_first(pods)
-    pod = pods[0] if pods else None
-
-    def status(
-        phase: WorkloadPhase,
-        reason: str = "",
-        message: str = "",
-        *,
-        started_at: datetime | None = None,
-        finished_at: datetime | None = None,
-    ) -> WorkloadStatus:
-        return WorkloadStatus(
-            request_id=request_id,
-            attempt=attempt,
-            phase=phase,
-            namespace=namespace,
-            name=workload_name(request_id, attempt),
-            kind=kind,
-            reason=reason,
-            message=message,
-            node_name=pod.spec.node_name if pod is not None and pod.spec else None,
-            started_at=started_at or (_pod_started_at(pod) if pod is not None else None),
-            finished_at=finished_at,
-            team_slug=labels.get(TEAM_LABEL, ""),
-            project_slug=labels.get(PROJECT_LABEL, ""),
-        )
-
-    if owner is None and pod is None:
-        return status("missing", "NotFound", "no Job, Deployment or pod exists for this attempt")
-    if job is not None:
-        done = _true_condition(job, _COMPLETE_CONDITIONS)
-        if done is not None:
-            finished = (job.status.completion_time if job.status else None) or (
-                done.last_transition_time
-            )
-            return status("succeeded", "Completed", finished_at=finished)
-        failed = _true_condition(job, _FAILED_CONDITIONS)
-        if failed is not None:
-            detail = pod_termination(pod) if pod is not None else None
-            message = str(failed.message or "the Job failed")
-            if detail is not None and failed.reason != "DeadlineExceeded":
-                message = f"{message}; {detail[1]}"
-            finished = (_pod_finished_at(pod) if pod is not None else None) or (
-                failed.last_transition_time
-            )
-            return status("failed", str(failed.reason or "Failed"), message, finished_at=finished)
-    for candidate in pods:
-        problem = pod_problem(candidate)
-        if problem is not None:
-            return status("failed", *problem)
-    if job is not None and pod is not None and pod.status and pod.status.phase == "Failed":
-        reason, message = pod_termination(pod) or ("Failed", "the pod failed")
-        return status("failed", reason, message, finished_at=_pod_finished_at(pod))
-    running = next((p for p in pods if p.status and p.status.phase == "Running"), None)
-    if running is not None:
-        pod = running
-        return status("running")
-    if deployment is not None and _true_condition(deployment, ("Available",)) is not None:
-        return status("running")
-    if pod is not None and pod.status and pod.status.phase == "Succeeded" and job is not None:
-        # The pod is done but the Job controller has not recorded it yet.
-        return status("running", "Completing", "the pod succeeded; the Job is being finalised")
-    for candidate in pods:
-        unschedulable = pod_unschedulable(candidate)
-        if unschedulable is not None:
-            return status("pending", "Unschedulable", unschedulable)
-    if deployment is not None:
-        failure = _true_condition(deployment, ("ReplicaFailure",))
-        if failure is not None:
-            return status("pending", str(failure.reason or "FailedCreate"), str(failure.message))
-    if pod is None:
-        return status("pending", "NoPod", "waiting for the controller to create the pod")
-    waiting = next(
-        (c.state.waiting for c in _container_statuses(pod) if c.state and c.state.waiting), None
-    )
-    if waiting is not None:
-        return status("pending", str(waiting.reason or "Waiting"), str(waiting.message or ""))
-    return status("pending", "Pending", "the pod is waiting to start")
-
-
-# 3. Inventory -----------------------------------------------------------------------------------
-
-
-def _int_quantity(value: str | None) -> int:
-    if value is None:
-        return 0
-    try:
-        return int(parse_quantity(value))
-    except (ValueError, ArithmeticError):
-        return 0
-
-
-def parse_hami_devices(annotation: str) -> tuple[HamiDevice, ...]:
-    """Parse HAMi's `hami.io/node-nvidia-register` annotation.
-
-    HAMi writes either JSON (a list of objects with id, count, devmem, devcore, type, numa,
-    health) or, in older releases, `uuid,count,devmem,devcore,type,numa,health` records joined
-    by `:`. Malformed records are skipped: inventory must not fail on one bad node.
-    """
-    text = annotation.strip()
-    devices: list[HamiDevice] = []
-    if text.startswith("["):
-        try:
-            records = json.loads(text)
-        except ValueError:
-            return ()
-        for record in records if isinstance(records, list) else []:
-            try:
-                devices.append(
-                    HamiDevice(
-                        uuid=str(record["id"]),
-                        split_count=int(record.get("count", 0)),
-                        memory_mib=int(record.get("devmem", 0)),
-                        cores_percent=int(record.get("devcore", 0)),
-                        model=str(record.get("type", "")),
-                        numa=int(record.get("numa", 0)),
-                        healthy=bool(record.get("health", True)),
-                    )
-                )
-            except (KeyError, TypeError, ValueError, AttributeError):
-                continue
-        return tuple(devices)
-    for chunk in text.split(":"):
-        fields = chunk.split(",")
-        if len(fields) < 7:
-            continue
-        try:
-            devices.append(
-                HamiDevice(
-                    uuid=fields[0],
-                    split_count=int(fields[1]),
-                    memory_mib=int(fields[2]),
-                    cores_percent=int(fields[3]),
-                    model=fields[4],
-                    numa=int(fields[5]),
-                    healthy=fields[6].strip().lower() == "true",
-                )
-            )
-        except ValueError:
-            continue
-    return tuple(devices)
-
-
-def node_inventory(node: k8s.V1Node) -> NodeInventory:
-    """Map a V1Node onto `NodeInventory`: GPUs from GPU feature discovery labels, MIG and
-    HAMi resources from allocatable, HAMi devices from the registration annotation."""
-    metadata = node.metadata or k8s.V1ObjectMeta()
-    labels = dict(metadata.labels or {})
-    annotations = metadata.annotations or {}
-    spec = node.spec or k8s.V1NodeSpec()
-    status = node.status or k8s.V1NodeStatus()
-    allocatable = {k: str(v) for k, v in (status.allocatable or {}).items()}
-    capacity = {k: str(v) for k, v in (status.capacity or {}).items()}
-    taints = tuple(
-        Taint(key=t.key, effect=t.effect, value=t.value or "")  # type: ignore[arg-type]
-        for t in spec.taints or []
-    )
-    ready = any(c.type == "Ready" and c.status == "True" for c in status.conditions or [])
-    hami = parse_hami_devices(annotations.get(HAMI_REGISTER_ANNOTATION, ""))
-    mig = {
-        name.removeprefix(manifests.MIG_RESOURCE_PREFIX): _int_quantity(amount)
-        for name, amount in sorted(allocatable.items())
-        if name.startswith(manifests.MIG_RESOURCE_PREFIX)
-    }
-    gpu_allocatable = _int_quantity(allocatable.get(manifests.GPU_RESOURCE))
-    if GPU_COUNT_LABEL in labels and labels[GPU_COUNT_LABEL].isdigit():
-        gpu_count = int(labels[GPU_COUNT_LABEL])
-    elif hami:
-        gpu_count = len(hami)
-    else:
-        gpu_count = gpu_allocatable
-    memory_label = labels.get(GPU_MEMORY_LABEL, "")
-    if memory_label.isdigit():
-        gpu_memory_mib: int | None = int(memory_label)
-    elif hami:
-        gpu_memory_mib = max(d.memory_mib for d in hami)
-    else:
-        gpu_memory_mib = None
-    model = labels.get(GPU_PRODUCT_LABEL) or (hami[0].model if hami else None)
-    cpu = allocatable.get("cpu")
-    memory = allocatable.get("memory")
-    return NodeInventory(
-        name=str(metadata.name),
-        labels=labels,
-        taints=taints,
-        ready=ready,
-        schedulable=ready and not spec.unschedulable,
-        allocatable=allocatable,
-        capacity=capacity,
-        gpu_model=model,
-        gpu_count=gpu_count,
-        gpu_memory_mib=gpu_memory_mib,
-        mig_devices=mig,
-        hami_devices=hami,
-        vgpu_slots=gpu_allocatable if hami else 0,
-        cpu_millicores=int(parse_quantity(cpu) * 1000) if cpu else 0,
-        memory_mib=int(parse_quantity(memory) / (1 << 20)) if memory else 0,
-    )
-
-
-# 4. The backend -------------------------------------------------------------------------------
+# The backend -------------------------------------------------------------------------------
 
 
 def load_api_client(kubeconfig: str | None = None, context: str | None = None) -> k8s.ApiClient:
@@ -488,7 +149,7 @@ def _same_quantities(have: Mapping[str, Any] | None, want: Mapping[str, str]) ->
     if set(have) != set(want):
         return False
     try:
-        return all(parse_quantity(str(have[k])) == parse_quantity(want[k]) for k in want)
+        return all(quantity(str(have[k])) == quantity(want[k]) for k in want)
     except ValueError:
         return False
 
@@ -636,8 +297,13 @@ class KubernetesClusterBackend:
                 raise TransientClusterError(
                     f"namespace {spec.namespace} is being deleted", reason="NamespaceTerminating"
                 )
-            want = ns_body["metadata"]["labels"]
             have = _labels_of(namespace)
+            # Ownership labels are ours to set; a Pod Security level an admin chose stays.
+            want = {
+                k: v
+                for k, v in ns_body["metadata"]["labels"].items()
+                if k != manifests.POD_SECURITY_LABEL or k not in have
+            }
             if any(have.get(k) != v for k, v in want.items()):
                 patch = {"metadata": {"labels": want}}
                 self._write(
@@ -913,6 +579,8 @@ class KubernetesClusterBackend:
                 resource_version=resource_version,
                 timeout_seconds=timeout_seconds,
                 allow_watch_bookmarks=True,
+                # A client-side bound too, so a connection that silently died cannot hang us.
+                _request_timeout=timeout_seconds + self._timeout,
             ):
                 event_type = event.get("type")
                 obj = event.get("object")

@@ -45,6 +45,7 @@ JOB_TTL_SECONDS_AFTER_FINISHED = 3600
 TERMINATION_GRACE_SECONDS = 30
 #: Pod Security level enforced in project namespaces: GPU workloads need no privileges, and
 #: the device plugin injects devices, so `baseline` fits and blocks hostPath/privileged pods.
+POD_SECURITY_LABEL = "pod-security.kubernetes.io/enforce"
 POD_SECURITY_LEVEL = "baseline"
 
 # Quota names Kubernetes accepts without a domain: the standard compute/object resources.
@@ -301,7 +302,7 @@ def namespace_manifest(spec: ProjectSpec) -> Manifest:
             "name": spec.namespace,
             "labels": {
                 **project_labels(spec.team_slug, spec.project_slug),
-                "pod-security.kubernetes.io/enforce": POD_SECURITY_LEVEL,
+                POD_SECURITY_LABEL: POD_SECURITY_LEVEL,
             },
         },
     }

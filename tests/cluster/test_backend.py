@@ -196,6 +196,18 @@ def test_ensure_project_adopts_a_namespace_and_converges_drift(server: FakeApiSe
     assert server.calls("PUT") == [("PUT", QUOTA_PATH)], "the matching limit range is left alone"
 
 
+def test_adopted_namespace_keeps_the_pod_security_level_an_admin_chose(
+    server: FakeApiServer,
+) -> None:
+    server.objects[NS_PATH]["metadata"]["labels"] = {
+        "pod-security.kubernetes.io/enforce": "privileged"
+    }
+    KubernetesClusterBackend(api_client=server.api_client()).ensure_project(project())
+    labels = server.objects[NS_PATH]["metadata"]["labels"]
+    assert labels["pod-security.kubernetes.io/enforce"] == "privileged"
+    assert labels["app.kubernetes.io/managed-by"] == "gpu-portal"
+
+
 def test_ensure_project_treats_equal_quantities_as_equal(server: FakeApiServer) -> None:
     same = manifests.resource_quota_manifest(project())
     same["spec"]["hard"]["limits.memory"] = str(512 * 1024**3)

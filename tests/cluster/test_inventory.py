@@ -1,11 +1,16 @@
-"""Node inventory from V1Node shapes: whole cards, MIG slices and HAMi vGPU nodes."""
+"""Node inventory from V1Node shapes (whole cards, MIG slices, HAMi vGPU) and quantities."""
 
 from __future__ import annotations
 
 import json
 
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from kubernetes.utils import parse_quantity
+
 from scheduling.cluster.base import HamiDevice, Taint
-from scheduling.cluster.kubernetes import node_inventory, parse_hami_devices
+from scheduling.cluster.kubernetes_status import node_inventory, parse_hami_devices, quantity
 from tests.cluster import recorded as r
 
 A100_GFD_LABELS = {
@@ -138,3 +143,21 @@ def test_cordoned_or_not_ready_nodes_are_not_schedulable() -> None:
 def test_cpu_only_node_has_no_gpus() -> None:
     inventory = node_inventory(r.node("cpu-01", allocatable={"cpu": "16", "memory": "64Gi"}))
     assert (inventory.gpu_count, inventory.gpu_model, inventory.gpu_memory_mib) == (0, None, None)
+
+
+quantities = st.builds(
+    lambda number, suffix: f"{number}{suffix}",
+    st.decimals(min_value=0, max_value=10**6, places=3, allow_nan=False, allow_infinity=False),
+    st.sampled_from(["", "m", "k", "M", "G", "Ki", "Mi", "Gi", "Ti", "e3", "E2", "n", "u"]),
+)
+
+
+@given(quantities)
+def test_quantity_parser_agrees_with_the_clients(value: str) -> None:
+    assert quantity(value) == parse_quantity(value)
+
+
+@pytest.mark.parametrize("value", ["", "abc", "1.2.3", "5Zi", "--1"])
+def test_quantity_parser_refuses_garbage(value: str) -> None:
+    with pytest.raises(ValueError):
+        quantity(value)
