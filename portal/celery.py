@@ -6,6 +6,7 @@ import os
 
 from celery import Celery
 from celery.schedules import crontab
+from django.conf import settings
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
 
@@ -18,6 +19,20 @@ app.conf.beat_schedule = {
     "purge-expired-api-tokens": {
         "task": "tenants.tasks.purge_expired_api_tokens",
         "schedule": crontab(minute=17),
+    },
+    "scheduling-cycle": {
+        "task": "scheduling.tasks.run_scheduling_cycle",
+        "schedule": settings.SCHEDULING_CYCLE_SECONDS,
+        "options": {"expires": settings.SCHEDULING_CYCLE_SECONDS},
+    },
+    "sync-workloads": {
+        "task": "scheduling.tasks.sync_workloads",
+        "schedule": settings.WORKLOAD_SYNC_SECONDS,
+        "options": {"expires": settings.WORKLOAD_SYNC_SECONDS},
+    },
+    "sweep-stuck-requests": {
+        "task": "scheduling.tasks.sweep_stuck_requests",
+        "schedule": 30.0,
     },
     "expire-stale-approvals": {
         "task": "scheduling.tasks.expire_stale_approvals",

@@ -84,6 +84,8 @@ DATABASES["default"].setdefault("CONN_MAX_AGE", env.int("CONN_MAX_AGE", default=
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # The demo runs a web server, a worker and beat on one file: wait for locks instead of failing.
     DATABASES["default"].setdefault("OPTIONS", {})["timeout"] = 20
+    # A file, not memory, so that a real worker process in the tests sees the test database.
+    DATABASES["default"]["TEST"] = {"NAME": str(BASE_DIR / "var" / "test-portal.sqlite3")}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [
@@ -159,6 +161,10 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_TIME_LIMIT = env.int("CELERY_TASK_TIME_LIMIT", default=300)
 CELERY_TASK_SOFT_TIME_LIMIT = env.int("CELERY_TASK_SOFT_TIME_LIMIT", default=240)
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# An unacknowledged task (its worker died) is delivered again after this many seconds.
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    "visibility_timeout": env.int("CELERY_VISIBILITY_TIMEOUT_SECONDS", default=600)
+}
 CELERY_BEAT_SCHEDULE_FILENAME = env.str(
     "CELERY_BEAT_SCHEDULE_FILENAME", default=str(BASE_DIR / "var" / "celerybeat-schedule")
 )
@@ -168,6 +174,15 @@ CLUSTER_BACKEND = env.str("CLUSTER_BACKEND", default="simulated")
 if CLUSTER_BACKEND not in {"simulated", "kubernetes"}:
     raise environ.ImproperlyConfigured("CLUSTER_BACKEND must be 'simulated' or 'kubernetes'")
 KUBECONFIG = env.str("KUBECONFIG", default="")
+KUBE_CONTEXT = env.str("KUBE_CONTEXT", default="") or None
+# Simulated cluster: how much faster than real time simulated work starts and runs.
+SIMULATION_SPEED = env.float("SIMULATION_SPEED", default=1.0)
+# Fault injection for the tests: how long a simulated launch takes before the object exists.
+SIMULATED_LAUNCH_DELAY_SECONDS = env.float("SIMULATED_LAUNCH_DELAY_SECONDS", default=0.0)
+SCHEDULING_CYCLE_SECONDS = env.float("SCHEDULING_CYCLE_SECONDS", default=10.0)
+WORKLOAD_SYNC_SECONDS = env.float("WORKLOAD_SYNC_SECONDS", default=5.0)
+# Requests in admitted/launching longer than this are launched again (idempotently).
+STUCK_TRANSITION_SECONDS = env.int("STUCK_TRANSITION_SECONDS", default=120)
 PORTAL_CURRENCY = env.str("PORTAL_CURRENCY", default="EUR")
 NOTIFICATION_WEBHOOK_URL = env.str("NOTIFICATION_WEBHOOK_URL", default="")
 DEMO_PASSWORD = env.str("DEMO_PASSWORD", default="demo")

@@ -17,7 +17,7 @@ class FlavorKind(models.TextChoices):
     MIG = "mig", "MIG slice"
 
 
-SHARING_MODE_OF_FLAVOR_KIND = {
+SHARING_MODE_OF_FLAVOR_KIND: dict[str, str] = {
     FlavorKind.WHOLE: SharingMode.EXCLUSIVE,
     FlavorKind.VGPU: SharingMode.VGPU,
     FlavorKind.MIG: SharingMode.MIG,

@@ -13,10 +13,11 @@ from tenants.models import Team
 
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
 
+# slug: (name, max runtime, cost rank, approval rule)
 TIERS = {
-    "dev": ("Development", 8 * 3600, {"lead_approves_whole_cards": False}),
-    "inference": ("Inference", 7 * 24 * 3600, {"lead_approves_whole_cards": False}),
-    "training": ("Training", 3 * 24 * 3600, {"lead_approves_whole_cards": True}),
+    "dev": ("Development", 8 * 3600, 0, {"lead_approves_whole_cards": False}),
+    "inference": ("Inference", 7 * 24 * 3600, 1, {"lead_approves_whole_cards": False}),
+    "training": ("Training", 3 * 24 * 3600, 2, {"lead_approves_whole_cards": True}),
 }
 
 POOLS: list[dict[str, Any]] = [
@@ -91,9 +92,9 @@ TIERS_OF_TEAM = {"vision": ["dev", "inference", "training"], "speech": ["dev", "
 def seed_demo_fleet(*, teams: dict[str, Team]) -> None:
     """Create (or leave as they are) the demo tiers, pools, nodes, flavors and quotas."""
     tiers: dict[str, Tier] = {}
-    for slug, (name, max_runtime, rule) in TIERS.items():
+    for slug, (name, max_runtime, rank, rule) in TIERS.items():
         tier, _ = Tier.objects.get_or_create(
-            slug=slug, defaults={"name": name, "max_runtime_seconds": max_runtime}
+            slug=slug, defaults={"name": name, "max_runtime_seconds": max_runtime, "rank": rank}
         )
         ApprovalRule.objects.get_or_create(tier=tier, defaults=rule)
         tiers[slug] = tier

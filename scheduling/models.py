@@ -39,6 +39,9 @@ class Tier(models.Model):
     slug = models.SlugField(max_length=40, unique=True)
     description = models.TextField(blank=True)
     max_runtime_seconds = models.PositiveIntegerField(default=24 * 3600)
+    rank = models.PositiveSmallIntegerField(
+        default=0, help_text="Cost rank: the scheduler spends lower tiers first (0 = cheapest)."
+    )
     allowed_teams = models.ManyToManyField(Team, blank=True, related_name="allowed_tiers")
     allowed_projects = models.ManyToManyField(
         Project,
@@ -348,3 +351,97 @@ class GpuRequest(models.Model):
 
     def as_audit_data(self) -> dict[str, Any]:
         return {"status": self.status, "flavor": self.flavor_id, "gpu_count": self.gpu_count}
+
+
+class AllocationQuerySet(ScopedQuerySet):
+    def for_scope(self, scope: Scope) -> AllocationQuerySet:
+        if scope.is_platform_admin:
+            return self.all()
+        return self.filter(request__team_id__in=scope.team_ids)
+
+    def active(self) -> AllocationQuerySet:
+        return self.filter(ended_at__isnull=True)
+
+
+class Allocation(models.Model):
+    """The GPUs one attempt of a request holds, from admission until the work ends or is evicted.
+
+    `claims` lists, per GPU, what the attempt holds: `{"node", "device_index", "whole",
+    "memory_mib", "cores_percent", "mig_profile", "mig_start"}`. An empty list means the
+    cluster's scheduler places the work inside the pool.
+    """
+
+    request = models.ForeignKey(GpuRequest, on_delete=models.CASCADE, related_name="allocations")
+    attempt = models.PositiveIntegerField()
+    pool = models.ForeignKey(NodePool, on_delete=models.PROTECT, related_name="allocations")
+    claims = models.JSONField(default=list, blank=True)
+    is_borrowed = models.BooleanField(default=False)
+    is_preemptible = models.BooleanField(default=False)
+    workload_name = models.CharField(max_length=63, blank=True)
+    node_name = models.CharField(max_length=253, blank=True)
+    admitted_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    ended_at = models.DateTimeField(null=True, blank=True, db_index=True)
+    end_reason = models.CharField(max_length=200, blank=True)
+
+    objects = AllocationQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-admitted_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["request", "attempt"],
+                name="allocation_one_per_attempt",
+                violation_error_message="This attempt of the request is already allocated.",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"allocation of request {self.request_id} attempt {self.attempt}"
+
+
+class SchedulerLease(models.Model):
+    """A named lease that lets exactly one scheduling loop act at a time across all replicas."""
+
+    name = models.CharField(max_length=60, unique=True)
+    holder = models.CharField(max_length=120, blank=True)
+    expires_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"{self.name} held by {self.holder or 'nobody'} until {self.expires_at}"
+
+
+class SimulatedWorkload(models.Model):
+    """A workload in the simulated cluster: it starts after a delay, runs, and ends by itself.
+
+    Times are real timestamps computed from the request and SIMULATION_SPEED at launch, so the
+    simulation needs no ticking process: its state is a function of the clock.
+    """
+
+    namespace = models.CharField(max_length=63)
+    name = models.CharField(max_length=63)
+    request_key = models.CharField(max_length=40)
+    attempt = models.PositiveIntegerField()
+    kind = models.CharField(max_length=10)
+    team_slug = models.CharField(max_length=63)
+    project_slug = models.CharField(max_length=63)
+    node_name = models.CharField(max_length=253, blank=True)
+    created_at = models.DateTimeField()
+    starts_at = models.DateTimeField()
+    ends_at = models.DateTimeField()
+    fails = models.BooleanField(default=False)
+    failure_reason = models.CharField(max_length=60, blank=True)
+    utilisation_percent = models.PositiveSmallIntegerField(default=80)
+
+    class Meta:
+        ordering = ["created_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["namespace", "name"],
+                name="simulated_workload_name_unique",
+                violation_error_message="A workload with this name already exists here.",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name}"

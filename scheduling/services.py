@@ -14,7 +14,7 @@ from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.utils import timezone
 
-from scheduling import approval
+from scheduling import approval, dispatch
 from scheduling.choices import (
     CANCELLABLE_STATUSES,
     FlavorKind,
@@ -22,6 +22,7 @@ from scheduling.choices import (
     RequestStatus,
     WorkloadKind,
 )
+from scheduling.execution import end_allocation
 from scheduling.lifecycle import transition
 from scheduling.models import ApprovalRule, Flavor, GpuRequest, Quota, gpu_equivalent_of
 from scheduling.notifications import notify
@@ -252,6 +253,7 @@ def _approve(request: GpuRequest, *, actor: Any, reason: str, comment: str = "")
         decision_comment=comment,
     )
     transition(request, RequestStatus.QUEUED, actor=None, reason="Waiting for the scheduler.")
+    dispatch.request_scheduling_cycle()
     notify(
         users=[request.owner],
         subject=f"GPU request {request.pk} approved",
@@ -324,12 +326,16 @@ def cancel_gpu_request(*, actor: Any, request: GpuRequest, reason: str = "") -> 
             f"Request {request.pk} is {request.status}; it can no longer be cancelled.",
             fields={"status": request.status},
         )
-    transition(
+    if transition(
         request,
         RequestStatus.CANCELLED,
         actor=actor,
         reason=reason or f"Cancelled by {actor}.",
-    )
+    ):
+        allocation = end_allocation(request, reason="cancelled")
+        if allocation is not None:
+            dispatch.request_termination(request.pk, allocation.attempt, "cancelled by the owner")
+            dispatch.request_scheduling_cycle()
     return request
 
 

@@ -1,4 +1,8 @@
-"""Thin Celery tasks of the request side: take ids or plain values, call one service."""
+"""Thin Celery tasks: take ids, call one service, safe to run twice.
+
+Tasks ack late and are re-queued when a worker dies, so every one of them must tolerate running
+again after a partial first run. Only named transient errors are retried, with jittered backoff.
+"""
 
 from __future__ import annotations
 
@@ -7,13 +11,30 @@ import logging
 import urllib.request
 from typing import Any
 
-from celery import shared_task
+from celery import Task, shared_task
 from django.conf import settings
 from django.core.mail import send_mail
+from django.utils import timezone
 
-from scheduling import services
+from scheduling import cycle, execution, services
+from scheduling.cluster.base import PermanentClusterError, TransientClusterError
+from scheduling.dispatch import request_launch, request_scheduling_cycle
+from scheduling.models import GpuRequest
 
 log = logging.getLogger(__name__)
+
+
+class ClusterTask(Task):
+    """A task that talks to the cluster: transient cluster errors retry with jittered backoff."""
+
+    autoretry_for = (TransientClusterError,)
+    retry_backoff = 2
+    retry_backoff_max = 120
+    retry_jitter = True
+    max_retries = 12
+    acks_late = True
+    soft_time_limit = 100
+    time_limit = 120
 
 
 @shared_task(acks_late=True, autoretry_for=(OSError,), retry_backoff=True, max_retries=5)
@@ -37,3 +58,59 @@ def send_notification(
 @shared_task(acks_late=True)
 def expire_stale_approvals() -> int:
     return services.expire_stale_approvals()
+
+
+@shared_task(acks_late=True, soft_time_limit=50, time_limit=60)
+def run_scheduling_cycle() -> dict[str, Any]:
+    """One cycle; a second one started while the first runs exits at once."""
+    result = cycle.run_cycle(on_admit=request_launch_now, on_preempt=request_terminate_now)
+    return {
+        "ran": result.ran,
+        "admitted": len(result.admitted),
+        "preempted": len(result.preempted),
+        "waiting": result.waiting,
+        "seconds": round(result.seconds, 4),
+    }
+
+
+def request_launch_now(request_id: int, attempt: int) -> None:
+    launch_workload.delay(request_id, attempt)
+
+
+def request_terminate_now(request_id: int, attempt: int) -> None:
+    terminate_workload.delay(request_id, attempt, "preempted")
+
+
+@shared_task(base=ClusterTask)
+def launch_workload(request_id: int, attempt: int) -> str:
+    try:
+        return execution.launch_request(request_id=request_id, attempt=attempt)
+    except PermanentClusterError as error:
+        execution.fail_launch(
+            request_id=request_id, attempt=attempt, reason=f"The cluster refused it: {error}"
+        )
+        request_scheduling_cycle()
+        return "failed"
+
+
+@shared_task(base=ClusterTask)
+def terminate_workload(request_id: int, attempt: int, reason: str) -> None:
+    execution.terminate_request_workload(request_id=request_id, attempt=attempt, reason=reason)
+
+
+@shared_task(base=ClusterTask)
+def sync_workloads() -> dict[str, int]:
+    moved = execution.sync_workloads()
+    if moved:
+        run_scheduling_cycle.delay()  # finished work frees capacity
+    return moved
+
+
+@shared_task(acks_late=True)
+def sweep_stuck_requests() -> int:
+    """Launch again anything stranded in admitted/launching by a lost message or killed worker."""
+    stuck = execution.stuck_requests()
+    for request_id, attempt in stuck:
+        GpuRequest.objects.filter(pk=request_id).update(updated_at=timezone.now())
+        request_launch(request_id, attempt)
+    return len(stuck)

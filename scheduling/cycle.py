@@ -1,0 +1,168 @@
+"""The scheduling cycle: (1) read a snapshot, (2) let the engine decide, (3) write the plan in one
+transaction, (4) act after commit (launches and terminations go to Celery).
+
+Exactly one cycle acts at a time across all workers and replicas: a cycle first takes the
+`scheduling-cycle` lease with a compare-and-set UPDATE; a second cycle that finds the lease held
+returns at once. The lease expires by itself, so a killed worker cannot block scheduling.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import socket
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from scheduling import engine
+from scheduling.choices import RequestStatus
+from scheduling.lifecycle import transition
+from scheduling.models import Allocation, GpuRequest, SchedulerLease
+from scheduling.snapshot import build_snapshot, claims_as_json
+
+log = logging.getLogger(__name__)
+
+LEASE_NAME = "scheduling-cycle"
+LEASE_SECONDS = 60
+POLICY = engine.Policy()
+
+
+def _holder() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+def acquire_lease(*, name: str = LEASE_NAME, seconds: int = LEASE_SECONDS) -> str | None:
+    """Take the lease if it is free or expired; returns the holder token, or None if busy."""
+    now = timezone.now()
+    holder = _holder()
+    # Created concurrently by another cycle is fine: the UPDATE below decides who holds it.
+    with contextlib.suppress(IntegrityError):
+        SchedulerLease.objects.get_or_create(
+            name=name, defaults={"holder": "", "expires_at": now - timedelta(seconds=1)}
+        )
+    taken = SchedulerLease.objects.filter(name=name, expires_at__lt=now).update(
+        holder=holder, expires_at=now + timedelta(seconds=seconds)
+    )
+    return holder if taken else None
+
+
+def release_lease(holder: str, *, name: str = LEASE_NAME) -> None:
+    SchedulerLease.objects.filter(name=name, holder=holder).update(
+        holder="", expires_at=timezone.now() - timedelta(seconds=1)
+    )
+
+
+@dataclass
+class CycleResult:
+    ran: bool
+    admitted: list[int] = field(default_factory=list)
+    preempted: list[int] = field(default_factory=list)
+    waiting: int = 0
+    seconds: float = 0.0
+
+
+def run_cycle(
+    *,
+    on_admit: Callable[[int, int], None] | None = None,
+    on_preempt: Callable[[int, int], None] | None = None,
+    now: float | None = None,
+) -> CycleResult:
+    """One cycle; `on_admit(request_id, attempt)` and `on_preempt(…)` run after commit."""
+    holder = acquire_lease()
+    if holder is None:
+        return CycleResult(ran=False)
+    started = time.perf_counter()
+    try:
+        # 1. Read.
+        snapshot = build_snapshot()
+        # 2. Decide.
+        plan = engine.plan(snapshot, now=now if now is not None else time.time(), policy=POLICY)
+        # 3. Write.
+        result = CycleResult(ran=True, waiting=len(plan.waiting))
+        with transaction.atomic():
+            for preemption in plan.preemptions:
+                attempt = _preempt(preemption)
+                if attempt is not None:
+                    result.preempted.append(int(preemption.victim_id))
+                    if on_preempt:
+                        _after_commit(on_preempt, int(preemption.victim_id), attempt)
+            for admission in plan.admissions:
+                attempt = _admit(admission)
+                if attempt is not None:
+                    result.admitted.append(int(admission.request_id))
+                    if on_admit:
+                        _after_commit(on_admit, int(admission.request_id), attempt)
+            _record_waiting(plan.waiting)
+        # 4. Act: the on_commit callbacks above enqueue launches and terminations.
+        result.seconds = time.perf_counter() - started
+        return result
+    finally:
+        release_lease(holder)
+
+
+def _after_commit(act: Callable[[int, int], None], request_id: int, attempt: int) -> None:
+    transaction.on_commit(lambda: act(request_id, attempt))
+
+
+def _admit(admission: engine.Admission) -> int | None:
+    request = GpuRequest.objects.select_related("flavor").get(pk=int(admission.request_id))
+    attempt = request.attempt + 1
+    if not transition(
+        request,
+        RequestStatus.ADMITTED,
+        actor=None,
+        reason="Admitted: capacity reserved, launching."
+        + (" Runs on borrowed quota and may be preempted." if admission.borrowed else ""),
+        attempt=attempt,
+        waiting_reason="",
+        queue_position=None,
+    ):
+        return None
+    Allocation.objects.create(
+        request=request,
+        attempt=attempt,
+        pool=request.flavor.pool,
+        claims=claims_as_json(admission.placement),
+        is_borrowed=admission.borrowed,
+        is_preemptible=admission.preemptible or request.is_preemptible,
+        node_name=",".join(admission.node_ids),
+    )
+    return attempt
+
+
+def _preempt(preemption: engine.Preemption) -> int | None:
+    """Evict a victim: its allocation ends now and it goes back to the queue with its age."""
+    request = GpuRequest.objects.get(pk=int(preemption.victim_id))
+    allocation = Allocation.objects.active().filter(request=request).first()
+    if allocation is None:
+        return None
+    reason = f"Preempted for request {preemption.for_request}: {preemption.reason}"
+    if not transition(request, RequestStatus.PREEMPTED, actor=None, reason=reason):
+        return None
+    Allocation.objects.filter(pk=allocation.pk, ended_at__isnull=True).update(
+        ended_at=timezone.now(), end_reason="preempted"
+    )
+    transition(request, RequestStatus.QUEUED, actor=None, reason="Requeued after preemption.")
+    return allocation.attempt
+
+
+def _record_waiting(waiting: tuple[engine.Waiting, ...]) -> None:
+    """Store why each request waits and where it stands, in one UPDATE per distinct change."""
+    current = dict(
+        GpuRequest.objects.filter(
+            pk__in=[int(w.request_id) for w in waiting], status=RequestStatus.QUEUED
+        ).values_list("pk", "waiting_reason")
+    )
+    changed = [
+        GpuRequest(pk=int(w.request_id), waiting_reason=w.reason, queue_position=w.position)
+        for w in waiting
+        if int(w.request_id) in current
+    ]
+    GpuRequest.objects.bulk_update(changed, ["waiting_reason", "queue_position"], batch_size=500)

@@ -1,0 +1,226 @@
+"""Turning admitted requests into workloads and the cluster's news back into request states.
+
+The cluster is the truth for what runs; the database for what was asked and decided. Every
+service here takes ids, is safe to run twice, and changes request states only through
+`lifecycle.transition()`.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+from functools import lru_cache
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from scheduling.choices import SHARING_MODE_OF_FLAVOR_KIND, RequestStatus
+from scheduling.cluster.base import (
+    ClusterBackend,
+    PrioritySpec,
+    ProjectSpec,
+    Toleration,
+    WorkloadSpec,
+    WorkloadStatus,
+)
+from scheduling.cluster.base import Taint as ClusterTaint
+from scheduling.lifecycle import transition
+from scheduling.models import Allocation, GpuRequest, Quota
+from scheduling.snapshot import POOL_LABEL
+
+log = logging.getLogger(__name__)
+
+PRIORITY_CLASSES = {
+    "low": PrioritySpec("gpu-portal-low", 100, "Never", "GPU Portal: low priority"),
+    "normal": PrioritySpec("gpu-portal-normal", 1000, description="GPU Portal: normal"),
+    "high": PrioritySpec("gpu-portal-high", 10000, description="GPU Portal: high"),
+    "critical": PrioritySpec("gpu-portal-critical", 100000, description="GPU Portal: critical"),
+}
+LIVE_STATUSES = (RequestStatus.LAUNCHING, RequestStatus.RUNNING)
+
+
+@lru_cache(maxsize=1)
+def cluster_backend() -> ClusterBackend:
+    """The backend CLUSTER_BACKEND names; built once per process."""
+    if settings.CLUSTER_BACKEND == "kubernetes":
+        from scheduling.cluster.kubernetes import KubernetesClusterBackend
+
+        return KubernetesClusterBackend(
+            kubeconfig=settings.KUBECONFIG or None, context=settings.KUBE_CONTEXT
+        )
+    from scheduling.simulated import SimulatedCluster
+
+    return SimulatedCluster()
+
+
+def project_spec(request: GpuRequest) -> ProjectSpec:
+    """The project's namespace with a ResourceQuota mirroring the portal's quota limits."""
+    project = request.project
+    quota: dict[str, int] = {}
+    rows = Quota.objects.filter(team=project.team, project__in=[None, project]).select_related(
+        "flavor"
+    )
+    own = {q.flavor_id for q in rows if q.project_id == project.pk}
+    for row in rows:
+        if row.project_id is None and row.flavor_id in own:
+            continue  # the project's own split is tighter than the team's
+        for name in row.flavor.resource_names:
+            if name in ("nvidia.com/gpumem", "nvidia.com/gpucores"):
+                continue  # per-card shares, not countable against a namespace total
+            key = f"requests.{name}"
+            quota[key] = quota.get(key, 0) + row.limit
+    return ProjectSpec(
+        team_slug=project.team.slug,
+        project_slug=project.slug,
+        namespace=project.namespace,
+        quota=quota,
+    )
+
+
+def workload_spec(request: GpuRequest, allocation: Allocation) -> WorkloadSpec:
+    flavor = request.flavor
+    pool = flavor.pool
+    sharing = SHARING_MODE_OF_FLAVOR_KIND[flavor.kind]
+    nodes = [name for name in allocation.node_name.split(",") if name]
+    placed_by_portal = pool.placement == "portal" and len(nodes) == 1
+    return WorkloadSpec(
+        request_id=str(request.pk),
+        attempt=allocation.attempt,
+        team_slug=request.team.slug,
+        project_slug=request.project.slug,
+        namespace=request.project.namespace,
+        kind=request.kind,  # type: ignore[arg-type]
+        image=request.image,
+        sharing=sharing,  # type: ignore[arg-type]
+        gpu_count=request.gpu_count,
+        command=tuple(request.command),
+        env=request.env,
+        vgpu_memory_mib=request.gpu_memory_mib if sharing == "vgpu" else None,
+        vgpu_cores_percent=request.gpu_cores_percent if sharing == "vgpu" else None,
+        mig_profile=flavor.mig_profile if sharing == "mig" else None,
+        scheduler_name=pool.scheduler_name,
+        node_selector={**pool.node_selector, POOL_LABEL: pool.slug},
+        tolerations=tuple(
+            Toleration.for_taint(
+                ClusterTaint(t["key"], t.get("effect", "NoSchedule"), t.get("value", ""))
+            )
+            for t in pool.taints
+        ),
+        node_name=nodes[0] if placed_by_portal else None,
+        priority_class_name=PRIORITY_CLASSES[request.priority].name,
+        max_runtime_seconds=request.max_runtime_seconds,
+        owner=request.owner.get_username(),
+        reason=request.reason[:200],
+    )
+
+
+def _live_allocation(request: GpuRequest, attempt: int) -> Allocation | None:
+    return Allocation.objects.active().filter(request=request, attempt=attempt).first()
+
+
+def end_allocation(request: GpuRequest, *, reason: str) -> Allocation | None:
+    """Close the request's running interval and free its GPUs for the next cycle."""
+    allocation = Allocation.objects.active().filter(request=request).first()
+    if allocation is not None:
+        Allocation.objects.filter(pk=allocation.pk, ended_at__isnull=True).update(
+            ended_at=timezone.now(), end_reason=reason[:200]
+        )
+    return allocation
+
+
+def launch_request(*, request_id: int, attempt: int, backend: ClusterBackend | None = None) -> str:
+    """Create the workload of one admitted attempt; a repeat adopts the same object."""
+    backend = backend or cluster_backend()
+    request = GpuRequest.objects.select_related(
+        "project", "project__team", "team", "flavor", "flavor__pool", "owner"
+    ).get(pk=request_id)
+    if request.attempt != attempt or request.status not in (
+        RequestStatus.ADMITTED,
+        RequestStatus.LAUNCHING,
+    ):
+        return "stale"  # cancelled, preempted or relaunched meanwhile: nothing to do
+    allocation = _live_allocation(request, attempt)
+    if allocation is None:
+        return "stale"
+    backend.ensure_priority_classes(list(PRIORITY_CLASSES.values()))
+    backend.ensure_project(project_spec(request))
+    spec = workload_spec(request, allocation)
+    transition(request, RequestStatus.LAUNCHING, actor=None, reason="Creating the workload.")
+    name = backend.launch(spec)
+    Allocation.objects.filter(pk=allocation.pk).update(workload_name=name)
+    return name
+
+
+def fail_launch(*, request_id: int, attempt: int, reason: str) -> None:
+    """The cluster refused the workload for good: fail the request and free its GPUs."""
+    with transaction.atomic():
+        request = GpuRequest.objects.get(pk=request_id)
+        if request.attempt != attempt:
+            return
+        if transition(request, RequestStatus.FAILED, actor=None, reason=reason):
+            end_allocation(request, reason="launch failed")
+
+
+def apply_workload_status(request: GpuRequest, status: WorkloadStatus) -> str | None:
+    """Map one observed workload onto its request; returns the new status if it moved."""
+    with transaction.atomic():
+        if status.phase == "running" and request.status == RequestStatus.LAUNCHING:
+            transition(request, RequestStatus.RUNNING, actor=None, reason="Running.")
+            Allocation.objects.active().filter(request=request, started_at__isnull=True).update(
+                started_at=status.started_at or timezone.now()
+            )
+            return RequestStatus.RUNNING
+        if status.phase in ("succeeded", "failed"):
+            if request.status == RequestStatus.LAUNCHING and status.started_at:
+                Allocation.objects.active().filter(request=request, started_at__isnull=True).update(
+                    started_at=status.started_at
+                )
+            target = (
+                RequestStatus.SUCCEEDED if status.phase == "succeeded" else RequestStatus.FAILED
+            )
+            detail = f"{status.reason}: {status.message}" if status.reason else status.message
+            reason = "Finished." if status.phase == "succeeded" else f"Failed — {detail}"
+            if transition(request, target, actor=None, reason=reason):
+                allocation = end_allocation(request, reason=status.phase)
+                if allocation is not None and status.finished_at:
+                    Allocation.objects.filter(pk=allocation.pk).update(ended_at=status.finished_at)
+                return target
+        if status.phase == "missing" and request.status == RequestStatus.RUNNING:
+            reason = "The workload disappeared from the cluster."
+            if transition(request, RequestStatus.FAILED, actor=None, reason=reason):
+                end_allocation(request, reason="workload missing")
+                return RequestStatus.FAILED
+    return None
+
+
+def sync_workloads(*, backend: ClusterBackend | None = None) -> dict[str, int]:
+    """Read every live request's workload from the cluster and move requests accordingly."""
+    backend = backend or cluster_backend()
+    moved: dict[str, int] = {}
+    live = GpuRequest.objects.filter(status__in=LIVE_STATUSES).select_related("project__team")
+    for request in live:
+        status = backend.get_workload(request.project.namespace, str(request.pk), request.attempt)
+        new_status = apply_workload_status(request, status)
+        if new_status:
+            moved[new_status] = moved.get(new_status, 0) + 1
+    return moved
+
+
+def terminate_request_workload(
+    *, request_id: int, attempt: int, reason: str, backend: ClusterBackend | None = None
+) -> None:
+    backend = backend or cluster_backend()
+    request = GpuRequest.objects.select_related("project__team").get(pk=request_id)
+    backend.terminate(request.project.namespace, str(request.pk), attempt, reason=reason)
+
+
+def stuck_requests(*, older_than_seconds: int | None = None) -> list[tuple[int, int]]:
+    """(request id, attempt) of requests admitted or launching for too long: launch them again."""
+    seconds = older_than_seconds or settings.STUCK_TRANSITION_SECONDS
+    cutoff = timezone.now() - timedelta(seconds=seconds)
+    return list(
+        GpuRequest.objects.filter(
+            status__in=(RequestStatus.ADMITTED, RequestStatus.LAUNCHING), updated_at__lt=cutoff
+        ).values_list("pk", "attempt")
+    )

@@ -1,0 +1,184 @@
+"""The simulated cluster: the embedded default backend, a fleet held in the database.
+
+Work starts after a short delay, runs for a time drawn from the request (scaled by
+SIMULATION_SPEED), fails now and then and reports a GPU utilisation — some of it idle, so
+reclamation can be seen. Draws are seeded by the workload's name, so the same launch always
+behaves the same way and a retried launch cannot change its fate.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import time
+from collections.abc import Sequence
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from scheduling.cluster.base import (
+    NodeInventory,
+    PrioritySpec,
+    ProjectSpec,
+    WorkloadPhase,
+    WorkloadSpec,
+    WorkloadStatus,
+)
+from scheduling.models import GpuDevice, Node, SimulatedWorkload
+
+START_DELAY_SECONDS = (5, 20)
+BATCH_RUN_SECONDS = (60, 300)
+INTERACTIVE_RUN_SECONDS = (180, 600)
+FAILURE_RATE = 0.1
+IDLE_RATE = 0.25
+FAILURE_REASONS = ("Error", "OOMKilled", "ImagePullBackOff")
+
+
+class SimulatedCluster:
+    """A `ClusterBackend` whose state is a function of launch time and the clock."""
+
+    def __init__(self, *, speed: float | None = None) -> None:
+        self.speed = max(0.001, speed if speed is not None else settings.SIMULATION_SPEED)
+
+    def sync_inventory(self) -> list[NodeInventory]:
+        inventory = []
+        for node in Node.objects.prefetch_related("devices").order_by("name"):
+            devices: list[GpuDevice] = list(node.devices.all())
+            mig: dict[str, int] = {}
+            for device in devices:
+                for profile, count in device.mig_layout.items():
+                    mig[profile] = mig.get(profile, 0) + int(count)
+            allocatable = {"nvidia.com/gpu": str(len(devices))}
+            allocatable.update({f"nvidia.com/mig-{p}": str(c) for p, c in mig.items()})
+            inventory.append(
+                NodeInventory(
+                    name=node.name,
+                    labels=node.labels,
+                    taints=(),
+                    ready=True,
+                    schedulable=node.is_schedulable,
+                    allocatable=allocatable,
+                    capacity=allocatable,
+                    gpu_model=node.gpu_model,
+                    gpu_count=len(devices),
+                    gpu_memory_mib=max((d.memory_mib for d in devices), default=None),
+                    mig_devices=mig,
+                )
+            )
+        return inventory
+
+    def ensure_priority_classes(self, specs: Sequence[PrioritySpec]) -> None:
+        """Nothing to create: the simulation has no API objects besides workloads."""
+
+    def ensure_project(self, spec: ProjectSpec) -> None:
+        """Nothing to create: namespaces exist implicitly in the simulation."""
+
+    def launch(self, spec: WorkloadSpec) -> str:
+        if SimulatedWorkload.objects.filter(namespace=spec.namespace, name=spec.name).exists():
+            return spec.name  # a repeated launch adopts the workload it made before
+        if settings.SIMULATED_LAUNCH_DELAY_SECONDS:
+            time.sleep(settings.SIMULATED_LAUNCH_DELAY_SECONDS)
+        draw = random.Random(hashlib.sha256(spec.name.encode()).digest())
+        now = timezone.now()
+        delay = draw.uniform(*START_DELAY_SECONDS) / self.speed
+        low, high = BATCH_RUN_SECONDS if spec.kind == "job" else INTERACTIVE_RUN_SECONDS
+        run = min(draw.uniform(low, high), spec.max_runtime_seconds or high) / self.speed
+        fails = spec.kind == "job" and draw.random() < FAILURE_RATE
+        idle = draw.random() < IDLE_RATE
+        try:
+            with transaction.atomic():
+                SimulatedWorkload.objects.create(
+                    namespace=spec.namespace,
+                    name=spec.name,
+                    request_key=spec.request_id,
+                    attempt=spec.attempt,
+                    kind=spec.kind,
+                    team_slug=spec.team_slug,
+                    project_slug=spec.project_slug,
+                    node_name=spec.node_name or "",
+                    created_at=now,
+                    starts_at=now + timedelta(seconds=delay),
+                    ends_at=now + timedelta(seconds=delay + run),
+                    fails=fails,
+                    failure_reason=draw.choice(FAILURE_REASONS) if fails else "",
+                    utilisation_percent=draw.randint(0, 3) if idle else draw.randint(55, 98),
+                )
+        except IntegrityError:
+            pass  # launched concurrently by a duplicate task: the other one's object stands
+        return spec.name
+
+    def terminate(
+        self,
+        namespace: str,
+        request_id: str,
+        attempt: int,
+        *,
+        reason: str,
+        grace_seconds: int = 30,
+    ) -> None:
+        SimulatedWorkload.objects.filter(
+            namespace=namespace, request_key=request_id, attempt=attempt
+        ).delete()
+
+    def get_workload(self, namespace: str, request_id: str, attempt: int) -> WorkloadStatus:
+        workload = SimulatedWorkload.objects.filter(
+            namespace=namespace, request_key=request_id, attempt=attempt
+        ).first()
+        if workload is None:
+            return WorkloadStatus(
+                request_id=request_id,
+                attempt=attempt,
+                phase="missing",
+                namespace=namespace,
+                name="",
+                message="No such workload in the simulated cluster.",
+            )
+        return self._status(workload)
+
+    def list_workloads(self, namespaces: Sequence[str] | None = None) -> list[WorkloadStatus]:
+        workloads = SimulatedWorkload.objects.all()
+        if namespaces is not None:
+            workloads = workloads.filter(namespace__in=list(namespaces))
+        return [self._status(workload) for workload in workloads]
+
+    def utilisation_percent(self, namespace: str, request_id: str, attempt: int) -> int | None:
+        """GPU activity of a running workload, as a metrics source would report it."""
+        workload = SimulatedWorkload.objects.filter(
+            namespace=namespace, request_key=request_id, attempt=attempt
+        ).first()
+        if workload is None or self._status(workload).phase != "running":
+            return None
+        return workload.utilisation_percent
+
+    def _status(self, workload: SimulatedWorkload) -> WorkloadStatus:
+        now = timezone.now()
+        phase: WorkloadPhase
+        reason = message = ""
+        finished_at = None
+        if now < workload.starts_at:
+            phase, reason, message = "pending", "ContainerCreating", "Pulling the image."
+        elif now < workload.ends_at:
+            phase = "running"
+        elif workload.fails:
+            phase, reason = "failed", workload.failure_reason
+            message = f"The container exited: {workload.failure_reason}."
+            finished_at = workload.ends_at
+        else:
+            phase, finished_at = "succeeded", workload.ends_at
+        return WorkloadStatus(
+            request_id=workload.request_key,
+            attempt=workload.attempt,
+            phase=phase,
+            namespace=workload.namespace,
+            name=workload.name,
+            kind=workload.kind,  # type: ignore[arg-type]
+            reason=reason,
+            message=message,
+            node_name=workload.node_name or None,
+            started_at=workload.starts_at if phase != "pending" else None,
+            finished_at=finished_at,
+            team_slug=workload.team_slug,
+            project_slug=workload.project_slug,
+        )

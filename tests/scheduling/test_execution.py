@@ -1,0 +1,126 @@
+"""The pipeline in one process: cycle → launch → sync on the simulated cluster."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from scheduling import cycle, execution, services
+from scheduling.choices import RequestStatus
+from scheduling.models import Allocation, GpuRequest, SchedulerLease, SimulatedWorkload
+from scheduling.simulated import SimulatedCluster
+from tests.scheduling.conftest import Fleet
+from tests.support.personas import Org
+
+pytestmark = pytest.mark.django_db
+FAST = SimulatedCluster(speed=100_000)  # starts within 0.2 ms, runs for at most 3 ms
+
+
+def submit(org: Org, flavor: Any, **kwargs: Any) -> GpuRequest:
+    arguments: dict[str, Any] = {
+        "actor": org.dev_a,
+        "project": org.project_a,
+        "flavor": flavor,
+        "gpu_count": 1,
+        "image": "pytorch:2.4",
+        "max_runtime_seconds": 3600,
+    }
+    arguments.update(kwargs)
+    return services.submit_gpu_request(**arguments)
+
+
+@pytest.fixture
+def pipeline(django_capture_on_commit_callbacks: Any) -> Callable[[], cycle.CycleResult]:
+    """One cycle, then the launches it queued (the tests' transaction never commits)."""
+
+    def run() -> cycle.CycleResult:
+        admitted: list[tuple[int, int]] = []
+        with django_capture_on_commit_callbacks(execute=True):
+            result = cycle.run_cycle(on_admit=lambda r, a: admitted.append((r, a)))
+        for request_id, attempt in admitted:
+            execution.launch_request(request_id=request_id, attempt=attempt, backend=FAST)
+        return result
+
+    return run
+
+
+def test_queued_request_is_admitted_placed_launched_and_finishes(
+    org: Org, fleet: Fleet, pipeline: Callable[[], cycle.CycleResult]
+) -> None:
+    request = submit(org, fleet.l4_12g, kind="notebook")
+    result = pipeline()
+    assert result.ran and result.admitted == [request.pk]
+    request.refresh_from_db()
+    assert (request.status, request.attempt) == (RequestStatus.LAUNCHING, 1)
+    allocation = Allocation.objects.get(request=request)
+    (claim,) = allocation.claims
+    assert claim["node"].startswith("l4-vgpu-") and claim["memory_mib"] == 12288
+    assert SimulatedWorkload.objects.get().name == f"gpr-{request.pk}-a1"
+
+    time.sleep(0.01)
+    execution.sync_workloads(backend=FAST)
+    request.refresh_from_db()
+    assert request.status in (RequestStatus.SUCCEEDED, RequestStatus.FAILED)
+    allocation.refresh_from_db()
+    assert allocation.started_at is not None and allocation.ended_at is not None
+
+
+def test_a_second_launch_of_the_same_attempt_creates_nothing_new(
+    org: Org, fleet: Fleet, pipeline: Callable[[], cycle.CycleResult]
+) -> None:
+    request = submit(org, fleet.l4_6g)
+    pipeline()
+    execution.launch_request(request_id=request.pk, attempt=1, backend=FAST)
+    assert SimulatedWorkload.objects.count() == 1
+
+
+def test_launch_of_a_cancelled_request_is_stale(org: Org, fleet: Fleet) -> None:
+    request = submit(org, fleet.l4_6g)
+    admitted: list[tuple[int, int]] = []
+    cycle.run_cycle(on_admit=lambda r, a: admitted.append((r, a)))
+    services.cancel_gpu_request(actor=org.dev_a, request=GpuRequest.objects.get(pk=request.pk))
+    assert execution.launch_request(request_id=request.pk, attempt=1, backend=FAST) == "stale"
+    assert not SimulatedWorkload.objects.exists()
+    assert not Allocation.objects.active().exists()
+
+
+def test_full_pool_leaves_work_waiting_with_a_reason_and_position(
+    org: Org, fleet: Fleet, pipeline: Callable[[], cycle.CycleResult]
+) -> None:
+    services.set_quota(actor=org.admin, team=org.team_a, flavor=fleet.a100, guaranteed=16, limit=32)
+    first = submit(org, fleet.a100, gpu_count=16)
+    services.approve_gpu_request(actor=org.lead_a, request=first)
+    second = submit(org, fleet.a100, gpu_count=8)
+    services.approve_gpu_request(actor=org.lead_a, request=second)
+    pipeline()
+    second.refresh_from_db()
+    assert second.status == RequestStatus.QUEUED
+    assert second.queue_position == 1
+    assert second.waiting_reason
+
+
+def test_only_one_cycle_runs_at_a_time(org: Org, fleet: Fleet) -> None:
+    holder = cycle.acquire_lease()
+    assert holder is not None
+    assert cycle.run_cycle().ran is False
+    cycle.release_lease(holder)
+    assert cycle.run_cycle().ran is True
+    assert SchedulerLease.objects.count() == 1
+
+
+def test_an_expired_lease_is_taken_over(org: Org, fleet: Fleet) -> None:
+    assert cycle.acquire_lease(seconds=-1) is not None  # a holder that died
+    assert cycle.run_cycle().ran is True
+
+
+def test_stuck_launches_are_found(org: Org, fleet: Fleet) -> None:
+    request = submit(org, fleet.l4_6g)
+    cycle.run_cycle()
+    assert execution.stuck_requests(older_than_seconds=3600) == []
+    GpuRequest.objects.filter(pk=request.pk).update(
+        updated_at=request.updated_at.replace(year=2020)
+    )
+    assert execution.stuck_requests(older_than_seconds=60) == [(request.pk, 1)]

@@ -1,0 +1,114 @@
+"""A real Celery worker process (with embedded beat) against the test database and a real Redis."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, cast
+
+from django.conf import settings
+from django.db import connection
+
+ROOT = Path(settings.BASE_DIR)
+
+
+def test_database_url() -> str:
+    """The URL of the database the test run created, for processes started by the tests."""
+    db = connection.settings_dict
+    if db["ENGINE"].endswith("sqlite3"):
+        return f"sqlite:///{db['NAME']}"
+    port = db.get("PORT") or 5432
+    return f"postgres://{db['USER']}:{db['PASSWORD']}@{db['HOST']}:{port}/{db['NAME']}"
+
+
+class WorkerProcess:
+    def __init__(self, redis_url: str, extra_env: dict[str, str] | None = None) -> None:
+        self.redis_url = redis_url
+        self.log_path = Path(tempfile.mkdtemp()) / "worker.log"
+        self.log_path.touch()
+        self.beat_file = Path(tempfile.mkdtemp()) / "beat-schedule"
+        self.env = {
+            **os.environ,
+            "DATABASE_URL": test_database_url(),
+            "REDIS_URL": redis_url,
+            "CELERY_BROKER_URL": redis_url,
+            "CELERY_TASK_ALWAYS_EAGER": "false",
+            "CLUSTER_BACKEND": "simulated",
+            "SIMULATION_SPEED": "60",
+            "SCHEDULING_CYCLE_SECONDS": "1",
+            "WORKLOAD_SYNC_SECONDS": "0.5",
+            "STUCK_TRANSITION_SECONDS": "3",
+            "CELERY_VISIBILITY_TIMEOUT_SECONDS": "5",
+            **(extra_env or {}),
+        }
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self, timeout: float = 60.0) -> None:
+        command = [
+            sys.executable, "-m", "celery", "-A", "portal", "worker", "--beat",
+            "--schedule", str(self.beat_file), "--loglevel", "info", "--concurrency", "2",
+            "--without-gossip", "--without-mingle",
+        ]  # fmt: skip
+        offset = self.log_path.stat().st_size
+        with self.log_path.open("ab") as log:
+            self.process = subprocess.Popen(
+                command,
+                cwd=ROOT,
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # its own process group: kill() takes the pool with it
+            )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if " ready." in self.log_path.read_text(errors="replace")[offset:]:
+                return
+            if self.process.poll() is not None:
+                break
+            time.sleep(0.2)
+        raise RuntimeError(f"the worker did not start:\n{self.output()[-4000:]}")
+
+    def kill(self) -> None:
+        """SIGKILL the worker and its pool, as a node failure would."""
+        if self.process and self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(timeout=10)
+
+    def stop(self) -> None:
+        if self.process and self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def output(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+@contextmanager
+def celery_worker(redis_url: str, **extra_env: str) -> Iterator[WorkerProcess]:
+    """Start a worker; tasks the test process queues go to it through Redis, not inline."""
+    from portal.celery import app
+
+    worker = WorkerProcess(redis_url, extra_env)
+    previous: dict[str, Any] = {
+        "task_always_eager": app.conf.task_always_eager,
+        "broker_url": app.conf.broker_url,
+    }
+    app.conf.update(task_always_eager=False, broker_url=redis_url)
+    cast(Any, app.pool).force_close_all()
+    worker.start()
+    try:
+        yield worker
+    finally:
+        worker.stop()
+        app.conf.update(previous)
+        cast(Any, app.pool).force_close_all()
