@@ -240,7 +240,8 @@ class KubernetesClusterBackend:
         namespace = body["metadata"].get("namespace")
         scope = (namespace,) if namespace else ()
         try:
-            self._write(create, *scope, body)
+            # Strict: the server refuses unknown fields instead of silently dropping them.
+            self._write(create, *scope, body, field_validation="Strict")
             return None
         except ClusterError as exc:
             if exc.status != 409:

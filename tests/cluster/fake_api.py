@@ -74,6 +74,7 @@ class FakeApiServer:
         self.objects: dict[str, dict[str, Any]] = {}
         self.faults: list[Fault] = []
         self.requests: list[tuple[str, str]] = []
+        self.urls: list[str] = []
         self._version = 100
 
     # Test helpers ----------------------------------------------------------------------------
@@ -110,6 +111,7 @@ class FakeApiServer:
         path = parts.path.rstrip("/")
         query = {k: v[0] for k, v in parse_qs(parts.query).items()}
         self.requests.append((method, path))
+        self.urls.append(f"{method} {path}?{parts.query}")
         for fault in self.faults:
             if fault.method == method and re.search(fault.path_pattern, path):
                 fault.times -= 1

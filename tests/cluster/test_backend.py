@@ -62,6 +62,8 @@ def test_launch_creates_the_job_and_returns_its_name(
     backend: KubernetesClusterBackend, server: FakeApiServer
 ) -> None:
     assert backend.launch(workload("job", "mig")) == "gpr-812-a1"
+    assert server.urls[-1].startswith("POST /apis/batch/v1/namespaces/gp-vision-detection/jobs?")
+    assert "fieldValidation=Strict" in server.urls[-1]
     job = server.objects[JOB_PATH]
     assert job["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"] == {
         "nvidia.com/mig-1g.10gb": "1",
@@ -144,6 +146,10 @@ def test_terminate_deletes_workload_and_pods_and_records_why(
         f"{NS_PATH}/pods/other", {"metadata": {"labels": {**r.LABELS, "gpu-portal/attempt": "2"}}}
     )
     backend.terminate(NAMESPACE, "812", 1, reason="idle for 2h", grace_seconds=0)
+    deletes = [u for u in server.urls if u.startswith("DELETE")]
+    assert all("gracePeriodSeconds=0" in u for u in deletes)
+    assert f"DELETE {DEPLOYMENT_PATH}?" in " ".join(deletes)
+    assert all("propagationPolicy=Background" in u for u in deletes if "/pods?" not in u)
     assert set(server.objects) == {NS_PATH, f"{NS_PATH}/pods/other"}
     assert ("PATCH", DEPLOYMENT_PATH) in server.calls("PATCH")
     assert ("DELETE", f"{NS_PATH}/pods") in server.calls("DELETE")
