@@ -181,7 +181,8 @@ def workload_status(
 ) -> WorkloadStatus:
     """Map a workload's Job or Deployment and its pods onto one `WorkloadStatus`.
 
-    Precedence, first match wins:
+    Pods being deleted are ignored while live ones exist, and the newest pod speaks for the
+    workload. Precedence, first match wins:
     1. nothing exists → missing;
     2. a Job condition Complete/SuccessCriteriaMet → succeeded, Failed/FailureTarget → failed
        with the Job's reason (DeadlineExceeded, BackoffLimitExceeded) and the pod's detail;
@@ -189,9 +190,11 @@ def workload_status(
        CreateContainerConfigError, ... → failed, with a clear reason;
     4. a Job pod that failed → failed with its exit code or eviction reason;
     5. a pod Running, or the Deployment Available → running;
-    6. a pod the scheduler could not place → pending with the scheduler's message;
-    7. a Deployment whose ReplicaSet cannot create pods (quota) → pending with that message;
-    8. otherwise pending.
+    6. a Job pod that succeeded before the Job recorded it → running (Completing);
+    7. a pod the scheduler could not place → pending with the scheduler's message;
+    8. a Deployment whose ReplicaSet cannot create pods (quota) → pending with that message;
+    9. otherwise pending, with the container's waiting reason when there is one.
+    `started_at` is only set once the workload has run.
     """
     owner = job if job is not None else deployment
     anchor: Any = owner if owner is not None else (pods[0] if pods else None)
@@ -204,7 +207,8 @@ def workload_status(
         kind = kind_label  # type: ignore[assignment]
     elif job is not None:
         kind = "job"
-    pods = _newest_first(pods)
+    live = [p for p in pods if not (p.metadata and p.metadata.deletion_timestamp)]
+    pods = _newest_first(live or pods)
     pod = pods[0] if pods else None
 
     def status(
@@ -212,9 +216,10 @@ def workload_status(
         reason: str = "",
         message: str = "",
         *,
-        started_at: datetime | None = None,
+        source: k8s.V1Pod | None = pod,
         finished_at: datetime | None = None,
     ) -> WorkloadStatus:
+        has_run = phase in ("running", "succeeded", "failed")
         return WorkloadStatus(
             request_id=request_id,
             attempt=attempt,
@@ -224,8 +229,8 @@ def workload_status(
             kind=kind,
             reason=reason,
             message=message,
-            node_name=pod.spec.node_name if pod is not None and pod.spec else None,
-            started_at=started_at or (_pod_started_at(pod) if pod is not None else None),
+            node_name=source.spec.node_name if source is not None and source.spec else None,
+            started_at=_pod_started_at(source) if source is not None and has_run else None,
             finished_at=finished_at,
             team_slug=labels.get(TEAM_LABEL, ""),
             project_slug=labels.get(PROJECT_LABEL, ""),
@@ -259,8 +264,7 @@ def workload_status(
         return status("failed", reason, message, finished_at=_pod_finished_at(pod))
     running = next((p for p in pods if p.status and p.status.phase == "Running"), None)
     if running is not None:
-        pod = running
-        return status("running")
+        return status("running", source=running)
     if deployment is not None and _true_condition(deployment, ("Available",)) is not None:
         return status("running")
     if pod is not None and pod.status and pod.status.phase == "Succeeded" and job is not None:

@@ -60,6 +60,7 @@ def pod(
     node: str | None = "gpu-a100-01",
     name: str = "gpr-812-a1-x7k2p",
     created: str = "2026-12-01T10:00:01Z",
+    deleted: str | None = None,
     **status: Any,
 ) -> k8s.V1Pod:
     body: dict[str, Any] = {
@@ -73,6 +74,8 @@ def pod(
     }
     if node is not None:
         body["spec"]["nodeName"] = node
+    if deleted is not None:
+        body["metadata"]["deletionTimestamp"] = deleted
     if containers is not None:
         body["status"]["containerStatuses"] = containers
     return deserialize(body, "V1Pod")

@@ -236,3 +236,34 @@ def test_orphan_pods_without_their_owner_are_still_reported() -> None:
     result = status(pods=[pod])
     assert result.phase == "running"
     assert result.kind == "job"
+
+
+def test_pending_workload_has_not_started_even_if_the_kubelet_accepted_the_pod() -> None:
+    pod = r.pod(
+        phase="Pending",
+        conditions=[r.SCHEDULED],
+        containers=[r.container_status(r.waiting("ContainerCreating", ""))],
+        startTime="2026-12-01T10:00:30Z",
+    )
+    assert status(job=r.job(active=1), pods=[pod]).started_at is None
+
+
+def test_a_pod_being_deleted_does_not_speak_for_its_replacement() -> None:
+    dying = r.pod(
+        phase="Running",
+        kind="notebook",
+        containers=[r.container_status(r.waiting("CrashLoopBackOff", "back-off"))],
+        name="gpr-812-a1-7d9f8c6b5-old00",
+        created="2026-12-01T11:00:00Z",
+        deleted="2026-12-01T11:05:00Z",
+    )
+    fresh = r.pod(
+        phase="Running",
+        kind="notebook",
+        containers=[r.container_status(r.RUNNING, ready=True)],
+        name="gpr-812-a1-7d9f8c6b5-new00",
+        node="gpu-a100-02",
+        created="2026-12-01T10:59:00Z",
+    )
+    result = status(deployment=r.deployment(), pods=[dying, fresh])
+    assert (result.phase, result.node_name) == ("running", "gpu-a100-02")
