@@ -23,12 +23,13 @@ from collections.abc import Collection
 
 from .filters import NODE_FILTERS, POOL_FILTERS, NodeFilter, mig_start, whole_devices
 from .index import GIB, CapacityIndex, Group
-from .scores import POOL_LEVEL, SCORES, ScoreFn
+from .scores import FUSED, POOL_LEVEL, SCORES, ScoreFn, fused
 from .state import Claim, FleetState, Shape
 from .types import DEFAULT_FILTERS, MIG_PROFILES, Policy
 
 Candidate = tuple[int, tuple[Claim, ...], Group]
 ScoreList = list[tuple[ScoreFn, float]]
+ScorePlan = tuple[ScoreList, ScoreList, "tuple[float, float, float, float] | None"]
 
 
 class Placer:
@@ -48,20 +49,24 @@ class Placer:
         # With the stock filter list, plain shapes on plain nodes only need the shared-node check.
         self.fast_filters = tuple(policy.filters) == DEFAULT_FILTERS
         self.scores = self._score_list(policy.scores)
-        self.pool_scores: dict[str, tuple[ScoreList, ScoreList]] = {
+        self.use_fused = True  # tests turn this off to compare with the plain plugin loop
+        self.pool_scores: dict[str, ScorePlan] = {
             pool: self._score_list(lst) for pool, lst in policy.pool_scores
         }
         self._groups: dict[tuple[object, ...], tuple[list[Group], str | None]] = {}
 
     @staticmethod
-    def _score_list(items: tuple[tuple[str, float], ...]) -> tuple[ScoreList, ScoreList]:
-        """(pool-level plugins, per-candidate plugins) with their weights."""
+    def _score_list(items: tuple[tuple[str, float], ...]) -> ScorePlan:
+        """(pool-level plugins, per-candidate plugins, fused weights or None)."""
         unknown = [n for n, _ in items if n not in SCORES]
         if unknown:
             raise ValueError(f"unknown score plugin(s): {', '.join(unknown)}")
         pool_level = [(SCORES[n], w) for n, w in items if w and n in POOL_LEVEL]
         per_cand = [(SCORES[n], w) for n, w in items if w and n not in POOL_LEVEL]
-        return pool_level, per_cand
+        names = tuple(n for n, w in items if w and n not in POOL_LEVEL)
+        weights = tuple(w for n, w in items if w and n not in POOL_LEVEL)
+        fused_w = (weights[0], weights[1], weights[2], weights[3]) if names == FUSED else None
+        return pool_level, per_cand, fused_w
 
     # ------------------------------------------------------------------ groups
 
@@ -135,14 +140,17 @@ class Placer:
         st = self.st
         base: dict[GroupKeyT, float] = {}
         for node, claims, g in cands:
-            pool_level, fns = self.pool_scores.get(g.pool.name, self.scores)
+            pool_level, fns, fused_w = self.pool_scores.get(g.pool.name, self.scores)
             total = base.get(g.key)
             if total is None:
                 total = base[g.key] = sum(
                     w * fn(st, node, shape, claims, g.pool, preemptible) for fn, w in pool_level
                 )
-            for fn, w in fns:
-                total += w * fn(st, node, shape, claims, g.pool, preemptible)
+            if fused_w is not None and self.use_fused:
+                total = fused(st, node, shape, claims, g.pool, preemptible, total, fused_w)
+            else:
+                for fn, w in fns:
+                    total += w * fn(st, node, shape, claims, g.pool, preemptible)
             key = (-total, node, claims[0][0])
             if best is None or key < best:
                 best, best_claims = key, claims
@@ -254,7 +262,7 @@ class Placer:
         if self.policy.placer == "plugins":
             # Prefer the group the pool-level plugins like best (affinity, tier).
             def group_rank(g: Group) -> tuple[float, GroupKeyT]:
-                pool_level, _ = self.pool_scores.get(g.pool.name, self.scores)
+                pool_level = self.pool_scores.get(g.pool.name, self.scores)[0]
                 value = sum(w * fn(st, -1, shape, (), g.pool, preemptible) for fn, w in pool_level)
                 return (-value, g.key)
 

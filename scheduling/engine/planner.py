@@ -22,14 +22,16 @@ Waiting requests get 1-based positions in the order they were considered.
 
 from __future__ import annotations
 
+import gc
 from collections import defaultdict
-from collections.abc import Hashable
+from collections.abc import Hashable, Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 
 from .backfill import Hold, reserve
 from .index import CapacityIndex
 from .placement import Placer
-from .preemption import find_victims
+from .preemption import find_victims, team_rose_above_guarantee
 from .queue import FairQueue
 from .quota import QuotaLedger
 from .state import MODE_MIG, MODE_VGPU, AllocRecord, Claim, FleetState, Shape, shape_of
@@ -83,9 +85,10 @@ class Scheduler:
                 w = 1.0
             self.weight[t.name] = max(w, 1e-9)
         self.holds: list[Hold] = []
-        self._fail: dict[tuple[Hashable, tuple[int, ...]], tuple[str, WaitCode]] = {}
-        self._preempt_fail: set[tuple[Hashable, int, bool, tuple[int, ...]]] = set()
-        self._shapes: dict[Hashable, tuple[Shape, Hashable]] = {}
+        self._fail: dict[tuple[int, tuple[int, ...]], tuple[str, WaitCode]] = {}
+        self._preempt_fail: set[tuple[int, int, bool, tuple[int, ...]]] = set()
+        self._shapes: dict[Hashable, tuple[Shape, int]] = {}
+        self._key_ids: dict[Hashable, int] = {}
         self._share: dict[str, float] = {}  # cached DRF shares, dropped when usage changes
         self._queue: FairQueue | None = None
         self._planned = False
@@ -129,6 +132,10 @@ class Scheduler:
         if self._planned:
             raise RuntimeError("a Scheduler plans one cycle; build a new one per snapshot")
         self._planned = True
+        with gc_paused(self.policy.pause_gc):
+            return self._plan(now)
+
+    def _plan(self, now: float) -> Plan:
         queue = FairQueue(self.snapshot.pending, self.policy.queue_order, self.share)
         self._queue = queue
         admissions: list[Admission] = []
@@ -234,7 +241,7 @@ class Scheduler:
                 )
         return None, [], memo[0], memo[1]
 
-    def _shape(self, req: Request, flavor: Flavor) -> tuple[Shape, Hashable]:
+    def _shape(self, req: Request, flavor: Flavor) -> tuple[Shape, int]:
         """The request's shape and its memo key (cached per distinct request shape).
 
         The memo key replaces the workload kind by the eligible groups it leads to, so requests
@@ -256,8 +263,12 @@ class Scheduler:
         if hit is None:
             shape = shape_of(req, flavor)
             groups, _ = self.placer.groups_for(shape)
-            canon = replace(shape, workload_kind="") if groups else shape
-            hit = self._shapes[raw] = (shape, (canon, tuple(g.key for g in groups)))
+            canon = (
+                replace(shape, workload_kind="") if groups else shape,
+                tuple(g.key for g in groups),
+            )
+            key_id = self._key_ids.setdefault(canon, len(self._key_ids))
+            hit = self._shapes[raw] = (shape, key_id)
         return hit
 
     def _admit(
@@ -293,15 +304,20 @@ class Scheduler:
         self.ledger.charge(req.team, req.project, req.flavor, demand)
         self.usage[req.team][rec.model] += demand
         self._share.pop(req.team, None)
-        if crossing and self.ledger.above_guarantee(req.team, req.flavor):
-            self._preempt_fail.clear()  # the team's running work just became eligible victims
+        # Rising above its guarantee makes the team's running preemptible work eligible victims.
+        if (
+            crossing
+            and self.ledger.above_guarantee(req.team, req.flavor)
+            and team_rose_above_guarantee(st, self.placer, req.team, req.flavor)
+        ):
+            self._preempt_fail.clear()
         return Admission(req.id, tuple(st.device_claim(c) for c in claims), borrowed, preemptible)
 
     def _preempt(
         self,
         req: Request,
         shape: Shape,
-        mkey: Hashable,
+        mkey: int,
         demand: float,
         borrowed: bool,
         preemptible: bool,
@@ -362,6 +378,26 @@ def _invalid(req: Request, kind: str, profile: str | None) -> str | None:
     return None
 
 
+@contextmanager
+def gc_paused(pause: bool) -> Iterator[None]:
+    """Pause Python's cyclic garbage collector for a cycle, restoring its previous state.
+
+    A cycle allocates tens of thousands of short-lived objects without reference cycles, which
+    otherwise trigger repeated full collections over the whole snapshot.  Reference counting
+    still frees everything; collection resumes right after the cycle.
+    """
+    was_enabled = gc.isenabled()
+    if pause and was_enabled:
+        gc.disable()
+    try:
+        yield
+    finally:
+        if pause and was_enabled:
+            gc.enable()
+
+
 def plan(snapshot: Snapshot, *, now: float, policy: Policy | None = None) -> Plan:
     """Plan one scheduling cycle for `snapshot` at time `now` (epoch seconds)."""
-    return Scheduler(snapshot, policy).plan(now)
+    policy = policy or Policy()
+    with gc_paused(policy.pause_gc):
+        return Scheduler(snapshot, policy).plan(now)

@@ -28,7 +28,36 @@ from .quota import EPS, QuotaLedger
 from .state import AllocRecord, Claim, FleetState, Shape
 from .types import MIG_PROFILES
 
-PREEMPTION_CANDIDATES = 16
+PREEMPTION_CANDIDATES = 8
+
+
+def victim_nodes(st: FleetState, ledger: QuotaLedger, g: Group) -> dict[int, None]:
+    """Nodes of `g` hosting preemptible running work of a team above its guarantee.
+
+    Built once per group and kept current by `team_rose_above_guarantee` (a team falling below
+    its guarantee only leaves stale entries, which the per-victim check skips).
+    """
+    cache = st.victim_node_cache
+    got = cache.get(g.key)
+    if got is None:
+        got = cache[g.key] = {
+            n: None
+            for n in st.group_victim_nodes(g.key, g.nodes)
+            if any(ledger.above_guarantee(r.team, r.flavor) for r in st.node_victims[n])
+        }
+    return got
+
+
+def team_rose_above_guarantee(st: FleetState, placer: Placer, team: str, flavor: str) -> bool:
+    """Add the team's victim nodes to the cache; True if the team has any preemptible work."""
+    nodes = st.victim_nodes_by_tf.get((team, flavor))
+    if not nodes:
+        return False
+    for n in nodes:
+        g = placer.index.node_group.get(n)
+        if g is not None and g.key in st.victim_node_cache:
+            st.victim_node_cache[g.key][n] = None
+    return True
 
 
 def find_victims(
@@ -56,7 +85,7 @@ def find_victims(
         if done:
             break
         count = g.max_devices if gang else shape.gpu_count
-        for node in st.group_victim_nodes(g.key, g.nodes):
+        for node in victim_nodes(st, ledger, g):
             victims_here = st.node_victims.get(node)
             if not victims_here or not st.node_schedulable[node] or node in blocked_nodes:
                 continue

@@ -106,6 +106,69 @@ def tenancy_mix(
     return same / tenants
 
 
+#: Per-candidate plugins that `fused` evaluates in one call, in this order.
+FUSED: tuple[str, ...] = ("node_packing", "device_packing", "fragmentation", "tenancy_mix")
+
+
+def fused(
+    st: FleetState,
+    node: int,
+    shape: Shape,
+    claims: tuple[Claim, ...],
+    pool: Pool,
+    pre: bool,
+    total: float,
+    weights: tuple[float, float, float, float],
+) -> float:
+    """`total` plus the weighted FUSED plugins, computed exactly as the separate plugins would.
+
+    A speed path for the stock score list (one call instead of four per candidate); the values
+    and the order of additions are identical, so the choice is the same (tested).
+    """
+    binpack = pool.scoring == "binpack"
+    n = len(st.node_devices[node])
+    free = st.node_free[node]
+    if n:
+        newly = 0
+        for c in claims:
+            if st.fully_free(c[0]):
+                newly += 1
+        used = (n - free + newly) / n
+        v_node = used if binpack else 1.0 - used
+    else:
+        v_node = 0.0
+    kind = shape.kind
+    if kind == "whole":
+        v_dev = 0.5
+        breaks_node = len(claims) < n and free == n
+        v_frag = 0.0 if breaks_node and binpack else 1.0
+    else:
+        dev, _, mem, cores, bits = claims[0]
+        breaks_card = 0.0 if st.fully_free(dev) and binpack else 0.5
+        if kind == "vgpu":
+            left = (st.mem_free[dev] - mem) / max(1, st.mem_total[dev])
+            v_dev = 1.0 - left if binpack else left
+            cores_left = (st.cores_free[dev] - cores) / 100.0
+            v_frag = breaks_card + 0.5 * (1.0 - abs(left - cores_left))
+        else:
+            mask = st.mig_mask[dev] | bits
+            left = (MIG_SLICES - bin(mask).count("1")) / MIG_SLICES
+            v_dev = 1.0 - left if binpack else left
+            v_frag = breaks_card + 0.5 * mig_value(mask) / _MAX_MIG_VALUE
+    tenants = st.node_tenants[node]
+    if tenants == 0:
+        v_mix = 0.5
+    else:
+        same = st.node_preemptible[node] if pre else tenants - st.node_preemptible[node]
+        v_mix = same / tenants
+    w_node, w_dev, w_frag, w_mix = weights
+    total += w_node * v_node
+    total += w_dev * v_dev
+    total += w_frag * v_frag
+    total += w_mix * v_mix
+    return total
+
+
 #: Plugins whose value depends only on the pool and shape: evaluated once per group.
 POOL_LEVEL: frozenset[str] = frozenset({"pool_affinity", "tier"})
 

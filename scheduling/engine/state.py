@@ -191,6 +191,13 @@ class FleetState:
         for lst in self.node_victims.values():
             lst.sort(key=victim_order)
         self._victim_nodes: dict[object, list[int]] = {}
+        self.victim_node_cache: dict[object, dict[int, None]] = {}  # preemption.victim_nodes
+        self.victim_nodes_by_tf: dict[tuple[str, str], list[int]] = {}
+        for vn in sorted(self.node_victims):
+            for rec in self.node_victims[vn]:
+                where = self.victim_nodes_by_tf.setdefault((rec.team, rec.flavor), [])
+                if not where or where[-1] != vn:
+                    where.append(vn)
 
     # ------------------------------------------------------------------ construction helpers
 

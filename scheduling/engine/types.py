@@ -356,6 +356,8 @@ class Policy:
     `filters` and `scores` name plugins from `filters.NODE_FILTERS` / `scores.SCORES` in the
     order they run; `pool_scores` overrides the score list for a named pool.  `placer` selects
     the plugin pipeline ("plugins") or the plain best-fit baseline ("best_fit").
+    `max_candidates` bounds the spots scored per group; `pause_gc` pauses Python's cyclic
+    garbage collector during a cycle (see planner.gc_paused).
     """
 
     queue_order: tuple[QueueKey, ...] = ("priority", "fair_share", "age")
@@ -368,3 +370,4 @@ class Policy:
     enable_backfill: bool = True
     max_reservations: int = 1
     max_candidates: int = 4
+    pause_gc: bool = True
