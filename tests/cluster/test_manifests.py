@@ -7,6 +7,8 @@ from typing import Any
 
 import kubernetes_validate
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from kubernetes import client as k8s
 
 from scheduling.cluster import kubernetes_manifests as manifests
@@ -20,6 +22,7 @@ from scheduling.cluster.base import (
     PrioritySpec,
     SharingMode,
     WorkloadKind,
+    WorkloadSpec,
 )
 from tests.cluster.specs import NAMESPACE, project, workload
 
@@ -332,3 +335,37 @@ def test_workload_spec_rejects_inconsistent_values(changes: dict[str, Any]) -> N
     valid = workload("job", "exclusive", gpu_count=1)
     with pytest.raises(ValueError):
         replace(valid, **changes)
+
+
+label_values = st.from_regex(r"\A[a-z0-9]([a-z0-9-]{0,20}[a-z0-9])?\Z")
+
+
+@st.composite
+def workload_specs(draw: st.DrawFn) -> WorkloadSpec:
+    sharing = draw(st.sampled_from(SHARING_MODES))
+    kind = draw(st.sampled_from(WORKLOAD_KINDS))
+    spec = workload(kind, sharing)
+    changes: dict[str, Any] = {
+        "request_id": draw(st.from_regex(r"\A[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?\Z")),
+        "attempt": draw(st.integers(1, 9999)),
+        "gpu_count": draw(st.integers(0 if sharing == "exclusive" else 1, 16)),
+        "node_name": draw(st.none() | label_values),
+        "max_runtime_seconds": draw(st.none() | st.integers(1, 30 * 86400)),
+        "env": draw(st.dictionaries(st.from_regex(r"\A[A-Z_][A-Z0-9_]{0,10}\Z"), st.text())),
+        "priority_class_name": draw(st.none() | st.just("gpu-portal-low")),
+    }
+    if sharing == "vgpu":
+        changes["vgpu_memory_mib"] = draw(st.none() | st.integers(1, 81920))
+        changes["vgpu_cores_percent"] = draw(st.none() | st.integers(1, 100))
+    if sharing == "mig":
+        changes["mig_profile"] = draw(st.sampled_from(["1g.10gb", "2g.20gb", "3g.40gb", "7g.80gb"]))
+    return replace(spec, **changes)
+
+
+@settings(max_examples=60, deadline=None)
+@given(workload_specs())
+def test_any_valid_spec_builds_schema_valid_manifests_with_its_name(spec: WorkloadSpec) -> None:
+    for manifest in manifests.workload_manifests(spec):
+        kubernetes_validate.validate(manifest, K8S_VERSIONS[-1], strict=True)
+        assert manifest["metadata"]["name"] == spec.name
+        assert manifest["metadata"]["labels"][ATTEMPT_LABEL] == str(spec.attempt)
