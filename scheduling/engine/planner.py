@@ -59,6 +59,10 @@ class Scheduler:
 
     def __init__(self, snapshot: Snapshot, policy: Policy | None = None) -> None:
         self.policy = policy or Policy()
+        with gc_paused(self.policy.pause_gc):
+            self._build(snapshot)
+
+    def _build(self, snapshot: Snapshot) -> None:
         self.snapshot = snapshot
         self.st = FleetState(snapshot)
         self.index = CapacityIndex(self.st)

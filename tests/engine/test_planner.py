@@ -92,3 +92,18 @@ def test_best_fit_baseline_places_by_least_leftover() -> None:
     )
     p = plan(snap, now=0.0, policy=Policy(placer="best_fit"))
     assert p.admissions[0].devices_by_node == (("v", (1,)),)
+
+
+def test_plan_restores_the_garbage_collector_state() -> None:
+    import gc
+
+    snap = fleet(node("n"), pending=[req("r")])
+    assert gc.isenabled()
+    plan(snap, now=0.0)
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        plan(snap, now=0.0)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
