@@ -33,7 +33,7 @@ from .index import CapacityIndex
 from .placement import Placer
 from .preemption import find_victims, team_rose_above_guarantee
 from .queue import FairQueue
-from .quota import QuotaLedger
+from .quota import EPS, QuotaLedger
 from .state import MODE_MIG, MODE_VGPU, AllocRecord, Claim, FleetState, Shape, shape_of
 from .types import (
     MIG_PROFILES,
@@ -93,6 +93,7 @@ class Scheduler:
         self._preempt_fail: set[tuple[int, int, bool, tuple[int, ...]]] = set()
         self._shapes: dict[Hashable, tuple[Shape, int]] = {}
         self._key_ids: dict[Hashable, int] = {}
+        self._blocked: dict[tuple[int, ...], frozenset[int]] = {}  # reserved devices by holds
         self._share: dict[str, float] = {}  # cached DRF shares, dropped when usage changes
         self._queue: FairQueue | None = None
         self._planned = False
@@ -193,9 +194,11 @@ class Scheduler:
         block_ids = tuple(
             i for i, h in enumerate(self.holds) if h.start_at < end and h.request_id != req.id
         )
-        blocked: frozenset[int] = frozenset()
-        for i in block_ids:
-            blocked = blocked | self.holds[i].devices
+        blocked = self._blocked.get(block_ids)
+        if blocked is None:
+            blocked = self._blocked[block_ids] = frozenset(
+                d for i in block_ids for d in self.holds[i].devices
+            )
         memo: tuple[str, WaitCode] | None = self._fail.get((mkey, ())) or self._fail.get(
             (mkey, block_ids)
         )
@@ -303,15 +306,18 @@ class Scheduler:
             model=st.node_model[nodes[0]],
             from_snapshot=False,
         )
-        crossing = not self.ledger.above_guarantee(req.team, req.flavor)
+        led = self.ledger
+        key = (req.team, req.flavor)
+        guaranteed = led.guaranteed.get(key, 0.0) + EPS
+        below = led.used[key] <= guaranteed
         st.apply(rec)
-        self.ledger.charge(req.team, req.project, req.flavor, demand)
+        led.charge(req.team, req.project, req.flavor, demand)
         self.usage[req.team][rec.model] += demand
         self._share.pop(req.team, None)
         # Rising above its guarantee makes the team's running preemptible work eligible victims.
         if (
-            crossing
-            and self.ledger.above_guarantee(req.team, req.flavor)
+            below
+            and led.used[key] > guaranteed
             and team_rose_above_guarantee(st, self.placer, req.team, req.flavor)
         ):
             self._preempt_fail.clear()

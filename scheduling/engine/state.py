@@ -174,6 +174,7 @@ class FleetState:
                 and all(self.node_labels[ni].get(k) == v for k, v in sel)
             )
         self.allocs: dict[str, AllocRecord] = {}
+        self._claim_values: dict[Claim, DeviceClaim] = {}
         # Called with (node, changed devices or None for all) after apply/release.
         self.listener: Callable[[int, tuple[int, ...] | None], None] | None = None
         self.flavors: dict[str, Flavor] = {f.id: f for f in snapshot.flavors}
@@ -211,6 +212,13 @@ class FleetState:
         return (dev, c.whole, c.memory_mib, c.cores_percent, bits)
 
     def device_claim(self, claim: Claim) -> DeviceClaim:
+        """The public value for an internal claim (cached: equal claims share one value)."""
+        hit = self._claim_values.get(claim)
+        if hit is None:
+            hit = self._claim_values[claim] = self._device_claim(claim)
+        return hit
+
+    def _device_claim(self, claim: Claim) -> DeviceClaim:
         dev, whole, mem, cores, bits = claim
         profile: str | None = None
         start: int | None = None

@@ -369,5 +369,5 @@ class Policy:
     enable_preemption: bool = True
     enable_backfill: bool = True
     max_reservations: int = 1
-    max_candidates: int = 4
+    max_candidates: int = 3
     pause_gc: bool = True
