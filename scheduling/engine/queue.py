@@ -94,9 +94,18 @@ class FairQueue:
         """The next request, or None when the queue is exhausted."""
         if not self._fair:
             return self._flat.popleft() if self._flat else None
-        if self._last_team is not None:
-            self._push(self._last_team)  # its share may have changed with the last decision
+        last = self._last_team
+        if last is not None:
             self._last_team = None
+            line = self._levels[self._level].get(last)
+            if line:
+                # Fast path: if the last team still sorts before the heap's top, serve it again
+                # without a push/pop (same result: keys differ at least by team name).
+                key = (self._share(last), line[0].submitted_at, last)
+                if not self._heap or key < self._heap[0][:3]:
+                    self._last_team = last
+                    return line.popleft()
+                self._push(last)  # its share may have changed with the last decision
         while True:
             if self._level < 0 or not self._heap:
                 if not self._next_level():

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from hypothesis import given, settings
+from hypothesis import strategies as hs
+
 from scheduling.engine import Policy, Priority, Request, Scheduler, Team
 from scheduling.engine.queue import FairQueue
 
@@ -95,3 +98,51 @@ def test_waiting_requests_get_queue_positions_in_queue_order() -> None:
         ("big2", 2),
         ("big3", 3),
     ]
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    hs.lists(
+        hs.tuples(hs.integers(0, 3), hs.integers(0, 4), hs.integers(0, 20)),
+        max_size=40,
+    ),
+    hs.lists(hs.integers(0, 3), max_size=60),
+)
+def test_fair_queue_matches_a_brute_force_drf_reference(
+    spec: list[tuple[int, int, int]], admitted_teams: list[int]
+) -> None:
+    """Heap + fast path == 'pick the team with the lowest (share, oldest age, name)' each step."""
+    reqs = [
+        req(f"r{i:02d}", team=f"t{t}", priority=p, submitted_at=float(age))
+        for i, (t, p, age) in enumerate(spec)
+    ]
+    usage: dict[str, float] = {}
+    gains = iter(admitted_teams)
+
+    def share(team: str) -> float:
+        return usage.get(team, 0.0)
+
+    q = FairQueue(reqs, ("priority", "fair_share", "age"), share)
+    got = []
+    while (r := q.pop()) is not None:
+        got.append(r.id)
+        if next(gains, 0) % 2:  # some decisions admit and raise the team's share
+            usage[r.team] = usage.get(r.team, 0.0) + 1.0
+
+    usage.clear()
+    gains = iter(admitted_teams)
+    pending = sorted(reqs, key=lambda r: (r.submitted_at, r.id))
+    want = []
+    while pending:
+        top = max(r.priority for r in pending)
+        level = [r for r in pending if r.priority == top]
+        heads = {}
+        for r in level:
+            heads.setdefault(r.team, r)
+        team = min(heads, key=lambda t: (share(t), heads[t].submitted_at, t))
+        r = heads[team]
+        pending.remove(r)
+        want.append(r.id)
+        if next(gains, 0) % 2:
+            usage[r.team] = usage.get(r.team, 0.0) + 1.0
+    assert got == want
