@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from scheduling.engine import Policy, Priority, Scheduler
+from scheduling.engine import Allocation, Policy, Priority, Scheduler
 
 from .builders import alloc, fleet, node, req, whole_claims
 
 
-def busy_node() -> list[object]:
+def busy_node() -> list[Allocation]:
     # n: cards 0-5 busy until t=1000, cards 6-7 free; m: 1 card busy until t=5000.
     return [
         alloc("until-1000", whole_claims("n", range(6)), started_at=0.0, max_runtime_seconds=1000),

@@ -3,7 +3,9 @@ never non-preemptible work, never a team at or below its guarantee."""
 
 from __future__ import annotations
 
-from scheduling.engine import Policy, Priority, Quota, Scheduler, Team
+from typing import Any
+
+from scheduling.engine import Allocation, Policy, Priority, Quota, Scheduler, Team
 
 from .builders import alloc, fleet, node, req, whole_claims
 
@@ -18,7 +20,7 @@ def quotas(v_guaranteed: float = 0.0) -> tuple[Quota, ...]:
     )
 
 
-def full_node(*allocs_spec: tuple[str, list[int], dict[str, object]]) -> list[object]:
+def full_node(*allocs_spec: tuple[str, list[int], dict[str, Any]]) -> list[Allocation]:
     return [alloc(rid, whole_claims("n", idx), team="v", **kw) for rid, idx, kw in allocs_spec]
 
 

@@ -7,6 +7,7 @@ same snapshot gives the same plan regardless of input order.
 
 from __future__ import annotations
 
+import random
 from collections import defaultdict
 from dataclasses import dataclass, replace
 
@@ -241,7 +242,9 @@ def test_backfilled_requests_never_delay_the_reserved_head(snap: Snapshot) -> No
 
 @SETTINGS
 @given(snapshots(), hs.randoms(use_true_random=False))
-def test_same_snapshot_gives_same_plan_whatever_the_input_order(snap: Snapshot, rnd) -> None:  # type: ignore[no-untyped-def]
+def test_same_snapshot_gives_same_plan_whatever_the_input_order(
+    snap: Snapshot, rnd: random.Random
+) -> None:
     first = plan(snap, now=NOW)
     assert plan(snap, now=NOW) == first
     shuffled = {

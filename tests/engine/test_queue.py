@@ -136,7 +136,7 @@ def test_fair_queue_matches_a_brute_force_drf_reference(
     while pending:
         top = max(r.priority for r in pending)
         level = [r for r in pending if r.priority == top]
-        heads = {}
+        heads: dict[str, Request] = {}
         for r in level:
             heads.setdefault(r.team, r)
         team = min(heads, key=lambda t: (share(t), heads[t].submitted_at, t))
