@@ -44,6 +44,7 @@ from .types import (
     Plan,
     Policy,
     Preemption,
+    Priority,
     Request,
     Reservation,
     Snapshot,
@@ -363,17 +364,26 @@ class Scheduler:
             self._share.pop(v.team, None)
             if self._queue is not None:
                 self._queue.touch(v.team)
+            # `for_request` names the beneficiary; the reason says why this victim.
             why = (
                 f"reclaims borrowed capacity for team {req.team}'s guaranteed quota"
                 if reclaim and v.borrowed and v.priority >= req.priority
-                else f"priority {v.priority} is below {req.priority}"
+                else f"{_prio(v.priority)} priority work yields to {_prio(req.priority)}"
+                + (" (borrowed capacity)" if v.borrowed else "")
             )
-            out.append(Preemption(v.id, req.id, f"preempted for request {req.id}: {why}"))
+            out.append(Preemption(v.id, req.id, why))
         # Freed capacity may now fit shapes that failed; failed preemptions stay failed (fewer
         # victims remain, and their teams' usage only went down).
         self._fail.clear()
         adm = self._admit(req, demand, borrowed, preemptible, claims, now)
         return adm, out, None, None
+
+
+def _prio(value: int) -> str:
+    try:
+        return Priority(value).name.lower()
+    except ValueError:
+        return str(value)
 
 
 def _invalid(req: Request, kind: str, profile: str | None) -> str | None:

@@ -37,6 +37,7 @@ def test_higher_priority_request_preempts_lower_priority_preemptible_work() -> N
     )
     plan = Scheduler(snap).plan(now=100.0)
     assert [(p.victim_id, p.for_request) for p in plan.preemptions] == [("low", "hi")]
+    assert plan.preemptions[0].reason == "low priority work yields to high"
     assert plan.admissions[0].devices_by_node == (("n", (0,)),)
 
 
