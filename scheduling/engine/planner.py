@@ -45,6 +45,7 @@ from .types import (
     Policy,
     Preemption,
     Priority,
+    QueueKey,
     Request,
     Reservation,
     Snapshot,
@@ -141,22 +142,49 @@ class Scheduler:
         with gc_paused(self.policy.pause_gc):
             return self._plan(now)
 
+    def _queues(self) -> list[tuple[tuple[QueueKey, ...], list[Request]]]:
+        """Pending requests split by the queue order that applies to them.
+
+        A request whose eligible pools all carry the same override in `Policy.pool_queue_order`
+        is queued with that order; everything else uses `Policy.queue_order`.  The default
+        queue runs first, then the overrides in pool-name order.
+        """
+        overrides = dict(self.policy.pool_queue_order)
+        if not overrides:
+            return [(self.policy.queue_order, list(self.snapshot.pending))]
+        default: list[Request] = []
+        by_order: dict[tuple[QueueKey, ...], list[Request]] = {}
+        first_pool: dict[tuple[QueueKey, ...], str] = {}
+        for req in self.snapshot.pending:
+            flavor = self.st.flavors.get(req.flavor)
+            groups = self.placer.groups_for(self._shape(req, flavor)[0])[0] if flavor else []
+            orders = {overrides.get(g.pool.name) for g in groups}
+            if len(orders) == 1 and (order := orders.pop()) is not None:
+                by_order.setdefault(order, []).append(req)
+                pool = min(g.pool.name for g in groups)
+                first_pool[order] = min(first_pool.get(order, pool), pool)
+            else:
+                default.append(req)
+        rest = sorted(by_order, key=lambda o: (first_pool[o], o))
+        return [(self.policy.queue_order, default)] + [(o, by_order[o]) for o in rest]
+
     def _plan(self, now: float) -> Plan:
-        queue = FairQueue(self.snapshot.pending, self.policy.queue_order, self.share)
-        self._queue = queue
         admissions: list[Admission] = []
         preemptions: list[Preemption] = []
         waiting: list[Waiting] = []
         considered = 0
-        while (req := queue.pop()) is not None:
-            considered += 1
-            adm, pre, reason, code = self._decide(req, now, allow_reserve=True)
-            preemptions.extend(pre)
-            if adm is not None:
-                admissions.append(adm)
-            else:
-                assert reason is not None and code is not None
-                waiting.append(Waiting(req.id, reason, code, len(waiting) + 1))
+        for order, requests in self._queues():
+            queue = FairQueue(requests, order, self.share)
+            self._queue = queue
+            while (req := queue.pop()) is not None:
+                considered += 1
+                adm, pre, reason, code = self._decide(req, now, allow_reserve=True)
+                preemptions.extend(pre)
+                if adm is not None:
+                    admissions.append(adm)
+                else:
+                    assert reason is not None and code is not None
+                    waiting.append(Waiting(req.id, reason, code, len(waiting) + 1))
         self._queue = None
         return Plan(
             admissions=tuple(admissions),

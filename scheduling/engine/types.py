@@ -354,13 +354,16 @@ class Policy:
     """Tunable behaviour of a cycle.
 
     `filters` and `scores` name plugins from `filters.NODE_FILTERS` / `scores.SCORES` in the
-    order they run; `pool_scores` overrides the score list for a named pool.  `placer` selects
-    the plugin pipeline ("plugins") or the plain best-fit baseline ("best_fit").
+    order they run; `pool_scores` overrides the score list for a named pool and
+    `pool_queue_order` the queue order for requests that can only run in that pool.
+    `placer` selects the plugin pipeline ("plugins") or the plain best-fit baseline
+    ("best_fit").
     `max_candidates` bounds the spots scored per group; `pause_gc` pauses Python's cyclic
     garbage collector during a cycle (see planner.gc_paused).
     """
 
     queue_order: tuple[QueueKey, ...] = ("priority", "fair_share", "age")
+    pool_queue_order: tuple[tuple[str, tuple[QueueKey, ...]], ...] = ()
     fair_share_weighting: Literal["quota", "equal"] = "quota"
     filters: tuple[str, ...] = DEFAULT_FILTERS
     scores: tuple[tuple[str, float], ...] = DEFAULT_SCORES

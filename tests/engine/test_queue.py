@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as hs
 
-from scheduling.engine import Policy, Priority, Request, Scheduler, Team
+from scheduling.engine import Policy, Pool, Priority, Request, Scheduler, Team
 from scheduling.engine.queue import FairQueue
 
 from .builders import alloc, fleet, node, req, whole_claims
@@ -146,3 +146,16 @@ def test_fair_queue_matches_a_brute_force_drf_reference(
         if next(gains, 0) % 2:
             usage[r.team] = usage.get(r.team, 0.0) + 1.0
     assert got == want
+
+
+def test_pool_queue_order_override_orders_pool_bound_requests_by_age() -> None:
+    pending = [
+        req("old-low", "a100", priority=Priority.LOW, submitted_at=1.0),
+        req("new-high", "a100", priority=Priority.HIGH, submitted_at=5.0),
+    ]
+    snap = fleet(node("x", gpus=1), pending=pending, pools=(Pool("excl"),))
+    policy = Policy(pool_queue_order=(("excl", ("age",)),), enable_backfill=False)
+    plan = Scheduler(snap, policy).plan(now=0.0)
+    assert [a.request_id for a in plan.admissions] == ["old-low"]
+    default = Scheduler(snap, Policy(enable_backfill=False)).plan(now=0.0)
+    assert [a.request_id for a in default.admissions] == ["new-high"]
