@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 PY_STAMP := $(VENV)/.installed
 JS_STAMP := node_modules/.installed
 
-.PHONY: install run test lint typecheck test-only bench bench-engine clean
+.PHONY: install run test lint typecheck test-only bench bench-engine bench-pipeline clean
 
 $(PY_STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -40,10 +40,13 @@ test: install lint typecheck
 test-only: install
 	$(BIN)/pytest
 
-bench: bench-engine
+bench: bench-engine bench-pipeline
 
 bench-engine: install
 	$(BIN)/python -m bench.engine
+
+bench-pipeline: install
+	$(BIN)/python -m bench.pipeline
 
 clean:
 	rm -rf $(VENV) node_modules staticfiles var .mypy_cache .ruff_cache .pytest_cache

@@ -30,6 +30,10 @@ app.conf.beat_schedule = {
         "schedule": settings.WORKLOAD_SYNC_SECONDS,
         "options": {"expires": settings.WORKLOAD_SYNC_SECONDS},
     },
+    "sync-inventory": {
+        "task": "scheduling.tasks.sync_inventory",
+        "schedule": 60.0,
+    },
     "sweep-stuck-requests": {
         "task": "scheduling.tasks.sweep_stuck_requests",
         "schedule": 30.0,

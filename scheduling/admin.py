@@ -1,6 +1,9 @@
+from typing import Any
+
 from django.contrib import admin
 from django.http import HttpRequest
 
+from scheduling import dispatch
 from scheduling.models import (
     ApprovalRule,
     Flavor,
@@ -42,6 +45,10 @@ class NodeAdmin(admin.ModelAdmin):
     list_display = ["name", "pool", "gpu_model", "is_schedulable", "synced_at"]
     list_filter = ["pool", "is_schedulable"]
     inlines = [GpuDeviceInline]
+
+    def save_model(self, request: HttpRequest, obj: Node, form: Any, change: bool) -> None:
+        super().save_model(request, obj, form, change)
+        dispatch.request_scheduling_cycle()  # more or fewer GPUs: let the queue move
 
 
 @admin.register(Flavor)

@@ -16,7 +16,7 @@ from django.conf import settings
 from django.core.mail import send_mail
 from django.utils import timezone
 
-from scheduling import cycle, execution, services
+from scheduling import cycle, execution, inventory, services
 from scheduling.cluster.base import PermanentClusterError, TransientClusterError
 from scheduling.dispatch import request_launch, request_scheduling_cycle
 from scheduling.models import GpuRequest
@@ -104,6 +104,17 @@ def sync_workloads() -> dict[str, int]:
     if moved:
         run_scheduling_cycle.delay()  # finished work frees capacity
     return moved
+
+
+@shared_task(base=ClusterTask)
+def sync_inventory() -> dict[str, int]:
+    """Read nodes and GPUs from a real cluster (the simulated fleet is the database itself)."""
+    if settings.CLUSTER_BACKEND != "kubernetes":
+        return {}
+    counts = inventory.apply_inventory(execution.cluster_backend().sync_inventory())
+    if counts["added"] or counts["lost"]:
+        run_scheduling_cycle.delay()  # node changes can unblock (or strand) work
+    return counts
 
 
 @shared_task(acks_late=True)

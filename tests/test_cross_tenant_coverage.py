@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import importlib
-import re
 import pkgutil
+import re
 from collections.abc import Iterator, Sequence
 
 from django.urls import URLPattern, URLResolver, get_resolver

@@ -20,6 +20,10 @@ from django.core.management.base import BaseCommand
 from tenants.services import DEMO_USERS
 
 
+def _stop_on_sigterm(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt  # stop everything the same way as Ctrl-C
+
+
 class Command(BaseCommand):
     help = "Run the portal with its embedded defaults: broker, worker, beat and web server."
 
@@ -55,6 +59,7 @@ class Command(BaseCommand):
             for name, command in commands.items()
         }
         self._announce(address)
+        signal.signal(signal.SIGTERM, _stop_on_sigterm)
         try:
             while all(process.poll() is None for process in processes.values()):
                 time.sleep(1)

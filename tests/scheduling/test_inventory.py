@@ -1,0 +1,82 @@
+from __future__ import annotations
+
+import pytest
+
+from scheduling.cluster.base import HamiDevice, NodeInventory
+from scheduling.inventory import apply_inventory
+from scheduling.models import GpuDevice, Node
+from tests.scheduling.conftest import Fleet
+
+pytestmark = pytest.mark.django_db
+
+
+def reported(name: str, pool: str, **kwargs: object) -> NodeInventory:
+    values: dict[str, object] = {
+        "name": name,
+        "labels": {"gpu-portal/pool": pool, "nvidia.com/gpu.product": "A100-80G"},
+        "taints": (),
+        "ready": True,
+        "schedulable": True,
+        "allocatable": {"nvidia.com/gpu": "8"},
+        "capacity": {"nvidia.com/gpu": "8"},
+        "gpu_model": "A100-80G",
+        "gpu_count": 8,
+        "gpu_memory_mib": 81920,
+    }
+    values.update(kwargs)
+    return NodeInventory(**values)  # type: ignore[arg-type]
+
+
+def test_nodes_are_matched_onto_pools_by_labels_with_their_gpus(fleet: Fleet) -> None:
+    counts = apply_inventory(
+        [
+            reported("gpu-a", "a100-training"),
+            reported(
+                "gpu-m",
+                "h100-mig",
+                gpu_model="H100-80G",
+                gpu_count=2,
+                mig_devices={"1g.10gb": 14},
+            ),
+            reported(
+                "gpu-v",
+                "l4-vgpu",
+                gpu_model="L4",
+                gpu_count=2,
+                hami_devices=(
+                    HamiDevice("GPU-1", 10, 23034, 100, "NVIDIA-L4", 0, True),
+                    HamiDevice("GPU-2", 10, 23034, 100, "NVIDIA-L4", 0, True),
+                ),
+            ),
+            reported("cpu-only", "none", gpu_count=0),
+        ]
+    )
+    assert counts["added"] == 3
+    assert Node.objects.get(name="gpu-a").pool.slug == "a100-training"
+    assert GpuDevice.objects.filter(node__name="gpu-a").count() == 8
+    layouts = list(
+        GpuDevice.objects.filter(node__name="gpu-m").values_list("mig_layout", flat=True)
+    )
+    assert layouts == [{"1g.10gb": 7}, {"1g.10gb": 7}]
+    memories = set(
+        GpuDevice.objects.filter(node__name="gpu-v").values_list("memory_mib", flat=True)
+    )
+    assert memories == {23034}
+    assert not Node.objects.filter(name="cpu-only").exists()
+
+
+def test_a_node_that_disappears_stops_taking_work_and_a_resync_changes_nothing(
+    fleet: Fleet,
+) -> None:
+    apply_inventory([reported("gpu-a", "a100-training")])
+    assert Node.objects.get(name="gpu-a").is_schedulable
+    again = apply_inventory([reported("gpu-a", "a100-training")])
+    assert again["added"] == 0 and again["updated"] == 1
+    # Every demo node and then gpu-a vanish from the cluster's answer.
+    apply_inventory([])
+    assert not Node.objects.filter(is_schedulable=True).exists()
+
+
+def test_cordoned_node_is_not_schedulable(fleet: Fleet) -> None:
+    apply_inventory([reported("gpu-a", "a100-training", schedulable=False)])
+    assert Node.objects.get(name="gpu-a").is_schedulable is False
