@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection
 
-from .state import MODE_EXCLUSIVE, MODE_MIG, MODE_VGPU, Claim, FleetState, Shape
+from .state import MODE_MIG, MODE_VGPU, Claim, FleetState, Shape
 from .types import MIG_PROFILES, MIG_SLICES, Pool, mig_bits
 
 PoolFilter = Callable[[Pool, Shape], "str | None"]
@@ -239,7 +239,3 @@ def fit_node(
     if shape.kind == "vgpu":
         return ((best_dev, False, shape.memory_mib, shape.cores_percent, 0),)
     return ((best_dev, False, 0, 0, best_bits),)
-
-
-def device_mode_name(mode: int) -> str:
-    return {MODE_EXCLUSIVE: "exclusive", MODE_VGPU: "vgpu", MODE_MIG: "mig"}[mode]

@@ -28,6 +28,7 @@ from .state import Claim, FleetState, Shape
 from .types import DEFAULT_FILTERS, MIG_PROFILES, Policy
 
 Candidate = tuple[int, tuple[Claim, ...], Group]
+GroupKeyT = tuple[str, str]
 ScoreList = list[tuple[ScoreFn, float]]
 ScorePlan = tuple[ScoreList, ScoreList, "tuple[float, float, float, float] | None"]
 
@@ -408,6 +409,3 @@ class Placer:
             cores = f" and {shape.cores_percent}% cores" if shape.cores_percent else ""
             return f"no {where} node has {gib} GiB{cores} free on one GPU"
         return f"no {where} GPU has a free {shape.mig_profile} MIG slice"
-
-
-GroupKeyT = tuple[str, str]
