@@ -415,7 +415,7 @@ def set_quota(
     if guaranteed > limit:
         raise _invalid("guaranteed", "The guaranteed amount cannot exceed the limit.")
     # Lock the team's row first so concurrent splits of one team are decided one at a time.
-    list(Quota.objects.select_for_update().filter(team=team, flavor=flavor))
+    list(Quota.objects.select_for_update().filter(team=team, flavor=flavor).order_by("pk"))
     if quota is None:
         quota = Quota.objects.filter(team=team, project=project, flavor=flavor).first() or Quota(
             team=team, project=project, flavor=flavor
