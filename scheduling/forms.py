@@ -42,6 +42,14 @@ class GpuRequestForm(forms.Form):
         super().__init__(*args, **kwargs)
         self.fields["project"].queryset = projects  # type: ignore[attr-defined]
         self.fields["flavor"].queryset = flavors  # type: ignore[attr-defined]
+        for name, field in self.fields.items():
+            widget = field.widget
+            if isinstance(widget, forms.CheckboxInput):
+                widget.attrs["class"] = "form-check-input"
+            else:
+                css = "form-select" if isinstance(widget, forms.Select) else "form-control"
+                invalid = " is-invalid" if self.is_bound and name in self.errors else ""
+                widget.attrs["class"] = css + invalid
 
     def clean_command(self) -> list[str]:
         try:
