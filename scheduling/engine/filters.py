@@ -181,6 +181,16 @@ _BEST_START = {p: _start_table(p, True) for p in MIG_PROFILES}
 _FIRST_START = {p: _start_table(p, False) for p in MIG_PROFILES}
 
 
+_MIG_FITS: list[tuple[str, ...]] = [
+    tuple(p for p in MIG_PROFILES if _FIRST_START[p][m] >= 0) for m in _MASKS
+]
+
+
+def mig_fits(mask: int) -> tuple[str, ...]:
+    """Profiles that still fit somewhere on a MIG GPU whose used slices are `mask`."""
+    return _MIG_FITS[mask]
+
+
 def mig_value(mask: int) -> int:
     """How useful the free slices of a MIG GPU are: largest placeable profile first, then 1g count.
 

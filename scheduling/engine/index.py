@@ -17,8 +17,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .filters import mig_fits
 from .state import MODE_MIG, MODE_VGPU, FleetState
-from .types import MIG_PROFILES, MIG_SLICES, Pool, mig_bits
+from .types import MIG_PROFILES, MIG_SLICES, Pool
 
 GIB = 1024
 GroupKey = tuple[str, str]
@@ -104,16 +105,12 @@ class CapacityIndex:
                     del g.mig[p][s][d]
                 if usable and not st.whole[d]:
                     mask = st.mig_mask[d]
-                    free = MIG_SLICES - bin(mask).count("1")
-                    entries: list[tuple[str, int]] = []
-                    for name, prof in MIG_PROFILES.items():
-                        if prof.slices <= free and any(
-                            not mask & mig_bits(name, s) for s in prof.starts
-                        ):
+                    fits = mig_fits(mask)
+                    if fits:
+                        free = MIG_SLICES - bin(mask).count("1")
+                        for name in fits:
                             g.mig[name][free][d] = None
-                            entries.append((name, free))
-                    if entries:
-                        g.dev_mig[d] = entries
+                        g.dev_mig[d] = [(name, free) for name in fits]
 
     def free_whole_gpus(self, g: Group) -> int:
         """Fully free cards in a group (for reasons and metrics)."""

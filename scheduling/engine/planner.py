@@ -317,7 +317,10 @@ class Scheduler:
         now: float,
     ) -> Admission:
         st = self.st
-        nodes = tuple(dict.fromkeys(st.dev_node[c[0]] for c in claims))
+        if len(claims) == 1:
+            nodes: tuple[int, ...] = (st.dev_node[claims[0][0]],)
+        else:
+            nodes = tuple(dict.fromkeys(st.dev_node[c[0]] for c in claims))
         rec = AllocRecord(
             id=req.id,
             team=req.team,

@@ -306,8 +306,19 @@ class FleetState:
     def apply(self, rec: AllocRecord, notify: bool = True) -> None:
         """Take the capacity `rec` claims and register it."""
         node_free = self.node_free
+        mem_free, mem_total, cores_free, mig_mask = (
+            self.mem_free,
+            self.mem_total,
+            self.cores_free,
+            self.mig_mask,
+        )
         for dev, whole, mem, cores, bits in rec.claims:
-            if self.fully_free(dev):
+            if (
+                not self.whole[dev]
+                and mig_mask[dev] == 0
+                and mem_free[dev] == mem_total[dev]
+                and cores_free[dev] == 100
+            ):  # was fully free (inlined `fully_free`, this is the hot path)
                 node_free[self.dev_node[dev]] -= 1
             if whole:
                 self.whole[dev] = True
@@ -343,4 +354,6 @@ class FleetState:
             for n in rec.nodes:
                 self.listener(n, None)
         else:
-            self.listener(rec.nodes[0], tuple(c[0] for c in rec.claims))
+            claims = rec.claims
+            devs = (claims[0][0],) if len(claims) == 1 else tuple(c[0] for c in claims)
+            self.listener(rec.nodes[0], devs)
