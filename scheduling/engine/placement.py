@@ -196,11 +196,12 @@ class Placer:
             else range(len(g.vgpu) - 1, b0 - 1, -1)
         )
         ok: dict[int, bool] = {}
+        mem_free, cores_free, dev_node, buckets = st.mem_free, st.cores_free, st.dev_node, g.vgpu
         for b in bs:
-            for d in g.vgpu[b]:
-                if st.mem_free[d] < m or st.cores_free[d] < c:
+            for d in buckets[b]:
+                if mem_free[d] < m or cores_free[d] < c:
                     continue
-                node = st.dev_node[d]
+                node = dev_node[d]
                 good = ok.get(node)
                 if good is None:
                     good = ok[node] = self.node_ok(node, shape)
