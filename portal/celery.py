@@ -34,6 +34,16 @@ app.conf.beat_schedule = {
         "task": "scheduling.tasks.sync_inventory",
         "schedule": 60.0,
     },
+    "record-utilisation": {
+        "task": "scheduling.tasks.record_utilisation",
+        "schedule": settings.SAMPLE_INTERVAL_SECONDS,
+        "options": {"expires": settings.SAMPLE_INTERVAL_SECONDS},
+    },
+    "enforce-reclaim-policies": {
+        "task": "scheduling.tasks.enforce_reclaim_policies",
+        "schedule": settings.RECLAIM_INTERVAL_SECONDS,
+        "options": {"expires": settings.RECLAIM_INTERVAL_SECONDS},
+    },
     "sweep-stuck-requests": {
         "task": "scheduling.tasks.sweep_stuck_requests",
         "schedule": 30.0,

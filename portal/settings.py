@@ -84,6 +84,7 @@ DATABASES["default"].setdefault("CONN_MAX_AGE", env.int("CONN_MAX_AGE", default=
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # The demo runs a web server, a worker and beat on one file: wait for locks instead of failing.
     DATABASES["default"].setdefault("OPTIONS", {})["timeout"] = 20
+    (BASE_DIR / "var").mkdir(exist_ok=True)
     # A file, not memory, so that a real worker process in the tests sees the test database.
     DATABASES["default"]["TEST"] = {"NAME": str(BASE_DIR / "var" / "test-portal.sqlite3")}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
@@ -181,6 +182,13 @@ SIMULATION_SPEED = env.float("SIMULATION_SPEED", default=1.0)
 SIMULATED_LAUNCH_DELAY_SECONDS = env.float("SIMULATED_LAUNCH_DELAY_SECONDS", default=0.0)
 SCHEDULING_CYCLE_SECONDS = env.float("SCHEDULING_CYCLE_SECONDS", default=10.0)
 WORKLOAD_SYNC_SECONDS = env.float("WORKLOAD_SYNC_SECONDS", default=5.0)
+# Monitoring: Prometheus (DCGM exporter / HAMi metrics) when set, else the simulated figures.
+PROMETHEUS_URL = env.str("PROMETHEUS_URL", default="")
+SAMPLE_INTERVAL_SECONDS = env.float("SAMPLE_INTERVAL_SECONDS", default=60.0)
+SAMPLE_RETENTION_SECONDS = env.int("SAMPLE_RETENTION_SECONDS", default=14 * 24 * 3600)
+RECLAIM_INTERVAL_SECONDS = env.float("RECLAIM_INTERVAL_SECONDS", default=60.0)
+# /metrics, /readyz: allowed with this bearer token, or from loopback/private addresses.
+MONITORING_TOKEN = env.str("MONITORING_TOKEN", default="")
 # Requests in admitted/launching longer than this are launched again (idempotently).
 STUCK_TRANSITION_SECONDS = env.int("STUCK_TRANSITION_SECONDS", default=120)
 PORTAL_CURRENCY = env.str("PORTAL_CURRENCY", default="EUR")

@@ -53,9 +53,11 @@ def acquire_lease(*, name: str = LEASE_NAME, seconds: int = LEASE_SECONDS) -> st
     return holder if taken else None
 
 
-def release_lease(holder: str, *, name: str = LEASE_NAME) -> None:
+def release_lease(holder: str, *, name: str = LEASE_NAME, cycle_seconds: float = 0.0) -> None:
     SchedulerLease.objects.filter(name=name, holder=holder).update(
-        holder="", expires_at=timezone.now() - timedelta(seconds=1)
+        holder="",
+        expires_at=timezone.now() - timedelta(seconds=1),
+        last_cycle_seconds=cycle_seconds,
     )
 
 
@@ -104,7 +106,7 @@ def run_cycle(
         result.seconds = time.perf_counter() - started
         return result
     finally:
-        release_lease(holder)
+        release_lease(holder, cycle_seconds=time.perf_counter() - started)
 
 
 def _after_commit(act: Callable[[int, int], None], request_id: int, attempt: int) -> None:

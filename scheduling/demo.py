@@ -8,7 +8,16 @@ from typing import Any
 from django.db import transaction
 
 from scheduling.choices import FlavorKind, Placement, SharingMode, WorkloadKind
-from scheduling.models import ApprovalRule, Flavor, GpuDevice, Node, NodePool, Quota, Tier
+from scheduling.models import (
+    ApprovalRule,
+    Flavor,
+    GpuDevice,
+    Node,
+    NodePool,
+    Quota,
+    ReclaimPolicy,
+    Tier,
+)
 from tenants.models import Team
 
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
@@ -18,6 +27,15 @@ TIERS = {
     "dev": ("Development", 8 * 3600, 0, {"lead_approves_whole_cards": False}),
     "inference": ("Inference", 7 * 24 * 3600, 1, {"lead_approves_whole_cards": False}),
     "training": ("Training", 3 * 24 * 3600, 2, {"lead_approves_whole_cards": True}),
+}
+
+DEMO_RECLAIM = {
+    "idle_threshold_percent": 5,
+    "idle_window_seconds": 180,
+    "notebook_idle_window_seconds": 240,
+    "idle_warning_seconds": 90,
+    "timeout_warning_seconds": 60,
+    "pending_timeout_seconds": 300,
 }
 
 POOLS: list[dict[str, Any]] = [
@@ -97,6 +115,8 @@ def seed_demo_fleet(*, teams: dict[str, Team]) -> None:
             slug=slug, defaults={"name": name, "max_runtime_seconds": max_runtime, "rank": rank}
         )
         ApprovalRule.objects.get_or_create(tier=tier, defaults=rule)
+        # Short windows so that the demo shows idle reclamation within minutes.
+        ReclaimPolicy.objects.get_or_create(tier=tier, defaults=DEMO_RECLAIM)
         tiers[slug] = tier
     for team_slug, tier_slugs in TIERS_OF_TEAM.items():
         for tier_slug in tier_slugs:

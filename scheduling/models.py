@@ -322,6 +322,9 @@ class GpuRequest(models.Model):
     waiting_reason = models.TextField(blank=True)
     queue_position = models.PositiveIntegerField(null=True, blank=True)
     attempt = models.PositiveIntegerField(default=0)
+    idle_warned_at = models.DateTimeField(null=True, blank=True)
+    idle_exempt_until = models.DateTimeField(null=True, blank=True)
+    timeout_warned_at = models.DateTimeField(null=True, blank=True)
 
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -406,6 +409,7 @@ class SchedulerLease(models.Model):
     name = models.CharField(max_length=60, unique=True)
     holder = models.CharField(max_length=120, blank=True)
     expires_at = models.DateTimeField()
+    last_cycle_seconds = models.FloatField(default=0.0)
 
     def __str__(self) -> str:
         return f"{self.name} held by {self.holder or 'nobody'} until {self.expires_at}"
@@ -445,3 +449,56 @@ class SimulatedWorkload(models.Model):
 
     def __str__(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+
+class ReclaimPolicy(models.Model):
+    """How a tier keeps shared GPUs from going to waste: idle, timeout and stuck-work rules.
+
+    Idle work is warned `idle_warning_seconds` before it would be reclaimed, and reclaimed once
+    its activity stayed under the threshold for the whole window.
+    """
+
+    tier = models.OneToOneField(Tier, on_delete=models.CASCADE, related_name="reclaim_policy")
+    idle_threshold_percent = models.PositiveSmallIntegerField(default=5)
+    idle_window_seconds = models.PositiveIntegerField(default=30 * 60)
+    notebook_idle_window_seconds = models.PositiveIntegerField(default=60 * 60)
+    idle_warning_seconds = models.PositiveIntegerField(default=10 * 60)
+    idle_marks_preemptible = models.BooleanField(default=True)
+    reclaim_idle = models.BooleanField(default=True)
+    timeout_warning_seconds = models.PositiveIntegerField(default=15 * 60)
+    pending_timeout_seconds = models.PositiveIntegerField(default=30 * 60)
+    max_attempts = models.PositiveSmallIntegerField(
+        default=3, help_text="Work lost to preemption, node failure or stuck starts is retried."
+    )
+
+    objects = CatalogQuerySet.as_manager()
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(idle_warning_seconds__lte=F("idle_window_seconds")),
+                name="reclaim_warning_within_window",
+                violation_error_message="The idle warning must come within the idle window.",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"reclaim policy for {self.tier}"
+
+
+class UtilisationSample(models.Model):
+    """GPU activity of one running allocation at one moment, from the metrics source."""
+
+    allocation = models.ForeignKey(Allocation, on_delete=models.CASCADE, related_name="samples")
+    sampled_at = models.DateTimeField()
+    activity_percent = models.FloatField()
+    memory_used_mib = models.PositiveIntegerField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["allocation", "sampled_at"]
+        indexes = [
+            models.Index(fields=["allocation", "sampled_at"], name="utilisation_alloc_time_idx")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.allocation_id} {self.sampled_at:%H:%M:%S} {self.activity_percent:.0f}%"

@@ -16,7 +16,7 @@ from django.conf import settings
 from django.core.mail import send_mail
 from django.utils import timezone
 
-from scheduling import cycle, execution, inventory, services
+from scheduling import cycle, execution, inventory, monitoring, reclaim, services
 from scheduling.cluster.base import PermanentClusterError, TransientClusterError
 from scheduling.dispatch import request_launch, request_scheduling_cycle
 from scheduling.models import GpuRequest
@@ -115,6 +115,16 @@ def sync_inventory() -> dict[str, int]:
     if counts["added"] or counts["lost"]:
         run_scheduling_cycle.delay()  # node changes can unblock (or strand) work
     return counts
+
+
+@shared_task(acks_late=True, soft_time_limit=50, time_limit=60)
+def record_utilisation() -> int:
+    return monitoring.record_samples()
+
+
+@shared_task(base=ClusterTask)
+def enforce_reclaim_policies() -> dict[str, int]:
+    return reclaim.enforce_reclaim_policies()
 
 
 @shared_task(acks_late=True)

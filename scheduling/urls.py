@@ -10,6 +10,11 @@ urlpatterns = [
     path("requests/new/flavors/", views.request_form_flavors, name="gpu-request-form-flavors"),
     path("requests/<int:pk>/", views.request_detail, name="gpu-request-page"),
     path("requests/<int:pk>/cancel/", views.request_cancel, name="gpu-request-cancel-page"),
+    path(
+        "requests/<int:pk>/govern/<str:action>/",
+        views.request_govern,
+        name="gpu-request-govern-page",
+    ),
     path("approvals/", views.approvals, name="approvals-page"),
     path(
         "approvals/<int:pk>/<str:decision>/",

@@ -15,7 +15,7 @@ from django.views.decorators.http import require_POST
 from scheduling import services
 from scheduling.choices import CANCELLABLE_STATUSES, RequestStatus
 from scheduling.forms import DecisionForm, GpuRequestForm, ProjectQuotaForm
-from scheduling.models import Flavor, GpuRequest, Quota
+from scheduling.models import Flavor, GpuRequest, Quota, UtilisationSample
 from scheduling.selectors import approval_inbox, committed_units, flavors_for_project
 from tenants.errors import DomainError
 from tenants.models import AuditEvent, Project, scope_of
@@ -105,6 +105,12 @@ def request_detail(request: HttpRequest, pk: int) -> HttpResponse:
         .select_related("actor")
         .order_by("occurred_at", "id")
     )
+    samples = list(
+        UtilisationSample.objects.filter(allocation__request=gpu_request)
+        .order_by("-sampled_at")
+        .values_list("sampled_at", "activity_percent", "memory_used_mib")[:240]
+    )[::-1]
+    scope = scope_of(request.user)
     return render(
         request,
         "scheduling/request_detail.html",
@@ -112,8 +118,53 @@ def request_detail(request: HttpRequest, pk: int) -> HttpResponse:
             "gpu_request": gpu_request,
             "history": history,
             "can_cancel": gpu_request.status in CANCELLABLE_STATUSES,
+            "is_live": gpu_request.status in (RequestStatus.RUNNING, RequestStatus.LAUNCHING),
+            "is_owner": gpu_request.owner_id == request.user.pk,
+            "is_lead": scope.is_lead_of(gpu_request.team_id),
+            "utilisation": {
+                "labels": [moment.isoformat() for moment, _, _ in samples],
+                "activity": [round(activity, 1) for _, activity, _ in samples],
+                "memory": [memory for _, _, memory in samples],
+            },
         },
     )
+
+
+GOVERNANCE_ACTIONS = {"ask-idle-exemption", "ask-extension", "idle-exemption", "extend"}
+
+
+@login_required
+@require_POST
+def request_govern(request: HttpRequest, pk: int, action: str) -> HttpResponse:
+    """Owner asks for more time or an idle exemption; the lead grants them."""
+    gpu_request = get_object_or_404(GpuRequest.objects.visible_to(request.user), pk=pk)
+    if action not in GOVERNANCE_ACTIONS:
+        raise Http404
+    text = request.POST.get("text", "")
+    try:
+        if action.startswith("ask-"):
+            about = "idle_exemption" if action == "ask-idle-exemption" else "extension"
+            services.ask_lead(actor=request.user, request=gpu_request, about=about, reason=text)
+            messages.success(request, "Your team lead has been asked.")
+        elif action == "idle-exemption":
+            hours = int(request.POST.get("amount", "0") or 0)
+            if not 1 <= hours <= 72:
+                raise DomainError("invalid", "Give 1 to 72 hours.")
+            services.grant_idle_exemption(
+                actor=request.user, request=gpu_request, hours=hours, comment=text
+            )
+            messages.success(request, f"Exempt from idle reclamation for {hours} h.")
+        else:
+            hours = float(request.POST.get("amount", "0") or 0)
+            if not 0 < hours <= 720:
+                raise DomainError("invalid", "Give up to 720 hours.")
+            services.extend_runtime(
+                actor=request.user, request=gpu_request, seconds=int(hours * 3600), comment=text
+            )
+            messages.success(request, f"Max runtime extended by {hours:g} h.")
+    except (DomainError, ValueError) as error:
+        messages.error(request, getattr(error, "message", "Give a number."))
+    return redirect("gpu-request-page", pk=pk)
 
 
 @login_required

@@ -6,11 +6,12 @@ from typing import Any
 
 import pytest
 
-from tests.support.personas import Org, make_org
-
 
 @pytest.fixture
-def org(db: None) -> Org:
+def org(db: None) -> Any:
+    # Imported here so that tests/engine also runs without Django (-p no:django).
+    from tests.support.personas import make_org
+
     return make_org()
 
 
@@ -30,15 +31,25 @@ def redis_url() -> Iterator[str]:
         server.stop()
 
 
+def _django_active(request: pytest.FixtureRequest) -> bool:
+    """False when the engine tests run alone with -p no:django."""
+    return bool(request.config.pluginmanager.hasplugin("django"))
+
+
 @pytest.fixture(autouse=True)
-def fast_password_hashing(settings: Any) -> None:
+def fast_password_hashing(request: pytest.FixtureRequest) -> None:
     """Real hashing costs ~0.3 s a user; the suite creates hundreds of users."""
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+    if _django_active(request):
+        settings = request.getfixturevalue("settings")
+        settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
 @pytest.fixture(autouse=True, scope="session")
-def celery_runs_tasks_inline() -> Iterator[None]:
+def celery_runs_tasks_inline(request: pytest.FixtureRequest) -> Iterator[None]:
     """Tasks queued by the code under test run in-process unless a test starts a real worker."""
+    if not _django_active(request):
+        yield
+        return
     from portal.celery import app
 
     app.conf.task_always_eager = True

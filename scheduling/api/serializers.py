@@ -151,6 +151,9 @@ class GpuRequestSerializer(serializers.ModelSerializer):
             "waiting_reason",
             "queue_position",
             "attempt",
+            "idle_warned_at",
+            "idle_exempt_until",
+            "timeout_warned_at",
             "created_at",
             "updated_at",
             "approved_at",
@@ -172,6 +175,9 @@ class GpuRequestSerializer(serializers.ModelSerializer):
             "waiting_reason",
             "queue_position",
             "attempt",
+            "idle_warned_at",
+            "idle_exempt_until",
+            "timeout_warned_at",
             "created_at",
             "updated_at",
             "approved_at",
@@ -187,3 +193,23 @@ class DecisionSerializer(serializers.Serializer):
 
 class CancelSerializer(serializers.Serializer):
     reason = serializers.CharField(max_length=2000, required=False, allow_blank=True, default="")
+
+
+class AskLeadSerializer(serializers.Serializer):
+    reason = serializers.CharField(max_length=2000)
+
+
+class ExemptionSerializer(serializers.Serializer):
+    hours = serializers.IntegerField(min_value=1, max_value=72)
+    comment = serializers.CharField(max_length=2000, required=False, allow_blank=True, default="")
+
+
+class ExtensionSerializer(serializers.Serializer):
+    seconds = serializers.IntegerField(min_value=60, max_value=30 * 24 * 3600)
+    comment = serializers.CharField(max_length=2000, required=False, allow_blank=True, default="")
+
+
+class UtilisationPointSerializer(serializers.Serializer):
+    sampled_at = serializers.DateTimeField()
+    activity_percent = serializers.FloatField()
+    memory_used_mib = serializers.IntegerField(allow_null=True)

@@ -13,15 +13,19 @@ from rest_framework.serializers import BaseSerializer
 from scheduling import services
 from scheduling.api.filters import FlavorFilter, GpuRequestFilter, QuotaFilter
 from scheduling.api.serializers import (
+    AskLeadSerializer,
     CancelSerializer,
     DecisionSerializer,
+    ExemptionSerializer,
+    ExtensionSerializer,
     FlavorSerializer,
     GpuRequestSerializer,
     NodePoolSerializer,
     QuotaSerializer,
+    UtilisationPointSerializer,
 )
 from scheduling.choices import COMMITTED_STATUSES
-from scheduling.models import Flavor, GpuRequest, NodePool, Quota
+from scheduling.models import Flavor, GpuRequest, NodePool, Quota, UtilisationSample
 from tenants.api.base import ScopedModelViewSet, ScopedReadOnlyViewSet, ScopedViewSetMixin
 from tenants.models import scope_of
 
@@ -119,32 +123,62 @@ class GpuRequestViewSet(
             actor=self.request.user, **serializer.validated_data
         )
 
-    def _decide(self, request: Request, decide: Any, **kwargs: Any) -> Response:
+    def _act(
+        self, request: Request, service: Any, body_class: Any = None, **fixed: Any
+    ) -> Response:
+        """Find the request first (another tenant's is 404), then check the body, then act."""
         gpu_request = self.get_object()
-        updated = decide(actor=request.user, request=gpu_request, **kwargs)
+        arguments = dict(fixed)
+        if body_class is not None:
+            body = body_class(data=request.data)
+            body.is_valid(raise_exception=True)
+            arguments.update(body.validated_data)
+        updated = service(actor=request.user, request=gpu_request, **arguments)
         return Response(self.get_serializer(updated).data, status=status.HTTP_200_OK)
 
     @extend_schema(request=DecisionSerializer, responses=GpuRequestSerializer)
     @action(detail=True, methods=["post"])
     def approve(self, request: Request, pk: str | None = None) -> Response:
-        body = DecisionSerializer(data=request.data)
-        body.is_valid(raise_exception=True)
-        return self._decide(
-            request, services.approve_gpu_request, comment=body.validated_data["comment"]
-        )
+        return self._act(request, services.approve_gpu_request, DecisionSerializer)
 
     @extend_schema(request=DecisionSerializer, responses=GpuRequestSerializer)
     @action(detail=True, methods=["post"])
     def reject(self, request: Request, pk: str | None = None) -> Response:
-        body = DecisionSerializer(data=request.data)
-        body.is_valid(raise_exception=True)
-        return self._decide(
-            request, services.reject_gpu_request, comment=body.validated_data["comment"]
+        return self._act(request, services.reject_gpu_request, DecisionSerializer)
+
+    @extend_schema(request=AskLeadSerializer, responses=GpuRequestSerializer)
+    @action(detail=True, methods=["post"], url_path="ask-idle-exemption")
+    def ask_idle_exemption(self, request: Request, pk: str | None = None) -> Response:
+        return self._act(request, services.ask_lead, AskLeadSerializer, about="idle_exemption")
+
+    @extend_schema(request=AskLeadSerializer, responses=GpuRequestSerializer)
+    @action(detail=True, methods=["post"], url_path="ask-extension")
+    def ask_extension(self, request: Request, pk: str | None = None) -> Response:
+        return self._act(request, services.ask_lead, AskLeadSerializer, about="extension")
+
+    @extend_schema(request=ExemptionSerializer, responses=GpuRequestSerializer)
+    @action(detail=True, methods=["post"], url_path="idle-exemption")
+    def idle_exemption(self, request: Request, pk: str | None = None) -> Response:
+        return self._act(request, services.grant_idle_exemption, ExemptionSerializer)
+
+    @extend_schema(request=ExtensionSerializer, responses=GpuRequestSerializer)
+    @action(detail=True, methods=["post"])
+    def extend(self, request: Request, pk: str | None = None) -> Response:
+        return self._act(request, services.extend_runtime, ExtensionSerializer)
+
+    @extend_schema(responses=UtilisationPointSerializer(many=True))
+    @action(detail=True, methods=["get"])
+    def utilisation(self, request: Request, pk: str | None = None) -> Response:
+        """The GPU activity and memory timeline of the request's attempts (newest 500 points)."""
+        gpu_request = self.get_object()
+        points = (
+            UtilisationSample.objects.filter(allocation__request=gpu_request)
+            .order_by("-sampled_at")
+            .values("sampled_at", "activity_percent", "memory_used_mib")[:500]
         )
+        return Response(UtilisationPointSerializer(list(points)[::-1], many=True).data)
 
     @extend_schema(request=CancelSerializer, responses=GpuRequestSerializer)
     @action(detail=True, methods=["post"])
     def cancel(self, request: Request, pk: str | None = None) -> Response:
-        body = CancelSerializer(data=request.data)
-        body.is_valid(raise_exception=True)
-        return self._decide(request, services.cancel_gpu_request, **body.validated_data)
+        return self._act(request, services.cancel_gpu_request, CancelSerializer)

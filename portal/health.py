@@ -1,0 +1,188 @@
+"""Health and metrics endpoints for probes and Prometheus.
+
+`/healthz` says the process is alive (no dependencies touched). `/readyz` checks the database,
+the broker and the cluster. `/metrics` exposes the portal's figures, computed from the database
+at scrape time. Neither of the last two is public: they answer a bearer token
+(MONITORING_TOKEN) or a request from a loopback or private address.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+from collections.abc import Iterator
+from typing import Any
+
+from django.conf import settings
+from django.db import connection
+from django.db.models import Count, Sum
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.utils import timezone
+from django.views.decorators.http import require_GET
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.registry import Collector
+
+from scheduling.choices import RequestStatus
+from scheduling.models import Allocation, GpuRequest, Quota, SchedulerLease
+from tenants.models import AuditEvent
+
+WAIT_BUCKETS = (60, 300, 900, 1800, 3600, 4 * 3600, 12 * 3600, 86400)
+
+
+def _allowed(request: HttpRequest) -> bool:
+    token = settings.MONITORING_TOKEN
+    header = request.headers.get("Authorization", "")
+    if token and header.startswith("Bearer "):
+        return hmac.compare_digest(header.removeprefix("Bearer "), token)
+    try:
+        address = ipaddress.ip_address(request.META.get("REMOTE_ADDR", ""))
+    except ValueError:
+        return False
+    return address.is_loopback or address.is_private
+
+
+def _denied() -> JsonResponse:
+    body = {"error": {"code": "forbidden", "message": "Monitoring is internal.", "fields": {}}}
+    return JsonResponse(body, status=403)
+
+
+@require_GET
+def healthz(request: HttpRequest) -> HttpResponse:
+    return JsonResponse({"status": "ok"})
+
+
+@require_GET
+def readyz(request: HttpRequest) -> HttpResponse:
+    if not _allowed(request):
+        return _denied()
+    checks: dict[str, str] = {}
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+        checks["database"] = "ok"
+    except Exception as error:  # a probe reports, it does not raise
+        checks["database"] = f"failed: {type(error).__name__}"
+    try:
+        from portal.celery import app
+
+        with app.connection_for_write() as broker:
+            broker.ensure_connection(max_retries=1, timeout=2)
+        checks["broker"] = "ok"
+    except Exception as error:
+        checks["broker"] = f"failed: {type(error).__name__}"
+    try:
+        from scheduling.execution import cluster_backend
+
+        cluster_backend().get_workload("default", "readiness-probe", 1)
+        checks["cluster"] = "ok"
+    except Exception as error:
+        checks["cluster"] = f"failed: {type(error).__name__}"
+    ready = all(value == "ok" for value in checks.values())
+    return JsonResponse({"ready": ready, "checks": checks}, status=200 if ready else 503)
+
+
+class PortalCollector(Collector):
+    """The portal's state, read from the database at scrape time."""
+
+    def collect(self) -> Iterator[Any]:
+        by_state = GaugeMetricFamily(
+            "gpu_portal_requests", "GPU requests by state", labels=["state"]
+        )
+        counts = dict(
+            GpuRequest.objects.values_list("status")
+            .annotate(n=Count("id"))
+            .values_list("status", "n")
+        )
+        for state in RequestStatus.values:
+            by_state.add_metric([state], counts.get(state, 0))
+        yield by_state
+
+        depth = GaugeMetricFamily(
+            "gpu_portal_queue_depth", "Queued requests per pool", labels=["pool"]
+        )
+        for pool, n in (
+            GpuRequest.objects.filter(status=RequestStatus.QUEUED)
+            .values_list("flavor__pool__slug")
+            .annotate(n=Count("id"))
+            .values_list("flavor__pool__slug", "n")
+        ):
+            depth.add_metric([pool], n)
+        yield depth
+
+        now = timezone.now()
+        wait = HistogramMetricFamily(
+            "gpu_portal_queue_wait_seconds",
+            "How long queued requests have waited so far, per pool",
+            labels=["pool"],
+        )
+        waits: dict[str, list[float]] = {}
+        for pool, queued_at in GpuRequest.objects.filter(
+            status=RequestStatus.QUEUED, queued_at__isnull=False
+        ).values_list("flavor__pool__slug", "queued_at"):
+            waits.setdefault(pool, []).append((now - queued_at).total_seconds())
+        for pool, values in waits.items():
+            buckets = [(str(b), sum(1 for v in values if v <= b)) for b in WAIT_BUCKETS]
+            buckets.append(("+Inf", len(values)))
+            wait.add_metric([pool], buckets, sum(values))
+        yield wait
+
+        allocated = GaugeMetricFamily(
+            "gpu_portal_team_allocated_units",
+            "Units of a flavor allocated to a team now",
+            labels=["team", "flavor"],
+        )
+        for team, flavor, units in (
+            Allocation.objects.active()
+            .values_list("request__team__slug", "request__flavor__slug")
+            .annotate(units=Sum("request__gpu_count"))
+            .values_list("request__team__slug", "request__flavor__slug", "units")
+        ):
+            allocated.add_metric([team, flavor], units or 0)
+        yield allocated
+
+        quota = GaugeMetricFamily(
+            "gpu_portal_team_quota_units",
+            "A team's quota of a flavor",
+            labels=["team", "flavor", "kind"],
+        )
+        for team, flavor, guaranteed, limit in Quota.objects.filter(
+            project__isnull=True
+        ).values_list("team__slug", "flavor__slug", "guaranteed", "limit"):
+            quota.add_metric([team, flavor, "guaranteed"], guaranteed)
+            quota.add_metric([team, flavor, "limit"], limit)
+        yield quota
+
+        reclaims = GaugeMetricFamily(
+            "gpu_portal_reclamations", "Reclamations and warnings by reason", labels=["reason"]
+        )
+        for action, n in (
+            AuditEvent.objects.filter(action__startswith="reclaim.")
+            .values_list("action")
+            .annotate(n=Count("id"))
+            .values_list("action", "n")
+        ):
+            reclaims.add_metric([action.removeprefix("reclaim.")], n)
+        yield reclaims
+
+        failures = GaugeMetricFamily(
+            "gpu_portal_failed_requests", "Requests that ended failed, by reason", labels=[]
+        )
+        failures.add_metric([], counts.get(RequestStatus.FAILED, 0))
+        yield failures
+
+        cycle = GaugeMetricFamily(
+            "gpu_portal_scheduling_cycle_seconds", "Duration of the last scheduling cycle"
+        )
+        lease = SchedulerLease.objects.filter(name="scheduling-cycle").first()
+        cycle.add_metric([], lease.last_cycle_seconds if lease else 0.0)
+        yield cycle
+
+
+@require_GET
+def metrics(request: HttpRequest) -> HttpResponse:
+    if not _allowed(request):
+        return _denied()
+    registry = CollectorRegistry()
+    registry.register(PortalCollector())
+    return HttpResponse(generate_latest(registry), content_type="text/plain; version=0.0.4")

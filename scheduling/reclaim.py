@@ -1,0 +1,341 @@
+"""Runtime governance: reclaim idle, timed-out, stuck and lost work, and clean up zombies.
+
+Each pass reads, decides with the pure rules in `reclaim_rules`, and acts per request in its
+own transaction; every reclamation records its reason and evidence, ends the allocation at
+once (the next cycle can use the GPUs) and has the workload deleted after commit.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from scheduling import dispatch
+from scheduling.choices import RequestStatus, WorkloadKind
+from scheduling.cluster.base import ClusterBackend
+from scheduling.execution import cluster_backend, end_allocation
+from scheduling.lifecycle import transition
+from scheduling.models import (
+    Allocation,
+    GpuRequest,
+    Node,
+    ReclaimPolicy,
+    Tier,
+    UtilisationSample,
+)
+from scheduling.notifications import notify
+from scheduling.reclaim_rules import idle_verdict, stuck_pending, timeout_stage
+from tenants.services import record_audit_event
+
+log = logging.getLogger(__name__)
+
+
+def policy_for(tier: Tier, cache: dict[int, ReclaimPolicy]) -> ReclaimPolicy:
+    if tier.pk not in cache:
+        cache[tier.pk] = ReclaimPolicy.objects.filter(tier=tier).first() or ReclaimPolicy(tier=tier)
+    return cache[tier.pk]
+
+
+def _epoch(moment: datetime | None) -> float | None:
+    return moment.timestamp() if moment else None
+
+
+def reclaim_request(
+    request: GpuRequest, *, reason: str, code: str, evidence: dict[str, Any]
+) -> bool:
+    """Stop running work for good: reclaimed, with the reason and the data behind it."""
+    with transaction.atomic():
+        if not transition(
+            request, RequestStatus.RECLAIMED, actor=None, reason=reason, idle_warned_at=None
+        ):
+            return False
+        allocation = end_allocation(request, reason=f"reclaimed: {code}")
+        record_audit_event(
+            actor=None,
+            action=f"reclaim.{code}",
+            target=request,
+            team=request.team,
+            project=request.project,
+            message=reason,
+            data=evidence,
+        )
+        if allocation is not None:
+            dispatch.request_termination(request.pk, allocation.attempt, f"reclaimed: {code}")
+        notify(
+            users=[request.owner],
+            subject=f"GPU request {request.pk} was reclaimed",
+            body=reason,
+            event={"type": f"reclaim.{code}", "request": request.pk, "evidence": evidence},
+        )
+        dispatch.request_scheduling_cycle()
+    return True
+
+
+def requeue_or_fail(request: GpuRequest, *, reason: str, code: str, max_attempts: int) -> str:
+    """Work lost through no fault of its own goes back to the queue, up to `max_attempts` tries."""
+    with transaction.atomic():
+        allocation = end_allocation(request, reason=code)
+        if allocation is not None:
+            dispatch.request_termination(request.pk, allocation.attempt, code)
+        record_audit_event(
+            actor=None,
+            action=f"reclaim.{code}",
+            target=request,
+            team=request.team,
+            project=request.project,
+            message=reason,
+        )
+        if request.attempt < max_attempts and request.status in (
+            RequestStatus.LAUNCHING,
+            RequestStatus.RUNNING,
+            RequestStatus.ADMITTED,
+        ):
+            transition(request, RequestStatus.PREEMPTED, actor=None, reason=reason)
+            transition(request, RequestStatus.QUEUED, actor=None, reason=f"Requeued: {reason}")
+            dispatch.request_scheduling_cycle()
+            return "requeued"
+        transition(
+            request,
+            RequestStatus.FAILED,
+            actor=None,
+            reason=f"{reason} — gave up after {request.attempt} attempts.",
+        )
+        notify(
+            users=[request.owner],
+            subject=f"GPU request {request.pk} failed",
+            body=f"{reason}. It was tried {request.attempt} times.",
+            event={"type": f"reclaim.{code}", "request": request.pk},
+        )
+        dispatch.request_scheduling_cycle()
+        return "failed"
+
+
+def _idle_pass(now: datetime, policies: dict[int, ReclaimPolicy], outcome: Counter[str]) -> None:
+    running = (
+        Allocation.objects.active()
+        .filter(request__status=RequestStatus.RUNNING, started_at__isnull=False)
+        .select_related("request", "request__owner", "request__team", "request__project")
+        .select_related("pool__tier")
+    )
+    for allocation in running:
+        request = allocation.request
+        policy = policy_for(allocation.pool.tier, policies)
+        window = (
+            policy.notebook_idle_window_seconds
+            if request.kind == WorkloadKind.NOTEBOOK
+            else policy.idle_window_seconds
+        )
+        since = now - timedelta(seconds=window * 2)
+        samples = [
+            (moment.timestamp(), activity)
+            for moment, activity in UtilisationSample.objects.filter(
+                allocation=allocation, sampled_at__gte=since
+            ).values_list("sampled_at", "activity_percent")
+        ]
+        verdict = idle_verdict(
+            samples,
+            now=now.timestamp(),
+            started_at=allocation.started_at.timestamp() if allocation.started_at else 0.0,
+            threshold_percent=policy.idle_threshold_percent,
+            window_seconds=window,
+            warning_seconds=policy.idle_warning_seconds,
+            warned_at=_epoch(request.idle_warned_at),
+            exempt_until=_epoch(request.idle_exempt_until),
+        )
+        evidence = verdict.evidence(threshold=policy.idle_threshold_percent, window_seconds=window)
+        if verdict.stage == "warn" and request.idle_warned_at is None:
+            _warn_idle(request, allocation, policy, evidence, verdict.reclaim_at)
+            outcome["idle_warned"] += 1
+        elif verdict.stage == "reclaim" and policy.reclaim_idle:
+            minutes = round(verdict.idle_seconds / 60)
+            reason = (
+                f"Reclaimed: GPU activity stayed under {policy.idle_threshold_percent}% "
+                f"for {minutes} minutes (peak {verdict.peak_activity_percent:.1f}%)."
+            )
+            if reclaim_request(request, reason=reason, code="idle", evidence=evidence):
+                outcome["idle_reclaimed"] += 1
+        elif verdict.stage == "active" and request.idle_warned_at is not None:
+            GpuRequest.objects.filter(pk=request.pk).update(idle_warned_at=None)
+
+
+def _warn_idle(
+    request: GpuRequest,
+    allocation: Allocation,
+    policy: ReclaimPolicy,
+    evidence: dict[str, Any],
+    reclaim_at: float | None,
+) -> None:
+    when = datetime.fromtimestamp(reclaim_at, tz=UTC) if reclaim_at else None
+    with transaction.atomic():
+        GpuRequest.objects.filter(pk=request.pk).update(idle_warned_at=timezone.now())
+        if policy.idle_marks_preemptible:
+            Allocation.objects.filter(pk=allocation.pk).update(is_preemptible=True)
+        record_audit_event(
+            actor=None,
+            action="reclaim.idle_warning",
+            target=request,
+            team=request.team,
+            project=request.project,
+            message=f"Idle; reclaimed at {when:%H:%M} UTC unless it gets busy." if when else "",
+            data=evidence,
+        )
+        notify(
+            users=[request.owner],
+            subject=f"GPU request {request.pk} is idle and will be reclaimed",
+            body=(
+                f"Its GPU activity has stayed under {policy.idle_threshold_percent}%. "
+                f"It will be reclaimed at {when:%Y-%m-%d %H:%M} UTC unless it gets busy "
+                "or your team lead grants an exemption."
+                if when
+                else "Its GPUs are idle."
+            ),
+            event={"type": "reclaim.idle_warning", "request": request.pk, "evidence": evidence},
+        )
+
+
+def _timeout_pass(now: datetime, policies: dict[int, ReclaimPolicy], outcome: Counter[str]) -> None:
+    running = GpuRequest.objects.filter(
+        status=RequestStatus.RUNNING, started_at__isnull=False
+    ).select_related("flavor__pool__tier", "owner", "team", "project")
+    for request in running:
+        policy = policy_for(request.flavor.pool.tier, policies)
+        assert request.started_at is not None
+        stage = timeout_stage(
+            started_at=request.started_at.timestamp(),
+            max_runtime_seconds=request.max_runtime_seconds,
+            warning_seconds=policy.timeout_warning_seconds,
+            now=now.timestamp(),
+        )
+        if stage == "warn" and request.timeout_warned_at is None:
+            GpuRequest.objects.filter(pk=request.pk).update(timeout_warned_at=now)
+            record_audit_event(
+                actor=None,
+                action="reclaim.timeout_warning",
+                target=request,
+                team=request.team,
+                project=request.project,
+                message="The max runtime ends soon; ask your lead for an extension if needed.",
+            )
+            notify(
+                users=[request.owner],
+                subject=f"GPU request {request.pk} reaches its max runtime soon",
+                body="Ask your team lead for an extension if the work needs longer.",
+                event={"type": "reclaim.timeout_warning", "request": request.pk},
+            )
+            outcome["timeout_warned"] += 1
+        elif stage == "stop":
+            hours = request.max_runtime_seconds / 3600
+            evidence = {
+                "started_at": request.started_at.isoformat(),
+                "max_runtime_seconds": request.max_runtime_seconds,
+            }
+            reason = f"Stopped: it reached its max runtime of {hours:g} h."
+            if reclaim_request(request, reason=reason, code="timeout", evidence=evidence):
+                outcome["timeout_stopped"] += 1
+
+
+def _abnormal_pass(
+    now: datetime, policies: dict[int, ReclaimPolicy], outcome: Counter[str]
+) -> None:
+    lost_nodes = set(Node.objects.filter(is_schedulable=False).values_list("name", flat=True))
+    known_nodes = set(Node.objects.values_list("name", flat=True))
+    live = (
+        Allocation.objects.active()
+        .filter(request__status__in=(RequestStatus.LAUNCHING, RequestStatus.RUNNING))
+        .select_related("request", "request__team", "request__project", "request__owner")
+        .select_related("pool__tier")
+    )
+    for allocation in live:
+        request = allocation.request
+        policy = policy_for(allocation.pool.tier, policies)
+        nodes = {claim["node"] for claim in allocation.claims}
+        gone = sorted(n for n in nodes if n in lost_nodes or n not in known_nodes)
+        if gone:
+            reason = f"Node {', '.join(gone)} was lost or cordoned"
+            result = requeue_or_fail(
+                request, reason=reason, code="node_lost", max_attempts=policy.max_attempts
+            )
+            outcome[f"node_lost_{result}"] += 1
+        elif request.status == RequestStatus.LAUNCHING and stuck_pending(
+            launched_at=allocation.admitted_at.timestamp(),
+            pending_timeout_seconds=policy.pending_timeout_seconds,
+            now=now.timestamp(),
+        ):
+            minutes = policy.pending_timeout_seconds // 60
+            reason = f"The cluster did not start it within {minutes} minutes"
+            result = requeue_or_fail(
+                request, reason=reason, code="stuck_pending", max_attempts=policy.max_attempts
+            )
+            outcome[f"stuck_pending_{result}"] += 1
+
+
+ZOMBIE_GRACE = timedelta(minutes=5)
+
+
+def _zombie_pass(
+    backend: ClusterBackend, now: datetime, acted: set[tuple[int, int]], outcome: Counter[str]
+) -> None:
+    """Cluster objects with the portal's labels but no live request are deleted.
+
+    Work that ended in the last few minutes is left to the termination already queued for it.
+    """
+    live = set(
+        GpuRequest.objects.filter(
+            Q(status__in=(RequestStatus.ADMITTED, RequestStatus.LAUNCHING, RequestStatus.RUNNING))
+            | Q(updated_at__gt=now - ZOMBIE_GRACE)
+        ).values_list("pk", "attempt")
+    )
+    live |= acted  # terminations for work reclaimed in this pass are already queued
+    list_workloads = getattr(backend, "list_workloads", None)
+    if list_workloads is None:
+        return
+    for workload in list_workloads():
+        key = (
+            (int(workload.request_id), workload.attempt) if workload.request_id.isdigit() else None
+        )
+        if key in live:
+            continue
+        backend.terminate(
+            workload.namespace, workload.request_id, workload.attempt, reason="zombie"
+        )
+        request = GpuRequest.objects.filter(pk=key[0]).first() if key else None
+        record_audit_event(
+            actor=None,
+            action="reclaim.zombie",
+            target=request or workload,
+            team=request.team if request else None,
+            project=request.project if request else None,
+            message=f"Deleted {workload.namespace}/{workload.name}: no live request owns it.",
+            data={"namespace": workload.namespace, "name": workload.name},
+        )
+        outcome["zombies_removed"] += 1
+
+
+def enforce_reclaim_policies(
+    *, now: datetime | None = None, backend: ClusterBackend | None = None
+) -> dict[str, int]:
+    """One governance pass: idle ladder, timeouts, stuck and lost work, zombies."""
+    now = now or timezone.now()
+    policies: dict[int, ReclaimPolicy] = {}
+    outcome: Counter[str] = Counter()
+    before_live = list(
+        GpuRequest.objects.filter(
+            status__in=(RequestStatus.LAUNCHING, RequestStatus.RUNNING)
+        ).values_list("pk", flat=True)
+    )
+    _idle_pass(now, policies, outcome)
+    _timeout_pass(now, policies, outcome)
+    _abnormal_pass(now, policies, outcome)
+    acted = set(
+        GpuRequest.objects.filter(pk__in=before_live)
+        .exclude(status__in=(RequestStatus.LAUNCHING, RequestStatus.RUNNING))
+        .values_list("pk", "attempt")
+    )
+    _zombie_pass(backend or cluster_backend(), now, acted, outcome)
+    return dict(outcome)

@@ -1,0 +1,144 @@
+"""Metrics sources, sample storage, /metrics and the probes."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlparse
+
+import pytest
+from django.test import Client
+from django.urls import reverse
+
+from scheduling.models import Allocation, SimulatedWorkload, UtilisationSample
+from scheduling.monitoring import PrometheusMetrics, SimulatedMetrics, record_samples
+from tests.governance.conftest import Runner
+
+pytestmark = pytest.mark.django_db
+
+
+def vector(samples: list[tuple[dict[str, str], float]]) -> dict[str, Any]:
+    """A Prometheus instant-query answer, shaped as the HTTP API returns it."""
+    return {
+        "status": "success",
+        "data": {
+            "resultType": "vector",
+            "result": [{"metric": m, "value": [1764700000.0, str(v)]} for m, v in samples],
+        },
+    }
+
+
+@pytest.fixture
+def fake_prometheus() -> Iterator[tuple[str, dict[str, dict[str, Any]], list[str]]]:
+    answers: dict[str, dict[str, Any]] = {}
+    queries: list[str] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            query = parse_qs(urlparse(self.path).query)["query"][0]
+            queries.append(query)
+            metric = next((name for name in answers if name in query), None)
+            body = answers[metric] if metric else vector([])
+            payload = json.dumps(body).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(payload)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_port}", answers, queries
+    server.shutdown()
+
+
+def test_prometheus_source_reads_dcgm_profiling_activity(
+    running: Runner, fake_prometheus: Any
+) -> None:
+    url, answers, queries = fake_prometheus
+    request = running(minutes_ago=1)
+    allocation = Allocation.objects.select_related("request__project__team", "pool").get(
+        request=request
+    )
+    pod = f"gpr-{request.pk}-a1-x7k2p"
+    ns = request.project.namespace
+    answers["DCGM_FI_PROF_GR_ENGINE_ACTIVE"] = vector([({"namespace": ns, "pod": pod}, 0.37)])
+    answers["DCGM_FI_DEV_FB_USED"] = vector([({"namespace": ns, "pod": pod}, 5120)])
+    answers["hami_container_device_utilization_ratio"] = vector([])
+    readings = PrometheusMetrics(url).readings([allocation])
+    assert readings[allocation.pk].activity_percent == pytest.approx(37.0)
+    assert readings[allocation.pk].memory_used_mib == 5120
+    assert any(f'namespace=~"{ns}"' in q for q in queries)
+
+
+def test_prometheus_source_falls_back_to_device_utilisation(
+    running: Runner, fake_prometheus: Any
+) -> None:
+    url, answers, _ = fake_prometheus
+    request = running(minutes_ago=1)
+    allocation = Allocation.objects.select_related("request__project__team", "pool").get(
+        request=request
+    )
+    pod = f"gpr-{request.pk}-a1-abc"
+    answers["DCGM_FI_DEV_GPU_UTIL"] = vector(
+        [({"namespace": request.project.namespace, "pod": pod}, 12)]
+    )
+    assert PrometheusMetrics(url).readings([allocation])[allocation.pk].activity_percent == 12
+
+
+def test_prometheus_error_answer_raises(fake_prometheus: Any) -> None:
+    url, answers, _ = fake_prometheus
+    answers["up"] = {"status": "error", "error": "parse error"}
+    with pytest.raises(ValueError, match="parse error"):
+        PrometheusMetrics(url).query("up")
+
+
+def test_simulated_samples_are_stored_once_per_interval(running: Runner) -> None:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    request = running(minutes_ago=1)
+    SimulatedWorkload.objects.update(
+        starts_at=timezone.now() - timedelta(minutes=1),
+        ends_at=timezone.now() + timedelta(hours=1),
+        utilisation_percent=2,
+    )
+    assert record_samples(source=SimulatedMetrics()) == 1
+    assert record_samples(source=SimulatedMetrics()) == 0  # within the interval
+    sample = UtilisationSample.objects.get()
+    assert sample.activity_percent == 2 and sample.allocation.request_id == request.pk
+
+
+def test_healthz_is_public_and_dependency_free() -> None:
+    response = Client().get("/healthz")
+    assert response.status_code == 200 and response.json() == {"status": "ok"}
+
+
+def test_metrics_need_the_internal_network_or_the_token(running: Runner, settings: Any) -> None:
+    running(minutes_ago=1)
+    outside = Client(REMOTE_ADDR="8.8.4.4")
+    assert outside.get(reverse("metrics")).status_code == 403
+    assert outside.get(reverse("readyz")).status_code == 403
+    settings.MONITORING_TOKEN = "s3cret-token"
+    body = outside.get(reverse("metrics"), HTTP_AUTHORIZATION="Bearer s3cret-token")
+    assert body.status_code == 200
+    text = body.content.decode()
+    assert 'gpu_portal_requests{state="running"} 1.0' in text
+    assert "gpu_portal_team_quota_units" in text
+    assert "gpu_portal_queue_wait_seconds" in text
+    assert outside.get(reverse("metrics"), HTTP_AUTHORIZATION="Bearer nope").status_code == 403
+
+
+def test_readyz_reports_each_dependency(settings: Any) -> None:
+    response = Client(REMOTE_ADDR="127.0.0.1").get(reverse("readyz"))
+    body = response.json()
+    assert set(body["checks"]) == {"database", "broker", "cluster"}
+    assert body["checks"]["database"] == "ok"
+    assert response.status_code == (200 if body["ready"] else 503)
