@@ -3,12 +3,25 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 from django.db.models import Max, QuerySet, Sum
+from django.utils import timezone
 
-from scheduling.choices import COMMITTED_STATUSES, RequestStatus
-from scheduling.models import Flavor, GpuDevice, GpuRequest, Node, Quota, Tier
+from scheduling.choices import COMMITTED_STATUSES, FlavorKind, RequestStatus, SharingMode
+from scheduling.models import (
+    MIG_SLICES_PER_GPU,
+    Allocation,
+    Flavor,
+    GpuDevice,
+    GpuRequest,
+    Node,
+    NodePool,
+    Quota,
+    Tier,
+    UtilisationSample,
+)
 from tenants.models import Project, Team, scope_of
 
 
@@ -155,3 +168,111 @@ def approval_inbox(*, user: Any) -> QuerySet[GpuRequest]:
     if not scope.is_platform_admin:
         pending = pending.filter(team_id__in=scope.lead_team_ids)
     return pending.select_related("owner", "project", "flavor", "team").order_by("created_at")
+
+
+@dataclass(frozen=True, slots=True)
+class PoolOverview:
+    pool: str
+    sharing_mode: str
+    gpus: int
+    allocated_gpu_equivalents: float
+    stranded_gpu_equivalents: float
+    activity_percent: float | None
+    queued: int
+    wait_p50_seconds: float | None
+    wait_p90_seconds: float | None
+    wait_p99_seconds: float | None
+
+
+def _percentile(values: list[float], fraction: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
+
+
+def fleet_overview(*, since_days: int = 7) -> list[PoolOverview]:
+    """Per pool: capacity, what is allocated, what is stranded, how busy, how long work waits.
+
+    Stranded capacity is free capacity no flavor of the pool can use: vGPU memory or cores left
+    on a shared card below the smallest share, MIG slices fewer than the smallest profile.
+    """
+    now = timezone.now()
+    active = list(Allocation.objects.active().select_related("request", "pool").order_by("pk"))
+    used_memory: dict[tuple[str, int], int] = {}
+    used_cores: dict[tuple[str, int], int] = {}
+    used_slices: dict[tuple[str, int], int] = {}
+    for allocation in active:
+        for claim in allocation.claims:
+            key = (claim["node"], claim["device_index"])
+            if claim.get("mig_profile"):
+                slices = int(str(claim["mig_profile"]).split("g.", 1)[0])
+                used_slices[key] = used_slices.get(key, 0) + slices
+            elif not claim.get("whole"):
+                used_memory[key] = used_memory.get(key, 0) + claim.get("memory_mib", 0)
+                used_cores[key] = used_cores.get(key, 0) + claim.get("cores_percent", 0)
+    latest: dict[int, float] = {}
+    for allocation_id, activity in (
+        UtilisationSample.objects.filter(
+            allocation__in=active, sampled_at__gt=now - timedelta(minutes=10)
+        )
+        .order_by("allocation_id", "sampled_at")
+        .values_list("allocation_id", "activity_percent")
+    ):
+        latest[allocation_id] = activity
+    overview = []
+    for pool in NodePool.objects.order_by("slug"):
+        flavors = list(pool.flavors.filter(is_active=True))
+        devices = list(GpuDevice.objects.filter(node__pool=pool).select_related("node"))
+        smallest_memory = min(
+            (f.gpu_memory_mib for f in flavors if f.kind == FlavorKind.VGPU), default=0
+        )
+        smallest_cores = min(
+            (f.gpu_cores_percent for f in flavors if f.kind == FlavorKind.VGPU), default=0
+        )
+        smallest_slices = min(
+            (int(f.mig_profile.split("g.", 1)[0]) for f in flavors if f.kind == FlavorKind.MIG),
+            default=MIG_SLICES_PER_GPU,
+        )
+        stranded = 0.0
+        for device in devices:
+            key = (device.node.name, device.index)
+            if pool.sharing_mode == SharingMode.VGPU and key in used_memory:
+                free_memory = device.memory_mib - used_memory[key]
+                free_cores = 100 - used_cores.get(key, 0)
+                if free_memory < smallest_memory or free_cores < smallest_cores:
+                    stranded += min(free_memory / device.memory_mib, free_cores / 100)
+            elif pool.sharing_mode == SharingMode.MIG and key in used_slices:
+                free_slices = MIG_SLICES_PER_GPU - used_slices[key]
+                if free_slices < smallest_slices:
+                    stranded += free_slices / MIG_SLICES_PER_GPU
+        in_pool = [a for a in active if a.pool_id == pool.pk]
+        activities = [latest[a.pk] for a in in_pool if a.pk in latest]
+        waits = [
+            (admitted - queued).total_seconds()
+            for admitted, queued in Allocation.objects.filter(
+                pool=pool, admitted_at__gt=now - timedelta(days=since_days)
+            ).values_list("admitted_at", "request__queued_at")
+            if queued is not None and admitted >= queued
+        ]
+        overview.append(
+            PoolOverview(
+                pool=pool.slug,
+                sharing_mode=pool.sharing_mode,
+                gpus=len(devices),
+                allocated_gpu_equivalents=round(
+                    sum(float(a.request.gpu_equivalent) for a in in_pool), 3
+                ),
+                stranded_gpu_equivalents=round(stranded, 3),
+                activity_percent=round(sum(activities) / len(activities), 1)
+                if activities
+                else None,
+                queued=GpuRequest.objects.filter(
+                    status=RequestStatus.QUEUED, flavor__pool=pool
+                ).count(),
+                wait_p50_seconds=_percentile(waits, 0.5),
+                wait_p90_seconds=_percentile(waits, 0.9),
+                wait_p99_seconds=_percentile(waits, 0.99),
+            )
+        )
+    return overview

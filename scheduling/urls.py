@@ -28,4 +28,5 @@ urlpatterns = [
         name="project-quota-set",
     ),
     path("audit/", views.audit_log, name="audit-page"),
+    path("fleet/", views.fleet, name="fleet-page"),
 ]

@@ -16,7 +16,12 @@ from scheduling import services
 from scheduling.choices import CANCELLABLE_STATUSES, RequestStatus
 from scheduling.forms import DecisionForm, GpuRequestForm, ProjectQuotaForm
 from scheduling.models import Flavor, GpuRequest, Quota, UtilisationSample
-from scheduling.selectors import approval_inbox, committed_units, flavors_for_project
+from scheduling.selectors import (
+    approval_inbox,
+    committed_units,
+    flavors_for_project,
+    fleet_overview,
+)
 from tenants.errors import DomainError
 from tenants.models import AuditEvent, Project, scope_of
 
@@ -276,3 +281,11 @@ def audit_log(request: HttpRequest) -> HttpResponse:
         events = events.filter(action__startswith=action)
     page = Paginator(events, 50).get_page(request.GET.get("page"))
     return render(request, "scheduling/audit.html", {"page": page, "action": action})
+
+
+@login_required
+def fleet(request: HttpRequest) -> HttpResponse:
+    """Platform admins: allocated vs capacity, activity, stranded capacity and waits per pool."""
+    if not scope_of(request.user).is_platform_admin:
+        raise Http404
+    return render(request, "scheduling/fleet.html", {"pools": fleet_overview()})

@@ -20,8 +20,8 @@ Runner = Callable[..., GpuRequest]
 @pytest.fixture
 def running(
     org: Org,
-    fleet: Fleet,
-    django_capture_on_commit_callbacks: Any,  # noqa: F811
+    fleet: Fleet,  # noqa: F811 — the fixture imported above
+    django_capture_on_commit_callbacks: Any,
 ) -> Runner:
     """Submit, admit, launch and mark running a request that started `minutes_ago`."""
     # The product's default windows, not the demo's short ones.

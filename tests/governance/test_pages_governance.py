@@ -58,3 +58,19 @@ def test_other_team_cannot_govern_a_request(org: Org, running: Runner) -> None:
         assert login("lead_b").post(url, {"amount": "2", "text": "x"}).status_code == 404
     request.refresh_from_db()
     assert request.max_runtime_seconds == 3600 and request.idle_exempt_until is None
+
+
+def test_fleet_page_shows_allocation_and_stranded_capacity(org: Org, running: Runner) -> None:
+    running(minutes_ago=5)  # one L4 6 GiB share on a 24 GiB card: 18 GiB still usable
+    page = login("admin").get(reverse("fleet-page")).content.decode()
+    assert "l4-vgpu" in page and "a100-training" in page
+    assert login("lead_a").get(reverse("fleet-page")).status_code == 404
+
+
+def test_fleet_overview_counts_stranded_vgpu_memory(org: Org, running: Runner) -> None:
+    from scheduling.selectors import fleet_overview
+
+    running(minutes_ago=5, gpu_memory_mib=20480)  # leaves 4 GiB: less than a 6 GiB share
+    l4 = next(p for p in fleet_overview() if p.pool == "l4-vgpu")
+    assert l4.stranded_gpu_equivalents == pytest.approx(4096 / 24576, abs=1e-3)
+    assert l4.allocated_gpu_equivalents > 0

