@@ -1,7 +1,7 @@
 """The simulated cluster: the embedded default backend, a fleet held in the database.
 
-Work starts after a short delay, runs for a time drawn from the request (scaled by
-SIMULATION_SPEED), fails now and then and reports a GPU utilisation — some of it idle, so
+Work starts after a short delay, runs for a time drawn from its kind (scaled by
+SIMULATION_SPEED, and sometimes past the request's max runtime), fails now and then and reports a GPU utilisation — some of it idle, so
 reclamation can be seen. Draws are seeded by the workload's name, so the same launch always
 behaves the same way and a retried launch cannot change its fate.
 """
@@ -84,7 +84,8 @@ class SimulatedCluster:
         now = timezone.now()
         delay = draw.uniform(*START_DELAY_SECONDS) / self.speed
         low, high = BATCH_RUN_SECONDS if spec.kind == "job" else INTERACTIVE_RUN_SECONDS
-        run = min(draw.uniform(low, high), spec.max_runtime_seconds or high) / self.speed
+        # Not capped by the max runtime: overrunning work is what the timeout rule stops.
+        run = draw.uniform(low, high) / self.speed
         fails = spec.kind == "job" and draw.random() < FAILURE_RATE
         idle = draw.random() < IDLE_RATE
         try:

@@ -8,7 +8,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand
 
 from accounting.demo import seed_demo_prices
-from scheduling.demo import seed_demo_fleet
+from scheduling.demo import seed_demo_fleet, seed_demo_zombie
 from tenants.services import DEMO_USERS, seed_demo_organisation
 
 
@@ -19,5 +19,7 @@ class Command(BaseCommand):
         teams = seed_demo_organisation(password=settings.DEMO_PASSWORD)
         seed_demo_fleet(teams=teams)
         seed_demo_prices()
+        if settings.CLUSTER_BACKEND == "simulated":
+            seed_demo_zombie()
         names = ", ".join(username for username, *_ in DEMO_USERS)
         self.stdout.write(self.style.SUCCESS(f"Demo organisation ready: {names}"))
