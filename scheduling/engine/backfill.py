@@ -5,7 +5,8 @@ When the first request of the queue that cannot start (the head) is blocked by c
 1. For every node of its eligible groups that passes the static filters (schedulable, labels,
    taints, model), replay the node's allocations ending in order of expected end
    (max(expected_end, now), then id) as a dry run, until the head's per-node part fits.  That
-   end time is the node's earliest start T_n.  (Full nodes for gangs.)
+   end time is the node's earliest start T_n.  (Full nodes for gangs; all N shares on the one
+   node for a multi-share vGPU/MIG head.)
 2. The reservation is the node with the smallest T_n (ties: node id), or for a gang the
    smallest T_n of enough nodes, T = their maximum.  It holds the devices the head would use.
 3. Every later request may use a reserved device only if it finishes by T
@@ -18,7 +19,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .filters import fit_node, gpu_model, node_labels, node_schedulable, node_taints
+from .filters import (
+    fit_node,
+    gpu_model,
+    max_shares,
+    node_labels,
+    node_schedulable,
+    node_taints,
+)
 from .index import Group
 from .state import AllocRecord, Claim, FleetState, Shape
 
@@ -85,8 +93,11 @@ def reserve(
             continue
         options: list[tuple[float, int, tuple[Claim, ...]]] = []
         for node in g.nodes:
-            if len(st.node_devices[node]) < count:
-                continue
+            if shape.kind == "whole":
+                if len(st.node_devices[node]) < count:
+                    continue
+            elif count > 1 and max_shares(st, node, shape) < count:
+                continue  # the node could never hold every share, even empty
             if any(f(st, node, shape) is not None for f in _STATIC):
                 continue
             got = earliest_fit(st, node, shape, count, now, blocked)

@@ -5,8 +5,9 @@ Two levels, run in this order (kube-scheduler's PreFilter/Filter split):
 1. Pool filters `(pool, shape)` run once per (pool, shape) and prune whole pools: the pool
    admits the workload kind, and its sharing mode can serve the flavor kind.
 2. Node filters `(state, node, shape)` run on each candidate node the capacity index proposes:
-   schedulable, labels, taints, GPU model, shared/exclusive node, and capacity (whole cards,
-   one device with enough vGPU memory and cores, or a free MIG slice of the profile).
+   schedulable, labels, taints, GPU model, shared/exclusive node, and capacity (whole cards;
+   N distinct devices with enough vGPU memory and cores each; N free MIG instances of the
+   profile, on one GPU or several, for a request of gpu_count N).
 
 The fit helpers at the bottom choose concrete devices; placement, preemption and backfill all use
 them so that "fits" means the same thing everywhere.
@@ -94,17 +95,25 @@ def shared_node(st: FleetState, node: int, shape: Shape) -> str | None:
 
 def capacity(st: FleetState, node: int, shape: Shape) -> str | None:
     """The node can host the request (or its per-node part, for gangs) right now."""
-    part = min(shape.gpu_count, len(st.node_devices[node])) if shape.kind == "whole" else 1
+    n = shape.gpu_count
+    part = min(n, len(st.node_devices[node])) if shape.kind == "whole" else n
     if fit_node(st, node, shape, part) is not None:
         return None
     name = st.node_ids[node]
     if shape.kind == "whole":
         return f"node {name} has {st.free_whole_count(node)} free GPUs, needs {part}"
     if shape.kind == "vgpu":
+        if n > 1:
+            return (
+                f"node {name} has fewer than {n} GPUs with {shape.memory_mib} MiB and "
+                f"{shape.cores_percent}% cores free each"
+            )
         return (
             f"node {name} has no GPU with {shape.memory_mib} MiB and "
             f"{shape.cores_percent}% cores free"
         )
+    if n > 1:
+        return f"node {name} has room for fewer than {n} {shape.mig_profile} MIG instances"
     return f"node {name} has no free {shape.mig_profile} MIG slice"
 
 
@@ -220,14 +229,18 @@ def fit_node(
 ) -> tuple[Claim, ...] | None:
     """Claims placing `count` devices of `shape` on `node` now, ignoring other filters.
 
-    Whole: the lowest free cards.  vGPU: the tightest device by free memory (best fit).  MIG: the
-    device with the fewest free slices, at the fragmentation-aware start.
+    Whole: the lowest free cards.  vGPU: the tightest device by free memory (best fit); for
+    `count` > 1 the `count` tightest distinct devices (HAMi puts each share on its own GPU).
+    MIG: the device with the fewest free slices, at the fragmentation-aware start; for
+    `count` > 1 that choice repeated instance by instance (several may share one GPU).
     """
     if shape.kind == "whole":
         if not shape.allow_shared_node and st.node_tenants[node] > 0:
             return None
         devs = whole_devices(st, node, count, blocked)
         return None if devs is None else tuple((d, True, 0, 0, 0) for d in devs)
+    if count > 1:
+        return fit_shares(st, node, shape, count, blocked)
     best_dev = -1
     best_key = 1 << 60
     best_bits = 0
@@ -249,3 +262,73 @@ def fit_node(
     if shape.kind == "vgpu":
         return ((best_dev, False, shape.memory_mib, shape.cores_percent, 0),)
     return ((best_dev, False, 0, 0, best_bits),)
+
+
+def fit_shares(
+    st: FleetState,
+    node: int,
+    shape: Shape,
+    count: int,
+    blocked: Collection[int] = _NO_BLOCK,
+    best: bool = True,
+) -> tuple[Claim, ...] | None:
+    """`count` vGPU shares on distinct devices, or `count` MIG instances, of `node` (or None).
+
+    vGPU: the `count` devices with the least free memory that fit (then device id).  MIG: each
+    instance in turn on the device with the fewest free slices that still fits it (then device
+    id), at the fragmentation-aware start (`best`; else the first legal start), counting the
+    instances already chosen.  Claims come sorted by device, then start.
+    """
+    if shape.kind == "vgpu":
+        m, c = shape.memory_mib, shape.cores_percent
+        fits = [
+            (st.mem_free[d], d)
+            for d in st.node_devices[node]
+            if d not in blocked and vgpu_fits(st, d, m, c)
+        ]
+        if len(fits) < count:
+            return None
+        fits.sort()
+        return tuple((d, False, m, c, 0) for _, d in fits[:count])
+    p = shape.mig_profile
+    if p is None or p not in MIG_PROFILES:
+        return None
+    need = MIG_PROFILES[p].slices
+    best_table = (_BEST_START if best else _FIRST_START)[p]
+    masks = {
+        d: st.mig_mask[d]
+        for d in st.node_devices[node]
+        if d not in blocked and st.dev_mode[d] == MODE_MIG and not st.whole[d]
+    }
+    out: list[Claim] = []
+    for _ in range(count):
+        best_dev, best_key, best_start = -1, MIG_SLICES + 1, -1
+        for d, mask in masks.items():
+            s = best_table[mask]
+            if s >= 0:
+                free = MIG_SLICES - bin(mask).count("1")
+                if free < best_key:
+                    best_dev, best_key, best_start = d, free, s
+        if best_dev < 0:
+            return None
+        bits = ((1 << need) - 1) << best_start
+        masks[best_dev] |= bits
+        out.append((best_dev, False, 0, 0, bits))
+    out.sort(key=lambda c: (c[0], c[4]))
+    return tuple(out)
+
+
+def max_shares(st: FleetState, node: int, shape: Shape) -> int:
+    """How many shares of `shape` `node` could ever hold (every device empty)."""
+    if shape.kind == "vgpu":
+        return sum(
+            1
+            for d in st.node_devices[node]
+            if st.dev_mode[d] == MODE_VGPU
+            and st.mem_total[d] >= shape.memory_mib
+            and shape.cores_percent <= 100
+        )
+    if shape.kind == "mig" and shape.mig_profile in MIG_PROFILES:
+        per = len(MIG_PROFILES[shape.mig_profile].starts)  # a profile's starts never overlap
+        return per * sum(1 for d in st.node_devices[node] if st.dev_mode[d] == MODE_MIG)
+    return len(st.node_devices[node])

@@ -11,6 +11,9 @@ Plugin placer, per request:
    id then device id (deterministic).
 
 Gangs (whole-card requests larger than a node) take full nodes from one group, all or nothing.
+Multi-share requests (vGPU or MIG with gpu_count N > 1) take all N shares on one node, all or
+nothing: N distinct GPUs with the vGPU memory and cores free each, or N MIG instances of the
+profile (several may share one GPU); nodes come from the same device buckets as single shares.
 
 `best_fit` is the comparison baseline: same buckets and filters, but it just takes the feasible
 spot with the least free capacity left in the primary dimension (free cards on the node, free
@@ -21,7 +24,15 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
-from .filters import NODE_FILTERS, POOL_FILTERS, NodeFilter, mig_start, whole_devices
+from .filters import (
+    NODE_FILTERS,
+    POOL_FILTERS,
+    NodeFilter,
+    fit_shares,
+    max_shares,
+    mig_start,
+    whole_devices,
+)
 from .index import GIB, CapacityIndex, Group
 from .scores import FUSED, POOL_LEVEL, SCORES, ScoreFn, fused
 from .state import Claim, FleetState, Shape
@@ -55,6 +66,7 @@ class Placer:
             pool: self._score_list(lst) for pool, lst in policy.pool_scores
         }
         self._groups: dict[tuple[object, ...], tuple[list[Group], str | None]] = {}
+        self._most: dict[tuple[object, ...], int] = {}
 
     @staticmethod
     def _score_list(items: tuple[tuple[str, float], ...]) -> ScorePlan:
@@ -127,6 +139,8 @@ class Placer:
             if shape.kind == "whole":
                 if shape.gpu_count <= g.max_devices:
                     hit |= self._whole_cands(g, shape, blocked, got, limit)
+            elif shape.gpu_count > 1:
+                hit |= self._share_cands(g, shape, blocked, got, limit, best=True)
             elif shape.kind == "vgpu":
                 hit |= self._vgpu_cands(g, shape, blocked, got, limit)
             else:
@@ -255,6 +269,65 @@ class Placer:
                     return hit
         return hit
 
+    def _share_cands(
+        self,
+        g: Group,
+        shape: Shape,
+        blocked: Collection[int],
+        out: list[Candidate],
+        limit: int,
+        best: bool,
+    ) -> bool:
+        """Nodes that can hold all `gpu_count` vGPU shares / MIG instances of `shape` at once.
+
+        Walks the same device buckets as single shares (in the pool's packing direction, or
+        tightest first for best-fit); each node met there is tried once with `fit_shares`.
+        """
+        st, n, hit = self.st, shape.gpu_count, False
+        if shape.kind == "vgpu":
+            m, c = shape.memory_mib, shape.cores_percent
+            b0 = m // GIB
+            if b0 >= len(g.vgpu):
+                return False
+            buckets = g.vgpu
+            lo = b0
+        else:
+            p = shape.mig_profile
+            if p is None or p not in MIG_PROFILES:
+                return False
+            buckets = g.mig[p]
+            lo = MIG_PROFILES[p].slices
+            m = c = 0
+        bs = (
+            range(lo, len(buckets))
+            if g.pool.scoring == "binpack" or not best
+            else range(len(buckets) - 1, lo - 1, -1)
+        )
+        seen: set[int] = set()
+        mem_free, cores_free, dev_node = st.mem_free, st.cores_free, st.dev_node
+        vgpu = shape.kind == "vgpu"
+        for b in bs:
+            for d in buckets[b]:
+                if vgpu and (mem_free[d] < m or cores_free[d] < c):
+                    continue
+                node = dev_node[d]
+                if node in seen:
+                    continue
+                seen.add(node)
+                if len(st.node_devices[node]) < n and vgpu:
+                    continue
+                if not self.node_ok(node, shape):
+                    continue
+                claims = fit_shares(st, node, shape, n, blocked, best)
+                if claims is None:
+                    if blocked and fit_shares(st, node, shape, n) is not None:
+                        hit = True
+                    continue
+                out.append((node, claims, g))
+                if len(out) >= limit:
+                    return hit
+        return hit
+
     def _gang(
         self, shape: Shape, groups: list[Group], blocked: Collection[int], preemptible: bool
     ) -> tuple[tuple[Claim, ...] | None, bool]:
@@ -334,6 +407,15 @@ class Placer:
                             continue
                         return tuple((d, True, 0, 0, 0) for d in devs), hit
             return None, hit
+        if shape.gpu_count > 1:
+            # Multi-share: the first node (tightest bucket first, groups in order) that holds
+            # all shares; within the node `fit_shares` already picks the tightest devices.
+            got: list[Candidate] = []
+            for g in groups:
+                hit |= self._share_cands(g, shape, blocked, got, 1, best=False)
+                if got:
+                    return got[0][1], hit
+            return None, hit
         if shape.kind == "vgpu":
             m, c = shape.memory_mib, shape.cores_percent
             top = max(len(g.vgpu) for g in groups)
@@ -355,7 +437,7 @@ class Placer:
                 if best is not None:
                     return ((best[1], False, m, c, 0),), hit
             return None, hit
-        got: list[Candidate] = []
+        got = []
         p = shape.mig_profile
         if p is None or p not in MIG_PROFILES:
             return None, False
@@ -405,8 +487,34 @@ class Placer:
             if not shape.allow_shared_node:
                 return f"no {where} node is entirely free (the request wants a node of its own)"
             return f"no {where} node has {n} free GPU{'s' if n != 1 else ''}"
+        n = shape.gpu_count
         if shape.kind == "vgpu":
             gib = f"{shape.memory_mib / GIB:g}"
             cores = f" and {shape.cores_percent}% cores" if shape.cores_percent else ""
+            if n > 1:
+                most = self.most_shares(shape, groups)
+                never = (
+                    f" (the largest holds {most} such share{'s' if most != 1 else ''})"
+                    if most < n
+                    else ""
+                )
+                return f"no {where} node has {n} GPUs with {gib} GiB{cores} free each{never}"
             return f"no {where} node has {gib} GiB{cores} free on one GPU"
+        if n > 1:
+            most = self.most_shares(shape, groups)
+            never = f" (the largest holds {most})" if most < n else ""
+            return f"no {where} node has {n} free {shape.mig_profile} MIG slices{never}"
         return f"no {where} GPU has a free {shape.mig_profile} MIG slice"
+
+    def most_shares(self, shape: Shape, groups: list[Group]) -> int:
+        """The most shares of `shape` any node of `groups` could hold when empty (cached)."""
+        key = (shape.kind, shape.memory_mib, shape.cores_percent, shape.mig_profile)
+        out = 0
+        for g in groups:
+            got = self._most.get((g.key, key))
+            if got is None:
+                got = self._most[(g.key, key)] = max(
+                    (max_shares(self.st, n, shape) for n in g.nodes), default=0
+                )
+            out = max(out, got)
+        return out

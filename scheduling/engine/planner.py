@@ -6,7 +6,9 @@ the quota ledger once; `plan(now)` then runs one cycle over the pending queue an
 
 Cycle, per request in queue order (see queue.py):
 
-1. Validate the request (known flavor, sane shape); otherwise wait with code "invalid".
+1. Validate the request (known flavor, gpu_count >= 1, known MIG profile, positive runtime);
+   otherwise wait with code "invalid".  vGPU/MIG requests may ask for N > 1 shares: all on one
+   node (N distinct GPUs for vGPU, N instances for MIG), charged N x the flavor's GE.
 2. Quota (quota.py): blocked requests wait with the ledger's reason, code "quota".
 3. Failure memo: a shape that already failed in this cycle, with no capacity freed since and the
    same reservations in its way, fails at once with the same reason.
@@ -420,8 +422,6 @@ def _prio(value: int) -> str:
 def _invalid(req: Request, kind: str, profile: str | None) -> str | None:
     if req.gpu_count < 1:
         return "gpu_count must be at least 1"
-    if kind in ("vgpu", "mig") and req.gpu_count != 1:
-        return f"{kind} requests take exactly one GPU share; split into several requests"
     if kind == "mig" and (profile is None or profile not in MIG_PROFILES):
         return f"unknown MIG profile {profile}"
     if req.max_runtime_seconds <= 0:

@@ -14,7 +14,8 @@ guaranteed quota and the victim is borrowed (reclaim).  Steps:
    request fits the node; then drop every chosen victim that turns out unnecessary, most
    protected first, so the set is minimal.
 4. Choose the node with the fewest victims, then fewest guaranteed victims, then lowest
-   highest-victim-priority, then node id.  Gangs take the best full nodes, all or nothing.
+   highest-victim-priority, then node id.  Gangs take the best full nodes, all or nothing; a
+   multi-share vGPU/MIG request needs one node where the victims free room for all N shares.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from .filters import fit_node, whole_devices
 from .index import Group
 from .placement import Placer
 from .quota import EPS, QuotaLedger
-from .state import AllocRecord, Claim, FleetState, Shape
+from .state import MODE_MIG, MODE_VGPU, AllocRecord, Claim, FleetState, Shape
 from .types import MIG_PROFILES
 
 PREEMPTION_CANDIDATES = 8
@@ -107,7 +108,7 @@ def find_victims(
                 continue
             if shape.kind == "whole" and st.node_free[node] + freeable < count:
                 continue
-            if shape.kind != "whole" and not _could_fit(st, node, shape, cands):
+            if shape.kind != "whole" and not _could_fit(st, node, shape, cands, count):
                 continue
             found = _victims_on_node(st, placer, ledger, node, shape, count, cands)
             if found is None:
@@ -164,8 +165,15 @@ def find_victims(
     return None
 
 
-def _could_fit(st: FleetState, node: int, shape: Shape, cands: list[AllocRecord]) -> bool:
-    """Cheap upper bound for vGPU/MIG: could some device fit if every candidate left?"""
+def _could_fit(
+    st: FleetState, node: int, shape: Shape, cands: list[AllocRecord], count: int = 1
+) -> bool:
+    """Cheap upper bound for vGPU/MIG: could the request fit if every candidate left?
+
+    One share: some device the candidates free up fits it.  N shares: counting every device of
+    the node, N distinct devices fit a vGPU share, or N MIG instances fit (per device, the
+    profile's free aligned starts once the candidates' slices are free).
+    """
     gain: dict[int, tuple[bool, int, int, int]] = {}
     for rec in cands:
         for dev, whole, mem, cores, bits in rec.claims:
@@ -173,6 +181,8 @@ def _could_fit(st: FleetState, node: int, shape: Shape, cands: list[AllocRecord]
                 continue
             w, m, c, b = gain.get(dev, (False, 0, 0, 0))
             gain[dev] = (w or whole, m + mem, c + cores, b | bits)
+    if count > 1:
+        return _shares_after(st, node, shape, gain) >= count
     for dev, (whole, mem, cores, bits) in gain.items():
         if st.whole[dev] and not whole:
             continue
@@ -233,3 +243,28 @@ def _victims_on_node(
         st.apply(rec, notify=False)
     needed.reverse()
     return claims, needed
+
+
+def _shares_after(
+    st: FleetState, node: int, shape: Shape, gain: dict[int, tuple[bool, int, int, int]]
+) -> int:
+    """Shares of `shape` the node's devices could hold once the `gain` is freed."""
+    total = 0
+    prof = MIG_PROFILES.get(shape.mig_profile or "") if shape.kind == "mig" else None
+    for dev in st.node_devices[node]:
+        whole, mem, cores, bits = gain.get(dev, (False, 0, 0, 0))
+        if st.whole[dev] and not whole:
+            continue
+        if shape.kind == "vgpu":
+            if st.dev_mode[dev] == MODE_VGPU and (
+                whole
+                or (
+                    st.mem_free[dev] + mem >= shape.memory_mib
+                    and st.cores_free[dev] + cores >= shape.cores_percent
+                )
+            ):
+                total += 1
+        elif prof is not None and st.dev_mode[dev] == MODE_MIG:
+            mask = 0 if whole else st.mig_mask[dev] & ~bits
+            total += sum(1 for s in prof.starts if not mask & (((1 << prof.slices) - 1) << s))
+    return total

@@ -8,9 +8,11 @@ direction accordingly.  Weights come from `Policy.scores` (or `Policy.pool_score
                  exclusive pools, leaving vGPU/MIG-capable cards to requests only they can serve.
 * tier           prefer the cheapest pool tier that fits.
 * node_packing   binpack: fuller nodes first (keeps whole nodes free for gangs); spread: emptier.
-* device_packing binpack: the tightest device for vGPU/MIG; spread: the loosest.
+* device_packing binpack: the tightest device for vGPU/MIG; spread: the loosest (averaged over
+                 the GPUs of a multi-share request).
 * fragmentation  do not break a fully free card or node when a partly used one fits; for vGPU,
-                 keep memory and cores balanced; for MIG, keep the largest aligned block free.
+                 keep memory and cores balanced; for MIG, keep the largest aligned block free
+                 (averaged over the GPUs of a multi-share request).
 * tenancy_mix    avoid mixing preemptible and non-preemptible work on a node, so preemption
                  frees whole nodes and guaranteed work is not disturbed.
 
@@ -52,10 +54,7 @@ def node_packing(
     n = len(st.node_devices[node])
     if not n:
         return 0.0
-    newly = 0
-    for c in claims:
-        if st.fully_free(c[0]):
-            newly += 1
+    newly = _newly_used(st, shape, claims)
     used = (n - st.node_free[node] + newly) / n
     return used if pool.scoring == "binpack" else 1.0 - used
 
@@ -66,6 +65,8 @@ def device_packing(
     """Share of the chosen device left free after a vGPU/MIG placement (inverted for binpack)."""
     if shape.kind == "whole" or not claims:
         return 0.5
+    if len(claims) > 1:
+        return share_values(st, shape, claims, pool.scoring == "binpack")[0]
     dev, _, mem, _, bits = claims[0]
     if shape.kind == "vgpu":
         left = (st.mem_free[dev] - mem) / max(1, st.mem_total[dev])
@@ -86,6 +87,8 @@ def fragmentation(
         devs = st.node_devices[node]
         breaks_node = len(claims) < len(devs) and st.free_whole_count(node) == len(devs)
         return 0.0 if breaks_node and binpack else 1.0
+    if len(claims) > 1:
+        return share_values(st, shape, claims, binpack)[1]
     dev, _, mem, cores, bits = claims[0]
     breaks_card = 0.0 if st.fully_free(dev) and binpack else 0.5
     if shape.kind == "vgpu":
@@ -93,6 +96,41 @@ def fragmentation(
         cores_left = (st.cores_free[dev] - cores) / 100.0
         return breaks_card + 0.5 * (1.0 - abs(mem_left - cores_left))
     return breaks_card + 0.5 * mig_value(st.mig_mask[dev] | bits) / _MAX_MIG_VALUE
+
+
+def _newly_used(st: FleetState, shape: Shape, claims: tuple[Claim, ...]) -> int:
+    """Fully free cards the claims start using (a GPU holding several MIG instances once)."""
+    if shape.kind == "mig" and len(claims) > 1:
+        return sum(1 for d in {c[0] for c in claims} if st.fully_free(d))
+    return sum(1 for c in claims if st.fully_free(c[0]))
+
+
+def share_values(
+    st: FleetState, shape: Shape, claims: tuple[Claim, ...], binpack: bool
+) -> tuple[float, float]:
+    """(device_packing, fragmentation) of a multi-share vGPU/MIG placement.
+
+    The single-share values averaged over the GPUs the shares land on, each GPU taken with all
+    of the request's shares on it (several MIG instances may share one GPU).
+    """
+    per: dict[int, tuple[int, int, int]] = {}
+    for dev, _, mem, cores, bits in claims:
+        m, c, b = per.get(dev, (0, 0, 0))
+        per[dev] = (m + mem, c + cores, b | bits)
+    v_dev = v_frag = 0.0
+    for dev in sorted(per):
+        mem, cores, bits = per[dev]
+        breaks_card = 0.0 if st.fully_free(dev) and binpack else 0.5
+        if shape.kind == "vgpu":
+            left = (st.mem_free[dev] - mem) / max(1, st.mem_total[dev])
+            cores_left = (st.cores_free[dev] - cores) / 100.0
+            v_frag += breaks_card + 0.5 * (1.0 - abs(left - cores_left))
+        else:
+            mask = st.mig_mask[dev] | bits
+            left = (MIG_SLICES - bin(mask).count("1")) / MIG_SLICES
+            v_frag += breaks_card + 0.5 * mig_value(mask) / _MAX_MIG_VALUE
+        v_dev += 1.0 - left if binpack else left
+    return v_dev / len(per), v_frag / len(per)
 
 
 def tenancy_mix(
@@ -128,20 +166,25 @@ def fused(
     binpack = pool.scoring == "binpack"
     n = len(st.node_devices[node])
     free = st.node_free[node]
+    kind = shape.kind
     if n:
-        newly = 0
-        for c in claims:
-            if st.fully_free(c[0]):
-                newly += 1
+        if kind == "mig" and len(claims) > 1:
+            newly = _newly_used(st, shape, claims)
+        else:
+            newly = 0
+            for c in claims:
+                if st.fully_free(c[0]):
+                    newly += 1
         used = (n - free + newly) / n
         v_node = used if binpack else 1.0 - used
     else:
         v_node = 0.0
-    kind = shape.kind
     if kind == "whole":
         v_dev = 0.5
         breaks_node = len(claims) < n and free == n
         v_frag = 0.0 if breaks_node and binpack else 1.0
+    elif len(claims) > 1:
+        v_dev, v_frag = share_values(st, shape, claims, binpack)
     else:
         dev, _, mem, cores, bits = claims[0]
         breaks_card = 0.0 if st.fully_free(dev) and binpack else 0.5

@@ -355,5 +355,7 @@ class FleetState:
                 self.listener(n, None)
         else:
             claims = rec.claims
-            devs = (claims[0][0],) if len(claims) == 1 else tuple(c[0] for c in claims)
+            devs = (
+                (claims[0][0],) if len(claims) == 1 else tuple(dict.fromkeys(c[0] for c in claims))
+            )
             self.listener(rec.nodes[0], devs)

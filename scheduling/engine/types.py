@@ -188,8 +188,10 @@ class Request:
     """A pending GPU request.
 
     vGPU size and MIG profile default to the flavor's; the request fields override them when
-    non-zero / set.  vGPU and MIG requests take one device (gpu_count 1).  Whole-GPU requests
-    with more GPUs than a node has are gangs spread over several nodes of one pool.
+    non-zero / set.  A vGPU request of gpu_count N takes N shares, each on a different GPU of
+    one node (HAMi `nvidia.com/gpu: N`); a MIG request of gpu_count N takes N instances of the
+    profile on one node, on the same or different GPUs.  Both are charged N x the flavor's GE.
+    Whole-GPU requests with more GPUs than a node has are gangs over several nodes of one pool.
     """
 
     id: str

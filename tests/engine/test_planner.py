@@ -39,7 +39,7 @@ def test_waiting_reason_when_no_pool_accepts_the_kind() -> None:
     [
         ({"flavor": "nope"}, "unknown flavor"),
         ({"gpu_count": 0}, "at least 1"),
-        ({"flavor": "v20", "gpu_count": 2}, "exactly one GPU share"),
+        ({"flavor": "m1", "mig_profile": "5g.50gb", "gpu_count": 2}, "unknown MIG profile"),
         ({"max_runtime_seconds": 0}, "positive"),
     ],
 )

@@ -1,8 +1,10 @@
 """Property tests over random fleets and queues (hypothesis).
 
-Invariants: no GPU's memory, cores or MIG slices are over-allocated; no quota limit is passed;
-no non-preemptible work is preempted; a backfilled request never delays the reserved head; the
-same snapshot gives the same plan regardless of input order.
+Invariants: no GPU's memory, cores or MIG slices are over-allocated; no quota limit is passed
+(multi-share requests charged N x the share); no non-preemptible work is preempted; a
+backfilled request never delays the reserved head; the same snapshot gives the same plan
+regardless of input order; multi-share vGPU/MIG requests (gpu_count N > 1) get exactly N shares
+on one node (vGPU: N distinct GPUs); the incrementally kept capacity index equals a rebuild.
 """
 
 from __future__ import annotations
@@ -110,7 +112,7 @@ def snapshots(draw: hs.DrawFn) -> Snapshot:
                 team=draw(hs.sampled_from(teams)),
                 flavor=flavor,
                 submitted_at=draw(hs.floats(0, NOW)),
-                gpu_count=draw(hs.sampled_from([1, 1, 2, 4, 8])) if whole else 1,
+                gpu_count=draw(hs.sampled_from([1, 1, 2, 4, 8] if whole else [1, 1, 2, 3, 5])),
                 priority=draw(hs.integers(0, 4)),
                 is_preemptible=draw(hs.booleans()),
                 allow_shared_node=draw(hs.booleans()) or not whole,
@@ -198,6 +200,40 @@ def test_plan_never_over_allocates_memory_cores_or_mig_slices(snap: Snapshot) ->
 
 @SETTINGS
 @given(snapshots())
+def test_multi_share_admissions_take_n_shares_on_one_node(snap: Snapshot) -> None:
+    reqs = {r.id: r for r in snap.pending}
+    for adm in plan(snap, now=NOW).admissions:
+        r = reqs[adm.request_id]
+        kind = FLAVOR[r.flavor].kind
+        assert len(adm.placement) == r.gpu_count
+        if kind == "vgpu":  # one share per GPU, all on one node
+            assert len(adm.node_ids) == 1
+            assert len({c.device_index for c in adm.placement}) == r.gpu_count
+        elif kind == "mig":
+            assert len(adm.node_ids) == 1
+            assert all(c.mig_profile == FLAVOR[r.flavor].mig_profile for c in adm.placement)
+
+
+@SETTINGS
+@given(snapshots())
+def test_capacity_index_matches_a_fresh_rebuild_after_the_cycle(snap: Snapshot) -> None:
+    from scheduling.engine import Scheduler
+    from scheduling.engine.index import CapacityIndex
+
+    sched = Scheduler(snap)
+    sched.plan(NOW)
+    fresh = CapacityIndex(sched.st)
+    for key, g in sched.index.groups.items():
+        f = fresh.groups[key]
+        assert [set(b) for b in g.whole] == [set(b) for b in f.whole]
+        assert [set(b) for b in g.vgpu] == [set(b) for b in f.vgpu]
+        assert {p: [set(b) for b in bs] for p, bs in g.mig.items()} == {
+            p: [set(b) for b in bs] for p, bs in f.mig.items()
+        }
+
+
+@SETTINGS
+@given(snapshots())
 def test_plan_never_pushes_a_team_past_its_quota_limit(snap: Snapshot) -> None:
     p = plan(snap, now=NOW)
     limit = {(q.team, q.flavor): q.limit for q in snap.quotas if q.project is None}
@@ -235,7 +271,10 @@ def test_backfilled_requests_never_delay_the_reserved_head(snap: Snapshot) -> No
         assert res.start_at >= NOW
         at_start = devices_at(snap, p, res.start_at)
         head = next(r for r in snap.pending if r.id == res.request_id)
-        assert len(res.placement) >= (head.gpu_count if FLAVOR[head.flavor].kind == "whole" else 1)
+        assert len(res.placement) >= head.gpu_count
+        if FLAVOR[head.flavor].kind != "whole":  # all shares on one node
+            assert len({c.node_id for c in res.placement}) == 1
+            assert len(res.placement) == head.gpu_count
         for c in res.placement:
             _take(at_start[(c.node_id, c.device_index)], c)
 
