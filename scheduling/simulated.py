@@ -1,9 +1,10 @@
 """The simulated cluster: the embedded default backend, a fleet held in the database.
 
 Work starts after a short delay, runs for a time drawn from its kind (scaled by
-SIMULATION_SPEED, and sometimes past the request's max runtime), fails now and then and reports a GPU utilisation — some of it idle, so
-reclamation can be seen. Draws are seeded by the workload's name, so the same launch always
-behaves the same way and a retried launch cannot change its fate.
+SIMULATION_SPEED, sometimes past the request's max runtime), fails now and then and reports a
+GPU utilisation — some of it idle, so reclamation can be seen. Draws are seeded by the
+workload's name, so the same launch always behaves the same way and a retried launch cannot
+change its fate.
 """
 
 from __future__ import annotations
