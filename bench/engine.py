@@ -36,7 +36,7 @@ import statistics
 import time
 from collections import Counter, defaultdict
 
-from bench.workload import Workload, generate
+from bench.workload import MULTI_SHARE, Workload, generate
 from scheduling.engine import Plan, Policy, Request, Scheduler, Snapshot
 
 
@@ -159,7 +159,13 @@ def fair_share_gap(
 
 
 def arrivals(w: Workload, n: int, seed: int) -> list[Request]:
-    fresh = generate(seed=seed + 1000, scale=0.02, pending=n, teams=len(w.snapshot.teams))
+    fresh = generate(
+        seed=seed + 1000,
+        scale=0.02,
+        pending=n,
+        teams=len(w.snapshot.teams),
+        multi_share=w.multi_share,
+    )
     team_names = [t.name for t in w.snapshot.teams]
     out = []
     for i, r in enumerate(fresh.snapshot.pending):
@@ -186,18 +192,28 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=None, help="repetitions (default 5, quick 3)")
     ap.add_argument("--quick", action="store_true", help="10%% fleet, 5,000 pending")
     ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument(
+        "--multi-share",
+        type=float,
+        default=MULTI_SHARE,
+        help="share of pending vGPU/MIG requests asking for 2-4 shares (0: single shares only)",
+    )
     args = ap.parse_args()
     runs = args.runs or (3 if args.quick else 5)
     if args.quick:
-        w = generate(seed=args.seed, scale=0.1, pending=5_000, teams=20)
+        w = generate(
+            seed=args.seed, scale=0.1, pending=5_000, teams=20, multi_share=args.multi_share
+        )
     else:
-        w = generate(seed=args.seed)
+        w = generate(seed=args.seed, multi_share=args.multi_share)
     snap = w.snapshot
     label = "quick (10% fleet)" if args.quick else "W-GPU-2k"
+    flavor_kind = {f.id: f.kind for f in snap.flavors}
+    multi = sum(1 for r in snap.pending if r.gpu_count > 1 and flavor_kind[r.flavor] != "whole")
     print(
         f"workload {label}: {len(snap.nodes)} nodes, {len(snap.devices)} GPUs, "
-        f"{len(snap.teams)} teams, {len(snap.allocations)} running, {len(snap.pending)} pending, "
-        f"seed {w.seed}, {runs} runs"
+        f"{len(snap.teams)} teams, {len(snap.allocations)} running, {len(snap.pending)} pending "
+        f"({multi} multi-share vGPU/MIG), seed {w.seed}, {runs} runs"
     )
 
     cycle: list[float] = []

@@ -10,6 +10,8 @@ Fleet W-GPU-2k (scale=1.0):
   * 300 L4 nodes x 8 GPUs, exclusive pool "l4" (tier 0)
   * 200 teams in 10 cohorts, guaranteed quotas summing to 1.2x capacity, limits 2x guaranteed
   * 5 priority classes, 50,000 pending requests, the fleet ~60% full at the start.
+  * 1% of the pending vGPU/MIG requests ask for 2-4 shares on one node (`multi_share`);
+    running work and the rest of the queue are the same as with `multi_share=0`.
 
 Everything is drawn from `numpy.random.default_rng(seed)`, so a seed names one workload.
 """
@@ -44,6 +46,12 @@ MODELS = ("A100-80G", "H100-80G", "L4")
 VGPU_FLAVORS = (("a100-10g", 10_240, 12), ("a100-20g", 20_480, 25), ("a100-40g", 40_960, 50))
 MIG_FLAVORS = (("h100-1g", "1g.10gb"), ("h100-2g", "2g.20gb"), ("h100-3g", "3g.40gb"))
 KINDS = ("training", "inference", "notebook", "batch")
+#: Share of pending vGPU/MIG requests that ask for several shares (HAMi `nvidia.com/gpu: N`,
+#: `nvidia.com/mig-1g.10gb: N`), and how many; drawn from a generator of its own.
+MULTI_SHARE = 0.01
+MULTI_COUNTS = (2, 3, 4)
+MULTI_P = (0.6, 0.25, 0.15)
+MULTI_SEED_OFFSET = 7919
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +60,7 @@ class Workload:
     now: float
     capacity_ge: float
     seed: int
+    multi_share: float = MULTI_SHARE
 
 
 def flavors() -> tuple[Flavor, ...]:
@@ -128,9 +137,16 @@ def generate(
     pending: int = 50_000,
     teams: int = 200,
     fill: float = 0.60,
+    multi_share: float = MULTI_SHARE,
 ) -> Workload:
-    """Build the W-GPU-2k snapshot (or a scaled copy) deterministically from `seed`."""
+    """Build the W-GPU-2k snapshot (or a scaled copy) deterministically from `seed`.
+
+    `multi_share` is the fraction of pending vGPU/MIG requests asking for several shares
+    (gpu_count 2/3/4); it is drawn from a separate generator, so 0.0 gives exactly the
+    single-share workload of earlier versions and any value leaves everything else unchanged.
+    """
     rng = np.random.default_rng(seed)
+    multi = np.random.default_rng(seed + MULTI_SEED_OFFSET)
     n_a100, n_h100, n_l4 = (max(1, round(x * scale)) for x in (1200, 500, 300))
     fleet = _Fill(n_a100, n_h100, n_l4)
     capacity = float(8 * len(fleet.nodes))
@@ -221,6 +237,8 @@ def generate(
     reqs: list[Request] = []
     for i in range(pending):
         fid, count, pinned, shared = draw_request_shape()
+        if fid != "gpu" and multi.random() < multi_share:
+            count = int(multi.choice(MULTI_COUNTS, p=MULTI_P))
         team = team_names[int(rng.choice(teams, p=demand_w))]
         prio = int(rng.choice(priorities, p=prio_p))
         reqs.append(
@@ -271,7 +289,7 @@ def generate(
         allocations=tuple(allocations),
         pending=tuple(reqs),
     )
-    return Workload(snap, NOW, capacity, seed)
+    return Workload(snap, NOW, capacity, seed, multi_share)
 
 
 def _random_place(

@@ -358,3 +358,45 @@ def test_index_matches_a_fresh_rebuild_after_multi_share_admissions() -> None:
         assert {p: [set(b) for b in bs] for p, bs in g.mig.items()} == {
             p: [set(b) for b in bs] for p, bs in f.mig.items()
         }
+
+
+def test_a_multi_share_victim_frees_every_share_it_holds() -> None:
+    teams = (Team("a", "c"), Team("v", "c"))
+    quotas = (Quota("a", "v40", 4, 4), Quota("v", "v40", 0, 4))
+    pair = alloc(
+        "pair",
+        [vclaim("n", 0, MEM, 100), vclaim("n", 1, MEM, 100)],
+        "v40",
+        team="v",
+        priority=Priority.LOW,
+        preemptible=True,
+        ge=2.0,
+    )
+    snap = fleet(
+        node("n", pool="vgpu", gpus=2),
+        teams=teams,
+        quotas=quotas,
+        allocations=[pair],
+        pending=[req("r", "v40", gpu_count=2, priority=Priority.HIGH)],
+    )
+    sched = Scheduler(snap)
+    p = sched.plan(0.0)
+    assert [x.victim_id for x in p.preemptions] == ["pair"]
+    (adm,) = p.admissions
+    assert adm.devices_by_node == (("n", (0, 1)),)
+    assert sched.st.mem_free == [MEM - 40_960, MEM - 40_960]
+    assert sched.st.cores_free == [50, 50]
+
+
+def test_spread_pool_spreads_multi_share_requests_onto_the_emptier_node() -> None:
+    from scheduling.engine import Pool
+
+    spread = Pool("vgpu", sharing="vgpu", scoring="spread")
+    snap = fleet(
+        node("busy", pool="vgpu", gpus=2, free_mem=[40_960, 40_960], free_cores=[50, 50]),
+        node("empty", pool="vgpu", gpus=2),
+        pools=(spread,),
+        pending=[req("r", "v20", gpu_count=2)],
+    )
+    (adm,) = plan(snap, now=0.0).admissions
+    assert adm.node_ids == ("empty",)
