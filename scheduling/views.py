@@ -160,13 +160,16 @@ def request_govern(request: HttpRequest, pk: int, action: str) -> HttpResponse:
             )
             messages.success(request, f"Exempt from idle reclamation for {hours} h.")
         else:
-            hours = float(request.POST.get("amount", "0") or 0)
-            if not 0 < hours <= 720:
+            extra_hours = float(request.POST.get("amount", "0") or 0)
+            if not 0 < extra_hours <= 720:
                 raise DomainError("invalid", "Give up to 720 hours.")
             services.extend_runtime(
-                actor=request.user, request=gpu_request, seconds=int(hours * 3600), comment=text
+                actor=request.user,
+                request=gpu_request,
+                seconds=int(extra_hours * 3600),
+                comment=text,
             )
-            messages.success(request, f"Max runtime extended by {hours:g} h.")
+            messages.success(request, f"Max runtime extended by {extra_hours:g} h.")
     except (DomainError, ValueError) as error:
         messages.error(request, getattr(error, "message", "Give a number."))
     return redirect("gpu-request-page", pk=pk)
