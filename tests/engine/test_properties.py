@@ -43,7 +43,9 @@ def snapshots(draw: hs.DrawFn) -> Snapshot:
     allocs: list[Allocation] = []
     n_alloc = 0
 
-    def new_alloc(claim: DeviceClaim, flavor: str, ge: float) -> Allocation:
+    def new_alloc(
+        claim: DeviceClaim | tuple[DeviceClaim, ...], flavor: str, ge: float
+    ) -> Allocation:
         nonlocal n_alloc
         n_alloc += 1
         borrowed = draw(hs.booleans())
@@ -52,7 +54,7 @@ def snapshots(draw: hs.DrawFn) -> Snapshot:
             team=draw(hs.sampled_from(teams)),
             flavor=flavor,
             gpu_equivalents=ge,
-            placement=(claim,),
+            placement=claim if isinstance(claim, tuple) else (claim,),
             started_at=draw(hs.floats(0, NOW)),
             max_runtime_seconds=draw(hs.floats(1, 3 * NOW)),
             priority=draw(hs.integers(0, 4)),
@@ -66,12 +68,22 @@ def snapshots(draw: hs.DrawFn) -> Snapshot:
             gpus = draw(hs.integers(1, 4))
             model = draw(hs.sampled_from(["A100-80G", "L4"]))
             specs.append(node(nid, pool=kind, model=model, gpus=gpus))
+            # A running multi-share vGPU allocation: 10 GiB / 10% on each of GPUs 0 and 1.
+            pair = kind == "vgpu" and gpus >= 2 and draw(hs.booleans())
+            if pair:
+                shares = tuple(
+                    DeviceClaim(nid, d, whole=False, memory_mib=10_240, cores_percent=10)
+                    for d in (0, 1)
+                )
+                allocs.append(new_alloc(shares, "v10", 2 * FLAVOR["v10"].gpu_equivalent))
             for d in range(gpus):
                 use = draw(hs.integers(0, 2))
+                if use == 1 and pair and d < 2:
+                    use = 2
                 if use == 1:
                     allocs.append(new_alloc(DeviceClaim(nid, d), "gpu", 1.0))
                 elif use == 2 and kind == "vgpu":
-                    left_mem, left_cores = MEM, 100
+                    left_mem, left_cores = (MEM - 10_240, 90) if pair and d < 2 else (MEM, 100)
                     for _ in range(draw(hs.integers(1, 3))):
                         mem = draw(hs.sampled_from([10_240, 20_480, 40_960]))
                         cores = draw(hs.sampled_from([10, 25, 50]))
