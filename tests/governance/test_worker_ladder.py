@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
 
 import pytest
 import redis
 from django.urls import reverse
+from django.utils import timezone
 
 from scheduling.models import GpuRequest, ReclaimPolicy, SimulatedWorkload
 from tenants.models import AuditEvent
@@ -59,7 +61,10 @@ def test_idle_notebook_is_warned_then_reclaimed_by_the_worker(
             60,
             worker.output,
         )
-        SimulatedWorkload.objects.update(utilisation_percent=1)  # it sits idle
+        # It sits idle, and would run far longer than the test.
+        SimulatedWorkload.objects.update(
+            utilisation_percent=1, ends_at=timezone.now() + timedelta(hours=1)
+        )
         wait_until(
             lambda: GpuRequest.objects.get(pk=created["id"]).status == "reclaimed",
             90,

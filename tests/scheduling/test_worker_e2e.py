@@ -104,7 +104,8 @@ def test_worker_killed_mid_launch_still_runs_the_request_exactly_once(
         assert not SimulatedWorkload.objects.exists()
         worker.start()
         wait_for(
-            lambda: GpuRequest.objects.get(pk=created["id"]).status == "running",
+            # A short simulated notebook may already have finished when we look.
+            lambda: GpuRequest.objects.get(pk=created["id"]).status in ("running", "succeeded"),
             timeout=90,
             worker=worker,
             what="running after the restart",
