@@ -50,7 +50,8 @@ def test_submit_approve_queue_admit_run_succeed_through_a_real_worker(
             seen.append(status)
         return str(status)
 
-    with celery_worker(clean_redis) as worker:
+    # At 20× a job runs 3-15 s: long enough that sync always sees it running.
+    with celery_worker(clean_redis, SIMULATION_SPEED="20") as worker:
         created = client.post(
             reverse("gpu-request-list"),
             request_body(org.project_a, fleet.a100, gpu_count=2),
