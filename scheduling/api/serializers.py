@@ -91,6 +91,48 @@ class QuotaSerializer(serializers.ModelSerializer):
         return used.get((quota.team_id, quota.project_id, quota.flavor_id), 0)
 
 
+REQUEST_WRITABLE_FIELDS = [
+    "project",
+    "flavor",
+    "gpu_count",
+    "gpu_memory_mib",
+    "gpu_cores_percent",
+    "kind",
+    "image",
+    "command",
+    "env",
+    "max_runtime_seconds",
+    "priority",
+    "is_preemptible",
+    "allow_shared_node",
+    "reason",
+]
+REQUEST_READ_ONLY_FIELDS = [
+    "id",
+    "team",
+    "owner",
+    "gpu_equivalent",
+    "status",
+    "status_reason",
+    "needs_lead_approval_because",
+    "approved_by",
+    "decision_comment",
+    "approval_expires_at",
+    "waiting_reason",
+    "queue_position",
+    "attempt",
+    "idle_warned_at",
+    "idle_exempt_until",
+    "timeout_warned_at",
+    "created_at",
+    "updated_at",
+    "approved_at",
+    "queued_at",
+    "started_at",
+    "finished_at",
+]
+
+
 class GpuRequestSerializer(serializers.ModelSerializer):
     """What a developer may write, and everything they may read back; status is read-only."""
 
@@ -123,68 +165,8 @@ class GpuRequestSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = GpuRequest
-        fields = [
-            "id",
-            "project",
-            "team",
-            "owner",
-            "flavor",
-            "gpu_count",
-            "gpu_memory_mib",
-            "gpu_cores_percent",
-            "kind",
-            "image",
-            "command",
-            "env",
-            "max_runtime_seconds",
-            "priority",
-            "is_preemptible",
-            "allow_shared_node",
-            "reason",
-            "gpu_equivalent",
-            "status",
-            "status_reason",
-            "needs_lead_approval_because",
-            "approved_by",
-            "decision_comment",
-            "approval_expires_at",
-            "waiting_reason",
-            "queue_position",
-            "attempt",
-            "idle_warned_at",
-            "idle_exempt_until",
-            "timeout_warned_at",
-            "created_at",
-            "updated_at",
-            "approved_at",
-            "queued_at",
-            "started_at",
-            "finished_at",
-        ]
-        read_only_fields = [
-            "id",
-            "team",
-            "owner",
-            "gpu_equivalent",
-            "status",
-            "status_reason",
-            "needs_lead_approval_because",
-            "approved_by",
-            "decision_comment",
-            "approval_expires_at",
-            "waiting_reason",
-            "queue_position",
-            "attempt",
-            "idle_warned_at",
-            "idle_exempt_until",
-            "timeout_warned_at",
-            "created_at",
-            "updated_at",
-            "approved_at",
-            "queued_at",
-            "started_at",
-            "finished_at",
-        ]
+        fields = [*REQUEST_WRITABLE_FIELDS, *REQUEST_READ_ONLY_FIELDS]
+        read_only_fields = REQUEST_READ_ONLY_FIELDS
 
 
 class DecisionSerializer(serializers.Serializer):
