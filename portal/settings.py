@@ -133,6 +133,10 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "tenants.api.errors.portal_exception_handler",
+    "DEFAULT_THROTTLE_RATES": {
+        "login": env.str("LOGIN_RATE", default="10/minute"),
+        "request-create": env.str("REQUEST_CREATE_RATE", default="120/minute"),
+    },
     "TEST_REQUEST_DEFAULT_FORMAT": "json",
 }
 REST_KNOX = {
@@ -150,6 +154,16 @@ SPECTACULAR_SETTINGS = {
     "REDOC_DIST": "SIDECAR",
     "SCHEMA_PATH_PREFIX": "/api/v1",
 }
+
+# Rate limits count in the cache: shared through Redis when there is one, per process otherwise.
+CACHES = {
+    "default": (
+        {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": env.str("REDIS_URL")}
+        if env.str("REDIS_URL", default="")
+        else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
+    )
+}
+LOGIN_ATTEMPTS_PER_MINUTE = env.int("LOGIN_ATTEMPTS_PER_MINUTE", default=10)
 
 # --- Celery ----------------------------------------------------------------------------------
 REDIS_URL = env.str("REDIS_URL", default="redis://127.0.0.1:6379/0")
@@ -192,6 +206,9 @@ MONITORING_TOKEN = env.str("MONITORING_TOKEN", default="")
 # Requests in admitted/launching longer than this are launched again (idempotently).
 STUCK_TRANSITION_SECONDS = env.int("STUCK_TRANSITION_SECONDS", default=120)
 PORTAL_CURRENCY = env.str("PORTAL_CURRENCY", default="EUR")
+# Billing months and days are cut in this zone (an IANA name; DST-safe through zoneinfo).
+BILLING_TIME_ZONE = env.str("BILLING_TIME_ZONE", default="UTC")
+USAGE_METERING_SECONDS = env.float("USAGE_METERING_SECONDS", default=60.0)
 NOTIFICATION_WEBHOOK_URL = env.str("NOTIFICATION_WEBHOOK_URL", default="")
 DEMO_PASSWORD = env.str("DEMO_PASSWORD", default="demo")
 EMAIL_BACKEND = env.str("EMAIL_BACKEND", default="django.core.mail.backends.console.EmailBackend")

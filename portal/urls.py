@@ -15,7 +15,7 @@ api_v1 = [
 
 urlpatterns = [
     path("", views.home, name="home"),
-    path("login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
+    path("login/", views.ThrottledLoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("account/tokens/", views.api_tokens, name="api-tokens"),
     path("account/tokens/<str:token_key>/revoke/", views.revoke_api_token, name="api-token-revoke"),

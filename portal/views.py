@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+from django.conf import settings
 from django.contrib.auth.decorators import login_required
+from django.contrib.auth.views import LoginView
+from django.core.cache import cache
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
 from django.views.decorators.http import require_POST
@@ -58,3 +63,25 @@ def revoke_api_token(request: HttpRequest, token_key: str) -> HttpResponse:
     record_audit_event(actor=request.user, action="auth.token_revoked", target=request.user)
     tokens = AuthToken.objects.filter(user=request.user).order_by("-created")
     return render(request, "portal/_tokens.html", {"tokens": tokens, "new_token": None})
+
+
+class ThrottledLoginView(LoginView):
+    """Django's login, refusing a flood of attempts from one address (429 with Retry-After)."""
+
+    redirect_authenticated_user = True
+
+    def post(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        key = f"login-attempts:{request.META.get('REMOTE_ADDR', '')}"
+        cache.add(key, 0, timeout=60)
+        attempts = cache.incr(key)
+        if attempts > settings.LOGIN_ATTEMPTS_PER_MINUTE:
+            record_audit_event(
+                actor=None,
+                action="auth.login_throttled",
+                target=request.user,
+                message=request.META.get("REMOTE_ADDR", ""),
+            )
+            response = render(request, "registration/throttled.html", status=429)
+            response["Retry-After"] = "60"
+            return response
+        return super().post(request, *args, **kwargs)

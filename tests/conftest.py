@@ -56,3 +56,12 @@ def celery_runs_tasks_inline(request: pytest.FixtureRequest) -> Iterator[None]:
     app.conf.task_eager_propagates = True
     yield
     app.conf.task_always_eager = False
+
+
+@pytest.fixture(autouse=True)
+def fresh_rate_limits(request: pytest.FixtureRequest) -> None:
+    """Rate-limit counters live in the cache; each test starts with none."""
+    if _django_active(request):
+        from django.core.cache import cache
+
+        cache.clear()

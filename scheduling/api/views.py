@@ -9,6 +9,7 @@ from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.serializers import BaseSerializer
+from rest_framework.throttling import ScopedRateThrottle
 
 from scheduling import services
 from scheduling.api.filters import FlavorFilter, GpuRequestFilter, QuotaFilter
@@ -117,6 +118,12 @@ class GpuRequestViewSet(
     serializer_class = GpuRequestSerializer
     filterset_class = GpuRequestFilter
     ordering_fields = ["created_at", "priority", "status"]
+
+    def get_throttles(self) -> list[Any]:
+        if self.action == "create":
+            self.throttle_scope = "request-create"
+            return [ScopedRateThrottle()]
+        return []
 
     def perform_create(self, serializer: BaseSerializer) -> None:
         serializer.instance = services.submit_gpu_request(

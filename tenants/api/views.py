@@ -9,6 +9,7 @@ from rest_framework import permissions, status
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.serializers import BaseSerializer
+from rest_framework.throttling import ScopedRateThrottle
 from rest_framework.views import APIView
 
 from tenants import services
@@ -32,6 +33,8 @@ class TokenView(APIView):
 
     authentication_classes: list[Any] = []
     permission_classes = [permissions.AllowAny]
+    throttle_classes = [ScopedRateThrottle]
+    throttle_scope = "login"
 
     @extend_schema(request=TokenRequestSerializer, responses={201: TokenSerializer})
     def post(self, request: Request) -> Response:
