@@ -13,11 +13,13 @@ from functools import lru_cache
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from scheduling.choices import SHARING_MODE_OF_FLAVOR_KIND, RequestStatus
 from scheduling.cluster.base import (
     ClusterBackend,
+    LimitRangeSpec,
     PrioritySpec,
     ProjectSpec,
     Toleration,
@@ -38,6 +40,11 @@ PRIORITY_CLASSES = {
     "critical": PrioritySpec("gpu-portal-critical", 100000, description="GPU Portal: critical"),
 }
 LIVE_STATUSES = (RequestStatus.LAUNCHING, RequestStatus.RUNNING)
+# Containers that state no CPU or memory get these, so one workload cannot starve a node.
+PROJECT_LIMIT_RANGE = LimitRangeSpec(
+    default_requests={"cpu": "1", "memory": "4Gi"},
+    default_limits={"cpu": "8", "memory": "64Gi"},
+)
 
 
 @lru_cache(maxsize=1)
@@ -58,9 +65,9 @@ def project_spec(request: GpuRequest) -> ProjectSpec:
     """The project's namespace with a ResourceQuota mirroring the portal's quota limits."""
     project = request.project
     quota: dict[str, int] = {}
-    rows = Quota.objects.filter(team=project.team, project__in=[None, project]).select_related(
-        "flavor"
-    )
+    rows = Quota.objects.filter(
+        Q(project__isnull=True) | Q(project=project), team=project.team
+    ).select_related("flavor")
     own = {q.flavor_id for q in rows if q.project_id == project.pk}
     for row in rows:
         if row.project_id is None and row.flavor_id in own:
@@ -75,6 +82,7 @@ def project_spec(request: GpuRequest) -> ProjectSpec:
         project_slug=project.slug,
         namespace=project.namespace,
         quota=quota,
+        limit_range=PROJECT_LIMIT_RANGE,
     )
 
 

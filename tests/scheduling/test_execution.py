@@ -124,3 +124,16 @@ def test_stuck_launches_are_found(org: Org, fleet: Fleet) -> None:
         updated_at=request.updated_at.replace(year=2020)
     )
     assert execution.stuck_requests(older_than_seconds=60) == [(request.pk, 1)]
+
+
+def test_project_spec_mirrors_quota_limits_and_sets_default_container_limits(
+    org: Org, fleet: Fleet
+) -> None:
+    request = submit(org, fleet.l4_6g)
+    spec = execution.project_spec(request)
+    assert spec.namespace == "gpu-team-a-a-one"
+    # Team A's limits: A100 8, L4 12G 16 + L4 6G 16 (both nvidia.com/gpu), MIG 1g 14 and 3g 4.
+    assert spec.quota["requests.nvidia.com/gpu"] == 8 + 16 + 16
+    assert spec.quota["requests.nvidia.com/mig-1g.10gb"] == 14
+    assert "requests.nvidia.com/gpumem" not in spec.quota
+    assert spec.limit_range.default_requests["cpu"] == "1"
