@@ -24,7 +24,7 @@ from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
 from scheduling.choices import RequestStatus
-from scheduling.models import Allocation, GpuRequest, Quota, SchedulerLease
+from scheduling.models import Allocation, GpuRequest, Quota, SchedulerLease, TaskFailureCount
 from tenants.models import AuditEvent
 
 WAIT_BUCKETS = (60, 300, 900, 1800, 3600, 4 * 3600, 12 * 3600, 86400)
@@ -170,6 +170,13 @@ class PortalCollector(Collector):
         )
         failures.add_metric([], counts.get(RequestStatus.FAILED, 0))
         yield failures
+
+        task_failures = GaugeMetricFamily(
+            "gpu_portal_task_failures", "Celery tasks that failed for good", labels=["task"]
+        )
+        for name, n in TaskFailureCount.objects.values_list("task_name", "failures"):
+            task_failures.add_metric([name], n)
+        yield task_failures
 
         cycle = GaugeMetricFamily(
             "gpu_portal_scheduling_cycle_seconds", "Duration of the last scheduling cycle"

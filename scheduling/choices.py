@@ -84,11 +84,15 @@ TRANSITIONS: dict[str, frozenset[str]] = {
     S.SUCCEEDED: frozenset(),
     S.FAILED: frozenset(),
     S.CANCELLED: frozenset(),
-    S.RECLAIMED: frozenset(),
+    S.RECLAIMED: frozenset({S.QUEUED}),  # a reclaimed notebook or service may be resumed
     S.REJECTED: frozenset(),
     S.EXPIRED: frozenset(),
 }
-TERMINAL_STATUSES = frozenset(status for status, moves in TRANSITIONS.items() if not moves)
+# Where a request's run is over (its usage interval closed); only a resume leaves `reclaimed`.
+FINISHED_STATUSES = frozenset(
+    {S.SUCCEEDED, S.FAILED, S.CANCELLED, S.RECLAIMED, S.REJECTED, S.EXPIRED}
+)
+RESUMABLE_KINDS = frozenset({"notebook", "service"})
 # States whose GPUs count against a project's quota limit (asked for and not yet given back).
 COMMITTED_STATUSES = frozenset(
     {S.APPROVED, S.QUEUED, S.ADMITTED, S.LAUNCHING, S.RUNNING, S.PREEMPTED}

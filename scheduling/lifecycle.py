@@ -10,7 +10,7 @@ from typing import Any
 
 from django.utils import timezone
 
-from scheduling.choices import TRANSITIONS, RequestStatus
+from scheduling.choices import FINISHED_STATUSES, TRANSITIONS, RequestStatus
 from scheduling.models import GpuRequest
 from tenants.errors import ConflictError
 from tenants.services import record_audit_event
@@ -20,6 +20,8 @@ TIMESTAMP_OF_STATUS: dict[str, str] = {
     RequestStatus.QUEUED: "queued_at",
     RequestStatus.RUNNING: "started_at",
 }
+# A resumed request is running again, not finished.
+CLEARED_BY_STATUS: dict[str, tuple[str, ...]] = {RequestStatus.QUEUED: ("finished_at",)}
 
 
 def transition(
@@ -38,8 +40,10 @@ def transition(
     changes: dict[str, Any] = {"status": to, "status_reason": reason, "updated_at": now, **fields}
     if to in TIMESTAMP_OF_STATUS:
         changes[TIMESTAMP_OF_STATUS[to]] = now
-    if TRANSITIONS[to] == frozenset():
+    if to in FINISHED_STATUSES:
         changes["finished_at"] = now
+    for field in CLEARED_BY_STATUS.get(to, ()):
+        changes.setdefault(field, None)
         changes["queue_position"] = None
     moved = GpuRequest.objects.filter(pk=request.pk, status=current).update(**changes)
     if not moved:

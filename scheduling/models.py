@@ -502,3 +502,15 @@ class UtilisationSample(models.Model):
 
     def __str__(self) -> str:
         return f"{self.allocation_id} {self.sampled_at:%H:%M:%S} {self.activity_percent:.0f}%"
+
+
+class TaskFailureCount(models.Model):
+    """How often a Celery task failed for good; workers count here, /metrics reads it."""
+
+    task_name = models.CharField(max_length=200, unique=True)
+    failures = models.PositiveIntegerField(default=0)
+    last_failed_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.TextField(blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.task_name}: {self.failures}"

@@ -17,6 +17,7 @@ from django.utils import timezone
 from scheduling import approval, dispatch
 from scheduling.choices import (
     CANCELLABLE_STATUSES,
+    RESUMABLE_KINDS,
     FlavorKind,
     Priority,
     RequestStatus,
@@ -549,4 +550,35 @@ def extend_runtime(
         body=f"Its max runtime is now {new_total} seconds. {comment}",
         event={"type": "request.extended", "request": request.pk},
     )
+    return request
+
+
+@transaction.atomic
+def resume_gpu_request(*, actor: Any, request: GpuRequest) -> GpuRequest:
+    """A reclaimed notebook or service goes back to the queue with the same settings."""
+    scope = scope_of(actor)
+    if request.owner_id != actor.pk and not scope.is_lead_of(request.team_id):
+        raise ForbiddenError("forbidden", "Only the owner or the team lead may resume a request.")
+    if request.status != RequestStatus.RECLAIMED or request.kind not in RESUMABLE_KINDS:
+        raise ConflictError(
+            "illegal_transition",
+            f"Request {request.pk} is a {request.kind} in state {request.status}; only reclaimed "
+            "notebooks and services can be resumed.",
+            fields={"status": request.status},
+        )
+    standing = quota_standing(project=request.project, flavor=request.flavor, lock=True)
+    if standing is None or not standing.fits_limit(request.gpu_count):
+        raise ConflictError(
+            "quota_exceeded", f"Resuming would exceed the {request.flavor} quota limit."
+        )
+    transition(
+        request,
+        RequestStatus.QUEUED,
+        actor=actor,
+        reason=f"Resumed by {actor}.",
+        idle_warned_at=None,
+        idle_exempt_until=None,
+        timeout_warned_at=None,
+    )
+    dispatch.request_scheduling_cycle()
     return request

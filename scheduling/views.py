@@ -13,7 +13,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
 from scheduling import services
-from scheduling.choices import CANCELLABLE_STATUSES, RequestStatus
+from scheduling.choices import CANCELLABLE_STATUSES, RESUMABLE_KINDS, RequestStatus
 from scheduling.forms import DecisionForm, GpuRequestForm, ProjectQuotaForm
 from scheduling.models import Flavor, GpuRequest, Quota, UtilisationSample
 from scheduling.selectors import (
@@ -124,6 +124,8 @@ def request_detail(request: HttpRequest, pk: int) -> HttpResponse:
             "history": history,
             "can_cancel": gpu_request.status in CANCELLABLE_STATUSES,
             "is_live": gpu_request.status in (RequestStatus.RUNNING, RequestStatus.LAUNCHING),
+            "can_resume": gpu_request.status == RequestStatus.RECLAIMED
+            and gpu_request.kind in RESUMABLE_KINDS,
             "is_owner": gpu_request.owner_id == request.user.pk,
             "is_lead": scope.is_lead_of(gpu_request.team_id),
             "utilisation": {
@@ -135,7 +137,7 @@ def request_detail(request: HttpRequest, pk: int) -> HttpResponse:
     )
 
 
-GOVERNANCE_ACTIONS = {"ask-idle-exemption", "ask-extension", "idle-exemption", "extend"}
+GOVERNANCE_ACTIONS = {"ask-idle-exemption", "ask-extension", "idle-exemption", "extend", "resume"}
 
 
 @login_required
@@ -147,7 +149,10 @@ def request_govern(request: HttpRequest, pk: int, action: str) -> HttpResponse:
         raise Http404
     text = request.POST.get("text", "")
     try:
-        if action.startswith("ask-"):
+        if action == "resume":
+            services.resume_gpu_request(actor=request.user, request=gpu_request)
+            messages.success(request, "Back in the queue with the same settings.")
+        elif action.startswith("ask-"):
             about = "idle_exemption" if action == "ask-idle-exemption" else "extension"
             services.ask_lead(actor=request.user, request=gpu_request, about=about, reason=text)
             messages.success(request, "Your team lead has been asked.")

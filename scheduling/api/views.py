@@ -173,6 +173,11 @@ class GpuRequestViewSet(
     def extend(self, request: Request, pk: str | None = None) -> Response:
         return self._act(request, services.extend_runtime, ExtensionSerializer)
 
+    @extend_schema(request=None, responses=GpuRequestSerializer)
+    @action(detail=True, methods=["post"])
+    def resume(self, request: Request, pk: str | None = None) -> Response:
+        return self._act(request, services.resume_gpu_request)
+
     @extend_schema(responses=UtilisationPointSerializer(many=True))
     @action(detail=True, methods=["get"])
     def utilisation(self, request: Request, pk: str | None = None) -> Response:

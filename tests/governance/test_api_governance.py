@@ -104,3 +104,44 @@ def test_other_team_cannot_touch_governance_actions(org: Org, running: Runner) -
     )
     response = api_client(org.dev_b).get(url("gpu-request-utilisation", request.pk))
     assert response.status_code == 404
+
+
+def reclaimed(running: Runner, **kwargs: Any) -> Any:
+    from scheduling.reclaim import reclaim_request
+
+    request = running(minutes_ago=5, **kwargs)
+    assert reclaim_request(request, reason="Reclaimed: idle.", code="idle", evidence={})
+    request.refresh_from_db()
+    return request
+
+
+def test_owner_resumes_a_reclaimed_notebook_with_the_same_settings(
+    org: Org, running: Runner
+) -> None:
+    request = reclaimed(running, kind="notebook")
+    assert request.finished_at is not None
+    response = api_client(org.dev_a).post(url("gpu-request-resume", request.pk), {}, format="json")
+    assert response.status_code == 200, response.content
+    body = response.json()
+    assert body["status"] == "queued" and body["finished_at"] is None
+    assert body["image"] == request.image and body["attempt"] == 1  # the next admission makes 2
+
+
+def test_a_reclaimed_batch_job_is_not_resumed(org: Org, running: Runner) -> None:
+    request = reclaimed(running, kind="job")
+    response = api_client(org.dev_a).post(url("gpu-request-resume", request.pk), {}, format="json")
+    assert response.status_code == 409
+    assert response.json()["error"]["fields"]["status"] == "reclaimed"
+
+
+@covers("gpu-request-resume")
+def test_other_team_cannot_resume(org: Org, running: Runner) -> None:
+    request = reclaimed(running, kind="notebook")
+    assert_other_tenant_hidden(
+        api_client(org.dev_b),
+        detail_route="gpu-request-detail",
+        pk=request.pk,
+        action_routes=["gpu-request-resume"],
+    )
+    request.refresh_from_db()
+    assert request.status == "reclaimed"

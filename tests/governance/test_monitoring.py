@@ -142,3 +142,16 @@ def test_readyz_reports_each_dependency(settings: Any) -> None:
     assert set(body["checks"]) == {"database", "broker", "cluster"}
     assert body["checks"]["database"] == "ok"
     assert response.status_code == (200 if body["ready"] else 503)
+
+
+def test_task_failures_are_counted_for_metrics(settings: Any) -> None:
+    from celery import shared_task
+
+    @shared_task(name="tests.always_fails")
+    def always_fails() -> None:
+        raise RuntimeError("boom")
+
+    for _ in range(2):
+        always_fails.apply(throw=False)  # runs here; the failure signal fires as in a worker
+    text = Client(REMOTE_ADDR="127.0.0.1").get(reverse("metrics")).content.decode()
+    assert 'gpu_portal_task_failures{task="tests.always_fails"} 2.0' in text
