@@ -177,14 +177,19 @@ def test_list_workloads_groups_jobs_and_pods_per_attempt(
         k8s_backend.terminate(k8s_project, spec.request_id, 1, reason="t", grace_seconds=0)
 
 
-def test_an_unreachable_api_server_is_a_transient_error(k8s_testbed: Any) -> None:
+def test_an_unreachable_api_server_is_a_transient_error(k8s_testbed: Any, tmp_path: Any) -> None:
     from scheduling.cluster.kubernetes import KubernetesClusterBackend
+    from scripts.testbed.cluster import PORTAL_TOKEN, free_port, write_kubeconfig
 
-    # Same CA and token, a port nobody listens on.
-    from scripts.testbed.cluster import free_port
-
-    client = k8s_testbed.api_client()
-    client.configuration.host = f"https://127.0.0.1:{free_port()}"
-    backend = KubernetesClusterBackend(api_client=client, request_timeout_seconds=2)
+    # The test bed's CA and token, a port nobody listens on.
+    kubeconfig = tmp_path / "nowhere.kubeconfig"
+    write_kubeconfig(
+        kubeconfig,
+        server=f"https://127.0.0.1:{free_port()}",
+        ca_file=k8s_testbed.workdir / "ca.crt",
+        token=PORTAL_TOKEN,
+        user="gpu-portal",
+    )
+    backend = KubernetesClusterBackend(kubeconfig=str(kubeconfig), request_timeout_seconds=2)
     with pytest.raises(TransientClusterError):
         backend.sync_inventory()
