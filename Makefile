@@ -50,3 +50,15 @@ bench-pipeline: install
 
 clean:
 	rm -rf $(VENV) node_modules staticfiles var .mypy_cache .ruff_cache .pytest_cache
+
+.PHONY: testbed bench-peer
+
+# The real Kubernetes test bed (docs/testbed.md): build the binaries once per version into
+# ~/.cache/gpu-portal-testbed/<version>/bin, then start etcd, the control plane and kwok.
+testbed: install
+	GOFLAGS=-p=1 bash scripts/testbed/build.sh
+	$(BIN)/python -m scripts.testbed --no-build
+
+bench-peer: install
+	GOFLAGS=-p=1 bash scripts/testbed/build.sh
+	$(BIN)/python -m bench.peer

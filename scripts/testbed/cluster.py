@@ -241,7 +241,10 @@ def write_kubeconfig(path: Path, *, server: str, ca_file: Path, token: str, user
         "apiVersion": "v1",
         "kind": "Config",
         "clusters": [
-            {"name": "testbed", "cluster": {"server": server, "certificate-authority": str(ca_file)}}
+            {
+                "name": "testbed",
+                "cluster": {"server": server, "certificate-authority": str(ca_file)},
+            }
         ],
         "users": [{"name": user, "user": {"token": token}}],
         "contexts": [{"name": "testbed", "context": {"cluster": "testbed", "user": user}}],
@@ -426,6 +429,7 @@ class Testbed:
         scheduler_qps: int = 5000,
         controller_qps: int = 500,
         verbosity: int = 1,
+        start_scheduler: bool = True,
     ) -> None:
         self.binaries = binaries or bin_dir()
         missing = missing_binaries(self.binaries)
@@ -441,6 +445,7 @@ class Testbed:
         self.scheduler_qps = scheduler_qps
         self.controller_qps = controller_qps
         self.verbosity = verbosity
+        self.start_scheduler_at_boot = start_scheduler
         self.etcd_port = free_port()
         self.etcd_peer_port = free_port()
         self.api_port = free_port()
@@ -506,7 +511,11 @@ class Testbed:
                 (self.portal_kubeconfig, PORTAL_TOKEN, PORTAL_USER),
             ):
                 write_kubeconfig(
-                    path, server=self.server, ca_file=self.workdir / "ca.crt", token=token, user=user
+                    path,
+                    server=self.server,
+                    ca_file=self.workdir / "ca.crt",
+                    token=token,
+                    user=user,
                 )
             self._start_etcd()
             self._start_apiserver()
@@ -610,6 +619,12 @@ class Testbed:
         self.components["kube-apiserver"].start()
         self._wait_apiserver()
 
+    def start_scheduler(self) -> None:
+        """Start kube-scheduler when the test bed was made with `start_scheduler=False`."""
+        component = self.components["kube-scheduler"]
+        if not component.alive():
+            component.start()
+
     def _start_controllers(self) -> None:
         t0 = time.monotonic()
         d = self.workdir
@@ -649,7 +664,7 @@ class Testbed:
                 indent=2,
             )
         )
-        self._component(
+        scheduler = self._component(
             "kube-scheduler",
             [
                 str(self.binaries / "kube-scheduler"),
@@ -657,7 +672,9 @@ class Testbed:
                 "--secure-port=0",
                 f"--v={self.verbosity}",
             ],
-        ).start()
+        )
+        if self.start_scheduler_at_boot:
+            scheduler.start()
         self._component(
             "kwok",
             [
@@ -676,7 +693,7 @@ class Testbed:
 
         # The controller manager is ready when the namespace `default` has its ServiceAccount.
         def default_sa() -> bool:
-            self._check_alive("kube-controller-manager", "kube-scheduler", "kwok")
+            self._check_alive("kube-controller-manager", "kwok")
             status, _ = self.api_get("/api/v1/namespaces/default/serviceaccounts/default")
             return status == 200
 
@@ -697,12 +714,14 @@ class Testbed:
     def api_client(self, kubeconfig: Path | None = None) -> Any:
         from kubernetes import config as k8s_config
 
-        return k8s_config.new_client_from_config(config_file=str(kubeconfig or self.admin_kubeconfig))
+        return k8s_config.new_client_from_config(
+            config_file=str(kubeconfig or self.admin_kubeconfig)
+        )
 
     def _apply_portal_rbac(self) -> None:
         from kubernetes import client as k8s
 
-        api = k8s.RbacAuthorizationV1Api(self.api_client())
+        api: Any = k8s.RbacAuthorizationV1Api(self.api_client())
         api.create_cluster_role(
             {
                 "apiVersion": "rbac.authorization.k8s.io/v1",
@@ -736,7 +755,7 @@ class Testbed:
         from kubernetes import client as k8s
 
         t0 = time.monotonic()
-        core = k8s.CoreV1Api(self.api_client())
+        core: Any = k8s.CoreV1Api(self.api_client())
         shapes = list(nodes)
 
         def create(shape: NodeShape) -> None:
@@ -789,7 +808,7 @@ class Testbed:
         """Stop everything, newest first, and remove the work directory if we made it."""
         for name in ("kwok", "kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd"):
             component = self.components.get(name)
-            if component is not None:
+            if component is not None and component.process is not None:
                 component.stop()
         if self._own_workdir and not os.environ.get("TESTBED_KEEP"):
             shutil.rmtree(self.workdir, ignore_errors=True)

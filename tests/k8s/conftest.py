@@ -10,6 +10,7 @@ binaries skip the tests locally and FAIL them when CI=true.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 import uuid
@@ -92,10 +93,8 @@ def k8s_namespace(k8s_admin: Admin) -> Iterator[str]:
     """A fresh namespace name for one test (the backend creates it); deleted afterwards."""
     name = f"t-{uuid.uuid4().hex[:10]}"
     yield name
-    try:
+    with contextlib.suppress(Exception):  # never created, or already gone
         k8s_admin.core.delete_namespace(name, _preload_content=False)
-    except Exception:  # noqa: BLE001 - never created, or already gone
-        pass
 
 
 def eventually(

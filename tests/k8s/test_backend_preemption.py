@@ -34,9 +34,9 @@ def test_a_higher_priority_job_preempts_a_lower_one(
     )
     k8s_backend.launch(low)
     running = eventually(
-        lambda: (s := k8s_backend.get_workload(k8s_project, low.request_id, 1)).phase
-        == "running"
-        and s,
+        lambda: (
+            (s := k8s_backend.get_workload(k8s_project, low.request_id, 1)).phase == "running" and s
+        ),
         what="the low-priority job running",
     )
     assert running.node_name == preempt_node
@@ -50,17 +50,20 @@ def test_a_higher_priority_job_preempts_a_lower_one(
     )
     k8s_backend.launch(high)
     placed = eventually(
-        lambda: (s := k8s_backend.get_workload(k8s_project, high.request_id, 1)).phase
-        == "running"
-        and s,
+        lambda: (
+            (s := k8s_backend.get_workload(k8s_project, high.request_id, 1)).phase == "running"
+            and s
+        ),
         timeout=90,
         what="the high-priority job running",
     )
     assert placed.node_name == preempt_node
     victim = eventually(
-        lambda: (s := k8s_backend.get_workload(k8s_project, low.request_id, 1)).phase
-        in ("failed", "missing")
-        and s,
+        lambda: (
+            (s := k8s_backend.get_workload(k8s_project, low.request_id, 1)).phase
+            in ("failed", "missing")
+            and s
+        ),
         what="the victim failed",
     )
     assert victim.phase == "failed", victim

@@ -143,15 +143,19 @@ def _bare_pod(name: str, gpus: int) -> dict[str, Any]:
 
 
 def test_resource_quota_rejects_gpus_beyond_the_quota_even_when_the_portal_is_bypassed(
-    k8s_backend: Any, k8s_namespace: str, k8s_admin: Admin, k8s_testbed: Any,
+    k8s_backend: Any,
+    k8s_namespace: str,
+    k8s_admin: Admin,
+    k8s_testbed: Any,
     portal_priorities: None,
 ) -> None:
     k8s_backend.ensure_project(project(k8s_namespace, **{"requests.nvidia.com/gpu": 2}))
     # Admission enforces against status, which the resourcequota controller fills in.
     eventually(
         lambda: (
-            k8s_admin.core.read_namespaced_resource_quota("gpu-portal-quota", k8s_namespace)
-            .status.hard
+            k8s_admin.core.read_namespaced_resource_quota(
+                "gpu-portal-quota", k8s_namespace
+            ).status.hard
         ),
         what="quota status",
     )
@@ -159,7 +163,8 @@ def test_resource_quota_rejects_gpus_beyond_the_quota_even_when_the_portal_is_by
     with pytest.raises(ApiException) as refused:
         k8s_admin.core.create_namespaced_pod(k8s_namespace, _bare_pod("too-big", 3))
     assert refused.value.status == 403
-    assert "exceeded quota" in refused.value.body and "requests.nvidia.com/gpu" in refused.value.body
+    body = str(refused.value.body)
+    assert "exceeded quota" in body and "requests.nvidia.com/gpu" in body
 
     k8s_admin.core.create_namespaced_pod(k8s_namespace, _bare_pod("fits", 2))
     with pytest.raises(ApiException) as full:

@@ -51,10 +51,12 @@ def test_the_backend_converges_after_an_api_server_restart(
     # The portal's loop: re-list, then watch on from the fresh version.
     statuses = eventually(
         lambda: (
-            found := {w.request_id: w for w in k8s_backend.list_workloads([k8s_project])}
-        ).get(short.request_id)
-        and found[short.request_id].phase == "succeeded"
-        and found,
+            (found := {w.request_id: w for w in k8s_backend.list_workloads([k8s_project])}).get(
+                short.request_id
+            )
+            and found[short.request_id].phase == "succeeded"
+            and found
+        ),
         what="the short job's success seen after the restart",
     )
     assert statuses[long.request_id].phase == "running"

@@ -114,8 +114,12 @@ def test_terminate_deletes_the_workload_and_twice_is_fine(
     k8s_backend.launch(spec)
     eventually(lambda: status_of(k8s_backend, k8s_project, spec).phase == "running")
 
-    k8s_backend.terminate(k8s_project, spec.request_id, spec.attempt, reason="cancelled", grace_seconds=0)
-    k8s_backend.terminate(k8s_project, spec.request_id, spec.attempt, reason="cancelled", grace_seconds=0)
+    k8s_backend.terminate(
+        k8s_project, spec.request_id, spec.attempt, reason="cancelled", grace_seconds=0
+    )
+    k8s_backend.terminate(
+        k8s_project, spec.request_id, spec.attempt, reason="cancelled", grace_seconds=0
+    )
     gone = eventually(
         lambda: (s := status_of(k8s_backend, k8s_project, spec)).phase == "missing" and s,
         what="the workload gone",
@@ -164,10 +168,10 @@ def test_list_workloads_groups_jobs_and_pods_per_attempt(
         k8s_backend.launch(spec)
     listed = eventually(
         lambda: (
-            ws := [w for w in k8s_backend.list_workloads([k8s_project]) if w.phase == "running"]
-        )
-        and len(ws) == 3
-        and ws,
+            (ws := [w for w in k8s_backend.list_workloads([k8s_project]) if w.phase == "running"])
+            and len(ws) == 3
+            and ws
+        ),
         what="three running workloads",
     )
     assert sorted(w.request_id for w in listed) == sorted(s.request_id for s in specs)
