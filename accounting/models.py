@@ -1,12 +1,21 @@
-"""Prices of flavors (usage ledger and budgets build on them)."""
+"""Prices of flavors, the usage ledger metered from allocations, and its rollups.
+
+The ledger has one row per (allocation, billing month): what one attempt of a request ran in that
+month. Rollups add the same amounts up per team × project × flavor × pool and month (and day), so
+reports never scan ledger rows. See docs/accounting.md.
+"""
 
 from __future__ import annotations
+
+from decimal import Decimal
 
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
-from scheduling.models import CatalogQuerySet, Flavor
+from scheduling.models import Allocation, CatalogQuerySet, Flavor, NodePool
+from tenants.models import Project, ScopedQuerySet, Team
+from tenants.scope import Scope
 
 
 class Price(models.Model):
@@ -16,6 +25,12 @@ class Price(models.Model):
     price_per_hour = models.DecimalField(max_digits=10, decimal_places=4)
     currency = models.CharField(max_length=3, default=settings.PORTAL_CURRENCY)
     effective_from = models.DateTimeField()
+    preemptible_multiplier = models.DecimalField(
+        max_digits=5,
+        decimal_places=4,
+        default=Decimal(1),
+        help_text="Applied to preemptible (borrowed) work, e.g. 0.5 for half price.",
+    )
 
     objects = CatalogQuerySet.as_manager()
 
@@ -32,8 +47,154 @@ class Price(models.Model):
                 name="price_not_negative",
                 violation_error_message="A price cannot be negative.",
             ),
+            models.CheckConstraint(
+                condition=Q(preemptible_multiplier__gte=0),
+                name="price_multiplier_not_negative",
+                violation_error_message="A multiplier cannot be negative.",
+            ),
         ]
 
     def __str__(self) -> str:
         since = f"{self.effective_from:%Y-%m-%d}"
         return f"{self.flavor} {self.price_per_hour} {self.currency}/h from {since}"
+
+
+class AllocationMeter(models.Model):
+    """How far one allocation has been metered; `is_final` once its whole interval is in."""
+
+    allocation = models.OneToOneField(Allocation, on_delete=models.CASCADE, related_name="meter")
+    metered_until = models.DateTimeField()
+    is_final = models.BooleanField(default=False, db_index=True)
+
+    def __str__(self) -> str:
+        return f"meter of {self.allocation_id} until {self.metered_until:%Y-%m-%d %H:%M}"
+
+
+class UsageQuerySet(ScopedQuerySet):
+    def for_scope(self, scope: Scope) -> UsageQuerySet:
+        """Finance and admins see every team's usage, leads their teams', developers their own."""
+        if scope.sees_all_tenants:
+            return self.all()
+        return self.filter(Q(team_id__in=scope.lead_team_ids) | Q(owner_id=scope.user_id)).filter(
+            team_id__in=scope.team_ids
+        )
+
+
+class UsageRecord(models.Model):
+    """What one allocation ran in one billing month: GPU-equivalent hours and their cost.
+
+    Unique per (allocation, period), and grown only by the meter from its cursor, so an interval
+    is never counted twice. The allocation reference has no database constraint: billing history
+    outlives deleted requests.
+    """
+
+    allocation = models.ForeignKey(
+        Allocation,
+        on_delete=models.DO_NOTHING,
+        db_constraint=False,
+        related_name="usage_records",
+    )
+    period = models.DateField(help_text="First day of the billing month (billing time zone).")
+    team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="+")
+    project = models.ForeignKey(Project, on_delete=models.PROTECT, related_name="+")
+    flavor = models.ForeignKey(Flavor, on_delete=models.PROTECT, related_name="+")
+    pool = models.ForeignKey(NodePool, on_delete=models.PROTECT, related_name="+")
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    gpu_count = models.PositiveIntegerField()
+    is_preemptible = models.BooleanField(default=False)
+    started_at = models.DateTimeField()
+    ended_at = models.DateTimeField()
+    seconds = models.DecimalField(max_digits=14, decimal_places=6)
+    gpu_hours = models.DecimalField(max_digits=18, decimal_places=6)
+    cost = models.DecimalField(max_digits=18, decimal_places=6)
+
+    objects = UsageQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-period", "allocation_id"]
+        indexes = [
+            models.Index(fields=["owner", "period"], name="usage_record_owner_idx"),
+            models.Index(fields=["team", "period"], name="usage_record_team_idx"),
+        ]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["allocation", "period"],
+                name="usage_record_one_per_allocation_period",
+                violation_error_message="This allocation already has usage for this period.",
+            ),
+            models.CheckConstraint(
+                condition=Q(seconds__gte=0) & Q(gpu_hours__gte=0) & Q(cost__gte=0),
+                name="usage_record_not_negative",
+                violation_error_message="Usage cannot be negative.",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"usage of allocation {self.allocation_id} in {self.period:%Y-%m}"
+
+
+class RollupQuerySet(ScopedQuerySet):
+    def for_scope(self, scope: Scope) -> RollupQuerySet:
+        """Team-level sums: finance and admins all, leads their teams; developers none."""
+        if scope.sees_all_tenants:
+            return self.all()
+        return self.filter(team_id__in=scope.lead_team_ids)
+
+
+class UsageRollup(models.Model):
+    """Sums of usage per team × project × flavor × pool over one bucket (month or day)."""
+
+    team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="+")
+    project = models.ForeignKey(Project, on_delete=models.PROTECT, related_name="+")
+    flavor = models.ForeignKey(Flavor, on_delete=models.PROTECT, related_name="+")
+    pool = models.ForeignKey(NodePool, on_delete=models.PROTECT, related_name="+")
+    gpu_hours = models.DecimalField(max_digits=18, decimal_places=6)
+    cost = models.DecimalField(max_digits=18, decimal_places=6)
+
+    objects = RollupQuerySet.as_manager()
+
+    class Meta:
+        abstract = True
+
+
+class MonthlyUsage(UsageRollup):
+    """Usage per team × project × flavor × pool and billing month."""
+
+    period = models.DateField(help_text="First day of the billing month.")
+
+    class Meta:
+        ordering = ["-period", "team_id", "project_id", "flavor_id"]
+        indexes = [models.Index(fields=["period", "team"], name="monthly_usage_period_team_idx")]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["period", "team", "project", "flavor", "pool"],
+                name="monthly_usage_one_per_key",
+                violation_error_message="This month already has a row for this key.",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.period:%Y-%m} {self.project_id}/{self.flavor_id}: {self.gpu_hours} h"
+
+
+class DailyUsage(UsageRollup):
+    """Usage per team × project × flavor × pool and day (billing time zone): chart series."""
+
+    day = models.DateField()
+
+    class Meta:
+        ordering = ["-day", "team_id", "project_id", "flavor_id"]
+        indexes = [
+            models.Index(fields=["project", "day"], name="daily_usage_project_day_idx"),
+            models.Index(fields=["team", "day"], name="daily_usage_team_day_idx"),
+        ]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["day", "team", "project", "flavor", "pool"],
+                name="daily_usage_one_per_key",
+                violation_error_message="This day already has a row for this key.",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.day} {self.project_id}/{self.flavor_id}: {self.gpu_hours} h"

@@ -1,14 +1,36 @@
-"""Reads of prices and costs."""
+"""Reads of prices, usage and chargeback. The API and the dashboards both call these.
+
+Team-level reports read the rollups (`MonthlyUsage`, `DailyUsage`); only a developer's own usage
+and per-user breakdowns read the ledger, through its (owner, period) and (team, period) indexes.
+"""
 
 from __future__ import annotations
 
-from datetime import datetime
+from dataclasses import dataclass, field
+from datetime import date, datetime
 from decimal import Decimal
+from typing import Any
 
+from django.contrib.auth import get_user_model
+from django.db.models import Count, QuerySet, Sum
 from django.utils import timezone
 
-from accounting.models import Price
-from scheduling.models import Flavor
+from accounting.models import DailyUsage, MonthlyUsage, Price, UsageRecord
+from accounting.periods import billing_zone, month_bounds, month_of, next_month, seconds_between
+from scheduling.models import Flavor, GpuDevice, NodePool
+from tenants.errors import DomainError, ForbiddenError
+from tenants.models import Project, Team, scope_of
+from tenants.scope import Scope
+
+SIX_PLACES = Decimal("0.000001")
+GROUP_KEYS = ("team", "project", "flavor", "pool", "user", "month", "day")
+_COLUMN = {
+    "team": "team_id",
+    "project": "project_id",
+    "flavor": "flavor_id",
+    "pool": "pool_id",
+    "user": "owner_id",
+}
 
 
 def price_in_force(*, flavor: Flavor, at: datetime | None = None) -> Price | None:
@@ -25,3 +47,264 @@ def estimated_cost_per_hour(*, flavor: Flavor, gpu_count: int) -> tuple[Decimal,
     if price is None:
         return None
     return price.price_per_hour * gpu_count, price.currency
+
+
+# Who sees what in reports -------------------------------------------------------------------
+
+ALL, TEAMS, OWN = "all", "teams", "own"
+
+
+def report_reach(scope: Scope) -> str:
+    """Finance and admins report on every team, leads on their teams, developers on themselves."""
+    if scope.sees_all_tenants:
+        return ALL
+    if scope.lead_team_ids:
+        return TEAMS
+    if scope.team_ids:
+        return OWN
+    raise ForbiddenError("no_role", "You need a role in a team to see usage.")
+
+
+@dataclass(frozen=True, slots=True)
+class UsageQuery:
+    """One report's filters: months [month_from, month_to], optional ids, grouping keys."""
+
+    month_from: date
+    month_to: date
+    team_id: int | None = None
+    project_id: int | None = None
+    pool_id: int | None = None
+    flavor_id: int | None = None
+    group_by: tuple[str, ...] = ("team",)
+    months: list[date] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        month, months = self.month_from, []
+        while month <= self.month_to:
+            months.append(month)
+            month = next_month(month)
+        object.__setattr__(self, "months", months)
+
+
+def current_month(now: datetime | None = None) -> date:
+    return month_of(now or timezone.now(), billing_zone())
+
+
+def check_filters(*, user: Any, query: UsageQuery) -> None:
+    """Ids in filters must be within the caller's reach, else they do not exist (400)."""
+    scope = scope_of(user)
+    reach = report_reach(scope)
+    teams = Team.objects.all() if reach == ALL else Team.objects.filter(id__in=scope.team_ids)
+    if reach == TEAMS:
+        teams = teams.filter(id__in=scope.lead_team_ids)
+    errors: dict[str, str] = {}
+    if query.team_id is not None and not teams.filter(pk=query.team_id).exists():
+        errors["team"] = "No such team."
+    if (
+        query.project_id is not None
+        and not Project.objects.filter(pk=query.project_id, team__in=teams).exists()
+    ):
+        errors["project"] = "No such project."
+    if query.pool_id is not None and not NodePool.objects.filter(pk=query.pool_id).exists():
+        errors["pool"] = "No such pool."
+    if query.flavor_id is not None and not Flavor.objects.filter(pk=query.flavor_id).exists():
+        errors["flavor"] = "No such flavor."
+    if errors:
+        raise DomainError("invalid", "Invalid input: see the fields.", fields=errors)
+
+
+def _source(*, scope: Scope, query: UsageQuery) -> tuple[QuerySet[Any], str]:
+    """The cheapest table that answers the query, restricted to the caller, and its month column."""
+    reach = report_reach(scope)
+    wants_user = "user" in query.group_by
+    if "day" in query.group_by and (wants_user or reach == OWN):
+        raise DomainError(
+            "invalid",
+            "Daily series are per team and project, not per user.",
+            fields={"group_by": "'day' cannot be combined with 'user' or your own usage."},
+        )
+    if reach == OWN:
+        rows: QuerySet[Any] = UsageRecord.objects.filter(
+            owner_id=scope.user_id, team_id__in=scope.team_ids
+        )
+    elif wants_user:
+        rows = UsageRecord.objects.all()
+    elif "day" in query.group_by:
+        start, end = query.month_from, next_month(query.month_to)
+        rows = DailyUsage.objects.filter(day__gte=start, day__lt=end)
+        return _narrow(rows, scope=scope, query=query), "day"
+    else:
+        rows = MonthlyUsage.objects.all()
+    rows = rows.filter(period__gte=query.month_from, period__lte=query.month_to)
+    return _narrow(rows, scope=scope, query=query), "period"
+
+
+def _narrow(rows: QuerySet[Any], *, scope: Scope, query: UsageQuery) -> QuerySet[Any]:
+    if report_reach(scope) == TEAMS:
+        rows = rows.filter(team_id__in=scope.lead_team_ids)
+    for name, value in (
+        ("team_id", query.team_id),
+        ("project_id", query.project_id),
+        ("pool_id", query.pool_id),
+        ("flavor_id", query.flavor_id),
+    ):
+        if value is not None:
+            rows = rows.filter(**{name: value})
+    return rows
+
+
+def _names(model: Any, ids: set[int], attribute: str = "name") -> dict[int, str]:
+    return dict(model.objects.filter(pk__in=ids).values_list("pk", attribute)) if ids else {}
+
+
+def _money(value: Any) -> Decimal:
+    return Decimal(value or 0).quantize(SIX_PLACES)
+
+
+def usage_rows(*, user: Any, query: UsageQuery) -> list[dict[str, Any]]:
+    """GPU-equivalent hours and cost grouped by `query.group_by`, ordered by the keys."""
+    scope = scope_of(user)
+    rows, month_column = _source(scope=scope, query=query)
+    if "month" in query.group_by and month_column == "day":
+        raise DomainError(
+            "invalid",
+            "Group a daily series by day, not by month.",
+            fields={"group_by": "'month' and 'day' cannot be combined."},
+        )
+    columns = [
+        "period" if key == "month" else "day" if key == "day" else _COLUMN[key]
+        for key in query.group_by
+    ]
+    grouped = (
+        rows.values(*columns)
+        .annotate(gpu_hours=Sum("gpu_hours"), cost=Sum("cost"))
+        .order_by(*columns)
+    )
+    result = list(grouped)
+    names = {
+        "team_id": _names(Team, {r["team_id"] for r in result if "team_id" in r}),
+        "project_id": _names(Project, {r["project_id"] for r in result if "project_id" in r}),
+        "flavor_id": _names(Flavor, {r["flavor_id"] for r in result if "flavor_id" in r}),
+        "pool_id": _names(NodePool, {r["pool_id"] for r in result if "pool_id" in r}),
+        "owner_id": _names(
+            get_user_model(), {r["owner_id"] for r in result if "owner_id" in r}, "username"
+        ),
+    }
+    out = []
+    for row in result:
+        item: dict[str, Any] = {}
+        for key, column in zip(query.group_by, columns, strict=True):
+            if key == "month":
+                item["month"] = f"{row[column]:%Y-%m}"
+            elif key == "day":
+                item["day"] = row[column].isoformat()
+            else:
+                item[f"{key}_id"] = row[column]
+                item[key] = names[column].get(row[column], "")
+        item["gpu_hours"] = _money(row["gpu_hours"])
+        item["cost"] = _money(row["cost"])
+        out.append(item)
+    return out
+
+
+def totals(rows: list[dict[str, Any]]) -> dict[str, Decimal]:
+    return {
+        "gpu_hours": sum((r["gpu_hours"] for r in rows), Decimal(0)),
+        "cost": sum((r["cost"] for r in rows), Decimal(0)),
+    }
+
+
+# Idle capacity --------------------------------------------------------------------------------
+
+
+def pool_rate(*, pool: NodePool, at: datetime) -> Decimal:
+    """The price of one GPU-equivalent hour in the pool: its largest flavor's price per unit."""
+    for flavor in pool.flavors.order_by("-gpu_equivalent", "pk"):
+        price = price_in_force(flavor=flavor, at=at)
+        if price is not None:
+            return (price.price_per_hour / flavor.gpu_equivalent).quantize(SIX_PLACES)
+    return Decimal(0)
+
+
+def capacity_hours(*, months: list[date], now: datetime) -> dict[int, Decimal]:
+    """GPU-hours each pool could have given over the months, up to now (today's inventory)."""
+    zone = billing_zone()
+    devices = dict(
+        GpuDevice.objects.values("node__pool_id")
+        .annotate(n=Count("pk"))
+        .values_list("node__pool_id", "n")
+    )
+    hours = Decimal(0)
+    for month in months:
+        start, end = month_bounds(month, zone)
+        end = min(end, now)
+        if end > start:
+            hours += seconds_between(start, end) / Decimal(3600)
+    return {pool_id: (count * hours).quantize(SIX_PLACES) for pool_id, count in devices.items()}
+
+
+def idle_capacity(*, query: UsageQuery, now: datetime | None = None) -> list[dict[str, Any]]:
+    """Per pool: capacity, allocated and idle GPU-hours over the months; idle at the pool rate."""
+    now = now or timezone.now()
+    allocated = dict(
+        MonthlyUsage.objects.filter(period__gte=query.month_from, period__lte=query.month_to)
+        .values("pool_id")
+        .annotate(h=Sum("gpu_hours"))
+        .values_list("pool_id", "h")
+    )
+    capacity = capacity_hours(months=query.months, now=now)
+    pools = NodePool.objects.order_by("name")
+    if query.pool_id is not None:
+        pools = pools.filter(pk=query.pool_id)
+    out = []
+    for pool in pools:
+        used = _money(allocated.get(pool.pk))
+        total = capacity.get(pool.pk, Decimal(0))
+        idle = max(total - used, Decimal(0))
+        rate = pool_rate(pool=pool, at=now)
+        out.append(
+            {
+                "pool_id": pool.pk,
+                "pool": pool.name,
+                "capacity_gpu_hours": total,
+                "allocated_gpu_hours": used,
+                "idle_gpu_hours": idle,
+                "rate_per_gpu_hour": rate,
+                "idle_cost": (idle * rate).quantize(SIX_PLACES),
+            }
+        )
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Chargeback:
+    rows: list[dict[str, Any]]
+    totals: dict[str, Decimal]
+    idle: list[dict[str, Any]] | None
+    fleet: dict[str, Decimal] | None
+
+
+def chargeback(*, user: Any, query: UsageQuery, now: datetime | None = None) -> Chargeback:
+    """Cost per group for leads, finance and admins; fleet-wide it adds idle capacity so that
+    the groups' total plus idle cost is the fleet's cost."""
+    scope = scope_of(user)
+    if report_reach(scope) == OWN:
+        raise ForbiddenError("forbidden", "Chargeback is for team leads, finance and admins.")
+    rows = usage_rows(user=user, query=query)
+    sums = totals(rows)
+    fleet_wide = (
+        scope.sees_all_tenants
+        and query.team_id is None
+        and query.project_id is None
+        and query.flavor_id is None
+    )
+    if not fleet_wide:
+        return Chargeback(rows, sums, None, None)
+    idle = idle_capacity(query=query, now=now)
+    idle_cost = sum((p["idle_cost"] for p in idle), Decimal(0))
+    fleet = {
+        "allocated_cost": sums["cost"],
+        "idle_cost": idle_cost,
+        "fleet_cost": sums["cost"] + idle_cost,
+    }
+    return Chargeback(rows, sums, idle, fleet)

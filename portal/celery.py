@@ -52,4 +52,9 @@ app.conf.beat_schedule = {
         "task": "scheduling.tasks.expire_stale_approvals",
         "schedule": 300.0,
     },
+    "meter-usage": {
+        "task": "accounting.tasks.meter_usage_task",
+        "schedule": settings.USAGE_METERING_SECONDS,
+        "options": {"expires": settings.USAGE_METERING_SECONDS},
+    },
 }

@@ -11,6 +11,7 @@ from portal import health, views
 api_v1 = [
     path("", include("tenants.api.urls")),
     path("", include("scheduling.api.urls")),
+    path("", include("accounting.api.urls")),
 ]
 
 urlpatterns = [

@@ -1,0 +1,92 @@
+"""`/api/v1/usage/` and `/api/v1/chargeback/`: the same selectors as the dashboards."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+from django.conf import settings
+from django.http import HttpResponse
+from drf_spectacular.utils import extend_schema
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from accounting.api.serializers import ChargebackQuerySerializer, UsageQuerySerializer
+from accounting.exports import rows_to_csv
+from accounting.selectors import UsageQuery, chargeback, check_filters, totals, usage_rows
+
+
+def _columns(query: UsageQuery) -> list[str]:
+    columns: list[str] = []
+    for key in query.group_by:
+        columns += [key] if key in ("month", "day") else [f"{key}_id", key]
+    return [*columns, "gpu_hours", "cost", "currency"]
+
+
+def _csv(rows: list[dict[str, Any]], query: UsageQuery, name: str) -> HttpResponse:
+    for row in rows:
+        row["currency"] = settings.PORTAL_CURRENCY
+    body = rows_to_csv(rows, columns=_columns(query))
+    response = HttpResponse(body, content_type="text/csv; charset=utf-8")
+    filename = f"{name}-{query.month_from:%Y-%m}-{query.month_to:%Y-%m}.csv"
+    response["Content-Disposition"] = f'attachment; filename="{filename}"'
+    return response
+
+
+def _plain(value: Any) -> Any:
+    """Decimals as exact strings (DRF's encoder would turn them into floats)."""
+    if isinstance(value, Decimal):
+        return str(value)
+    if isinstance(value, dict):
+        return {key: _plain(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_plain(item) for item in value]
+    return value
+
+
+def _envelope(query: UsageQuery) -> dict[str, Any]:
+    return {
+        "currency": settings.PORTAL_CURRENCY,
+        "time_zone": settings.BILLING_TIME_ZONE,
+        "months": [f"{month:%Y-%m}" for month in query.months],
+        "group_by": list(query.group_by),
+    }
+
+
+class UsageView(APIView):
+    """GPU-equivalent hours and cost: all teams (finance, admins), a lead's teams, or your own."""
+
+    @extend_schema(parameters=[UsageQuerySerializer])
+    def get(self, request: Request) -> Any:
+        params = UsageQuerySerializer(data=request.query_params)
+        params.is_valid(raise_exception=True)
+        query = params.to_query()
+        check_filters(user=request.user, query=query)
+        rows = usage_rows(user=request.user, query=query)
+        if params.validated_data.get("export") == "csv":
+            return _csv(rows, query, "usage")
+        body = {**_envelope(query), "results": rows, "totals": totals(rows)}
+        return Response(_plain(body))
+
+
+class ChargebackView(APIView):
+    """Cost per team/project/flavor/pool/month; fleet-wide it adds idle capacity cost."""
+
+    @extend_schema(parameters=[ChargebackQuerySerializer])
+    def get(self, request: Request) -> Any:
+        params = ChargebackQuerySerializer(data=request.query_params)
+        params.is_valid(raise_exception=True)
+        query = params.to_query()
+        check_filters(user=request.user, query=query)
+        report = chargeback(user=request.user, query=query)
+        if params.validated_data.get("export") == "csv":
+            return _csv(report.rows, query, "chargeback")
+        body = {
+            **_envelope(query),
+            "results": report.rows,
+            "totals": report.totals,
+            "idle": report.idle,
+            "fleet": report.fleet,
+        }
+        return Response(_plain(body))

@@ -1,0 +1,13 @@
+"""Thin Celery tasks for accounting; safe to run twice."""
+
+from __future__ import annotations
+
+from celery import shared_task
+
+from accounting.services import meter_usage
+
+
+@shared_task(acks_late=True, soft_time_limit=50, time_limit=55)
+def meter_usage_task() -> int:
+    """Bring the usage ledger and rollups up to now (beat, every minute)."""
+    return meter_usage()

@@ -1,0 +1,5 @@
+from __future__ import annotations
+
+from tests.scheduling.conftest import Fleet, fleet
+
+__all__ = ["Fleet", "fleet"]
