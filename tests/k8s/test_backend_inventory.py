@@ -22,7 +22,7 @@ def test_inventory_reads_nodes_labels_taints_and_gpu_capacities(k8s_backend: Any
     a100 = nodes["a100-training-1"]
     assert (a100.gpu_count, a100.gpu_model, a100.gpu_memory_mib) == (
         8,
-        "NVIDIA-A100-SXM4-80GB",
+        "A100-80G",
         81920,
     )
     assert a100.allocatable["nvidia.com/gpu"] == "8"
@@ -37,8 +37,8 @@ def test_inventory_reads_nodes_labels_taints_and_gpu_capacities(k8s_backend: Any
     assert mig.mig_devices == {"1g.10gb": 28, "3g.40gb": 8}
     l4 = nodes["l4-vgpu-1"]
     assert l4.gpu_count == 4 and l4.vgpu_slots == 40
-    assert l4.gpu_memory_mib == 23034 and l4.gpu_model == "NVIDIA-NVIDIA L4"
-    assert {d.split_count for d in l4.hami_devices} == {10}
+    assert l4.gpu_memory_mib == 23034 and l4.gpu_model == "L4"
+    assert {(d.split_count, d.model) for d in l4.hami_devices} == {(10, "NVIDIA-NVIDIA L4")}
     assert l4.allocatable["nvidia.com/gpumem"] == str(4 * 23034)
 
 
