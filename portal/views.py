@@ -14,6 +14,7 @@ from django.views.decorators.http import require_POST
 from django_htmx.middleware import HtmxDetails
 from knox.models import AuthToken
 
+from accounting.dashboards import dashboard_context
 from tenants.models import Membership, Project, Team, scope_of
 from tenants.selectors import primary_role
 from tenants.services import record_audit_event
@@ -40,6 +41,7 @@ def home(request: HttpRequest) -> HttpResponse:
         "members": Membership.objects.visible_to(request.user).select_related("user", "team"),
         "scope": scope_of(request.user),
     }
+    context.update(dashboard_context(user=request.user, role=role))
     template = HOME_TEMPLATES.get(role or "", "portal/home_no_role.html")
     return render(request, template, context)
 

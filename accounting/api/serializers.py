@@ -9,7 +9,6 @@ from rest_framework import serializers
 
 from accounting.selectors import GROUP_KEYS, UsageQuery, current_month
 
-
 MAX_ID = 2**63 - 1
 
 

@@ -1,0 +1,172 @@
+"""Numbers for the role home pages, from the same selectors as the API."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.db.models import Count, Sum
+
+from accounting.selectors import UsageQuery, chargeback, current_month, totals, usage_rows
+from scheduling.choices import COMMITTED_STATUSES, RequestStatus
+from scheduling.models import Allocation, GpuDevice, GpuRequest, NodePool, Quota
+from scheduling.selectors import approval_inbox
+from tenants.models import scope_of
+
+
+def _month(months: int = 1, **filters: Any) -> UsageQuery:
+    to = current_month()
+    start = to
+    for _ in range(months - 1):
+        start = (
+            start.replace(year=start.year - 1, month=12)
+            if start.month == 1
+            else start.replace(month=start.month - 1)
+        )
+    return UsageQuery(month_from=start, month_to=to, **filters)
+
+
+def _chart(kind: str, labels: list[str], datasets: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"type": kind, "labels": labels, "datasets": datasets}
+
+
+def developer(user: Any) -> dict[str, Any]:
+    live = (
+        GpuRequest.objects.visible_to(user)
+        .filter(owner=user, status__in=COMMITTED_STATUSES)
+        .select_related("project", "flavor")
+        .order_by("queue_position", "created_at")
+    )
+    rows = usage_rows(user=user, query=_month(group_by=("project",)))
+    chart = _chart(
+        "bar",
+        [r["project"] for r in rows],
+        [
+            {
+                "label": f"Cost this month ({settings.PORTAL_CURRENCY})",
+                "data": [float(r["cost"]) for r in rows],
+            }
+        ],
+    )
+    return {"live_requests": live, "usage": rows, "usage_totals": totals(rows), "chart": chart}
+
+
+def team_lead(user: Any) -> dict[str, Any]:
+    scope = scope_of(user)
+    quotas = Quota.objects.filter(team_id__in=scope.lead_team_ids, project__isnull=True)
+    used = dict(
+        Allocation.objects.filter(ended_at__isnull=True, request__team_id__in=scope.lead_team_ids)
+        .values("request__flavor_id")
+        .annotate(units=Sum("request__gpu_count"))
+        .values_list("request__flavor_id", "units")
+    )
+    quota_rows = [
+        {
+            "team": q.team.name,
+            "flavor": q.flavor.name,
+            "guaranteed": q.guaranteed,
+            "limit": q.limit,
+            "used": used.get(q.flavor_id, 0),
+        }
+        for q in quotas.select_related("team", "flavor")
+    ]
+    members = usage_rows(user=user, query=_month(group_by=("user",)))
+    chart = _chart(
+        "bar",
+        [f"{q['team']} · {q['flavor']}" for q in quota_rows],
+        [
+            {"label": "Used", "data": [q["used"] for q in quota_rows]},
+            {"label": "Guaranteed", "data": [q["guaranteed"] for q in quota_rows]},
+            {"label": "Limit", "data": [q["limit"] for q in quota_rows]},
+        ],
+    )
+    return {
+        "quota_rows": quota_rows,
+        "pending_approvals": approval_inbox(user=user).count(),
+        "member_usage": members,
+        "usage_totals": totals(members),
+        "chart": chart,
+    }
+
+
+def platform_admin(user: Any) -> dict[str, Any]:
+    capacity = dict(
+        GpuDevice.objects.values("node__pool_id")
+        .annotate(n=Count("pk"))
+        .values_list("node__pool_id", "n")
+    )
+    allocated = dict(
+        Allocation.objects.filter(ended_at__isnull=True)
+        .values("pool_id")
+        .annotate(g=Sum("request__gpu_equivalent"))
+        .values_list("pool_id", "g")
+    )
+    queued = dict(
+        GpuRequest.objects.filter(status=RequestStatus.QUEUED)
+        .values("flavor__pool_id")
+        .annotate(n=Count("pk"))
+        .values_list("flavor__pool_id", "n")
+    )
+    pools = [
+        {
+            "pool": p.name,
+            "capacity": capacity.get(p.pk, 0),
+            "allocated": float(allocated.get(p.pk) or 0),
+            "queued": queued.get(p.pk, 0),
+        }
+        for p in NodePool.objects.order_by("name")
+    ]
+    top = sorted(
+        usage_rows(user=user, query=_month(group_by=("team", "project"))),
+        key=lambda r: r["cost"],
+        reverse=True,
+    )[:5]
+    chart = _chart(
+        "bar",
+        [p["pool"] for p in pools],
+        [
+            {"label": "Allocated GPUs", "data": [p["allocated"] for p in pools]},
+            {"label": "Capacity GPUs", "data": [p["capacity"] for p in pools]},
+        ],
+    )
+    return {
+        "pools": pools,
+        "queue_depth": sum(queued.values()),
+        "top_consumers": top,
+        "chart": chart,
+    }
+
+
+def finance(user: Any) -> dict[str, Any]:
+    report = chargeback(user=user, query=_month(months=6, group_by=("month", "team")))
+    months = sorted({r["month"] for r in report.rows})
+    teams = sorted({r["team"] for r in report.rows})
+    cost = {(r["month"], r["team"]): float(r["cost"]) for r in report.rows}
+    chart = _chart(
+        "bar",
+        months,
+        [
+            {"label": team, "data": [cost.get((m, team), 0) for m in months], "stack": "cost"}
+            for team in teams
+        ],
+    )
+    this_month = chargeback(user=user, query=_month(group_by=("team", "project")))
+    return {
+        "by_month": report,
+        "this_month": this_month,
+        "chart": chart,
+        "currency": settings.PORTAL_CURRENCY,
+    }
+
+
+BUILDERS = {
+    "developer": developer,
+    "team_lead": team_lead,
+    "platform_admin": platform_admin,
+    "finance": finance,
+}
+
+
+def dashboard_context(*, user: Any, role: str | None) -> dict[str, Any]:
+    builder = BUILDERS.get(role or "")
+    return {"dashboard": builder(user)} if builder else {}
