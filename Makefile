@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 PY_STAMP := $(VENV)/.installed
 JS_STAMP := node_modules/.installed
 
-.PHONY: install run test lint typecheck test-only bench bench-engine bench-pipeline clean
+.PHONY: install run test lint typecheck test-only bench bench-engine bench-pipeline bench-reports clean
 
 $(PY_STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -40,13 +40,16 @@ test: install lint typecheck
 test-only: install
 	$(BIN)/pytest
 
-bench: bench-engine bench-pipeline
+bench: bench-engine bench-pipeline bench-reports
 
 bench-engine: install
 	$(BIN)/python -m bench.engine
 
 bench-pipeline: install
 	$(BIN)/python -m bench.pipeline
+
+bench-reports: install
+	$(BIN)/python -m bench.reports $(if $(ROWS),--rows $(ROWS),)
 
 clean:
 	rm -rf $(VENV) node_modules staticfiles var .mypy_cache .ruff_cache .pytest_cache

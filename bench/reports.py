@@ -1,0 +1,246 @@
+"""Reports benchmark: chargeback, chart series and drill-down from the rollups vs raw GROUP BY.
+
+    python -m bench.reports [--rows N]      (make bench-reports; PostgreSQL at BENCH_DATABASE_URL)
+
+Generates usage rows (200 teams, 2,000 projects, 10 flavors, 6 months by default) and ingests
+them the way bulk usage arrives: COPY into a staging table, then one INSERT into the ledger and
+set-based upserts into the monthly and daily rollups per batch, so rollups are current when a
+batch is done. Prints one JSON line per figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import random
+import statistics
+import time
+from datetime import UTC, date, datetime, timedelta
+from typing import Any
+
+DEFAULT_URL = "postgres://portal:portal@127.0.0.1:5432/portal_bench"
+BATCH = 200_000
+RUNS = 30
+
+
+def emit(metric: str, value: float, unit: str) -> None:
+    print(json.dumps({"metric": metric, "value": round(value, 3), "unit": unit}), flush=True)
+
+
+def p95(samples: list[float]) -> float:
+    return statistics.quantiles(samples, n=20)[18] if len(samples) > 1 else samples[0]
+
+
+def setup_django(url: str) -> None:
+    import psycopg
+
+    admin_url = url.rsplit("/", 1)[0] + "/postgres"
+    name = url.rsplit("/", 1)[1]
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
+        conn.execute(f'CREATE DATABASE "{name}"')
+    os.environ["DATABASE_URL"] = url
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+
+
+def make_catalogue(teams: int, projects: int, flavors: int) -> dict[str, Any]:
+    from decimal import Decimal
+
+    from django.contrib.auth import get_user_model
+
+    from scheduling.models import Flavor, NodePool, Tier
+    from tenants.models import Project, Team
+
+    tier = Tier.objects.create(name="bench", slug="bench")
+    pools = [
+        NodePool.objects.create(
+            name=f"pool {i}", slug=f"pool-{i}", tier=tier, sharing_mode="exclusive"
+        )
+        for i in range(2)
+    ]
+    flavor_rows = [
+        Flavor.objects.create(
+            name=f"flavor {i}",
+            slug=f"flavor-{i}",
+            pool=pools[i % 2],
+            kind="whole",
+            gpu_model="A100",
+            gpu_memory_mib=81920,
+            gpu_equivalent=Decimal(1),
+        )
+        for i in range(flavors)
+    ]
+    team_rows = Team.objects.bulk_create(
+        [Team(name=f"team {i}", slug=f"team-{i}") for i in range(teams)]
+    )
+    project_rows = Project.objects.bulk_create(
+        [
+            Project(team=team_rows[i % teams], name=f"project {i}", slug=f"project-{i}")
+            for i in range(projects)
+        ]
+    )
+    user = get_user_model().objects.create_user("bench-finance")
+    from tenants.models import Membership
+
+    Membership.objects.create(user=user, role="finance")
+    return {
+        "projects": [(p.pk, p.team_id) for p in project_rows],
+        "flavors": [(f.pk, f.pool_id) for f in flavor_rows],
+        "user": user,
+        "team_ids": [t.pk for t in team_rows],
+    }
+
+
+STAGE = """CREATE TEMP TABLE stage (
+  allocation_id bigint, period date, day date, team_id bigint, project_id bigint,
+  flavor_id bigint, pool_id bigint, owner_id integer, gpu_count integer,
+  started_at timestamptz, ended_at timestamptz, seconds numeric, gpu_hours numeric, cost numeric
+) ON COMMIT DELETE ROWS"""
+
+APPLY = [
+    """INSERT INTO accounting_usagerecord (allocation_id, period, team_id, project_id, flavor_id,
+         pool_id, owner_id, gpu_count, is_preemptible, started_at, ended_at, seconds, gpu_hours,
+         cost)
+       SELECT allocation_id, period, team_id, project_id, flavor_id, pool_id, owner_id, gpu_count,
+         false, started_at, ended_at, seconds, gpu_hours, cost FROM stage""",
+    """INSERT INTO accounting_monthlyusage (period, team_id, project_id, flavor_id, pool_id,
+         gpu_hours, cost)
+       SELECT period, team_id, project_id, flavor_id, pool_id, sum(gpu_hours), sum(cost)
+       FROM stage GROUP BY 1, 2, 3, 4, 5
+       ON CONFLICT (period, team_id, project_id, flavor_id, pool_id) DO UPDATE
+       SET gpu_hours = accounting_monthlyusage.gpu_hours + excluded.gpu_hours,
+           cost = accounting_monthlyusage.cost + excluded.cost""",
+    """INSERT INTO accounting_dailyusage (day, team_id, project_id, flavor_id, pool_id,
+         gpu_hours, cost)
+       SELECT day, team_id, project_id, flavor_id, pool_id, sum(gpu_hours), sum(cost)
+       FROM stage GROUP BY 1, 2, 3, 4, 5
+       ON CONFLICT (day, team_id, project_id, flavor_id, pool_id) DO UPDATE
+       SET gpu_hours = accounting_dailyusage.gpu_hours + excluded.gpu_hours,
+           cost = accounting_dailyusage.cost + excluded.cost""",
+]
+
+
+def ingest(rows: int, catalogue: dict[str, Any], first_day: date, days: int) -> float:
+    """Rows arrive in time order (a batch covers a day or two); returns rows per second."""
+    from django.db import connection, transaction
+
+    rng = random.Random(8)
+    projects, flavors = catalogue["projects"], catalogue["flavors"]
+    owner = catalogue["user"].pk
+    per_day = max(rows // days, 1)
+    with connection.cursor() as cursor:
+        cursor.execute(STAGE)
+    elapsed = 0.0
+    done = 0
+    while done < rows:
+        size = min(BATCH, rows - done)
+        buffer = io.StringIO()
+        for i in range(done, done + size):
+            day = first_day + timedelta(days=min(i // per_day, days - 1))
+            project_id, team_id = projects[rng.randrange(len(projects))]
+            flavor_id, pool_id = flavors[rng.randrange(len(flavors))]
+            seconds = rng.randrange(60, 86_400)
+            start = datetime(day.year, day.month, day.day, tzinfo=UTC)
+            hours = seconds / 3600
+            buffer.write(
+                f"{i + 1}\t{day.replace(day=1)}\t{day}\t{team_id}\t{project_id}\t{flavor_id}\t"
+                f"{pool_id}\t{owner}\t1\t{start.isoformat()}\t"
+                f"{(start + timedelta(seconds=seconds)).isoformat()}\t{seconds}\t"
+                f"{hours:.6f}\t{hours * 2.5:.6f}\n"
+            )
+        payload = buffer.getvalue()
+        began = time.perf_counter()
+        with transaction.atomic(), connection.cursor() as cursor:
+            raw = cursor.cursor
+            with raw.copy("COPY stage FROM STDIN") as copy:
+                copy.write(payload)
+            for statement in APPLY:
+                cursor.execute(statement)
+        elapsed += time.perf_counter() - began
+        done += size
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE")
+    return rows / elapsed
+
+
+def timed(fn: Any, runs: int = RUNS) -> list[float]:
+    fn()  # warm
+    samples = []
+    for _ in range(runs):
+        began = time.perf_counter()
+        fn()
+        samples.append((time.perf_counter() - began) * 1000)
+    return samples
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=10_000_000)
+    parser.add_argument("--teams", type=int, default=200)
+    parser.add_argument("--projects", type=int, default=2_000)
+    parser.add_argument("--flavors", type=int, default=10)
+    parser.add_argument("--months", type=int, default=6)
+    args = parser.parse_args()
+    setup_django(os.environ.get("BENCH_DATABASE_URL", DEFAULT_URL))
+
+    from django.db import connection
+
+    from accounting.selectors import UsageQuery, usage_rows
+
+    catalogue = make_catalogue(args.teams, args.projects, args.flavors)
+    first_day = date(2026, 1, 1)
+    last_month = date(2026, args.months, 1)
+    days = (date(2026 + args.months // 12, args.months % 12 + 1, 1) - first_day).days
+    emit("reports.ingest_rows_per_second", ingest(args.rows, catalogue, first_day, days), "rows/s")
+
+    user = catalogue["user"]
+    month = last_month
+    project_id, team_id = catalogue["projects"][0]
+
+    def chargeback() -> Any:
+        return usage_rows(
+            user=user,
+            query=UsageQuery(month_from=month, month_to=month, group_by=("team", "flavor")),
+        )
+
+    def series() -> Any:
+        query = UsageQuery(
+            month_from=first_day, month_to=last_month, project_id=project_id, group_by=("day",)
+        )
+        return usage_rows(user=user, query=query)
+
+    def drilldown() -> Any:
+        query = UsageQuery(
+            month_from=month, month_to=month, team_id=team_id, group_by=("project", "flavor")
+        )
+        return usage_rows(user=user, query=query)
+
+    def raw() -> Any:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT team_id, flavor_id, sum(gpu_hours), sum(cost) FROM accounting_usagerecord"
+                " WHERE period = %s GROUP BY team_id, flavor_id",
+                [month],
+            )
+            return cursor.fetchall()
+
+    assert len(chargeback()) == len(raw())
+    charge = p95(timed(chargeback))
+    emit("reports.chargeback_p95_ms", charge, "ms")
+    emit("reports.series_p95_ms", p95(timed(series)), "ms")
+    emit("reports.drilldown_p95_ms", p95(timed(drilldown)), "ms")
+    raw_ms = statistics.median(timed(raw, runs=3))
+    emit("reports.raw_groupby_ms", raw_ms, "ms")
+    emit("reports.chargeback_speedup", raw_ms / charge, "x")
+
+
+if __name__ == "__main__":
+    main()
