@@ -14,7 +14,6 @@ import schemathesis
 from hypothesis import HealthCheck, settings
 
 from portal.wsgi import application
-from tests.support.personas import api_client
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.integration]
 
@@ -40,8 +39,10 @@ def auth_headers(org: Any) -> dict[str, str]:
     from scheduling.demo import seed_demo_fleet
 
     seed_demo_fleet(teams={"vision": org.team_a, "speech": org.team_b})
-    client = api_client(org.lead_a)
-    return {"Authorization": client._credentials["HTTP_AUTHORIZATION"]}
+    from knox.models import AuthToken
+
+    _, token = AuthToken.objects.create(user=org.lead_a)
+    return {"Authorization": f"Token {token}"}
 
 
 @schema.parametrize()

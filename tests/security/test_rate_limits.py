@@ -40,7 +40,7 @@ def test_web_login_is_rate_limited_and_audited(org: Org) -> None:
 def test_request_creation_is_rate_limited_per_user(org: Org, fleet: Fleet, settings: Any) -> None:
     from rest_framework.settings import api_settings
 
-    rates = {**api_settings.DEFAULT_THROTTLE_RATES, "request-create": "3/minute"}
+    rates: dict[str, Any] = {**api_settings.DEFAULT_THROTTLE_RATES, "request-create": "3/minute"}
     settings.REST_FRAMEWORK = {**settings.REST_FRAMEWORK, "DEFAULT_THROTTLE_RATES": rates}
     from rest_framework.throttling import ScopedRateThrottle
 
@@ -60,4 +60,4 @@ def test_request_creation_is_rate_limited_per_user(org: Org, fleet: Fleet, setti
             == 201
         )
     finally:
-        ScopedRateThrottle.THROTTLE_RATES = api_settings.DEFAULT_THROTTLE_RATES
+        ScopedRateThrottle.THROTTLE_RATES = api_settings.DEFAULT_THROTTLE_RATES  # type: ignore[assignment]
