@@ -7,6 +7,7 @@ from typing import Any
 
 from django.conf import settings
 from django.http import HttpResponse
+from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -57,7 +58,7 @@ def _envelope(query: UsageQuery) -> dict[str, Any]:
 class UsageView(APIView):
     """GPU-equivalent hours and cost: all teams (finance, admins), a lead's teams, or your own."""
 
-    @extend_schema(parameters=[UsageQuerySerializer])
+    @extend_schema(parameters=[UsageQuerySerializer], responses={200: OpenApiTypes.OBJECT})
     def get(self, request: Request) -> Any:
         params = UsageQuerySerializer(data=request.query_params)
         params.is_valid(raise_exception=True)
@@ -73,7 +74,7 @@ class UsageView(APIView):
 class ChargebackView(APIView):
     """Cost per team/project/flavor/pool/month; fleet-wide it adds idle capacity cost."""
 
-    @extend_schema(parameters=[ChargebackQuerySerializer])
+    @extend_schema(parameters=[ChargebackQuerySerializer], responses={200: OpenApiTypes.OBJECT})
     def get(self, request: Request) -> Any:
         params = ChargebackQuerySerializer(data=request.query_params)
         params.is_valid(raise_exception=True)
