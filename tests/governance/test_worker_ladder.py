@@ -70,6 +70,12 @@ def test_idle_notebook_is_warned_then_reclaimed_by_the_worker(
             90,
             worker.output,
         )
+        # The termination is queued after the reclaim commits; let the worker carry it out.
+        wait_until(
+            lambda: not SimulatedWorkload.objects.filter(request_key=str(created["id"])).exists(),
+            30,
+            worker.output,
+        )
     actions = list(
         AuditEvent.objects.filter(target_id=str(created["id"]), action__startswith="reclaim.")
         .order_by("id")
