@@ -156,15 +156,15 @@ def _preempt(preemption: engine.Preemption) -> int | None:
 
 
 def _record_waiting(waiting: tuple[engine.Waiting, ...]) -> None:
-    """Store why each request waits and where it stands, in one UPDATE per distinct change."""
-    current = dict(
+    """Store why each still-queued request waits and where it stands, in batched UPDATEs."""
+    queued = set(
         GpuRequest.objects.filter(
             pk__in=[int(w.request_id) for w in waiting], status=RequestStatus.QUEUED
-        ).values_list("pk", "waiting_reason")
+        ).values_list("pk", flat=True)
     )
     changed = [
         GpuRequest(pk=int(w.request_id), waiting_reason=w.reason, queue_position=w.position)
         for w in waiting
-        if int(w.request_id) in current
+        if int(w.request_id) in queued
     ]
     GpuRequest.objects.bulk_update(changed, ["waiting_reason", "queue_position"], batch_size=500)

@@ -53,16 +53,34 @@ def transition(
         raise _illegal(request, request.status, to)
     for field, value in changes.items():
         setattr(request, field, value)
-    record_audit_event(
+    record_request_event(
+        request,
         actor=actor,
         action=f"request.{to}",
-        target=request,
-        team=request.team,
-        project=request.project,
         message=reason,
         data={"from": current, "to": to},
     )
     return True
+
+
+def record_request_event(
+    request: GpuRequest,
+    *,
+    actor: Any,
+    action: str,
+    message: str = "",
+    data: dict[str, Any] | None = None,
+) -> None:
+    """An audit event about a request, filed under its team and project."""
+    record_audit_event(
+        actor=actor,
+        action=action,
+        target=request,
+        team=request.team,
+        project=request.project,
+        message=message,
+        data=data,
+    )
 
 
 def _illegal(request: GpuRequest, current: str, to: str) -> ConflictError:

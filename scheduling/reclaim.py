@@ -20,7 +20,7 @@ from scheduling import dispatch
 from scheduling.choices import RequestStatus, WorkloadKind
 from scheduling.cluster.base import ClusterBackend
 from scheduling.execution import cluster_backend, end_allocation
-from scheduling.lifecycle import transition
+from scheduling.lifecycle import record_request_event, transition
 from scheduling.models import (
     Allocation,
     GpuRequest,
@@ -56,12 +56,10 @@ def reclaim_request(
         ):
             return False
         allocation = end_allocation(request, reason=f"reclaimed: {code}")
-        record_audit_event(
+        record_request_event(
+            request,
             actor=None,
             action=f"reclaim.{code}",
-            target=request,
-            team=request.team,
-            project=request.project,
             message=reason,
             data=evidence,
         )
@@ -83,12 +81,10 @@ def requeue_or_fail(request: GpuRequest, *, reason: str, code: str, max_attempts
         allocation = end_allocation(request, reason=code)
         if allocation is not None:
             dispatch.request_termination(request.pk, allocation.attempt, code)
-        record_audit_event(
+        record_request_event(
+            request,
             actor=None,
             action=f"reclaim.{code}",
-            target=request,
-            team=request.team,
-            project=request.project,
             message=reason,
         )
         if request.attempt < max_attempts and request.status in (
@@ -176,12 +172,10 @@ def _warn_idle(
         GpuRequest.objects.filter(pk=request.pk).update(idle_warned_at=timezone.now())
         if policy.idle_marks_preemptible:
             Allocation.objects.filter(pk=allocation.pk).update(is_preemptible=True)
-        record_audit_event(
+        record_request_event(
+            request,
             actor=None,
             action="reclaim.idle_warning",
-            target=request,
-            team=request.team,
-            project=request.project,
             message=f"Idle; reclaimed at {when:%H:%M} UTC unless it gets busy." if when else "",
             data=evidence,
         )
@@ -214,12 +208,10 @@ def _timeout_pass(now: datetime, policies: dict[int, ReclaimPolicy], outcome: Co
         )
         if stage == "warn" and request.timeout_warned_at is None:
             GpuRequest.objects.filter(pk=request.pk).update(timeout_warned_at=now)
-            record_audit_event(
+            record_request_event(
+                request,
                 actor=None,
                 action="reclaim.timeout_warning",
-                target=request,
-                team=request.team,
-                project=request.project,
                 message="The max runtime ends soon; ask your lead for an extension if needed.",
             )
             notify(

@@ -24,7 +24,7 @@ from scheduling.choices import (
     WorkloadKind,
 )
 from scheduling.execution import end_allocation
-from scheduling.lifecycle import transition
+from scheduling.lifecycle import record_request_event, transition
 from scheduling.models import ApprovalRule, Flavor, GpuRequest, Quota, gpu_equivalent_of
 from scheduling.notifications import notify
 from scheduling.selectors import pool_capacity, quota_standing, tier_allowed_for_project
@@ -213,13 +213,8 @@ def submit_gpu_request(
         gpu_equivalent=unit_equivalent * gpu_count,
         approval_expires_at=timezone.now() + _approval_ttl(flavor),
     )
-    record_audit_event(
-        actor=actor,
-        action="request.submitted",
-        target=request,
-        team=project.team,
-        project=project,
-        data=request.as_audit_data(),
+    record_request_event(
+        request, actor=actor, action="request.submitted", data=request.as_audit_data()
     )
     facts = approval.ApprovalFacts(
         priority=priority,
@@ -473,12 +468,10 @@ def ask_lead(*, actor: Any, request: GpuRequest, about: str, reason: str) -> Gpu
     if not reason.strip():
         raise _invalid("reason", "Say why the work needs it.")
     what = {"idle_exemption": "an idle exemption", "extension": "a longer runtime"}[about]
-    record_audit_event(
+    record_request_event(
+        request,
         actor=actor,
         action=f"request.asked_{about}",
-        target=request,
-        team=request.team,
-        project=request.project,
         message=reason,
     )
     notify(
@@ -500,12 +493,10 @@ def grant_idle_exemption(
     until = timezone.now() + timedelta(hours=hours)
     GpuRequest.objects.filter(pk=request.pk).update(idle_exempt_until=until, idle_warned_at=None)
     request.refresh_from_db()
-    record_audit_event(
+    record_request_event(
+        request,
         actor=actor,
         action="request.idle_exemption",
-        target=request,
-        team=request.team,
-        project=request.project,
         message=comment,
         data={"until": until.isoformat()},
     )
@@ -535,12 +526,10 @@ def extend_runtime(
         max_runtime_seconds=new_total, timeout_warned_at=None
     )
     request.refresh_from_db()
-    record_audit_event(
+    record_request_event(
+        request,
         actor=actor,
         action="request.extended",
-        target=request,
-        team=request.team,
-        project=request.project,
         message=comment,
         data={"added_seconds": seconds, "max_runtime_seconds": new_total},
     )
