@@ -19,6 +19,7 @@ from scheduling.choices import (
     SharingMode,
     WorkloadKind,
 )
+from scheduling.engine.reserve import format_duration
 from tenants.models import Project, ScopedQuerySet, Team
 from tenants.scope import Scope
 
@@ -74,17 +75,55 @@ class NodePool(models.Model):
     allowed_kinds = models.JSONField(
         default=list, blank=True, help_text="Workload kinds allowed here; empty allows all."
     )
+    # Lifecycle isolation: a share of the pool that long work may not take, so short requests
+    # are not starved behind days-long jobs (see docs/engine.md, "Short-request reserve").
+    short_reserve_fraction = models.FloatField(
+        default=0.0,
+        validators=[MinValueValidator(0.0), MaxValueValidator(1.0)],
+        help_text=(
+            "Share of the pool's GPUs (0-1) kept free for short requests: a request whose "
+            "max runtime is above the threshold may not take capacity that would leave less "
+            "free than this share. 0 turns the reserve off."
+        ),
+    )
+    short_max_runtime_seconds = models.PositiveIntegerField(
+        default=7200,
+        validators=[MinValueValidator(1)],
+        help_text="Requests with a max runtime up to this many seconds count as short.",
+    )
 
     objects = CatalogQuerySet.as_manager()
 
     class Meta:
         ordering = ["name"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(short_reserve_fraction__gte=0) & Q(short_reserve_fraction__lte=1),
+                name="node_pool_short_reserve_in_range",
+                violation_error_message="The short-request reserve is a fraction between 0 and 1.",
+            ),
+            models.CheckConstraint(
+                condition=Q(short_max_runtime_seconds__gte=1),
+                name="node_pool_short_threshold_positive",
+                violation_error_message="The short-request threshold must be at least 1 second.",
+            ),
+        ]
 
     def __str__(self) -> str:
         return self.name
 
     def allows_kind(self, kind: str) -> bool:
         return not self.allowed_kinds or kind in self.allowed_kinds
+
+    @property
+    def short_reserve_label(self) -> str:
+        """How the reserve reads to people ("keeps 20% for requests up to 2 h"), or ""."""
+        if self.short_reserve_fraction <= 0:
+            return ""
+        return (
+            f"keeps {self.short_reserve_fraction:.0%} for requests up to "
+            f"{format_duration(self.short_max_runtime_seconds)}"
+        )
 
 
 class Node(models.Model):

@@ -103,7 +103,9 @@ class Pool:
     `taints` are tolerated automatically by every workload admitted to the pool (the portal adds
     the tolerations to the pod); `node_selector` labels are required on every node of the pool.
     `tier` ranks cost/quality (0 = cheapest); the engine prefers not to spend a higher tier when
-    an equally good placement exists in a lower one.
+    an equally good placement exists in a lower one.  `short_reserve_fraction` of the pool's
+    capacity is kept for requests with `max_runtime_seconds <= short_max_runtime_seconds`
+    (see reserve.py); 0 turns the reserve off.
     """
 
     name: str
@@ -113,6 +115,8 @@ class Pool:
     allowed_kinds: tuple[str, ...] = ("training", "inference", "notebook", "batch")
     node_selector: tuple[tuple[str, str], ...] = ()
     taints: tuple[Taint, ...] = ()
+    short_reserve_fraction: float = 0.0
+    short_max_runtime_seconds: float = 7200.0
 
 
 @dataclass(frozen=True, slots=True)
