@@ -30,7 +30,7 @@ class UsageQuerySerializer(serializers.Serializer):
     pool = serializers.IntegerField(min_value=1, max_value=MAX_ID, required=False)
     flavor = serializers.IntegerField(min_value=1, max_value=MAX_ID, required=False)
     group_by = serializers.CharField(required=False)
-    export = serializers.ChoiceField(choices=["csv"], required=False)
+    export = serializers.ChoiceField(choices=["csv", "xlsx"], required=False)
 
     default_group_by: tuple[str, ...] = ("team",)
 

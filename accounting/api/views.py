@@ -14,7 +14,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from accounting.api.serializers import ChargebackQuerySerializer, UsageQuerySerializer
-from accounting.exports import rows_to_csv
+from accounting.exports import XLSX_CONTENT_TYPE, rows_to_csv, rows_to_xlsx
 from accounting.selectors import UsageQuery, chargeback, check_filters, totals, usage_rows
 
 
@@ -25,14 +25,26 @@ def _columns(query: UsageQuery) -> list[str]:
     return [*columns, "gpu_hours", "cost", "currency"]
 
 
-def _csv(rows: list[dict[str, Any]], query: UsageQuery, name: str) -> HttpResponse:
+def export_response(
+    rows: list[dict[str, Any]], *, columns: list[str], filename: str, fmt: str
+) -> HttpResponse:
+    """The rows as a CSV or XLSX download (formulas neutralised in both)."""
+    if fmt == "xlsx":
+        body: bytes | str = rows_to_xlsx(rows, columns=columns, title=filename)
+        response = HttpResponse(body, content_type=XLSX_CONTENT_TYPE)
+    else:
+        response = HttpResponse(
+            rows_to_csv(rows, columns=columns), content_type="text/csv; charset=utf-8"
+        )
+    response["Content-Disposition"] = f'attachment; filename="{filename}.{fmt}"'
+    return response
+
+
+def _export(rows: list[dict[str, Any]], query: UsageQuery, name: str, fmt: str) -> HttpResponse:
     for row in rows:
         row["currency"] = settings.PORTAL_CURRENCY
-    body = rows_to_csv(rows, columns=_columns(query))
-    response = HttpResponse(body, content_type="text/csv; charset=utf-8")
-    filename = f"{name}-{query.month_from:%Y-%m}-{query.month_to:%Y-%m}.csv"
-    response["Content-Disposition"] = f'attachment; filename="{filename}"'
-    return response
+    filename = f"{name}-{query.month_from:%Y-%m}-{query.month_to:%Y-%m}"
+    return export_response(rows, columns=_columns(query), filename=filename, fmt=fmt)
 
 
 def _plain(value: Any) -> Any:
@@ -65,8 +77,8 @@ class UsageView(APIView):
         query = params.to_query()
         check_filters(user=request.user, query=query)
         rows = usage_rows(user=request.user, query=query)
-        if params.validated_data.get("export") == "csv":
-            return _csv(rows, query, "usage")
+        if fmt := params.validated_data.get("export"):
+            return _export(rows, query, "usage", fmt)
         body = {**_envelope(query), "results": rows, "totals": totals(rows)}
         return Response(_plain(body))
 
@@ -81,8 +93,8 @@ class ChargebackView(APIView):
         query = params.to_query()
         check_filters(user=request.user, query=query)
         report = chargeback(user=request.user, query=query)
-        if params.validated_data.get("export") == "csv":
-            return _csv(report.rows, query, "chargeback")
+        if fmt := params.validated_data.get("export"):
+            return _export(report.rows, query, "chargeback", fmt)
         body = {
             **_envelope(query),
             "results": report.rows,
