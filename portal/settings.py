@@ -11,6 +11,9 @@ from datetime import timedelta
 from pathlib import Path
 
 import environ
+from csp.constants import NONCE as CSP_NONCE
+from csp.constants import NONE as CSP_NONE
+from csp.constants import SELF as CSP_SELF
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -37,6 +40,7 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "django_htmx",
+    "csp",
     "tenants",
     "scheduling",
     "accounting",
@@ -45,10 +49,13 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "csp.middleware.CSPMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "tenants.middleware.SessionLimitsMiddleware",
+    "tenants.middleware.DeniedAccessAuditMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
@@ -72,6 +79,7 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
                 "tenants.context_processors.roles",
+                "tenants.context_processors.csp_nonce",
             ],
         },
     },
@@ -190,6 +198,9 @@ if CLUSTER_BACKEND not in {"simulated", "kubernetes"}:
     raise environ.ImproperlyConfigured("CLUSTER_BACKEND must be 'simulated' or 'kubernetes'")
 KUBECONFIG = env.str("KUBECONFIG", default="")
 KUBE_CONTEXT = env.str("KUBE_CONTEXT", default="") or None
+# Extra or overriding GPU product → model names (scheduling/cluster/gpu_models.py), a JSON
+# object, e.g. {"NVIDIA-A100-SXM4-80GB": "A100-80G"}.
+GPU_MODEL_ALIASES: dict[str, str] = env.json("GPU_MODEL_ALIASES", default={})
 # Simulated cluster: how much faster than real time simulated work starts and runs.
 SIMULATION_SPEED = env.float("SIMULATION_SPEED", default=1.0)
 # Fault injection for the tests: how long a simulated launch takes before the object exists.
@@ -229,11 +240,31 @@ if OIDC_ENABLED:
 
 # --- Security --------------------------------------------------------------------------------
 SESSION_COOKIE_AGE = env.int("SESSION_COOKIE_AGE", default=8 * 3600)
+# A session ends after this long without a request, and at the latest this long after sign-in
+# (tenants.middleware.SessionLimitsMiddleware; ASVS V7.3).
+SESSION_IDLE_TIMEOUT_SECONDS = env.int("SESSION_IDLE_TIMEOUT_SECONDS", default=30 * 60)
+SESSION_MAX_AGE_SECONDS = env.int("SESSION_MAX_AGE_SECONDS", default=SESSION_COOKIE_AGE)
 SESSION_COOKIE_HTTPONLY = True
 CSRF_COOKIE_HTTPONLY = False
 X_FRAME_OPTIONS = "DENY"
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"
+# Scripts only from our own origin or carrying the per-response nonce: no inline script runs
+# without it. Inline style attributes stay allowed (Bootstrap widths, htmx indicators).
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": [CSP_SELF],
+        "script-src": [CSP_SELF, CSP_NONCE],
+        "style-src": [CSP_SELF, "'unsafe-inline'"],
+        "img-src": [CSP_SELF, "data:"],
+        "font-src": [CSP_SELF],
+        "connect-src": [CSP_SELF],
+        "object-src": [CSP_NONE],
+        "base-uri": [CSP_SELF],
+        "form-action": [CSP_SELF],
+        "frame-ancestors": [CSP_NONE],
+    }
+}
 if not DEBUG:
     SESSION_COOKIE_SECURE = env.bool("SESSION_COOKIE_SECURE", default=True)
     CSRF_COOKIE_SECURE = env.bool("CSRF_COOKIE_SECURE", default=True)

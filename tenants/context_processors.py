@@ -15,3 +15,8 @@ def roles(request: HttpRequest) -> dict[str, Any]:
     if user is None or not user.is_authenticated:
         return {}
     return {"portal_scope": scope_of(user), "portal_role": primary_role(user=user)}
+
+
+def csp_nonce(request: HttpRequest) -> dict[str, Any]:
+    """`csp_nonce` for templates and for django-htmx's `{% htmx_script %}` (reads that name)."""
+    return {"csp_nonce": getattr(request, "csp_nonce", "")}
