@@ -27,6 +27,7 @@ from scheduling.cluster.base import (
     WorkloadStatus,
 )
 from scheduling.cluster.base import Taint as ClusterTaint
+from scheduling.inventory import gpu_products
 from scheduling.lifecycle import transition
 from scheduling.models import Allocation, GpuRequest, Quota
 from scheduling.snapshot import POOL_LABEL
@@ -109,6 +110,7 @@ def workload_spec(request: GpuRequest, allocation: Allocation) -> WorkloadSpec:
         mig_profile=flavor.mig_profile if sharing == "mig" else None,
         scheduler_name=pool.scheduler_name,
         node_selector={**pool.node_selector, POOL_LABEL: pool.slug},
+        gpu_products=gpu_products(flavor.gpu_model),
         tolerations=tuple(
             Toleration.for_taint(
                 ClusterTaint(t["key"], t.get("effect", "NoSchedule"), t.get("value", ""))

@@ -4,15 +4,27 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
 from scheduling.choices import SharingMode
 from scheduling.cluster.base import NodeInventory
+from scheduling.cluster.gpu_models import gpu_products_for, merged_aliases, normalise_gpu_model
 from scheduling.models import GpuDevice, Node, NodePool
 from tenants.services import record_audit_event
 
 DEFAULT_GPU_MEMORY_MIB = 81920
+
+
+def gpu_model_aliases() -> dict[str, str]:
+    """The product → model table: the defaults with GPU_MODEL_ALIASES on top."""
+    return merged_aliases(settings.GPU_MODEL_ALIASES)
+
+
+def gpu_products(model: str) -> tuple[str, ...]:
+    """The node label values a workload pinned to `model` may land on (none: any model)."""
+    return gpu_products_for(model, gpu_model_aliases()) if model else ()
 
 
 def pool_for(node: NodeInventory, pools: Sequence[NodePool]) -> NodePool | None:
@@ -48,6 +60,7 @@ def apply_inventory(inventory: Sequence[NodeInventory]) -> dict[str, int]:
     Returns how many nodes were added, updated and lost.
     """
     pools = list(NodePool.objects.order_by("slug"))
+    aliases = gpu_model_aliases()
     now = timezone.now()
     counts = {"added": 0, "updated": 0, "lost": 0}
     seen: set[str] = set()
@@ -60,7 +73,8 @@ def apply_inventory(inventory: Sequence[NodeInventory]) -> dict[str, int]:
             name=reported.name,
             defaults={
                 "pool": pool,
-                "gpu_model": reported.gpu_model or "unknown",
+                # The portal's short name (A100-80G), not the product label, so flavors match.
+                "gpu_model": normalise_gpu_model(reported.gpu_model, aliases) or "unknown",
                 "labels": dict(reported.labels),
                 "is_schedulable": reported.ready and reported.schedulable,
                 "synced_at": now,

@@ -170,8 +170,10 @@ class WorkloadSpec:
     """What to run for one attempt of one GPU request, already placed by the portal.
 
     `node_name` is set when the portal chose the node; `None` lets the cluster's scheduler pick a
-    node within the pool that `node_selector` and `tolerations` describe. `gpu_count` counts
-    whole cards (exclusive), vGPU shares (vgpu) or MIG instances of `mig_profile` (mig).
+    node within the pool that `node_selector` and `tolerations` describe. `gpu_products` pins
+    the GPU model: the pod may only land on nodes whose `nvidia.com/gpu.product` label is one of
+    them (see `gpu_models.gpu_products_for`). `gpu_count` counts whole cards (exclusive), vGPU
+    shares (vgpu) or MIG instances of `mig_profile` (mig).
     """
 
     request_id: str
@@ -193,6 +195,7 @@ class WorkloadSpec:
     memory: str | None = None
     scheduler_name: str = "default-scheduler"
     node_selector: Mapping[str, str] = field(default_factory=dict)
+    gpu_products: tuple[str, ...] = ()
     tolerations: tuple[Toleration, ...] = ()
     node_name: str | None = None
     priority_class_name: str | None = None

@@ -27,6 +27,7 @@ from scheduling.cluster.base import (
     Toleration,
     WorkloadSpec,
 )
+from scheduling.cluster.gpu_models import GPU_PRODUCT_LABEL
 
 Manifest = dict[str, Any]
 
@@ -174,6 +175,24 @@ def node_selector(spec: WorkloadSpec) -> dict[str, str]:
     return selector
 
 
+def gpu_product_affinity(products: tuple[str, ...]) -> dict[str, Any]:
+    """Required node affinity on the GPU product label: a node selector cannot say "one of",
+    and one model has several product strings (SXM and PCIe cards, GFD and short names)."""
+    return {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {
+                        "matchExpressions": [
+                            {"key": GPU_PRODUCT_LABEL, "operator": "In", "values": list(products)}
+                        ]
+                    }
+                ]
+            }
+        }
+    }
+
+
 def pod_spec(spec: WorkloadSpec, *, restart_policy: str) -> dict[str, Any]:
     """The pod spec shared by Job and Deployment templates."""
     container: dict[str, Any] = {
@@ -205,6 +224,8 @@ def pod_spec(spec: WorkloadSpec, *, restart_policy: str) -> dict[str, Any]:
     selector = node_selector(spec)
     if selector:
         body["nodeSelector"] = selector
+    if spec.gpu_products:
+        body["affinity"] = gpu_product_affinity(spec.gpu_products)
     if spec.tolerations:
         body["tolerations"] = [_toleration(t) for t in spec.tolerations]
     return body

@@ -318,9 +318,9 @@ def whole_card_node(name: str, *, pool: str = "a100-training", gpus: int = 8) ->
         pool=pool,
         resources={"nvidia.com/gpu": str(gpus)},
         labels={
-            # The demo fleet's model names (scheduling/demo.py), which the flavors match on; a
-            # real GPU feature discovery would say e.g. NVIDIA-A100-SXM4-80GB.
-            "nvidia.com/gpu.product": "A100-80G",
+            # What GPU feature discovery reports; inventory sync maps it onto the demo
+            # flavors' short model (A100-80G) through scheduling/cluster/gpu_models.py.
+            "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB",
             "nvidia.com/gpu.count": str(gpus),
             "nvidia.com/gpu.memory": "81920",
         },
@@ -337,7 +337,7 @@ def demo_nodes() -> list[NodeShape]:
             pool="h100-mig",
             resources={"nvidia.com/mig-1g.10gb": "28", "nvidia.com/mig-3g.40gb": "8"},
             labels={
-                "nvidia.com/gpu.product": "H100-80G",
+                "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
                 "nvidia.com/gpu.count": "8",
                 "nvidia.com/gpu.memory": "81920",
                 "nvidia.com/mig.strategy": "mixed",
@@ -354,7 +354,7 @@ def demo_nodes() -> list[NodeShape]:
                     "nvidia.com/gpumem": str(4 * 23034),
                     "nvidia.com/gpucores": "400",
                 },
-                labels={"nvidia.com/gpu.product": "L4"},
+                labels={"nvidia.com/gpu.product": "NVIDIA-L4"},
                 annotations={"hami.io/node-nvidia-register": hami_register(4)},
             )
         )

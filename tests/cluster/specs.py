@@ -44,6 +44,7 @@ def workload(
         memory="32Gi",
         scheduler_name="hami-scheduler" if sharing == "vgpu" else "default-scheduler",
         node_selector={"gpu-portal/pool": "a100-train"},
+        gpu_products=("A100-80G", "NVIDIA-A100-80GB-PCIe", "NVIDIA-A100-SXM4-80GB"),
         tolerations=(
             Toleration.for_taint(Taint(key="nvidia.com/gpu", effect="NoSchedule")),
             Toleration.for_taint(

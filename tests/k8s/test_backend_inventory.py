@@ -9,7 +9,7 @@ import pytest
 
 from scheduling.demo import seed_demo_fleet
 from scheduling.inventory import apply_inventory
-from scheduling.models import GpuDevice, Node
+from scheduling.models import Flavor, GpuDevice, Node
 from tenants.services import seed_demo_organisation
 
 pytestmark = pytest.mark.k8s
@@ -22,7 +22,7 @@ def test_inventory_reads_nodes_labels_taints_and_gpu_capacities(k8s_backend: Any
     a100 = nodes["a100-training-1"]
     assert (a100.gpu_count, a100.gpu_model, a100.gpu_memory_mib) == (
         8,
-        "A100-80G",
+        "NVIDIA-A100-SXM4-80GB",  # the backend reports what the cluster says
         81920,
     )
     assert a100.allocatable["nvidia.com/gpu"] == "8"
@@ -37,7 +37,7 @@ def test_inventory_reads_nodes_labels_taints_and_gpu_capacities(k8s_backend: Any
     assert mig.mig_devices == {"1g.10gb": 28, "3g.40gb": 8}
     l4 = nodes["l4-vgpu-1"]
     assert l4.gpu_count == 4 and l4.vgpu_slots == 40
-    assert l4.gpu_memory_mib == 23034 and l4.gpu_model == "L4"
+    assert l4.gpu_memory_mib == 23034 and l4.gpu_model == "NVIDIA-L4"
     assert {(d.split_count, d.model) for d in l4.hami_devices} == {(10, "NVIDIA-NVIDIA L4")}
     assert l4.allocatable["nvidia.com/gpumem"] == str(4 * 23034)
 
@@ -56,6 +56,15 @@ def test_inventory_sync_maps_the_cluster_onto_the_demo_pools(k8s_backend: Any) -
         "l4-vgpu-2": "l4-vgpu",
     }
     assert all(n.is_schedulable and n.synced_at for n in nodes.values())
+    # Real product labels (NVIDIA-A100-SXM4-80GB, ...) are stored as the flavors' short models.
+    assert {name: n.gpu_model for name, n in nodes.items()} == {
+        "a100-training-1": "A100-80G",
+        "a100-training-2": "A100-80G",
+        "h100-mig-1": "H100-80G",
+        "l4-vgpu-1": "L4",
+        "l4-vgpu-2": "L4",
+    }
+    assert set(Flavor.objects.values_list("gpu_model", flat=True)) <= {"A100-80G", "H100-80G", "L4"}
     assert GpuDevice.objects.filter(node__name="a100-training-1").count() == 8
     mig_layouts = GpuDevice.objects.filter(node__name="h100-mig-1").values_list(
         "mig_layout", flat=True
