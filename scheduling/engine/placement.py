@@ -121,10 +121,19 @@ class Placer:
     # ------------------------------------------------------------------ plugin placer
 
     def place(
-        self, shape: Shape, blocked: Collection[int], preemptible: bool
+        self,
+        shape: Shape,
+        blocked: Collection[int],
+        preemptible: bool,
+        skip: Collection[str] = (),
     ) -> tuple[tuple[Claim, ...] | None, bool]:
-        """Best placement now, and whether reserved capacity turned a candidate away."""
+        """Best placement now, and whether reserved capacity turned a candidate away.
+
+        `skip` names pools the request may not use now (their short-request reserve).
+        """
         groups, _ = self.groups_for(shape)
+        if skip:
+            groups = [g for g in groups if g.pool.name not in skip]
         if not groups:
             return None, False
         if self.policy.placer == "best_fit":

@@ -36,6 +36,7 @@ from .placement import Placer
 from .preemption import find_victims, team_rose_above_guarantee
 from .queue import FairQueue
 from .quota import EPS, QuotaLedger
+from .reserve import is_long, leaves_reserve, reserve_reason
 from .state import MODE_MIG, MODE_VGPU, AllocRecord, Claim, FleetState, Shape, shape_of
 from .types import (
     MIG_PROFILES,
@@ -95,12 +96,21 @@ class Scheduler:
         self.holds: list[Hold] = []
         self._fail: dict[tuple[int, tuple[int, ...]], tuple[str, WaitCode]] = {}
         self._preempt_fail: set[tuple[int, int, bool, tuple[int, ...]]] = set()
+        # Memo keys refused by a short-request reserve: they wait without a reservation, since
+        # holding devices for them would keep short work out of the very share kept for it.
+        self._by_reserve: set[tuple[int, tuple[int, ...]]] = set()
         self._shapes: dict[Hashable, tuple[Shape, int]] = {}
         self._key_ids: dict[Hashable, int] = {}
         self._blocked: dict[tuple[int, ...], frozenset[int]] = {}  # reserved devices by holds
         self._share: dict[str, float] = {}  # cached DRF shares, dropped when usage changes
         self._queue: FairQueue | None = None
         self._planned = False
+        # Pools keeping a share for short requests (reserve.py), by name order.
+        self.reserve_pools = tuple(
+            sorted(
+                (p for p in snapshot.pools if p.short_reserve_fraction > 0), key=lambda p: p.name
+            )
+        )
 
     # ------------------------------------------------------------------ shares & metrics
 
@@ -221,6 +231,8 @@ class Scheduler:
             assert why is not None
             return None, [], why, "quota"
         shape, mkey = self._shape(req, flavor)
+        long_in = self._long_in(req) if self.reserve_pools else ()
+        skip = self._reserve_skip(long_in, demand) if long_in else ()
         end = now + req.max_runtime_seconds
         block_ids = tuple(
             i for i, h in enumerate(self.holds) if h.start_at < end and h.request_id != req.id
@@ -235,11 +247,16 @@ class Scheduler:
         )
         preemptible = req.is_preemptible or borrowed
         if memo is None:
-            claims, hit = self.placer.place(shape, blocked, preemptible)
+            claims, hit = self.placer.place(shape, blocked, preemptible, skip)
             if claims is not None:
                 return self._admit(req, demand, borrowed, preemptible, claims, now), [], None, None
             fresh: tuple[str, WaitCode]
-            if hit:
+            if skip and self.placer.place(shape, blocked, preemptible)[0] is not None:
+                # It would fit, but only by eating into a short-request reserve.
+                fresh = ("; ".join(reserve_reason(self.st.pools[p]) for p in skip), "capacity")
+                self._fail[(mkey, block_ids)] = fresh
+                self._by_reserve.add((mkey, block_ids))
+            elif hit:
                 holder = self.holds[block_ids[0]].request_id if block_ids else "?"
                 fresh = (f"waiting behind reservation for request {holder}", "reservation")
                 self._fail[(mkey, block_ids)] = fresh
@@ -250,7 +267,7 @@ class Scheduler:
         # Preemption.
         if self.policy.enable_preemption:
             got = self._preempt(
-                req, shape, mkey, demand, borrowed, preemptible, blocked, block_ids, now
+                req, shape, mkey, demand, borrowed, preemptible, blocked, block_ids, now, long_in
             )
             if got is not None:
                 return got
@@ -258,6 +275,7 @@ class Scheduler:
         if (
             allow_reserve
             and memo[1] == "capacity"
+            and (mkey, block_ids) not in self._by_reserve
             and self.policy.enable_backfill
             and len(self.holds) < self.policy.max_reservations
         ):
@@ -296,18 +314,36 @@ class Scheduler:
             req.mig_profile,
             req.node_selector,
             req.tolerations,
+            self._long_in(req) if self.reserve_pools else (),
         )
         hit = self._shapes.get(raw)
         if hit is None:
             shape = shape_of(req, flavor)
             groups, _ = self.placer.groups_for(shape)
-            canon = (
+            canon: tuple[object, ...] = (
                 replace(shape, workload_kind="") if groups else shape,
                 tuple(g.key for g in groups),
             )
+            if raw[-1]:
+                # Long in some reserved pool: the reserve depends on the demand and on which
+                # pools count it as long, so such requests share failures only among themselves.
+                canon += (raw[-1], req.gpu_count * flavor.gpu_equivalent)
             key_id = self._key_ids.setdefault(canon, len(self._key_ids))
             hit = self._shapes[raw] = (shape, key_id)
         return hit
+
+    def _long_in(self, req: Request) -> tuple[str, ...]:
+        """Names of the reserved pools for which `req` is a long request."""
+        return tuple(p.name for p in self.reserve_pools if is_long(p, req.max_runtime_seconds))
+
+    def _reserve_skip(self, long_in: tuple[str, ...], demand: float) -> tuple[str, ...]:
+        """Pools in `long_in` where taking `demand` now would eat into the short reserve."""
+        st = self.st
+        return tuple(
+            p
+            for p in long_in
+            if not leaves_reserve(st.pools[p], st.pool_capacity[p], st.pool_used[p], demand)
+        )
 
     def _admit(
         self,
@@ -368,6 +404,7 @@ class Scheduler:
         blocked: frozenset[int],
         block_ids: tuple[int, ...],
         now: float,
+        long_in: tuple[str, ...] = (),
     ) -> _Outcome | None:
         reclaim = not borrowed
         if req.priority <= 0 and not reclaim:
@@ -385,6 +422,18 @@ class Scheduler:
             self._preempt_fail.add(key)
             return None
         claims, victims = found
+        pool = self.st.node_pool[self.st.dev_node[claims[0][0]]]
+        if pool in long_in:
+            # Long work may preempt in a reserved pool only if the reserve ends up no smaller:
+            # the pool keeps its share free afterwards, or the victims free at least as much.
+            st = self.st
+            freed = sum(v.ge for v in victims if st.node_pool[v.nodes[0]] == pool)
+            used_after = st.pool_used[pool] - freed
+            if freed + EPS < demand and not leaves_reserve(
+                st.pools[pool], st.pool_capacity[pool], used_after, demand
+            ):
+                self._preempt_fail.add(key)
+                return None
         out: list[Preemption] = []
         for v in victims:
             self.st.release(v)
@@ -408,6 +457,7 @@ class Scheduler:
         # Freed capacity may now fit shapes that failed; failed preemptions stay failed (fewer
         # victims remain, and their teams' usage only went down).
         self._fail.clear()
+        self._by_reserve.clear()
         adm = self._admit(req, demand, borrowed, preemptible, claims, now)
         return adm, out, None, None
 

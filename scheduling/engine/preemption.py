@@ -117,7 +117,7 @@ def find_victims(
             cost = (
                 len(victims),
                 sum(1 for v in victims if not v.borrowed),
-                max(v.priority for v in victims),
+                max((v.priority for v in victims), default=-1),
                 node,
             )
             results.append((cost, node, claims, victims))

@@ -173,6 +173,19 @@ class FleetState:
                 and not self.node_taint_keys[ni]
                 and all(self.node_labels[ni].get(k) == v for k, v in sel)
             )
+        # Short-request reserve: GE capacity and GE held per pool that has one (reserve.py).
+        # Only pools with a reserve are tracked, so fleets without one pay nothing.
+        self.pool_capacity: dict[str, float] = {}
+        self.pool_used: dict[str, float] = {}
+        for p in snapshot.pools:
+            if p.short_reserve_fraction > 0:
+                self.pool_capacity[p.name] = 0.0
+                self.pool_used[p.name] = 0.0
+        if self.pool_capacity:
+            for d in devices:
+                ni = self.node_of[d.node_id]
+                if self.node_schedulable[ni] and self.node_pool[ni] in self.pool_capacity:
+                    self.pool_capacity[self.node_pool[ni]] += 1.0
         self.allocs: dict[str, AllocRecord] = {}
         self._claim_values: dict[Claim, DeviceClaim] = {}
         # Called with (node, changed devices or None for all) after apply/release.
@@ -183,6 +196,8 @@ class FleetState:
             if rec is not None:
                 self.allocs[rec.id] = rec
                 self._attach(rec)  # capacity is already reflected in the device state
+                if self.pool_used:
+                    self._charge_pool(rec, rec.ge)
         # Preemption candidates: running preemptible work per node, cheapest victim first.
         self.node_victims: dict[int, list[AllocRecord]] = {}
         for rec in self.allocs.values():
@@ -285,6 +300,13 @@ class FleetState:
 
     # ------------------------------------------------------------------ mutation
 
+    def _charge_pool(self, rec: AllocRecord, ge: float) -> None:
+        """Count `ge` against the reserve of the pool `rec` runs in (schedulable nodes only)."""
+        node = rec.nodes[0]
+        pool = self.node_pool[node]
+        if pool in self.pool_used and self.node_schedulable[node]:
+            self.pool_used[pool] += ge
+
     def _attach(self, rec: AllocRecord) -> None:
         for n in rec.nodes:
             self.node_tenants[n] += 1
@@ -328,6 +350,8 @@ class FleetState:
                 self.mig_mask[dev] |= bits
         self.allocs[rec.id] = rec
         self._attach(rec)
+        if self.pool_used:
+            self._charge_pool(rec, rec.ge)
         if notify and self.listener is not None:
             self._notify(rec)
 
@@ -345,6 +369,8 @@ class FleetState:
                 node_free[self.dev_node[dev]] += 1
         self.allocs.pop(rec.id, None)
         self._detach(rec)
+        if self.pool_used:
+            self._charge_pool(rec, -rec.ge)
         if notify and self.listener is not None:
             self._notify(rec)
 
