@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from scheduling.engine import Pool, Priority, Quota, Scheduler, plan
+from scheduling.engine import Pool, Priority, Quota, Request, Scheduler, Snapshot, plan
 from scheduling.engine.reserve import format_duration, is_long, leaves_reserve
 
 from .builders import alloc, fleet, node, req, whole_claims
@@ -23,7 +23,7 @@ def reserved(fraction: float = 0.25, threshold: float = 2 * HOUR, name: str = "e
     )  # fmt: skip
 
 
-def one_node_pool(pool: Pool, used: int = 0, pending: tuple = ()) -> object:
+def one_node_pool(pool: Pool, used: int = 0, pending: tuple[Request, ...] = ()) -> Snapshot:
     allocations = [alloc("run", whole_claims("n1", range(used)))] if used else []
     return fleet(node("n1"), pools=(pool,), allocations=allocations, pending=pending)
 
