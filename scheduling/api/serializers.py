@@ -16,6 +16,9 @@ class NodePoolSerializer(serializers.ModelSerializer):
     )
     node_count = serializers.IntegerField(read_only=True)
     gpu_count = serializers.IntegerField(read_only=True)
+    short_reserve_label = serializers.CharField(
+        read_only=True, help_text='How the short-request reserve reads ("" when off).'
+    )
 
     class Meta:
         model = NodePool
@@ -31,6 +34,9 @@ class NodePoolSerializer(serializers.ModelSerializer):
             "placement",
             "scoring",
             "allowed_kinds",
+            "short_reserve_fraction",
+            "short_max_runtime_seconds",
+            "short_reserve_label",
             "node_count",
             "gpu_count",
         ]
@@ -195,3 +201,13 @@ class UtilisationPointSerializer(serializers.Serializer):
     sampled_at = serializers.DateTimeField()
     activity_percent = serializers.FloatField()
     memory_used_mib = serializers.IntegerField(allow_null=True)
+
+
+class RequestSummarySerializer(serializers.Serializer):
+    """The dashboard counters of `GET /api/v1/requests/summary/` (for the schema)."""
+
+    total = serializers.IntegerField()
+    by_status = serializers.DictField(child=serializers.IntegerField())
+    waiting = serializers.IntegerField()
+    running = serializers.IntegerField()
+    committed_gpu_equivalent = serializers.DecimalField(max_digits=12, decimal_places=4)

@@ -1,8 +1,10 @@
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Any, cast
 
-from django.db.models import Count, QuerySet
+from django.core.cache import cache
+from django.db.models import Count, QuerySet, Sum
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
@@ -23,12 +25,52 @@ from scheduling.api.serializers import (
     GpuRequestSerializer,
     NodePoolSerializer,
     QuotaSerializer,
+    RequestSummarySerializer,
     UtilisationPointSerializer,
 )
-from scheduling.choices import COMMITTED_STATUSES
+from scheduling.choices import COMMITTED_STATUSES, RequestStatus
 from scheduling.models import Flavor, GpuRequest, NodePool, Quota, UtilisationSample
 from tenants.api.base import ScopedModelViewSet, ScopedReadOnlyViewSet, ScopedViewSetMixin
-from tenants.models import scope_of
+from tenants.models import Scope, scope_of
+
+SUMMARY_CACHE_SECONDS = 5
+
+
+def _summary_cache_key(scope: Scope) -> str:
+    """A cache key that names exactly whose view the summary is.
+
+    Admins share one view. A user who leads every team they belong to sees those teams' requests,
+    so leads of the same teams share a key; anyone else sees their own requests and gets a key
+    of their own. Team ids are part of the key, so a change of membership is a new key.
+    """
+    if scope.is_platform_admin:
+        return "gpu-request-summary:v1:admin"
+    teams = ",".join(str(team_id) for team_id in sorted(scope.team_ids))
+    if scope.team_ids and scope.team_ids == scope.lead_team_ids:
+        return f"gpu-request-summary:v1:leads:{teams}"
+    return f"gpu-request-summary:v1:user:{scope.user_id}:{teams}"
+
+
+def _request_summary(requests: QuerySet[GpuRequest]) -> dict[str, Any]:
+    """Counts by status and the GPU-equivalents committed now, in one aggregate query."""
+    by_status = {status: 0 for status in RequestStatus.values}
+    committed = Decimal(0)
+    for status_value, count, equivalents in (
+        requests.order_by()
+        .values_list("status")
+        .annotate(count=Count("id"), equivalents=Sum("gpu_equivalent"))
+        .values_list("status", "count", "equivalents")
+    ):
+        by_status[status_value] = count
+        if status_value in COMMITTED_STATUSES:
+            committed += equivalents or 0
+    return {
+        "total": sum(by_status.values()),
+        "by_status": by_status,
+        "waiting": by_status[RequestStatus.PENDING_APPROVAL] + by_status[RequestStatus.QUEUED],
+        "running": by_status[RequestStatus.RUNNING],
+        "committed_gpu_equivalent": str(committed),
+    }
 
 
 class NodePoolViewSet(ScopedReadOnlyViewSet):
@@ -119,6 +161,18 @@ class GpuRequestViewSet(
     filterset_class = GpuRequestFilter
     ordering_fields = ["created_at", "priority", "status"]
 
+    def get_queryset(self) -> QuerySet[Any]:
+        """Reads join only the owner: the other relations are rendered as ids from the row.
+
+        The list is the hottest endpoint; joining flavor, project and approver built three
+        model instances per row that the serializer never looked at. Actions that change a
+        request keep the joins, as their services read those relations.
+        """
+        queryset = super().get_queryset()
+        if self.action in ("list", "retrieve"):
+            queryset = queryset.select_related(None).select_related("owner")
+        return queryset
+
     def get_throttles(self) -> list[Any]:
         if self.action == "create":
             self.throttle_scope = "request-create"
@@ -189,6 +243,22 @@ class GpuRequestViewSet(
             .values("sampled_at", "activity_percent", "memory_used_mib")[:500]
         )
         return Response(UtilisationPointSerializer(list(points)[::-1], many=True).data)
+
+    @extend_schema(responses=RequestSummarySerializer)
+    @action(detail=False, methods=["get"])
+    def summary(self, request: Request) -> Response:
+        """Dashboard counters over the requests the caller can see, cached a few seconds.
+
+        Dashboards poll this; the counts are a whole-table aggregate, so each scope's answer is
+        kept for SUMMARY_CACHE_SECONDS under a key that names the scope (never shared across
+        tenants), and a poll costs a cache read instead of a GROUP BY.
+        """
+        key = _summary_cache_key(scope_of(request.user))
+        data = cache.get(key)
+        if data is None:
+            data = _request_summary(GpuRequest.objects.visible_to(request.user))
+            cache.set(key, data, SUMMARY_CACHE_SECONDS)
+        return Response(data)
 
     @extend_schema(request=CancelSerializer, responses=GpuRequestSerializer)
     @action(detail=True, methods=["post"])
