@@ -17,6 +17,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
+from pathlib import Path
 
 from django.db import IntegrityError, transaction
 from django.utils import timezone
@@ -34,12 +35,44 @@ LEASE_SECONDS = 60
 POLICY = engine.Policy()
 
 
+def _pid_namespace() -> str:
+    """The PID namespace of this process ('' where /proc has none): PIDs compare only within it."""
+    try:
+        return os.readlink("/proc/self/ns/pid").removeprefix("pid:").strip("[]")
+    except OSError:
+        return ""
+
+
 def _holder() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+    return f"{socket.gethostname()}:{_pid_namespace()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+def holder_is_dead(holder: str) -> bool:
+    """True only if `holder` ran on this host, in this PID namespace, and its process is gone.
+
+    A worker SIGKILLed inside a cycle would otherwise block every cycle until its lease expires
+    (a minute). Any doubt — another host or namespace, a live or reused PID — answers False,
+    and the lease then simply expires.
+    """
+    host, namespace, pid, _token = ([*holder.split(":"), "", "", "", ""])[:4]
+    if host != socket.gethostname() or namespace != _pid_namespace() or not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    try:  # a zombie (killed, not yet reaped by its parent) is dead too
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[:1] == ["Z"]
 
 
 def acquire_lease(*, name: str = LEASE_NAME, seconds: int = LEASE_SECONDS) -> str | None:
-    """Take the lease if it is free or expired; returns the holder token, or None if busy."""
+    """Take the lease if it is free, expired or held by a dead process of this host; returns
+    the holder token, or None if busy."""
     now = timezone.now()
     holder = _holder()
     # Created concurrently by another cycle is fine: the UPDATE below decides who holds it.
@@ -50,6 +83,14 @@ def acquire_lease(*, name: str = LEASE_NAME, seconds: int = LEASE_SECONDS) -> st
     taken = SchedulerLease.objects.filter(name=name, expires_at__lt=now).update(
         holder=holder, expires_at=now + timedelta(seconds=seconds)
     )
+    if not taken:
+        current = SchedulerLease.objects.filter(name=name).values_list("holder", flat=True).first()
+        if current and holder_is_dead(current):
+            log.warning("taking over the scheduling lease of dead holder %s", current)
+            # Compare-and-set on the dead holder: of two cycles noticing it, one takes over.
+            taken = SchedulerLease.objects.filter(name=name, holder=current).update(
+                holder=holder, expires_at=now + timedelta(seconds=seconds)
+            )
     return holder if taken else None
 
 

@@ -15,6 +15,7 @@ from typing import Any, cast
 
 from django.conf import settings
 from django.db import connection
+from kombu import pools as kombu_pools
 
 ROOT = Path(settings.BASE_DIR)
 
@@ -29,8 +30,13 @@ def test_database_url() -> str:
 
 
 class WorkerProcess:
-    def __init__(self, redis_url: str, extra_env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, redis_url: str, extra_env: dict[str, str] | None = None, *, beat: bool = True
+    ) -> None:
         self.redis_url = redis_url
+        self.beat = beat
+        self.started_at = 0.0
+        self.ready_offset = 0
         self.log_path = Path(tempfile.mkdtemp()) / "worker.log"
         self.log_path.touch()
         self.beat_file = Path(tempfile.mkdtemp()) / "beat-schedule"
@@ -50,13 +56,16 @@ class WorkerProcess:
         }
         self.process: subprocess.Popen[bytes] | None = None
 
-    def start(self, timeout: float = 60.0) -> None:
+    def start(self, timeout: float = 60.0, *, wait: bool = True) -> None:
+        """Start the worker; with `wait`, return once it consumes (see `is_ready`)."""
         command = [
-            sys.executable, "-m", "celery", "-A", "portal", "worker", "--beat",
-            "--schedule", str(self.beat_file), "--loglevel", "info", "--concurrency", "2",
+            sys.executable, "-m", "celery", "-A", "portal", "worker",
+            *(["--beat", "--schedule", str(self.beat_file)] if self.beat else []),
+            "--loglevel", "info", "--concurrency", "2",
             "--without-gossip", "--without-mingle",
         ]  # fmt: skip
-        offset = self.log_path.stat().st_size
+        offset = self.ready_offset = self.log_path.stat().st_size
+        self.started_at = time.monotonic()
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(
                 command,
@@ -66,6 +75,8 @@ class WorkerProcess:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,  # its own process group: kill() takes the pool with it
             )
+        if not wait:
+            return
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if " ready." in self.log_path.read_text(errors="replace")[offset:]:
@@ -74,6 +85,12 @@ class WorkerProcess:
                 break
             time.sleep(0.2)
         raise RuntimeError(f"the worker did not start:\n{self.output()[-4000:]}")
+
+    def is_ready(self) -> bool:
+        """The worker started last has connected and consumes tasks."""
+        with self.log_path.open("rb") as log:
+            log.seek(self.ready_offset)
+            return b" ready." in log.read()
 
     def kill(self) -> None:
         """SIGKILL the worker and its pool, as a node failure would."""
@@ -93,6 +110,19 @@ class WorkerProcess:
         return self.log_path.read_text(errors="replace")
 
 
+def use_broker(app: Any, broker_url: str) -> None:
+    """Point the test process's Celery app at `broker_url` with fresh connection pools.
+
+    Closing the app's pool alone leaves it closed for good ("Acquire on closed pool"): every
+    task the test process then queued was dropped and only the worker's beat moved work.
+    """
+    app.conf.update(broker_url=broker_url)
+    cast(Any, app.pool).force_close_all()
+    app._pool = None
+    app.amqp._producer_pool = None
+    kombu_pools.reset()
+
+
 @contextmanager
 def celery_worker(redis_url: str, **extra_env: str) -> Iterator[WorkerProcess]:
     """Start a worker; tasks the test process queues go to it through Redis, not inline."""
@@ -103,12 +133,12 @@ def celery_worker(redis_url: str, **extra_env: str) -> Iterator[WorkerProcess]:
         "task_always_eager": app.conf.task_always_eager,
         "broker_url": app.conf.broker_url,
     }
-    app.conf.update(task_always_eager=False, broker_url=redis_url)
-    cast(Any, app.pool).force_close_all()
+    app.conf.update(task_always_eager=False)
+    use_broker(app, redis_url)
     worker.start()
     try:
         yield worker
     finally:
         worker.stop()
         app.conf.update(previous)
-        cast(Any, app.pool).force_close_all()
+        use_broker(app, previous["broker_url"])
