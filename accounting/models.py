@@ -92,14 +92,32 @@ class UsageRecord(models.Model):
         Allocation,
         on_delete=models.DO_NOTHING,
         db_constraint=False,
+        db_index=False,  # the (allocation, period) unique index serves it
         related_name="usage_records",
     )
     period = models.DateField(help_text="First day of the billing month (billing time zone).")
-    team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="+")
-    project = models.ForeignKey(Project, on_delete=models.PROTECT, related_name="+")
-    flavor = models.ForeignKey(Flavor, on_delete=models.PROTECT, related_name="+")
-    pool = models.ForeignKey(NodePool, on_delete=models.PROTECT, related_name="+")
-    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    # No database foreign keys and only the indexes the reports use: per-row deferred FK checks
+    # cost more than the insert itself (docs/accounting.md, Benchmark). Keys come from the
+    # request (meter) or are checked once per batch (bulk ingest); PROTECT is enforced by Django.
+    team = models.ForeignKey(
+        Team, on_delete=models.PROTECT, related_name="+", db_constraint=False, db_index=False
+    )
+    project = models.ForeignKey(
+        Project, on_delete=models.PROTECT, related_name="+", db_constraint=False
+    )
+    flavor = models.ForeignKey(
+        Flavor, on_delete=models.PROTECT, related_name="+", db_constraint=False, db_index=False
+    )
+    pool = models.ForeignKey(
+        NodePool, on_delete=models.PROTECT, related_name="+", db_constraint=False, db_index=False
+    )
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.PROTECT,
+        related_name="+",
+        db_constraint=False,
+        db_index=False,
+    )
     gpu_count = models.PositiveIntegerField()
     is_preemptible = models.BooleanField(default=False)
     started_at = models.DateTimeField()
@@ -142,12 +160,25 @@ class RollupQuerySet(ScopedQuerySet):
 
 
 class UsageRollup(models.Model):
-    """Sums of usage per team × project × flavor × pool over one bucket (month or day)."""
+    """Sums of usage per team × project × flavor × pool over one bucket (month or day).
 
-    team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="+")
-    project = models.ForeignKey(Project, on_delete=models.PROTECT, related_name="+")
-    flavor = models.ForeignKey(Flavor, on_delete=models.PROTECT, related_name="+")
-    pool = models.ForeignKey(NodePool, on_delete=models.PROTECT, related_name="+")
+    Derived from the ledger, whose keys are checked: no database foreign keys and no
+    single-column indexes (the composite indexes below serve the reports), so that keeping the
+    rollups current at ingest stays cheap.
+    """
+
+    team = models.ForeignKey(
+        Team, on_delete=models.PROTECT, related_name="+", db_constraint=False, db_index=False
+    )
+    project = models.ForeignKey(
+        Project, on_delete=models.PROTECT, related_name="+", db_constraint=False, db_index=False
+    )
+    flavor = models.ForeignKey(
+        Flavor, on_delete=models.PROTECT, related_name="+", db_constraint=False, db_index=False
+    )
+    pool = models.ForeignKey(
+        NodePool, on_delete=models.PROTECT, related_name="+", db_constraint=False, db_index=False
+    )
     gpu_hours = models.DecimalField(max_digits=18, decimal_places=6)
     cost = models.DecimalField(max_digits=18, decimal_places=6)
 
@@ -198,3 +229,42 @@ class DailyUsage(UsageRollup):
 
     def __str__(self) -> str:
         return f"{self.day} {self.project_id}/{self.flavor_id}: {self.gpu_hours} h"
+
+
+class TeamMonthlyUsage(models.Model):
+    """Usage per team × flavor × pool and billing month: what chargeback reads.
+
+    The same sums as `MonthlyUsage` without the project, so a month is ~teams × flavors rows
+    (2,000 at 200 teams and 10 flavors) instead of ~projects × flavors; team-level reports that do
+    not group or filter by project read this table. Kept current by the meter and the bulk ingest
+    in the same transaction as the ledger (docs/accounting.md).
+    """
+
+    period = models.DateField(help_text="First day of the billing month.")
+    team = models.ForeignKey(
+        Team, on_delete=models.PROTECT, related_name="+", db_constraint=False, db_index=False
+    )
+    flavor = models.ForeignKey(
+        Flavor, on_delete=models.PROTECT, related_name="+", db_constraint=False, db_index=False
+    )
+    pool = models.ForeignKey(
+        NodePool, on_delete=models.PROTECT, related_name="+", db_constraint=False, db_index=False
+    )
+    gpu_hours = models.DecimalField(max_digits=18, decimal_places=6)
+    cost = models.DecimalField(max_digits=18, decimal_places=6)
+
+    objects = RollupQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-period", "team_id", "flavor_id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["period", "team", "flavor", "pool"],
+                name="team_monthly_usage_one_per_key",
+                violation_error_message="This month already has a row for this key.",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.period:%Y-%m} team {self.team_id}/{self.flavor_id}: {self.gpu_hours} h"
+
