@@ -16,8 +16,15 @@ COPY accounting accounting
 RUN pip install --no-cache-dir .
 COPY . .
 COPY --from=assets /app/node_modules node_modules
+# Static files are collected at build time (served by WhiteNoise); the code stays root-owned and
+# read-only for the portal user, which may write only var/ and /tmp (emptyDirs in Kubernetes).
 RUN SECRET_KEY=collectstatic-only python manage.py collectstatic --noinput \
-    && useradd --create-home --uid 10001 portal && mkdir -p var && chown portal var
-USER portal
+    && groupadd --gid 10001 portal \
+    && useradd --create-home --uid 10001 --gid 10001 portal \
+    && mkdir -p var && chown portal:portal var
+USER 10001:10001
 EXPOSE 8000
-CMD ["gunicorn", "portal.wsgi:application", "--bind", "0.0.0.0:8000", "--workers", "3"]
+# The same image runs web (this default), `celery -A portal worker`, `celery -A portal beat` and
+# `python manage.py migrate`; see docker-compose.yml and deploy/manifests/.
+CMD ["gunicorn", "portal.wsgi:application", "--bind", "0.0.0.0:8000", "--workers", "3", \
+     "--worker-tmp-dir", "/tmp", "--access-logfile", "-"]

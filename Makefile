@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 PY_STAMP := $(VENV)/.installed
 JS_STAMP := node_modules/.installed
 
-.PHONY: install run test lint typecheck test-only bench bench-engine bench-pipeline bench-reports clean
+.PHONY: install run test lint typecheck test-only bench bench-engine bench-pipeline bench-reports bench-api clean
 
 $(PY_STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -40,7 +40,7 @@ test: install lint typecheck
 test-only: install
 	$(BIN)/pytest
 
-bench: bench-engine bench-pipeline bench-reports
+bench: bench-engine bench-pipeline bench-reports bench-api
 
 bench-engine: install
 	$(BIN)/python -m bench.engine
@@ -50,6 +50,10 @@ bench-pipeline: install
 
 bench-reports: install
 	$(BIN)/python -m bench.reports $(if $(ROWS),--rows $(ROWS),)
+
+# API load: Locust against gunicorn + PostgreSQL (BENCH_API_DATABASE_URL, recreated) on loopback.
+bench-api: install
+	$(BIN)/python -m bench.api $(if $(SECONDS_PER_SCENARIO),--seconds $(SECONDS_PER_SCENARIO),)
 
 clean:
 	rm -rf $(VENV) node_modules staticfiles var .mypy_cache .ruff_cache .pytest_cache

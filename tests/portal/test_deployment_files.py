@@ -48,3 +48,22 @@ def test_readme_commands_are_make_targets() -> None:
 
 def test_ci_runs_the_readme_test_command() -> None:
     assert "make test" in (ROOT / ".ci" / "run").read_text()
+
+
+def test_image_runs_as_non_root_with_static_files_collected_at_build() -> None:
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    final_stage = dockerfile.rsplit("\nFROM ", 1)[1]
+    assert "collectstatic --noinput" in final_stage
+    users = re.findall(r"^USER (\S+)", final_stage, re.M)
+    assert users and users[-1].split(":")[0] not in {"root", "0"}
+
+
+def test_build_context_leaves_out_local_secrets_and_environments() -> None:
+    ignored = set((ROOT / ".dockerignore").read_text().split())
+    assert {".env", ".venv", "node_modules", ".git", "var"} <= ignored
+
+
+def test_compose_runs_exactly_one_beat_and_checks_web_health() -> None:
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    assert compose["services"]["beat"]["deploy"]["replicas"] == 1
+    assert "/healthz" in " ".join(compose["services"]["web"]["healthcheck"]["test"])
