@@ -46,7 +46,7 @@ app.conf.beat_schedule = {
     },
     "sweep-stuck-requests": {
         "task": "scheduling.tasks.sweep_stuck_requests",
-        "schedule": 30.0,
+        "schedule": settings.STUCK_SWEEP_SECONDS,
     },
     "expire-stale-approvals": {
         "task": "scheduling.tasks.expire_stale_approvals",

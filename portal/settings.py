@@ -216,6 +216,8 @@ RECLAIM_INTERVAL_SECONDS = env.float("RECLAIM_INTERVAL_SECONDS", default=60.0)
 MONITORING_TOKEN = env.str("MONITORING_TOKEN", default="")
 # Requests in admitted/launching longer than this are launched again (idempotently).
 STUCK_TRANSITION_SECONDS = env.int("STUCK_TRANSITION_SECONDS", default=120)
+# How often the sweeper looks for them (beat).
+STUCK_SWEEP_SECONDS = env.float("STUCK_SWEEP_SECONDS", default=30.0)
 PORTAL_CURRENCY = env.str("PORTAL_CURRENCY", default="EUR")
 # Billing months and days are cut in this zone (an IANA name; DST-safe through zoneinfo).
 BILLING_TIME_ZONE = env.str("BILLING_TIME_ZONE", default="UTC")
