@@ -11,11 +11,12 @@ from __future__ import annotations
 import hmac
 import ipaddress
 from collections.abc import Iterator
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
 from django.db import connection
-from django.db.models import Count, Sum
+from django.db.models import Count, F, Sum
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.utils import timezone
 from django.views.decorators.http import require_GET
@@ -24,10 +25,27 @@ from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
 from scheduling.choices import RequestStatus
-from scheduling.models import Allocation, GpuRequest, Quota, SchedulerLease, TaskFailureCount
+from scheduling.models import (
+    Allocation,
+    GpuRequest,
+    NodePool,
+    Quota,
+    SchedulerLease,
+    TaskFailureCount,
+)
 from tenants.models import AuditEvent
 
 WAIT_BUCKETS = (60, 300, 900, 1800, 3600, 4 * 3600, 12 * 3600, 86400)
+#: Window of admissions the admission-wait histogram covers (the fleet page uses the same).
+ADMISSION_WINDOW_DAYS = 7
+
+
+def _histogram(values: list[float]) -> list[tuple[str, float]]:
+    buckets: list[tuple[str, float]] = [
+        (str(b), sum(1 for v in values if v <= b)) for b in WAIT_BUCKETS
+    ]
+    buckets.append(("+Inf", len(values)))
+    return buckets
 
 
 def _allowed(request: HttpRequest) -> bool:
@@ -122,10 +140,10 @@ class PortalCollector(Collector):
         ).values_list("flavor__pool__slug", "queued_at"):
             waits.setdefault(pool, []).append((now - queued_at).total_seconds())
         for pool, values in waits.items():
-            buckets = [(str(b), sum(1 for v in values if v <= b)) for b in WAIT_BUCKETS]
-            buckets.append(("+Inf", len(values)))
-            wait.add_metric([pool], buckets, sum(values))
+            wait.add_metric([pool], _histogram(values), sum(values))
         yield wait
+
+        yield from self._lifecycle_isolation(now)
 
         allocated = GaugeMetricFamily(
             "gpu_portal_team_allocated_units",
@@ -184,6 +202,49 @@ class PortalCollector(Collector):
         lease = SchedulerLease.objects.filter(name="scheduling-cycle").first()
         cycle.add_metric([], lease.last_cycle_seconds if lease else 0.0)
         yield cycle
+
+    def _lifecycle_isolation(self, now: datetime) -> Iterator[Any]:
+        """Short-request reserves, and queue-to-admission waits of short vs long requests.
+
+        A request is short in a pool when its max runtime is at most the pool's threshold;
+        comparing the two histograms shows whether the reserve keeps short work moving.
+        """
+        reserve = GaugeMetricFamily(
+            "gpu_portal_pool_short_reserve_ratio",
+            "Share of a pool's GPUs kept free for short requests",
+            labels=["pool"],
+        )
+        for slug, fraction in NodePool.objects.values_list("slug", "short_reserve_fraction"):
+            reserve.add_metric([slug], fraction)
+        yield reserve
+
+        admission = HistogramMetricFamily(
+            "gpu_portal_admission_wait_seconds",
+            f"Queue-to-admission wait of work admitted in the last {ADMISSION_WINDOW_DAYS} "
+            "days, per pool and request length (short: max runtime within the pool's threshold)",
+            labels=["pool", "length"],
+        )
+        waits: dict[tuple[str, str], list[float]] = {}
+        for pool, admitted, queued, runtime, threshold in (
+            Allocation.objects.filter(
+                admitted_at__gt=now - timedelta(days=ADMISSION_WINDOW_DAYS),
+                request__queued_at__isnull=False,
+                admitted_at__gte=F("request__queued_at"),
+            )
+            .order_by()
+            .values_list(
+                "pool__slug",
+                "admitted_at",
+                "request__queued_at",
+                "request__max_runtime_seconds",
+                "pool__short_max_runtime_seconds",
+            )
+        ):
+            length = "short" if runtime <= threshold else "long"
+            waits.setdefault((pool, length), []).append((admitted - queued).total_seconds())
+        for (pool, length), values in sorted(waits.items()):
+            admission.add_metric([pool, length], _histogram(values), sum(values))
+        yield admission
 
 
 @require_GET

@@ -30,7 +30,16 @@ class NodeInline(admin.TabularInline):
 
 @admin.register(NodePool)
 class NodePoolAdmin(admin.ModelAdmin):
-    list_display = ["name", "tier", "sharing_mode", "scheduler_name", "placement", "scoring"]
+    list_display = [
+        "name",
+        "tier",
+        "sharing_mode",
+        "scheduler_name",
+        "placement",
+        "scoring",
+        "short_reserve_fraction",
+        "short_max_runtime_seconds",
+    ]
     list_filter = ["sharing_mode", "tier"]
     inlines = [NodeInline]
 

@@ -182,6 +182,13 @@ class PoolOverview:
     wait_p50_seconds: float | None
     wait_p90_seconds: float | None
     wait_p99_seconds: float | None
+    # Lifecycle isolation: the pool's short-request reserve and whether it works, i.e. the
+    # waits of short requests (max runtime up to the pool's threshold) against long ones.
+    short_reserve: str = ""
+    short_wait_p50_seconds: float | None = None
+    short_wait_p90_seconds: float | None = None
+    long_wait_p50_seconds: float | None = None
+    long_wait_p90_seconds: float | None = None
 
 
 def _percentile(values: list[float], fraction: float) -> float | None:
@@ -248,13 +255,16 @@ def fleet_overview(*, since_days: int = 7) -> list[PoolOverview]:
                     stranded += free_slices / MIG_SLICES_PER_GPU
         in_pool = [a for a in active if a.pool_id == pool.pk]
         activities = [latest[a.pk] for a in in_pool if a.pk in latest]
-        waits = [
-            (admitted - queued).total_seconds()
-            for admitted, queued in Allocation.objects.filter(
+        timed = [
+            ((admitted - queued).total_seconds(), runtime <= pool.short_max_runtime_seconds)
+            for admitted, queued, runtime in Allocation.objects.filter(
                 pool=pool, admitted_at__gt=now - timedelta(days=since_days)
-            ).values_list("admitted_at", "request__queued_at")
+            ).values_list("admitted_at", "request__queued_at", "request__max_runtime_seconds")
             if queued is not None and admitted >= queued
         ]
+        waits = [w for w, _ in timed]
+        short_waits = [w for w, short in timed if short]
+        long_waits = [w for w, short in timed if not short]
         overview.append(
             PoolOverview(
                 pool=pool.slug,
@@ -273,6 +283,11 @@ def fleet_overview(*, since_days: int = 7) -> list[PoolOverview]:
                 wait_p50_seconds=_percentile(waits, 0.5),
                 wait_p90_seconds=_percentile(waits, 0.9),
                 wait_p99_seconds=_percentile(waits, 0.99),
+                short_reserve=pool.short_reserve_label,
+                short_wait_p50_seconds=_percentile(short_waits, 0.5),
+                short_wait_p90_seconds=_percentile(short_waits, 0.9),
+                long_wait_p50_seconds=_percentile(long_waits, 0.5),
+                long_wait_p90_seconds=_percentile(long_waits, 0.9),
             )
         )
     return overview

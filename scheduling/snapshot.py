@@ -147,6 +147,8 @@ def build_snapshot() -> engine.Snapshot:
                 allowed_kinds=tuple(pool.allowed_kinds) or ALL_KINDS,
                 node_selector=((POOL_LABEL, pool.slug),),
                 taints=_taints(pool.taints),
+                short_reserve_fraction=pool.short_reserve_fraction,
+                short_max_runtime_seconds=float(pool.short_max_runtime_seconds),
             )
             for pool in pools
         ),
