@@ -13,6 +13,7 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
+from accounting.choices import BudgetUnit, OverBudgetPolicy
 from scheduling.models import Allocation, CatalogQuerySet, Flavor, NodePool
 from tenants.models import Project, ScopedQuerySet, Team
 from tenants.scope import Scope
@@ -268,3 +269,146 @@ class TeamMonthlyUsage(models.Model):
     def __str__(self) -> str:
         return f"{self.period:%Y-%m} team {self.team_id}/{self.flavor_id}: {self.gpu_hours} h"
 
+
+# Budgets and statements --------------------------------------------------------------------
+
+
+class BudgetQuerySet(ScopedQuerySet):
+    def for_scope(self, scope: Scope) -> BudgetQuerySet:
+        """Finance and admins all; leads their teams'; developers their teams' project budgets."""
+        if scope.sees_all_tenants:
+            return self.all()
+        return self.filter(
+            Q(team_id__in=scope.lead_team_ids)
+            | Q(team_id__in=scope.team_ids, project__isnull=False)
+        )
+
+
+class Budget(models.Model):
+    """A monthly ceiling on a team's (no project) or one project's GPU-hours or money.
+
+    Burn is read from the monthly rollup of the current billing month; alerts fire at 80 % and
+    100 % once per month each (`BudgetAlert`); past 100 % `over_budget_policy` shapes new work.
+    """
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="budgets")
+    project = models.ForeignKey(
+        Project, on_delete=models.CASCADE, null=True, blank=True, related_name="budgets"
+    )
+    unit = models.CharField(max_length=10, choices=BudgetUnit.choices)
+    amount = models.DecimalField(max_digits=14, decimal_places=2)
+    over_budget_policy = models.CharField(
+        max_length=20, choices=OverBudgetPolicy.choices, default=OverBudgetPolicy.NOTIFY
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = BudgetQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["team__name", "project__name", "unit"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["team", "unit"],
+                condition=Q(project__isnull=True),
+                name="budget_one_per_team_and_unit",
+                violation_error_message="The team already has a budget in this unit.",
+            ),
+            models.UniqueConstraint(
+                fields=["project", "unit"],
+                condition=Q(project__isnull=False),
+                name="budget_one_per_project_and_unit",
+                violation_error_message="The project already has a budget in this unit.",
+            ),
+            models.CheckConstraint(
+                condition=Q(amount__gt=0),
+                name="budget_amount_positive",
+                violation_error_message="A budget must be more than zero.",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        owner = self.project if self.project_id else self.team
+        return f"budget of {owner}: {self.amount} {self.unit}/month"
+
+
+class BudgetAlert(models.Model):
+    """That a budget crossed a threshold in a month: written once, so the alert fires once."""
+
+    budget = models.ForeignKey(Budget, on_delete=models.CASCADE, related_name="alerts")
+    period = models.DateField(help_text="First day of the billing month.")
+    threshold_percent = models.PositiveSmallIntegerField()
+    spent = models.DecimalField(max_digits=18, decimal_places=6)
+    fired_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-fired_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["budget", "period", "threshold_percent"],
+                name="budget_alert_once_per_month",
+                violation_error_message="This alert already fired this month.",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.budget} at {self.threshold_percent}% in {self.period:%Y-%m}"
+
+
+class StatementQuerySet(ScopedQuerySet):
+    def for_scope(self, scope: Scope) -> StatementQuerySet:
+        """Finance and admins all statements; leads their teams'; developers none."""
+        if scope.sees_all_tenants:
+            return self.all()
+        return self.filter(team_id__in=scope.lead_team_ids)
+
+
+class Statement(models.Model):
+    """A team's closed (frozen) monthly statement: copies of the month's totals at closing.
+
+    Later metering or repricing changes the ledger and the rollups (the truth) but never a
+    closed statement: its lines are copies, names included.
+    """
+
+    team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="statements")
+    period = models.DateField(help_text="First day of the billing month.")
+    currency = models.CharField(max_length=3)
+    gpu_hours = models.DecimalField(max_digits=18, decimal_places=6)
+    cost = models.DecimalField(max_digits=18, decimal_places=6)
+    closed_at = models.DateTimeField(auto_now_add=True)
+    closed_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+"
+    )
+
+    objects = StatementQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-period", "team__name"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["team", "period"],
+                name="statement_one_per_team_and_month",
+                violation_error_message="The team's statement for this month is closed already.",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"statement of {self.team} for {self.period:%Y-%m}"
+
+
+class StatementLine(models.Model):
+    """One frozen line of a statement: a project × flavor × pool total, names copied."""
+
+    statement = models.ForeignKey(Statement, on_delete=models.CASCADE, related_name="lines")
+    project_id_copy = models.PositiveBigIntegerField()
+    project_name = models.CharField(max_length=100)
+    flavor_name = models.CharField(max_length=60)
+    pool_name = models.CharField(max_length=60)
+    gpu_hours = models.DecimalField(max_digits=18, decimal_places=6)
+    cost = models.DecimalField(max_digits=18, decimal_places=6)
+
+    class Meta:
+        ordering = ["statement", "project_name", "flavor_name", "pool_name"]
+
+    def __str__(self) -> str:
+        return f"{self.project_name} {self.flavor_name}: {self.cost}"

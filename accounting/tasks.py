@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from celery import shared_task
 
+from accounting.budgets import check_budget_burn
 from accounting.services import meter_usage
 
 
@@ -11,3 +12,9 @@ from accounting.services import meter_usage
 def meter_usage_task() -> int:
     """Bring the usage ledger and rollups up to now (beat, every minute)."""
     return meter_usage()
+
+
+@shared_task(acks_late=True, soft_time_limit=50, time_limit=55)
+def check_budgets_task() -> int:
+    """Fire the budget alerts that came due (beat, every few minutes); once per month each."""
+    return check_budget_burn()

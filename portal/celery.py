@@ -57,4 +57,9 @@ app.conf.beat_schedule = {
         "schedule": settings.USAGE_METERING_SECONDS,
         "options": {"expires": settings.USAGE_METERING_SECONDS},
     },
+    "check-budgets": {
+        "task": "accounting.tasks.check_budgets_task",
+        "schedule": 300.0,
+        "options": {"expires": 300},
+    },
 }

@@ -7,11 +7,13 @@ only through `lifecycle.transition()` and leaves audit events behind.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.db import transaction
+from django.dispatch import Signal
 from django.utils import timezone
 
 from scheduling import approval, dispatch
@@ -123,6 +125,31 @@ def _team_leads(team: Team) -> list[Any]:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class SubmissionAdjustment:
+    """What a policy of a higher layer asks of a new request (e.g. a team past its budget)."""
+
+    force_preemptible: bool = False
+    lead_approval_reason: str = ""
+    note: str = ""
+
+
+gpu_request_submitting = Signal()
+"""Sent by `submit_gpu_request` before it writes, with `project`, `flavor`, `gpu_count`, `actor`.
+
+Receivers return a `SubmissionAdjustment` or None. Accounting's budget policy connects here:
+the layering lets accounting import scheduling, never the other way round, so scheduling
+offers the hook and knows nothing of budgets. Receivers run inside the submit transaction.
+"""
+
+
+def _submission_adjustments(**facts: Any) -> list[SubmissionAdjustment]:
+    replies: list[tuple[Any, object]] = list(
+        gpu_request_submitting.send(sender=GpuRequest, **facts)
+    )
+    return [reply for _, reply in replies if isinstance(reply, SubmissionAdjustment)]
+
+
 @transaction.atomic
 def submit_gpu_request(
     *,
@@ -185,6 +212,10 @@ def submit_gpu_request(
             f"{gpu_count} can never be approved.",
             "quota_exceeded",
         )
+    adjustments = _submission_adjustments(
+        project=project, flavor=flavor, gpu_count=gpu_count, actor=actor
+    )
+    is_preemptible = is_preemptible or any(a.force_preemptible for a in adjustments)
     card_memory = pool_capacity(flavor=flavor).max_device_memory_mib or flavor.gpu_memory_mib
     unit_equivalent = gpu_equivalent_of(
         kind=flavor.kind,
@@ -213,8 +244,12 @@ def submit_gpu_request(
         gpu_equivalent=unit_equivalent * gpu_count,
         approval_expires_at=timezone.now() + _approval_ttl(flavor),
     )
+    notes = [a.note for a in adjustments if a.note]
     record_request_event(
-        request, actor=actor, action="request.submitted", data=request.as_audit_data()
+        request,
+        actor=actor,
+        action="request.submitted",
+        data={**request.as_audit_data(), **({"policy": notes} if notes else {})},
     )
     facts = approval.ApprovalFacts(
         priority=priority,
@@ -223,6 +258,7 @@ def submit_gpu_request(
         within_limit=standing.fits_limit(gpu_count),
     )
     lead_reasons = approval.reasons_for_lead_approval(facts, _approval_rule(flavor))
+    lead_reasons += [a.lead_approval_reason for a in adjustments if a.lead_approval_reason]
     if lead_reasons:
         request.needs_lead_approval_because = "; ".join(lead_reasons)
         request.status_reason = f"Waiting for a team lead: {request.needs_lead_approval_because}."

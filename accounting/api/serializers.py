@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 from datetime import date
+from decimal import Decimal
 from typing import Any
 
 from rest_framework import serializers
 
+from accounting.budgets import percent_used, spent_of
+from accounting.models import Budget, Statement, StatementLine
 from accounting.selectors import GROUP_KEYS, UsageQuery, current_month
+from tenants.api.base import ScopedPrimaryKeyRelatedField
+from tenants.models import Project, Team
 
 MAX_ID = 2**63 - 1
 
@@ -72,3 +77,108 @@ class UsageQuerySerializer(serializers.Serializer):
 
 class ChargebackQuerySerializer(UsageQuerySerializer):
     default_group_by = ("team", "flavor")
+
+
+class BudgetSerializer(serializers.ModelSerializer):
+    """A monthly budget and its burn this billing month (read-only figures)."""
+
+    team = ScopedPrimaryKeyRelatedField(queryset=Team.objects.all())
+    project = ScopedPrimaryKeyRelatedField(
+        queryset=Project.objects.all(), allow_null=True, required=False, default=None
+    )
+    amount = serializers.DecimalField(
+        max_digits=14, decimal_places=2, min_value=Decimal("0.01"), coerce_to_string=True
+    )
+    month = serializers.SerializerMethodField()
+    spent = serializers.SerializerMethodField()
+    percent_used = serializers.SerializerMethodField()
+    is_exhausted = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Budget
+        fields = [
+            "id",
+            "team",
+            "project",
+            "unit",
+            "amount",
+            "over_budget_policy",
+            "month",
+            "spent",
+            "percent_used",
+            "is_exhausted",
+            "created_at",
+            "updated_at",
+        ]
+        read_only_fields = ["id", "created_at", "updated_at"]
+        validators: list[Any] = []  # uniqueness: the service maps the constraint to 400
+
+    def get_month(self, budget: Budget) -> str:
+        return f"{current_month():%Y-%m}"
+
+    def get_spent(self, budget: Budget) -> str:
+        return str(spent_of(budget).quantize(Decimal("0.000001")))
+
+    def get_percent_used(self, budget: Budget) -> str:
+        return str(percent_used(budget))
+
+    def get_is_exhausted(self, budget: Budget) -> bool:
+        return spent_of(budget) >= budget.amount
+
+
+class StatementLineSerializer(serializers.ModelSerializer):
+    project_id = serializers.IntegerField(source="project_id_copy")
+    project = serializers.CharField(source="project_name")
+    flavor = serializers.CharField(source="flavor_name")
+    pool = serializers.CharField(source="pool_name")
+    gpu_hours = serializers.DecimalField(max_digits=18, decimal_places=6)
+    cost = serializers.DecimalField(max_digits=18, decimal_places=6)
+
+    class Meta:
+        model = StatementLine
+        fields = ["project_id", "project", "flavor", "pool", "gpu_hours", "cost"]
+
+
+class StatementSerializer(serializers.ModelSerializer):
+    month = serializers.DateField(source="period", format="%Y-%m")
+    team_name = serializers.CharField(source="team.name")
+    closed_by: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
+        slug_field="username", read_only=True
+    )
+    gpu_hours = serializers.DecimalField(max_digits=18, decimal_places=6)
+    cost = serializers.DecimalField(max_digits=18, decimal_places=6)
+    lines = StatementLineSerializer(many=True, read_only=True)
+
+    class Meta:
+        model = Statement
+        fields = [
+            "id",
+            "team",
+            "team_name",
+            "month",
+            "currency",
+            "gpu_hours",
+            "cost",
+            "closed_at",
+            "closed_by",
+            "lines",
+        ]
+        read_only_fields = fields
+
+
+class StatementCloseSerializer(serializers.Serializer):
+    """`team` and `month` (YYYY-MM) of the statement to close."""
+
+    team = ScopedPrimaryKeyRelatedField(queryset=Team.objects.all())
+    month = serializers.RegexField(
+        r"^\d{4}-(0[1-9]|1[0-2])$", error_messages={"invalid": "Use YYYY-MM, e.g. 2026-12."}
+    )
+
+    def validate_month(self, value: str) -> date:
+        if not 2000 <= int(value[:4]) <= 9000:
+            raise serializers.ValidationError("Use a year between 2000 and 9000.")
+        return _parse_month(value)
+
+
+class ExportSerializer(serializers.Serializer):
+    export = serializers.ChoiceField(choices=["csv", "xlsx"], required=False)

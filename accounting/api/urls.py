@@ -1,10 +1,16 @@
 from __future__ import annotations
 
 from django.urls import path
+from rest_framework.routers import SimpleRouter
 
 from accounting.api import views
+
+router = SimpleRouter()
+router.register("budgets", views.BudgetViewSet, basename="budget")
+router.register("statements", views.StatementViewSet, basename="statement")
 
 urlpatterns = [
     path("usage/", views.UsageView.as_view(), name="usage"),
     path("chargeback/", views.ChargebackView.as_view(), name="chargeback"),
+    *router.urls,
 ]

@@ -1,21 +1,37 @@
-"""`/api/v1/usage/` and `/api/v1/chargeback/`: the same selectors as the dashboards."""
+"""Reports (`usage/`, `chargeback/`: the same selectors as the dashboards), budgets, statements."""
 
 from __future__ import annotations
 
 from decimal import Decimal
-from typing import Any
+from typing import Any, cast
 
 from django.conf import settings
+from django.db.models import QuerySet
 from django.http import HttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema
+from rest_framework import status
+from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.serializers import BaseSerializer
 from rest_framework.views import APIView
 
-from accounting.api.serializers import ChargebackQuerySerializer, UsageQuerySerializer
+from accounting import budgets
+from accounting.api.serializers import (
+    BudgetSerializer,
+    ChargebackQuerySerializer,
+    ExportSerializer,
+    StatementCloseSerializer,
+    StatementSerializer,
+    UsageQuerySerializer,
+)
+from accounting.budgets import with_burn
 from accounting.exports import XLSX_CONTENT_TYPE, rows_to_csv, rows_to_xlsx
+from accounting.models import Budget, Statement
 from accounting.selectors import UsageQuery, chargeback, check_filters, totals, usage_rows
+from accounting.statements import STATEMENT_COLUMNS, close_statement, statement_rows
+from tenants.api.base import ScopedModelViewSet, ScopedReadOnlyViewSet
 
 
 def _columns(query: UsageQuery) -> list[str]:
@@ -103,3 +119,74 @@ class ChargebackView(APIView):
             "fleet": report.fleet,
         }
         return Response(_plain(body))
+
+
+class BudgetViewSet(ScopedModelViewSet):
+    """Monthly budgets with this month's burn; the team's lead (or an admin) manages them."""
+
+    queryset = Budget.objects.select_related("team", "project")
+    serializer_class = BudgetSerializer
+    filterset_fields = ["team", "project", "unit"]
+    ordering_fields = ["created_at", "amount"]
+
+    def get_queryset(self) -> QuerySet[Budget]:
+        return with_burn(super().get_queryset())
+
+    def _reload(self, budget: Budget) -> Budget:
+        return with_burn(Budget.objects.filter(pk=budget.pk)).get()
+
+    def perform_create(self, serializer: BaseSerializer) -> None:
+        budget = budgets.create_budget(actor=self.request.user, **serializer.validated_data)
+        serializer.instance = self._reload(budget)
+
+    def perform_update(self, serializer: BaseSerializer) -> None:
+        budget = budgets.update_budget(
+            actor=self.request.user,
+            budget=cast(Budget, serializer.instance),
+            **serializer.validated_data,
+        )
+        serializer.instance = self._reload(budget)
+
+    def perform_destroy(self, instance: Budget) -> None:
+        budgets.delete_budget(actor=self.request.user, budget=instance)
+
+
+class StatementViewSet(ScopedReadOnlyViewSet):
+    """Closed monthly statements: finance and admins close and read all, leads read their own.
+
+    `?export=csv|xlsx` on a statement downloads its frozen lines.
+    """
+
+    queryset = Statement.objects.select_related("team", "closed_by").prefetch_related("lines")
+    serializer_class = StatementSerializer
+    filterset_fields = ["team"]
+    ordering_fields = ["period", "closed_at"]
+
+    @extend_schema(parameters=[ExportSerializer])
+    def retrieve(self, request: Request, *args: Any, **kwargs: Any) -> Any:
+        params = ExportSerializer(data=request.query_params)
+        params.is_valid(raise_exception=True)
+        statement = self.get_object()
+        if fmt := params.validated_data.get("export"):
+            filename = f"statement-{statement.team.slug}-{statement.period:%Y-%m}"
+            return export_response(
+                statement_rows(statement),
+                columns=STATEMENT_COLUMNS,
+                filename=filename,
+                fmt=fmt,
+            )
+        return Response(self.get_serializer(statement).data)
+
+    @extend_schema(request=StatementCloseSerializer, responses={201: StatementSerializer})
+    @action(detail=False, methods=["post"])
+    def close(self, request: Request) -> Response:
+        params = StatementCloseSerializer(data=request.data, context={"request": request})
+        params.is_valid(raise_exception=True)
+        statement, created = close_statement(
+            actor=request.user,
+            team=params.validated_data["team"],
+            month=params.validated_data["month"],
+        )
+        statement = self.get_queryset().get(pk=statement.pk)
+        code = status.HTTP_201_CREATED if created else status.HTTP_200_OK
+        return Response(self.get_serializer(statement).data, status=code)
