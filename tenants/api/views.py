@@ -24,7 +24,7 @@ from tenants.api.serializers import (
     TokenRequestSerializer,
     TokenSerializer,
 )
-from tenants.models import AuditEvent, Membership, Project, Team
+from tenants.models import AuditEvent, Membership, Project, Team, scope_of
 from tenants.selectors import primary_role, user_roles
 
 
@@ -145,9 +145,24 @@ class MembershipViewSet(ScopedModelViewSet):
         services.remove_member(actor=self.request.user, membership=instance)
 
 
+class CanReadAuditTrail(permissions.BasePermission):
+    """Listing the trail is for platform admins and team leads: anyone else is refused (403).
+
+    Only the list is refused by role; one event by id stays a 404 outside the caller's scope,
+    so an id never tells whether it exists.
+    """
+
+    def has_permission(self, request: Request, view: Any) -> bool:
+        if getattr(view, "action", None) != "list":
+            return True
+        scope = scope_of(request.user)
+        return scope.is_platform_admin or bool(scope.lead_team_ids)
+
+
 class AuditEventViewSet(ScopedReadOnlyViewSet):
     """The append-only audit trail: admins read all of it, team leads their team's part."""
 
+    permission_classes = [permissions.IsAuthenticated, CanReadAuditTrail]
     queryset = AuditEvent.objects.select_related("actor")
     serializer_class = AuditEventSerializer
     filterset_class = AuditEventFilter
