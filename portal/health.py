@@ -181,6 +181,10 @@ class PortalCollector(Collector):
             .values_list("action", "n")
         ):
             reclaims.add_metric([action.removeprefix("reclaim.")], n)
+        # Preemption takes capacity back too (and requeues the work): one series with the rest.
+        reclaims.add_metric(
+            ["preempted"], AuditEvent.objects.filter(action="request.preempted").count()
+        )
         yield reclaims
 
         failures = GaugeMetricFamily(

@@ -21,6 +21,7 @@ from scheduling.selectors import (
     committed_units,
     flavors_for_project,
     fleet_overview,
+    governance_rules,
 )
 from tenants.errors import DomainError
 from tenants.models import AuditEvent, Project, scope_of
@@ -128,6 +129,7 @@ def request_detail(request: HttpRequest, pk: int) -> HttpResponse:
             and gpu_request.kind in RESUMABLE_KINDS,
             "is_owner": gpu_request.owner_id == request.user.pk,
             "is_lead": scope.is_lead_of(gpu_request.team_id),
+            "governance": governance_rules(gpu_request=gpu_request),
             "utilisation": {
                 "labels": [moment.isoformat() for moment, _, _ in samples],
                 "activity": [round(activity, 1) for _, activity, _ in samples],
