@@ -212,6 +212,11 @@ PROMETHEUS_URL = env.str("PROMETHEUS_URL", default="")
 SAMPLE_INTERVAL_SECONDS = env.float("SAMPLE_INTERVAL_SECONDS", default=60.0)
 SAMPLE_RETENTION_SECONDS = env.int("SAMPLE_RETENTION_SECONDS", default=14 * 24 * 3600)
 RECLAIM_INTERVAL_SECONDS = env.float("RECLAIM_INTERVAL_SECONDS", default=60.0)
+# A reclaimed notebook or service is scaled to zero, not deleted, so it can be resumed; after
+# this long without a resume its Deployment and Service are deleted (zombie cleanup).
+SUSPENDED_WORKLOAD_RETENTION_SECONDS = env.int(
+    "SUSPENDED_WORKLOAD_RETENTION_SECONDS", default=7 * 24 * 3600
+)
 # /metrics, /readyz: allowed with this bearer token, or from loopback/private addresses.
 MONITORING_TOKEN = env.str("MONITORING_TOKEN", default="")
 # Requests in admitted/launching longer than this are launched again (idempotently).

@@ -12,13 +12,14 @@ from collections import Counter
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
 from scheduling import dispatch
-from scheduling.choices import RequestStatus, WorkloadKind
-from scheduling.cluster.base import ClusterBackend
+from scheduling.choices import RESUMABLE_KINDS, RequestStatus, WorkloadKind
+from scheduling.cluster.base import ClusterBackend, WorkloadStatus
 from scheduling.execution import cluster_backend, end_allocation
 from scheduling.lifecycle import record_request_event, transition
 from scheduling.models import (
@@ -49,7 +50,13 @@ def _epoch(moment: datetime | None) -> float | None:
 def reclaim_request(
     request: GpuRequest, *, reason: str, code: str, evidence: dict[str, Any]
 ) -> bool:
-    """Stop running work for good: reclaimed, with the reason and the data behind it."""
+    """Stop running work: reclaimed, with the reason and the data behind it.
+
+    A job's workload is deleted. A notebook's or service's is scaled to zero instead (its
+    Deployment and Service stay, its pods and GPUs go), so that resuming brings the same
+    workload back; zombie cleanup deletes it once SUSPENDED_WORKLOAD_RETENTION_SECONDS pass
+    without a resume.
+    """
     with transaction.atomic():
         if not transition(
             request, RequestStatus.RECLAIMED, actor=None, reason=reason, idle_warned_at=None
@@ -63,7 +70,14 @@ def reclaim_request(
             message=reason,
             data=evidence,
         )
-        if allocation is not None:
+        if allocation is not None and request.kind in RESUMABLE_KINDS:
+            dispatch.enqueue_after_commit(
+                "scheduling.tasks.scale_workload_to_zero",
+                request.pk,
+                allocation.attempt,
+                f"reclaimed: {code}",
+            )
+        elif allocation is not None:
             dispatch.request_termination(request.pk, allocation.attempt, f"reclaimed: {code}")
         notify(
             users=[request.owner],
@@ -73,6 +87,15 @@ def reclaim_request(
         )
         dispatch.request_scheduling_cycle()
     return True
+
+
+def scale_request_workload_to_zero(
+    *, request_id: int, attempt: int, reason: str, backend: ClusterBackend | None = None
+) -> bool:
+    """Scale a reclaimed attempt's workload to zero; True if it was kept (notebook, service)."""
+    backend = backend or cluster_backend()
+    request = GpuRequest.objects.select_related("project__team").get(pk=request_id)
+    return backend.scale_to_zero(request.project.namespace, str(request.pk), attempt, reason=reason)
 
 
 def requeue_or_fail(request: GpuRequest, *, reason: str, code: str, max_attempts: int) -> str:
@@ -268,6 +291,26 @@ def _abnormal_pass(
 
 
 ZOMBIE_GRACE = timedelta(minutes=5)
+# A scaled-to-zero workload waits for its resume while the request is reclaimed, or resumed and
+# on its way back (queued, admitted, launching: the launch takes the workload over).
+RESUMABLE_STATUSES = (
+    RequestStatus.RECLAIMED,
+    RequestStatus.QUEUED,
+    RequestStatus.ADMITTED,
+    RequestStatus.LAUNCHING,
+)
+
+
+def _awaits_resume(workload: WorkloadStatus, now: datetime) -> bool:
+    """A scaled-to-zero workload whose request may still resume it, within the retention."""
+    if workload.phase != "suspended" or not workload.request_id.isdigit():
+        return False
+    retention = timedelta(seconds=settings.SUSPENDED_WORKLOAD_RETENTION_SECONDS)
+    if workload.suspended_at is None or workload.suspended_at < now - retention:
+        return False
+    return GpuRequest.objects.filter(
+        pk=int(workload.request_id), kind__in=RESUMABLE_KINDS, status__in=RESUMABLE_STATUSES
+    ).exists()
 
 
 def _zombie_pass(
@@ -276,6 +319,8 @@ def _zombie_pass(
     """Cluster objects with the portal's labels but no live request are deleted.
 
     Work that ended in the last few minutes is left to the termination already queued for it.
+    A reclaimed notebook or service scaled to zero is kept while it can be resumed (see
+    `_awaits_resume`); once its request is cancelled or the retention has passed it is a zombie.
     """
     live = set(
         GpuRequest.objects.filter(
@@ -291,7 +336,7 @@ def _zombie_pass(
         key = (
             (int(workload.request_id), workload.attempt) if workload.request_id.isdigit() else None
         )
-        if key in live:
+        if key in live or _awaits_resume(workload, now):
             continue
         backend.terminate(
             workload.namespace, workload.request_id, workload.attempt, reason="zombie"

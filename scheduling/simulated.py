@@ -20,6 +20,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from scheduling.cluster.base import (
+    RESUMABLE_KINDS,
     NodeInventory,
     PrioritySpec,
     ProjectSpec,
@@ -35,6 +36,9 @@ INTERACTIVE_RUN_SECONDS = (180, 600)
 FAILURE_RATE = 0.1
 IDLE_RATE = 0.25
 FAILURE_REASONS = ("Error", "OOMKilled", "ImagePullBackOff")
+# A reclaimed notebook or service scaled to zero is kept with this marker in `failure_reason`
+# and the moment it was scaled down in `ends_at` (the simulation has no replica count to keep).
+SCALED_TO_ZERO = "ScaledToZero"
 
 
 class SimulatedCluster:
@@ -77,6 +81,10 @@ class SimulatedCluster:
         """Nothing to create: namespaces exist implicitly in the simulation."""
 
     def launch(self, spec: WorkloadSpec) -> str:
+        if spec.kind in RESUMABLE_KINDS:
+            resumed = self.resume(spec)
+            if resumed is not None:
+                return resumed
         if SimulatedWorkload.objects.filter(namespace=spec.namespace, name=spec.name).exists():
             return spec.name  # a repeated launch adopts the workload it made before
         if settings.SIMULATED_LAUNCH_DELAY_SECONDS:
@@ -124,6 +132,52 @@ class SimulatedCluster:
             namespace=namespace, request_key=request_id, attempt=attempt
         ).delete()
 
+    def scale_to_zero(self, namespace: str, request_id: str, attempt: int, *, reason: str) -> bool:
+        """Notebooks and services stop running but are kept, marked; jobs are deleted."""
+        workload = SimulatedWorkload.objects.filter(
+            namespace=namespace, request_key=request_id, attempt=attempt
+        ).first()
+        if workload is None or workload.kind not in RESUMABLE_KINDS:
+            self.terminate(namespace, request_id, attempt, reason=reason)
+            return False
+        SimulatedWorkload.objects.filter(pk=workload.pk).exclude(
+            failure_reason=SCALED_TO_ZERO
+        ).update(failure_reason=SCALED_TO_ZERO, fails=False, ends_at=timezone.now())
+        return True
+
+    def resume(self, spec: WorkloadSpec) -> str | None:
+        """Take over the newest scaled-to-zero workload of an earlier attempt: it starts again
+        after the usual delay, on the node `spec` names, and runs for a fresh draw."""
+        taken_over = SimulatedWorkload.objects.filter(
+            namespace=spec.namespace, request_key=spec.request_id, attempt=spec.attempt
+        ).first()
+        if taken_over is not None:
+            return None if taken_over.name == spec.name else taken_over.name
+        workload = (
+            SimulatedWorkload.objects.filter(
+                namespace=spec.namespace,
+                request_key=spec.request_id,
+                attempt__lt=spec.attempt,
+                failure_reason=SCALED_TO_ZERO,
+            )
+            .order_by("-attempt")
+            .first()
+        )
+        if workload is None:
+            return None
+        draw = random.Random(hashlib.sha256(f"{spec.name}/resumed".encode()).digest())
+        now = timezone.now()
+        delay = draw.uniform(*START_DELAY_SECONDS) / self.speed
+        run = draw.uniform(*INTERACTIVE_RUN_SECONDS) / self.speed
+        SimulatedWorkload.objects.filter(pk=workload.pk, failure_reason=SCALED_TO_ZERO).update(
+            attempt=spec.attempt,
+            node_name=spec.node_name or "",
+            starts_at=now + timedelta(seconds=delay),
+            ends_at=now + timedelta(seconds=delay + run),
+            failure_reason="",
+        )
+        return workload.name
+
     def get_workload(self, namespace: str, request_id: str, attempt: int) -> WorkloadStatus:
         workload = SimulatedWorkload.objects.filter(
             namespace=namespace, request_key=request_id, attempt=attempt
@@ -158,8 +212,11 @@ class SimulatedCluster:
         now = timezone.now()
         phase: WorkloadPhase
         reason = message = ""
-        finished_at = None
-        if now < workload.starts_at:
+        finished_at = suspended_at = None
+        if workload.failure_reason == SCALED_TO_ZERO:
+            phase, reason, message = "suspended", SCALED_TO_ZERO, "Scaled to zero by reclamation."
+            suspended_at = workload.ends_at
+        elif now < workload.starts_at:
             phase, reason, message = "pending", "ContainerCreating", "Pulling the image."
         elif now < workload.ends_at:
             phase = "running"
@@ -179,8 +236,9 @@ class SimulatedCluster:
             reason=reason,
             message=message,
             node_name=workload.node_name or None,
-            started_at=workload.starts_at if phase != "pending" else None,
+            started_at=workload.starts_at if phase not in ("pending", "suspended") else None,
             finished_at=finished_at,
             team_slug=workload.team_slug,
             project_slug=workload.project_slug,
+            suspended_at=suspended_at,
         )

@@ -99,6 +99,14 @@ def terminate_workload(request_id: int, attempt: int, reason: str) -> None:
 
 
 @shared_task(base=ClusterTask)
+def scale_workload_to_zero(request_id: int, attempt: int, reason: str) -> bool:
+    """A reclaimed notebook or service keeps its objects at zero replicas, to be resumed."""
+    return reclaim.scale_request_workload_to_zero(
+        request_id=request_id, attempt=attempt, reason=reason
+    )
+
+
+@shared_task(base=ClusterTask)
 def sync_workloads() -> dict[str, int]:
     moved = execution.sync_workloads()
     if moved:

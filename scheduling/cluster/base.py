@@ -17,7 +17,7 @@ from typing import Literal, Protocol, runtime_checkable
 
 WorkloadKind = Literal["job", "notebook", "service"]
 SharingMode = Literal["exclusive", "vgpu", "mig"]
-WorkloadPhase = Literal["pending", "running", "succeeded", "failed", "missing"]
+WorkloadPhase = Literal["pending", "running", "succeeded", "failed", "suspended", "missing"]
 PreemptionPolicy = Literal["PreemptLowerPriority", "Never"]
 TaintEffect = Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
 
@@ -33,10 +33,18 @@ PROJECT_LABEL = "gpu-portal/project"
 REQUEST_LABEL = "gpu-portal/request"
 ATTEMPT_LABEL = "gpu-portal/attempt"
 KIND_LABEL = "gpu-portal/kind"
+# The object name a Deployment's pods and Service are selected by. Not the attempt: a resumed
+# attempt takes over the scaled-to-zero Deployment of an earlier one and relabels it.
+WORKLOAD_LABEL = "gpu-portal/workload"
 OWNER_ANNOTATION = "gpu-portal/owner"
 REASON_ANNOTATION = "gpu-portal/launch-reason"
 TERMINATE_REASON_ANNOTATION = "gpu-portal/terminate-reason"
 MAX_RUNTIME_ANNOTATION = "gpu-portal/max-runtime-seconds"
+# Set while a reclaimed notebook or service is scaled to zero: the replicas to resume with, and
+# when it was scaled down (ISO 8601, UTC) so zombie cleanup can apply the retention period.
+SUSPENDED_REPLICAS_ANNOTATION = "gpu-portal/suspended-replicas"
+SUSPENDED_AT_ANNOTATION = "gpu-portal/suspended-at"
+RESUMABLE_KINDS: tuple[WorkloadKind, ...] = ("notebook", "service")
 
 #: A request id becomes part of object names and label values, so it is limited to what both
 #: accept; 40 characters leave room for the prefix and the attempt (a UUID is 36).
@@ -258,8 +266,10 @@ class WorkloadStatus:
     """What the cluster says about one attempt of one request.
 
     `phase` is `missing` only when a specific workload was asked for and nothing exists; listings
-    never report missing workloads. `reason` is a short machine word (`Unschedulable`,
-    `ImagePullBackOff`, `DeadlineExceeded`, ...) and `message` the human explanation.
+    never report missing workloads. `suspended` is a notebook or service scaled to zero by
+    reclamation (`suspended_at` says since when); it holds no GPUs and can be resumed. `reason` is
+    a short machine word (`Unschedulable`, `ImagePullBackOff`, `DeadlineExceeded`, ...) and
+    `message` the human explanation.
     """
 
     request_id: str
@@ -275,6 +285,7 @@ class WorkloadStatus:
     finished_at: datetime | None = None
     team_slug: str = ""
     project_slug: str = ""
+    suspended_at: datetime | None = None
 
     @property
     def is_finished(self) -> bool:
@@ -395,6 +406,23 @@ class ClusterBackend(Protocol):
         grace_seconds: int = 30,
     ) -> None:
         """Delete the workload and its pods; already gone counts as success."""
+        ...
+
+    def scale_to_zero(self, namespace: str, request_id: str, attempt: int, *, reason: str) -> bool:
+        """Reclaim without losing the workload: a notebook or service keeps its Deployment and
+        Service at zero replicas (its pods, and so its GPUs, are released) and True is returned;
+        anything else (a Job) is terminated and False returned. Repeats keep the replica count
+        recorded by the first call."""
+        ...
+
+    def resume(self, spec: WorkloadSpec) -> str | None:
+        """Take over the scaled-to-zero workload of an earlier attempt of `spec`'s request as
+        `spec.attempt`, placed as `spec` says, and scale it back to its recorded replicas.
+
+        Returns the workload's name, or None when there is nothing to resume (the caller then
+        launches afresh). `launch` of a notebook or service calls this first; a repeat finds the
+        workload already taken over and returns its name again.
+        """
         ...
 
     def get_workload(self, namespace: str, request_id: str, attempt: int) -> WorkloadStatus:

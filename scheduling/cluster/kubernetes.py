@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import urllib3.exceptions
@@ -25,7 +26,11 @@ from scheduling.cluster.base import (
     ATTEMPT_LABEL,
     MANAGED_BY_LABEL,
     MANAGED_BY_VALUE,
+    REASON_ANNOTATION,
     REQUEST_LABEL,
+    RESUMABLE_KINDS,
+    SUSPENDED_AT_ANNOTATION,
+    SUSPENDED_REPLICAS_ANNOTATION,
     TERMINATE_REASON_ANNOTATION,
     ClusterError,
     NodeInventory,
@@ -38,7 +43,12 @@ from scheduling.cluster.base import (
     WorkloadStatus,
     workload_name,
 )
-from scheduling.cluster.kubernetes_status import node_inventory, quantity, workload_status
+from scheduling.cluster.kubernetes_status import (
+    node_inventory,
+    quantity,
+    suspended_since,
+    workload_status,
+)
 
 log = logging.getLogger(__name__)
 
@@ -379,8 +389,13 @@ class KubernetesClusterBackend:
         """Create the Job, or the Deployment and Service; adopt on 409 AlreadyExists.
 
         A retry of the same request and attempt creates nothing new. An object of that name
-        that the portal did not make for this attempt is a permanent error, never adopted.
+        that the portal did not make for this attempt is a permanent error, never adopted. A
+        notebook or service first resumes the scaled-to-zero Deployment of an earlier attempt.
         """
+        if spec.kind in RESUMABLE_KINDS:
+            resumed = self.resume(spec)
+            if resumed is not None:
+                return resumed
         creators: dict[str, tuple[Callable[..., Any], Callable[..., Any]]] = {
             "Job": (self.batch.create_namespaced_job, self.batch.read_namespaced_job),
             "Deployment": (
@@ -432,13 +447,20 @@ class KubernetesClusterBackend:
         would use the pod's own grace period). Anything already gone counts as done.
         """
         name = workload_name(request_id, attempt)
+        deployment = self._find_deployment(namespace, request_id, attempt)
+        # A resumed attempt lives in the Deployment (and Service) of the attempt it took over.
+        serving = str(deployment.metadata.name) if deployment is not None else name
         patch = {"metadata": {"annotations": {TERMINATE_REASON_ANNOTATION: reason[:1000]}}}
-        targets: list[tuple[Callable[..., Any], Callable[..., Any] | None]] = [
-            (self.batch.delete_namespaced_job, self.batch.patch_namespaced_job),
-            (self.apps.delete_namespaced_deployment, self.apps.patch_namespaced_deployment),
-            (self.core.delete_namespaced_service, None),
+        targets: list[tuple[str, Callable[..., Any], Callable[..., Any] | None]] = [
+            (name, self.batch.delete_namespaced_job, self.batch.patch_namespaced_job),
+            (
+                serving,
+                self.apps.delete_namespaced_deployment,
+                self.apps.patch_namespaced_deployment,
+            ),
+            (serving, self.core.delete_namespaced_service, None),
         ]
-        for delete, annotate in targets:
+        for name, delete, annotate in targets:
             try:
                 if annotate is not None:
                     self._write(
@@ -470,12 +492,155 @@ class KubernetesClusterBackend:
                 raise
         log.info("terminated %s/%s: %s", namespace, name, reason)
 
+    def _find_deployment(self, namespace: str, request_id: str, attempt: int) -> Any | None:
+        """The Deployment serving this attempt: its own by name, else one it resumed (labelled
+        with this attempt). One of that name relabelled to a later attempt is not this one's."""
+        name = workload_name(request_id, attempt)
+        found = self._read_or_none(self.apps.read_namespaced_deployment, name, namespace)
+        if found is not None and _workload_key(found) == (namespace, request_id, attempt):
+            return found
+        taken_over = self._list_all(
+            self.apps.list_namespaced_deployment,
+            namespace,
+            label_selector=manifests.workload_selector(request_id, attempt),
+        )
+        return taken_over[0] if taken_over else None
+
+    def scale_to_zero(self, namespace: str, request_id: str, attempt: int, *, reason: str) -> bool:
+        """Scale a notebook's or service's Deployment to zero, keeping it and its Service; a
+        Job (or nothing) is terminated instead. Pods are deleted at once, as in `terminate`,
+        so the GPUs are free when this returns rather than after the ReplicaSet catches up."""
+        deployment = self._find_deployment(namespace, request_id, attempt)
+        if deployment is None:
+            self.terminate(namespace, request_id, attempt, reason=reason)
+            return False
+        name = str(deployment.metadata.name)
+        annotations = dict(deployment.metadata.annotations or {})
+        recorded = annotations.get(SUSPENDED_REPLICAS_ANNOTATION)
+        replicas = recorded or str(max(1, deployment.spec.replicas or 0))
+        patch = {
+            "metadata": {
+                "annotations": {
+                    SUSPENDED_REPLICAS_ANNOTATION: replicas,
+                    SUSPENDED_AT_ANNOTATION: annotations.get(SUSPENDED_AT_ANNOTATION)
+                    if recorded
+                    else datetime.now(UTC).isoformat(timespec="seconds"),
+                    TERMINATE_REASON_ANNOTATION: reason[:1000],
+                }
+            },
+            "spec": {"replicas": 0},
+        }
+        self._write(
+            self.apps.patch_namespaced_deployment,
+            name,
+            namespace,
+            patch,
+            _content_type="application/merge-patch+json",
+        )
+        self._delete_pods(namespace, request_id, attempt, grace_seconds=30)
+        log.info("scaled %s/%s to zero (kept %s replicas): %s", namespace, name, replicas, reason)
+        return True
+
+    def resume(self, spec: WorkloadSpec) -> str | None:
+        """Relabel the newest scaled-to-zero Deployment of an earlier attempt as `spec.attempt`,
+        re-place it as `spec` says (the engine may have chosen another node) and scale it back
+        to the recorded replicas. Its Service selects by workload name, so it follows."""
+        candidates = self._list_all(
+            self.apps.list_namespaced_deployment,
+            spec.namespace,
+            label_selector=manifests.workload_selector(spec.request_id),
+        )
+        mine = [d for d in candidates if _workload_key(d) is not None]
+        for deployment in mine:
+            key = _workload_key(deployment)
+            if key is not None and key[2] == spec.attempt:
+                # This attempt's own (a launch adopts it), or one it took over already.
+                return (
+                    None if deployment.metadata.name == spec.name else str(deployment.metadata.name)
+                )
+        suspended = sorted(
+            (
+                d
+                for d in mine
+                if suspended_since(d) is not None
+                and (_workload_key(d) or ("", "", 0))[2] < spec.attempt
+            ),
+            key=lambda d: (_workload_key(d) or ("", "", 0))[2],
+        )
+        if not suspended:
+            return None
+        deployment = suspended[-1]
+        name = str(deployment.metadata.name)
+        annotations = deployment.metadata.annotations or {}
+        replicas = int(annotations.get(SUSPENDED_REPLICAS_ANNOTATION) or 1)
+        template = deployment.spec.template.spec
+        old_selector = dict(template.node_selector or {}) if template is not None else {}
+        new_selector = manifests.node_selector(spec)
+        attempt_label = {ATTEMPT_LABEL: str(spec.attempt)}
+        patch = {
+            "metadata": {
+                "labels": attempt_label,
+                "annotations": {
+                    SUSPENDED_REPLICAS_ANNOTATION: None,
+                    SUSPENDED_AT_ANNOTATION: None,
+                    TERMINATE_REASON_ANNOTATION: None,
+                    REASON_ANNOTATION: spec.reason or None,
+                },
+            },
+            "spec": {
+                "replicas": replicas,
+                "template": {
+                    "metadata": {"labels": attempt_label},
+                    "spec": {
+                        # Merge patch: keys the new placement drops are removed with null.
+                        "nodeSelector": {
+                            **{key: None for key in old_selector if key not in new_selector},
+                            **new_selector,
+                        },
+                        "affinity": manifests.gpu_product_affinity(spec.gpu_products)
+                        if spec.gpu_products
+                        else None,
+                        "priorityClassName": spec.priority_class_name,
+                    },
+                },
+            },
+        }
+        self._write(
+            self.apps.patch_namespaced_deployment,
+            name,
+            spec.namespace,
+            patch,
+            _content_type="application/merge-patch+json",
+        )
+        log.info(
+            "resumed %s/%s as attempt %s (%s replicas)",
+            spec.namespace,
+            name,
+            spec.attempt,
+            replicas,
+        )
+        return name
+
+    def _delete_pods(
+        self, namespace: str, request_id: str, attempt: int, *, grace_seconds: int
+    ) -> None:
+        try:
+            self._write(
+                self.core.delete_collection_namespaced_pod,
+                namespace,
+                label_selector=manifests.workload_selector(request_id, attempt),
+                grace_period_seconds=grace_seconds,
+            )
+        except ClusterError as exc:
+            if exc.status != 404:
+                raise
+
     def get_workload(self, namespace: str, request_id: str, attempt: int) -> WorkloadStatus:
         name = workload_name(request_id, attempt)
         job = self._read_or_none(self.batch.read_namespaced_job, name, namespace)
         deployment = None
         if job is None:
-            deployment = self._read_or_none(self.apps.read_namespaced_deployment, name, namespace)
+            deployment = self._find_deployment(namespace, request_id, attempt)
         pods = self._list_all(
             self.core.list_namespaced_pod,
             namespace,

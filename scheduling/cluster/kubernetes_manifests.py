@@ -21,6 +21,7 @@ from scheduling.cluster.base import (
     REASON_ANNOTATION,
     REQUEST_LABEL,
     TEAM_LABEL,
+    WORKLOAD_LABEL,
     LimitRangeSpec,
     PrioritySpec,
     ProjectSpec,
@@ -74,11 +75,21 @@ def project_labels(team_slug: str, project_slug: str) -> dict[str, str]:
 
 
 def selector_labels(request_id: str, attempt: int) -> dict[str, str]:
-    """The labels that pick out one attempt's pods (Deployment and Service selectors)."""
+    """The labels that tie an object or pod to one attempt of one request."""
     return {
         MANAGED_BY_LABEL: MANAGED_BY_VALUE,
         REQUEST_LABEL: request_id,
         ATTEMPT_LABEL: str(attempt),
+    }
+
+
+def pod_selector(spec: WorkloadSpec) -> dict[str, str]:
+    """The Deployment's and Service's pod selector: by workload name, not attempt, because a
+    selector is immutable and a resumed attempt relabels the Deployment it takes over."""
+    return {
+        MANAGED_BY_LABEL: MANAGED_BY_VALUE,
+        REQUEST_LABEL: spec.request_id,
+        WORKLOAD_LABEL: spec.name,
     }
 
 
@@ -98,6 +109,7 @@ def workload_labels(spec: WorkloadSpec) -> dict[str, str]:
         **spec.extra_labels,
         **project_labels(spec.team_slug, spec.project_slug),
         **selector_labels(spec.request_id, spec.attempt),
+        WORKLOAD_LABEL: spec.name,
         KIND_LABEL: spec.kind,
     }
 
@@ -284,7 +296,7 @@ def deployment_manifest(spec: WorkloadSpec) -> Manifest:
             "replicas": 1,
             "revisionHistoryLimit": 1,
             "strategy": {"type": "Recreate"},
-            "selector": {"matchLabels": selector_labels(spec.request_id, spec.attempt)},
+            "selector": {"matchLabels": pod_selector(spec)},
             "template": {
                 "metadata": _template_metadata(spec),
                 "spec": pod_spec(spec, restart_policy="Always"),
@@ -302,7 +314,7 @@ def service_manifest(spec: WorkloadSpec) -> Manifest:
         "metadata": _metadata(spec),
         "spec": {
             "type": "ClusterIP",
-            "selector": selector_labels(spec.request_id, spec.attempt),
+            "selector": pod_selector(spec),
             "ports": [{"name": "http", "port": port, "targetPort": port, "protocol": "TCP"}],
         },
     }

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
 from typing import TYPE_CHECKING, Any
 
@@ -18,6 +18,8 @@ from scheduling.cluster import kubernetes_manifests as manifests
 from scheduling.cluster.base import (
     KIND_LABEL,
     PROJECT_LABEL,
+    SUSPENDED_AT_ANNOTATION,
+    SUSPENDED_REPLICAS_ANNOTATION,
     TEAM_LABEL,
     WORKLOAD_KINDS,
     HamiDevice,
@@ -143,6 +145,21 @@ def pod_unschedulable(pod: k8s.V1Pod) -> str | None:
     return None
 
 
+def suspended_since(deployment: k8s.V1Deployment | None) -> datetime | None:
+    """When reclamation scaled this Deployment to zero; None when it is not suspended (no
+    annotation, or someone scaled it up again by hand)."""
+    if deployment is None or deployment.metadata is None or deployment.spec is None:
+        return None
+    annotations = deployment.metadata.annotations or {}
+    if SUSPENDED_REPLICAS_ANNOTATION not in annotations or deployment.spec.replicas:
+        return None
+    try:
+        return datetime.fromisoformat(annotations.get(SUSPENDED_AT_ANNOTATION, ""))
+    except ValueError:
+        # Suspended, but the time is unreadable: the epoch makes the retention period run out.
+        return datetime.fromtimestamp(0, tz=UTC)
+
+
 def _pod_started_at(pod: k8s.V1Pod) -> datetime | None:
     for container in _container_statuses(pod):
         state = container.state
@@ -197,6 +214,7 @@ def workload_status(
     `started_at` is only set once the workload has run.
     """
     owner = job if job is not None else deployment
+    suspended = suspended_since(deployment)
     anchor: Any = owner if owner is not None else (pods[0] if pods else None)
     labels: Mapping[str, str] = {}
     if anchor is not None and anchor.metadata is not None:
@@ -225,7 +243,10 @@ def workload_status(
             attempt=attempt,
             phase=phase,
             namespace=namespace,
-            name=workload_name(request_id, attempt),
+            # A resumed attempt runs in the Deployment of the attempt it took over.
+            name=str(owner.metadata.name)
+            if owner is not None and owner.metadata is not None and owner.metadata.name
+            else workload_name(request_id, attempt),
             kind=kind,
             reason=reason,
             message=message,
@@ -234,10 +255,13 @@ def workload_status(
             finished_at=finished_at,
             team_slug=labels.get(TEAM_LABEL, ""),
             project_slug=labels.get(PROJECT_LABEL, ""),
+            suspended_at=suspended if phase == "suspended" else None,
         )
 
     if owner is None and pod is None:
         return status("missing", "NotFound", "no Job, Deployment or pod exists for this attempt")
+    if suspended is not None:
+        return status("suspended", "ScaledToZero", "scaled to zero by reclamation", source=None)
     if job is not None:
         done = _true_condition(job, _COMPLETE_CONDITIONS)
         if done is not None:

@@ -172,6 +172,7 @@ def test_job_and_pod_carry_the_portal_labels_and_annotations() -> None:
             "gpu-portal/project": "detection",
             "gpu-portal/request": "812",
             "gpu-portal/attempt": "3",
+            "gpu-portal/workload": "gpr-812-a3",
             "gpu-portal/kind": "job",
             "example.com/cost-centre": "cv",
         }
@@ -204,7 +205,12 @@ def test_deployment_and_service_for_long_running_kinds(kind: WorkloadKind, port:
         {"name": "http", "containerPort": port, "protocol": "TCP"}
     ]
     selector = deployment["spec"]["selector"]["matchLabels"]
-    assert selector == {MANAGED_BY_LABEL: "gpu-portal", REQUEST_LABEL: "812", ATTEMPT_LABEL: "1"}
+    # By workload name, not attempt: a resumed attempt relabels the Deployment it takes over.
+    assert selector == {
+        MANAGED_BY_LABEL: "gpu-portal",
+        REQUEST_LABEL: "812",
+        "gpu-portal/workload": "gpr-812-a1",
+    }
     assert selector.items() <= pod_template(deployment)["metadata"]["labels"].items()
     assert service["kind"] == "Service"
     assert service["metadata"]["name"] == deployment["metadata"]["name"]
