@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
-from django.shortcuts import render
+from django.shortcuts import get_object_or_404, render
 
+from accounting.efficiency import request_efficiency
 from accounting.selectors import estimated_cost_per_hour
-from scheduling.models import Flavor
+from scheduling.models import Flavor, GpuRequest
 from scheduling.selectors import quota_standing
 from tenants.models import Project
 
@@ -35,3 +36,13 @@ def request_estimate(request: HttpRequest) -> HttpResponse:
         context["standing"] = quota_standing(project=project, flavor=flavor)
         context["cost"] = estimated_cost_per_hour(flavor=flavor, gpu_count=gpu_count)
     return render(request, "accounting/_estimate.html", context)
+
+
+@login_required
+def request_efficiency_fragment(request: HttpRequest, pk: int) -> HttpResponse:
+    """HTMX: the request detail page's efficiency card (same selector as the API)."""
+    gpu_request = get_object_or_404(
+        GpuRequest.objects.visible_to(request.user).select_related("flavor"), pk=pk
+    )
+    context = {"efficiency": request_efficiency(gpu_request)}
+    return render(request, "accounting/_efficiency.html", context)

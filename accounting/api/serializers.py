@@ -9,6 +9,7 @@ from typing import Any
 from rest_framework import serializers
 
 from accounting.budgets import percent_used, spent_of
+from accounting.efficiency import EFFICIENCY_KEYS
 from accounting.models import Budget, Statement, StatementLine
 from accounting.selectors import GROUP_KEYS, UsageQuery, current_month
 from tenants.api.base import ScopedPrimaryKeyRelatedField
@@ -182,3 +183,10 @@ class StatementCloseSerializer(serializers.Serializer):
 
 class ExportSerializer(serializers.Serializer):
     export = serializers.ChoiceField(choices=["csv", "xlsx"], required=False)
+
+
+class EfficiencyQuerySerializer(serializers.Serializer):
+    """`group_by` one of request, project, team; `days` back from now (samples are kept 14)."""
+
+    group_by = serializers.ChoiceField(choices=list(EFFICIENCY_KEYS), default="project")
+    days = serializers.IntegerField(min_value=1, max_value=90, default=14)

@@ -12,5 +12,11 @@ router.register("statements", views.StatementViewSet, basename="statement")
 urlpatterns = [
     path("usage/", views.UsageView.as_view(), name="usage"),
     path("chargeback/", views.ChargebackView.as_view(), name="chargeback"),
+    path("efficiency/", views.EfficiencyView.as_view(), name="efficiency"),
+    path(
+        "requests/<int:pk>/efficiency/",
+        views.RequestEfficiencyView.as_view(),
+        name="gpu-request-efficiency",
+    ),
     *router.urls,
 ]

@@ -8,6 +8,7 @@ from typing import Any, cast
 from django.conf import settings
 from django.db.models import QuerySet
 from django.http import HttpResponse
+from django.shortcuts import get_object_or_404
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema
 from rest_framework import status
@@ -21,16 +22,19 @@ from accounting import budgets
 from accounting.api.serializers import (
     BudgetSerializer,
     ChargebackQuerySerializer,
+    EfficiencyQuerySerializer,
     ExportSerializer,
     StatementCloseSerializer,
     StatementSerializer,
     UsageQuerySerializer,
 )
 from accounting.budgets import with_burn
+from accounting.efficiency import efficiency_rows, request_efficiency
 from accounting.exports import XLSX_CONTENT_TYPE, rows_to_csv, rows_to_xlsx
 from accounting.models import Budget, Statement
 from accounting.selectors import UsageQuery, chargeback, check_filters, totals, usage_rows
 from accounting.statements import STATEMENT_COLUMNS, close_statement, statement_rows
+from scheduling.models import GpuRequest
 from tenants.api.base import ScopedModelViewSet, ScopedReadOnlyViewSet
 
 
@@ -190,3 +194,25 @@ class StatementViewSet(ScopedReadOnlyViewSet):
         statement = self.get_queryset().get(pk=statement.pk)
         code = status.HTTP_201_CREATED if created else status.HTTP_200_OK
         return Response(self.get_serializer(statement).data, status=code)
+
+
+class EfficiencyView(APIView):
+    """Allocated vs active GPU-hours ("waste") of recent work, per request, project or team."""
+
+    @extend_schema(parameters=[EfficiencyQuerySerializer], responses={200: OpenApiTypes.OBJECT})
+    def get(self, request: Request) -> Any:
+        params = EfficiencyQuerySerializer(data=request.query_params)
+        params.is_valid(raise_exception=True)
+        rows = efficiency_rows(user=request.user, **params.validated_data)
+        return Response(_plain({**params.validated_data, "results": rows}))
+
+
+class RequestEfficiencyView(APIView):
+    """One request's efficiency and, once it finished, a right-sizing suggestion."""
+
+    @extend_schema(responses={200: OpenApiTypes.OBJECT})
+    def get(self, request: Request, pk: int) -> Any:
+        gpu_request = get_object_or_404(
+            GpuRequest.objects.visible_to(request.user).select_related("flavor"), pk=pk
+        )
+        return Response(_plain(request_efficiency(gpu_request)))

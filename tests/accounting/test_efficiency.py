@@ -1,0 +1,117 @@
+"""Efficiency (allocated vs active GPU-hours) per request, project and team; right-sizing hint."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from decimal import Decimal
+from typing import Any
+
+import pytest
+from django.test import Client
+from django.urls import reverse
+from django.utils import timezone
+
+from scheduling.choices import RequestStatus
+from scheduling.models import UtilisationSample
+from tests.accounting.factories import make_allocation, make_request
+from tests.scheduling.conftest import Fleet
+from tests.support.cross_tenant import covers
+from tests.support.personas import Org, api_client
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def runs(org: Org, fleet: Fleet) -> dict[str, Any]:
+    """dev_a: a finished 2-hour A100 run at 10 % and 8 GB; dev_b: a running 1-hour one at 80 %."""
+    now = timezone.now()
+    done = make_request(
+        project=org.project_a, owner=org.dev_a, flavor=fleet.a100, status=RequestStatus.SUCCEEDED
+    )
+    allocation = make_allocation(
+        done, started_at=now - timedelta(hours=3), ended_at=now - timedelta(hours=1)
+    )
+    busy = make_request(project=org.project_b, owner=org.dev_b, flavor=fleet.a100)
+    running = make_allocation(busy, started_at=now - timedelta(hours=1))
+    for minute in range(0, 120, 30):
+        at = now - timedelta(hours=3, minutes=-minute)
+        UtilisationSample.objects.create(
+            allocation=allocation, sampled_at=at, activity_percent=10, memory_used_mib=8000
+        )
+    for minute in (10, 20, 30):
+        UtilisationSample.objects.create(
+            allocation=running,
+            sampled_at=now - timedelta(minutes=minute),
+            activity_percent=80,
+            memory_used_mib=70000,
+        )
+    return {"done": done, "busy": busy}
+
+
+def test_request_efficiency_and_right_sizing(org: Org, runs: dict[str, Any]) -> None:
+    url = reverse("gpu-request-efficiency", kwargs={"pk": runs["done"].pk})
+    response = api_client(org.dev_a).get(url)
+    assert response.status_code == 200, response.content
+    body = response.json()
+    assert Decimal(body["allocated_gpu_hours"]) == Decimal("2.00")
+    assert Decimal(body["active_gpu_hours"]) == Decimal("0.20")
+    assert Decimal(body["waste_gpu_hours"]) == Decimal("1.80")
+    assert Decimal(body["efficiency_percent"]) == Decimal("10.0")
+    assert body["peak_memory_mib"] == 8000
+    assert body["right_sizing"]["flavor"] == "H100 mig-1g.10gb"
+
+
+def test_running_work_gets_no_right_sizing_yet(org: Org, runs: dict[str, Any]) -> None:
+    url = reverse("gpu-request-efficiency", kwargs={"pk": runs["busy"].pk})
+    body = api_client(org.dev_b).get(url).json()
+    assert Decimal(body["efficiency_percent"]) == Decimal("80.0")
+    assert body["right_sizing"] is None
+
+
+@covers("gpu-request-efficiency", "gpu-request-efficiency-page")
+def test_other_teams_request_efficiency_is_404(org: Org, runs: dict[str, Any]) -> None:
+    pk = runs["done"].pk
+    for user in (org.dev_b, org.lead_b, org.finance):
+        response = api_client(user).get(reverse("gpu-request-efficiency", kwargs={"pk": pk}))
+        assert response.status_code == 404
+        assert response.json()["error"]["code"] == "not_found"
+    page = Client()
+    page.force_login(org.dev_b)
+    assert page.get(reverse("gpu-request-efficiency-page", kwargs={"pk": pk})).status_code == 404
+    page.force_login(org.dev_a)
+    fragment = page.get(reverse("gpu-request-efficiency-page", kwargs={"pk": pk}))
+    assert fragment.status_code == 200
+    assert b'data-testid="right-sizing"' in fragment.content
+    assert b"H100 mig-1g.10gb" in fragment.content
+
+
+def test_efficiency_per_team_within_reach(org: Org, runs: dict[str, Any]) -> None:
+    def rows(user: Any, **params: Any) -> dict[Any, Decimal]:
+        response = api_client(user).get(reverse("efficiency"), params)
+        assert response.status_code == 200, response.content
+        return {r["team"]: Decimal(r["efficiency_percent"]) for r in response.json()["results"]}
+
+    assert rows(org.finance, group_by="team") == {
+        "Team A": Decimal("10.0"),
+        "Team B": Decimal("80.0"),
+    }
+    assert rows(org.lead_a, group_by="team") == {"Team A": Decimal("10.0")}
+    assert rows(org.dev_b, group_by="team") == {"Team B": Decimal("80.0")}
+
+
+def test_efficiency_per_project_counts_waste(org: Org, runs: dict[str, Any]) -> None:
+    response = api_client(org.lead_a).get(reverse("efficiency"), {"group_by": "project"})
+    [row] = response.json()["results"]
+    assert row["project"] == "A one" and Decimal(row["waste_gpu_hours"]) == Decimal("1.80")
+
+
+@pytest.mark.parametrize("params", [{"group_by": "flavor"}, {"days": "0"}, {"days": "x"}])
+def test_bad_efficiency_query_is_400(org: Org, params: dict[str, str]) -> None:
+    response = api_client(org.finance).get(reverse("efficiency"), params)
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "invalid"
+
+
+def test_efficiency_needs_a_role(org: Org) -> None:
+    assert api_client(org.nobody).get(reverse("efficiency")).status_code == 403
+    assert api_client(None).get(reverse("efficiency")).status_code == 401
