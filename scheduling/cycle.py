@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 
-from django.db import IntegrityError, transaction
+from django.db import DatabaseError, IntegrityError, transaction
 from django.utils import timezone
 
 from scheduling import engine
@@ -73,6 +73,7 @@ def holder_is_dead(holder: str) -> bool:
 def acquire_lease(*, name: str = LEASE_NAME, seconds: int = LEASE_SECONDS) -> str | None:
     """Take the lease if it is free, expired or held by a dead process of this host; returns
     the holder token, or None if busy."""
+    _release_leftovers()
     now = timezone.now()
     holder = _holder()
     # Created concurrently by another cycle is fine: the UPDATE below decides who holds it.
@@ -100,6 +101,27 @@ def release_lease(holder: str, *, name: str = LEASE_NAME, cycle_seconds: float =
         expires_at=timezone.now() - timedelta(seconds=1),
         last_cycle_seconds=cycle_seconds,
     )
+
+
+# Leases this process could not release because the database was gone at the time.
+_unreleased: set[str] = set()
+
+
+def _release_after_cycle(holder: str, cycle_seconds: float) -> None:
+    """Release, or remember to: a lease left held by a live process blocks every cycle until
+    it expires (a minute), which is what a database restart mid-cycle used to cause."""
+    try:
+        release_lease(holder, cycle_seconds=cycle_seconds)
+    except DatabaseError:
+        log.warning("could not release the scheduling lease %s; retrying next cycle", holder)
+        _unreleased.add(holder)
+
+
+def _release_leftovers() -> None:
+    for holder in list(_unreleased):
+        with contextlib.suppress(DatabaseError):
+            release_lease(holder)
+            _unreleased.discard(holder)
 
 
 @dataclass
@@ -147,7 +169,7 @@ def run_cycle(
         result.seconds = time.perf_counter() - started
         return result
     finally:
-        release_lease(holder, cycle_seconds=time.perf_counter() - started)
+        _release_after_cycle(holder, time.perf_counter() - started)
 
 
 def _after_commit(act: Callable[[int, int], None], request_id: int, attempt: int) -> None:

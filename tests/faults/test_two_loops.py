@@ -113,3 +113,20 @@ def test_lease_of_a_live_process_or_another_host_is_respected(db: None) -> None:
     assert cycle.acquire_lease() is None
     _lease_held_by(f"{host}:other-namespace:{exited.pid}:deadbeef")
     assert cycle.acquire_lease() is None
+
+
+def test_lease_the_database_lost_mid_cycle_is_released_by_the_next_cycle(
+    db: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from django.db import OperationalError
+
+    release = cycle.release_lease
+
+    def database_gone(*args: Any, **kwargs: Any) -> None:
+        raise OperationalError("the connection was closed by the server")
+
+    monkeypatch.setattr(cycle, "release_lease", database_gone)
+    assert cycle.run_cycle().ran
+    assert SchedulerLease.objects.get(name=cycle.LEASE_NAME).expires_at > timezone.now()
+    monkeypatch.setattr(cycle, "release_lease", release)  # the database is back
+    assert cycle.run_cycle().ran  # not blocked for the lease's remaining minute

@@ -1,0 +1,113 @@
+"""Redis and PostgreSQL restarted mid-flow (each the test's own server): everything converges,
+nothing is lost or duplicated. Both restarts are crashes (SIGKILL / `pg_ctl -m immediate`)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+from django.db import connection
+
+from scheduling.models import Flavor
+from tests.faults.conftest import report, sizes
+from tests.faults.pipeline import audit, status_counts, submit_and_approve, wait_until_settled
+from tests.support.personas import Org
+from tests.support.services import PostgresCluster, RedisServer, postgres_available
+from tests.support.services import postgres_cluster as start_postgres_cluster
+from tests.support.worker import celery_worker
+from tests.support.worker import test_database_url as database_url
+
+pytestmark = [pytest.mark.faults, pytest.mark.integration, pytest.mark.django_db(transaction=True)]
+
+WORKER_ENV = {
+    "SIMULATION_SPEED": "60",
+    "STUCK_TRANSITION_SECONDS": "3",
+    "STUCK_SWEEP_SECONDS": "3",
+}
+DOWN_SECONDS = 3.0
+
+
+def wait_for_flow(ids: list[int], timeout: float = 60.0) -> None:
+    """Until work is in every stage at once, so that the fault cuts through all of them."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        counts = status_counts(ids)
+        if counts["running"] and (counts["queued"] or counts["admitted"]):
+            return
+        time.sleep(0.2)
+
+
+def test_redis_restart_mid_flow_loses_and_duplicates_nothing(
+    on_postgresql: None, org: Org, a100: Flavor, own_redis: RedisServer
+) -> None:
+    total = sizes("RESTART_REQUESTS", 40)
+    with celery_worker(own_redis.url(), **WORKER_ENV) as worker:
+        ids = submit_and_approve(org, a100, total // 2)
+        wait_for_flow(ids)
+        own_redis.stop()  # every queued message is gone with it (no persistence)
+        # Work keeps arriving while the broker is down: the decisions stand, the follow-up
+        # tasks cannot be queued.
+        ids += submit_and_approve(org, a100, total - len(ids))
+        time.sleep(DOWN_SECONDS)
+        own_redis.start()
+        restarted = time.monotonic()
+        wait_until_settled(ids, timeout=180, log=worker.output)
+        converge = time.monotonic() - restarted
+    outcome = audit(ids)
+    report(
+        {
+            "fault": "redis_restart",
+            "down_seconds": DOWN_SECONDS,
+            "converge_seconds_after_restart": round(converge, 1),
+            **outcome.figures,
+        }
+    )
+    outcome.assert_clean()
+
+
+@pytest.fixture
+def own_postgres(on_postgresql: None, org: Org, a100: Flavor) -> Iterator[PostgresCluster]:
+    """The test's data copied into a private PostgreSQL cluster, which the test process and
+    the worker then use; the shared server is back in place for the test's teardown."""
+    if not postgres_available():
+        pytest.skip("PostgreSQL server binaries (initdb) are not installed")
+    with start_postgres_cluster() as cluster:
+        cluster.copy_database(database_url(), "faults")
+        original = dict(connection.settings_dict)
+        connection.close()
+        connection.settings_dict.update(
+            {"HOST": "127.0.0.1", "PORT": cluster.port, "NAME": "faults", "PASSWORD": ""}
+        )
+        try:
+            yield cluster
+        finally:
+            connection.close()
+            connection.settings_dict.clear()
+            connection.settings_dict.update(original)
+
+
+def test_postgresql_restart_mid_flow_loses_and_duplicates_nothing(
+    own_postgres: PostgresCluster, org: Org, a100: Flavor, own_redis: RedisServer
+) -> None:
+    total = sizes("RESTART_REQUESTS", 40)
+    env = {**WORKER_ENV, "DATABASE_URL": own_postgres.url("faults")}
+    with celery_worker(own_redis.url(), **env) as worker:
+        ids = submit_and_approve(org, a100, total // 2)
+        wait_for_flow(ids)
+        connection.close()
+        own_postgres.restart(down_seconds=DOWN_SECONDS)  # a crash: no clean shutdown
+        restarted = time.monotonic()
+        ids += submit_and_approve(org, a100, total - len(ids))
+        wait_until_settled(ids, timeout=180, log=worker.output)
+        converge = time.monotonic() - restarted
+    outcome = audit(ids)
+    report(
+        {
+            "fault": "postgresql_restart",
+            "down_seconds": DOWN_SECONDS,
+            "converge_seconds_after_restart": round(converge, 1),
+            **outcome.figures,
+        }
+    )
+    outcome.assert_clean()
