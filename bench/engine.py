@@ -35,6 +35,7 @@ import json
 import statistics
 import time
 from collections import Counter, defaultdict
+from dataclasses import replace
 
 from bench.workload import MULTI_SHARE, Workload, generate
 from scheduling.engine import Plan, Policy, Request, Scheduler, Snapshot
@@ -198,6 +199,12 @@ def main() -> None:
         default=MULTI_SHARE,
         help="share of pending vGPU/MIG requests asking for 2-4 shares (0: single shares only)",
     )
+    ap.add_argument(
+        "--short-reserve",
+        type=float,
+        default=0.0,
+        help="give every pool a short-request reserve of this share (requests up to 2 h)",
+    )
     args = ap.parse_args()
     runs = args.runs or (3 if args.quick else 5)
     if args.quick:
@@ -207,7 +214,16 @@ def main() -> None:
     else:
         w = generate(seed=args.seed, multi_share=args.multi_share)
     snap = w.snapshot
+    if args.short_reserve:
+        pools = tuple(
+            replace(p, short_reserve_fraction=args.short_reserve, short_max_runtime_seconds=7200)
+            for p in snap.pools
+        )
+        snap = replace(snap, pools=pools)
+        w = replace(w, snapshot=snap)
     label = "quick (10% fleet)" if args.quick else "W-GPU-2k"
+    if args.short_reserve:
+        label += f", {args.short_reserve:.0%} short-request reserve per pool"
     flavor_kind = {f.id: f.kind for f in snap.flavors}
     multi = sum(1 for r in snap.pending if r.gpu_count > 1 and flavor_kind[r.flavor] != "whole")
     print(
@@ -271,6 +287,9 @@ def main() -> None:
     lat_all.sort()
 
     codes = Counter(x.code for x in engine_plan.waiting)
+    if args.short_reserve:
+        held = sum(1 for x in engine_plan.waiting if "for requests up to" in x.reason)
+        print(f"waiting because of a short-request reserve: {held}")
     print(
         f"engine plan: {len(engine_plan.admissions)} admitted, {len(engine_plan.preemptions)} "
         f"preemptions, {len(engine_plan.reservations)} reservations, waiting by code "
