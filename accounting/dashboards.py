@@ -2,16 +2,24 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
 from django.db.models import Count, Sum
+from django.utils import timezone
 
+from accounting.budgets import spent_of, with_burn
+from accounting.choices import BudgetUnit
+from accounting.efficiency import efficiency_rows
+from accounting.models import Budget, DailyUsage
+from accounting.periods import billing_zone, month_bounds, next_month
 from accounting.selectors import UsageQuery, chargeback, current_month, totals, usage_rows
 from scheduling.choices import COMMITTED_STATUSES, RequestStatus
 from scheduling.models import Allocation, GpuDevice, GpuRequest, NodePool, Quota
 from scheduling.selectors import approval_inbox
-from tenants.models import scope_of
+from tenants.models import AuditEvent, scope_of
 
 
 def _month(months: int = 1, **filters: Any) -> UsageQuery:
@@ -48,7 +56,23 @@ def developer(user: Any) -> dict[str, Any]:
             }
         ],
     )
-    return {"live_requests": live, "usage": rows, "usage_totals": totals(rows), "chart": chart}
+    recent = efficiency_rows(user=user, group_by="request", days=14)[-10:]
+    efficiency_chart = _chart(
+        "bar",
+        [r["request"] for r in recent],
+        [
+            {"label": "Active GPU-hours", "data": [float(r["active_gpu_hours"]) for r in recent]},
+            {"label": "Waste GPU-hours", "data": [float(r["waste_gpu_hours"]) for r in recent]},
+        ],
+    )
+    return {
+        "live_requests": live,
+        "usage": rows,
+        "usage_totals": totals(rows),
+        "chart": chart,
+        "efficiency": recent,
+        "efficiency_chart": efficiency_chart,
+    }
 
 
 def team_lead(user: Any) -> dict[str, Any]:
@@ -60,6 +84,16 @@ def team_lead(user: Any) -> dict[str, Any]:
         .annotate(units=Sum("request__gpu_count"))
         .values_list("request__flavor_id", "units")
     )
+    borrowed = dict(
+        Allocation.objects.filter(
+            ended_at__isnull=True,
+            is_borrowed=True,
+            request__team_id__in=scope.lead_team_ids,
+        )
+        .values("request__flavor_id")
+        .annotate(units=Sum("request__gpu_count"))
+        .values_list("request__flavor_id", "units")
+    )
     quota_rows = [
         {
             "team": q.team.name,
@@ -67,6 +101,7 @@ def team_lead(user: Any) -> dict[str, Any]:
             "guaranteed": q.guaranteed,
             "limit": q.limit,
             "used": used.get(q.flavor_id, 0),
+            "borrowed": borrowed.get(q.flavor_id, 0),
         }
         for q in quotas.select_related("team", "flavor")
     ]
@@ -76,9 +111,14 @@ def team_lead(user: Any) -> dict[str, Any]:
         [f"{q['team']} · {q['flavor']}" for q in quota_rows],
         [
             {"label": "Used", "data": [q["used"] for q in quota_rows]},
+            {"label": "Borrowed", "data": [q["borrowed"] for q in quota_rows]},
             {"label": "Guaranteed", "data": [q["guaranteed"] for q in quota_rows]},
             {"label": "Limit", "data": [q["limit"] for q in quota_rows]},
         ],
+    )
+    waste = efficiency_rows(user=user, group_by="project", days=14)
+    budgets = list(
+        with_burn(Budget.objects.filter(team_id__in=scope.lead_team_ids).select_related("team"))
     )
     return {
         "quota_rows": quota_rows,
@@ -86,7 +126,44 @@ def team_lead(user: Any) -> dict[str, Any]:
         "member_usage": members,
         "usage_totals": totals(members),
         "chart": chart,
+        "idle_waste": waste,
+        "idle_waste_total": sum((r["waste_gpu_hours"] for r in waste), Decimal(0)),
+        "budgets": [
+            {"budget": b, "spent": spent_of(b), "percent": spent_of(b) * 100 / b.amount}
+            for b in budgets
+        ],
+        "burndown_chart": burndown_chart(budgets),
     }
+
+
+def burndown_chart(budgets: list[Budget]) -> dict[str, Any]:
+    """Per budget, what is left each day of this billing month (from the daily rollup)."""
+    month = current_month()
+    zone = billing_zone()
+    days: list[Any] = []
+    day = month
+    while day < next_month(month):
+        days.append(day)
+        day += timedelta(days=1)
+    today = timezone.now().astimezone(zone).date()
+    datasets = []
+    for budget in budgets:
+        rows = DailyUsage.objects.filter(team_id=budget.team_id, day__gte=month, day__lte=today)
+        if budget.project_id:
+            rows = rows.filter(project_id=budget.project_id)
+        column = "gpu_hours" if budget.unit == BudgetUnit.GPU_HOURS else "cost"
+        per_day = dict(rows.values("day").annotate(v=Sum(column)).values_list("day", "v"))
+        left: Decimal = budget.amount
+        data: list[float | None] = []
+        for day in days:
+            if day > today:
+                data.append(None)
+                continue
+            left -= per_day.get(day) or Decimal(0)
+            data.append(float(left))
+        owner = budget.project.name if budget.project_id and budget.project else budget.team.name
+        datasets.append({"label": f"{owner} ({budget.get_unit_display()}) left", "data": data})
+    return _chart("line", [f"{d:%d}" for d in days], datasets)
 
 
 def platform_admin(user: Any) -> dict[str, Any]:
@@ -129,11 +206,27 @@ def platform_admin(user: Any) -> dict[str, Any]:
             {"label": "Capacity GPUs", "data": [p["capacity"] for p in pools]},
         ],
     )
+    start, _ = month_bounds(current_month(), billing_zone())
+    reclaims = list(
+        AuditEvent.objects.filter(action__startswith="reclaim.", occurred_at__gte=start)
+        .exclude(action__endswith="_warning")
+        .values("action")
+        .annotate(n=Count("pk"))
+        .order_by("-n", "action")
+    )
+    reclaim_rows = [{"reason": r["action"].split(".", 1)[1], "count": r["n"]} for r in reclaims]
+    reclaim_chart = _chart(
+        "bar",
+        [r["reason"] for r in reclaim_rows],
+        [{"label": "Reclamations this month", "data": [r["count"] for r in reclaim_rows]}],
+    )
     return {
         "pools": pools,
         "queue_depth": sum(queued.values()),
         "top_consumers": top,
         "chart": chart,
+        "reclaims": reclaim_rows,
+        "reclaim_chart": reclaim_chart,
     }
 
 
@@ -151,7 +244,19 @@ def finance(user: Any) -> dict[str, Any]:
         ],
     )
     this_month = chargeback(user=user, query=_month(group_by=("team", "project")))
+    by_month = {(r["month"], r["team"]): r["cost"] for r in report.rows}
+    trend = _chart(
+        "line",
+        months,
+        [
+            {
+                "label": f"All teams ({settings.PORTAL_CURRENCY})",
+                "data": [float(sum(by_month.get((m, t), 0) for t in teams)) for m in months],
+            }
+        ],
+    )
     return {
+        "trend_chart": trend,
         "by_month": report,
         "this_month": this_month,
         "chart": chart,

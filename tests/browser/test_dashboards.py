@@ -11,7 +11,9 @@ from typing import Any
 
 import pytest
 from django.utils import timezone
+from openpyxl import load_workbook
 
+from accounting.models import Budget
 from accounting.services import meter_usage
 from scheduling.demo import seed_demo_fleet
 from scheduling.models import Flavor
@@ -32,6 +34,7 @@ def org_with_usage(transactional_db: None) -> Org:
         request = make_request(project=project, owner=owner, flavor=a100)
         make_allocation(request, started_at=now - timedelta(minutes=90))
     meter_usage(now=now)
+    Budget.objects.create(team=org.team_a, unit="money", amount=Decimal("10"))
     return org
 
 
@@ -98,5 +101,55 @@ def test_finance_downloads_a_csv_whose_totals_match_the_api(
         api = response.json()
         assert sum(Decimal(row["cost"]) for row in rows) == Decimal(api["totals"]["cost"])
         assert sum(Decimal(row["gpu_hours"]) for row in rows) == Decimal(api["totals"]["gpu_hours"])
+    finally:
+        page.close()
+
+
+NAMED_CHART_DRAWN = """(id) => {
+  const canvas = document.querySelector(`canvas[data-testid=${id}]`);
+  const chart = canvas && window.Chart && window.Chart.getChart(canvas);
+  return !!chart && chart.data.datasets.length > 0 && canvas.width > 0;
+}"""
+
+
+@pytest.mark.parametrize(
+    ("persona", "chart_id"),
+    [
+        ("dev_a", "efficiency-chart"),
+        ("lead_a", "burndown-chart"),
+        ("admin", "reclaim-chart"),
+        ("finance", "trend-chart"),
+    ],
+)
+def test_each_role_sees_its_new_chart_drawn(
+    browser: Any, live_server: Any, org_with_usage: Org, persona: str, chart_id: str
+) -> None:
+    page = sign_in(browser, live_server, getattr(org_with_usage, persona))
+    try:
+        page.wait_for_function(NAMED_CHART_DRAWN, arg=chart_id, timeout=15_000)
+        assert not page.js_errors
+    finally:
+        page.close()
+
+
+def test_finance_downloads_an_xlsx_whose_totals_match_the_api(
+    browser: Any, live_server: Any, org_with_usage: Org
+) -> None:
+    page = sign_in(browser, live_server, org_with_usage.finance)
+    try:
+        with page.expect_download() as info:
+            page.click("[data-testid=export-xlsx]")
+        sheet = load_workbook(io.BytesIO(Path(info.value.path()).read_bytes())).active
+        assert sheet is not None
+        values = list(sheet.iter_rows(values_only=True))
+        header = [str(cell) for cell in values[0]]
+        rows = [dict(zip(header, row, strict=True)) for row in values[1:]]
+        response = page.request.get(
+            f"{live_server.url}/api/v1/chargeback/?group_by=team,project,flavor"
+        )
+        api = response.json()
+        assert sum(Decimal(str(row["cost"])) for row in rows) == Decimal(api["totals"]["cost"])
+        page.click("[data-testid=drill-down] >> nth=0")
+        assert "group_by=project,flavor" in page.url
     finally:
         page.close()
