@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as hs
 
 from scheduling.engine import Pool, Priority, Quota, Request, Scheduler, Snapshot, plan
 from scheduling.engine.reserve import format_duration, is_long, leaves_reserve
@@ -186,3 +188,43 @@ def test_reserve_helpers() -> None:
     assert is_long(pool, LONG) and not is_long(pool, SHORT)
     assert not is_long(reserved(0.0), LONG)
     assert leaves_reserve(pool, 8.0, 0.0, 6.0) and not leaves_reserve(pool, 8.0, 0.0, 6.5)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    fraction=hs.sampled_from([0.0, 0.125, 0.25, 0.5, 1.0]),
+    used=hs.integers(0, 16),
+    jobs=hs.lists(
+        hs.tuples(hs.integers(1, 8), hs.booleans(), hs.integers(0, 4)), min_size=1, max_size=12
+    ),
+)
+def test_long_admissions_never_leave_less_than_the_reserve_free(
+    fraction: float, used: int, jobs: list[tuple[int, bool, int]]
+) -> None:
+    """Property: after a cycle, either long work took nothing, or the pool still has its
+    reserve free counting only long admissions; short work may take the rest."""
+    pool = reserved(fraction)
+    allocations = [alloc("run", whole_claims("n1", range(min(used, 8))))]
+    if used > 8:
+        allocations.append(alloc("run2", whole_claims("n2", range(used - 8))))
+    pending = tuple(
+        req(f"r{i}", gpu_count=g, max_runtime_seconds=LONG if is_long else SHORT,
+            submitted_at=float(order), priority=Priority.NORMAL)
+        for i, (g, is_long, order) in enumerate(jobs)
+    )  # fmt: skip
+    snap = fleet(node("n1"), node("n2"), pools=(pool,), allocations=allocations, pending=pending)
+    result = plan(snap, now=0.0)
+    by_id = {r.id: r for r in pending}
+    long_taken = sum(
+        by_id[a.request_id].gpu_count
+        for a in result.admissions
+        if by_id[a.request_id].max_runtime_seconds > pool.short_max_runtime_seconds
+    )
+    capacity = 16
+    if long_taken:
+        assert capacity - used - long_taken >= fraction * capacity - 1e-9
+    # Every waiting long request blocked by the reserve names it and holds no reservation.
+    for w in result.waiting:
+        if "keeps" in w.reason:
+            assert by_id[w.request_id].max_runtime_seconds > pool.short_max_runtime_seconds
+            assert all(r.request_id != w.request_id for r in result.reservations)
