@@ -225,3 +225,23 @@ def test_over_budget_approval_policy_waits_for_the_lead(org: Org, fleet: Fleet, 
     request = _submit(org, fleet)
     assert request.status == RequestStatus.PENDING_APPROVAL
     assert "budget is used up" in request.needs_lead_approval_because
+
+
+def test_budget_list_query_count_stays_flat(org: Org, usage: Any) -> None:
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    client = api_client(org.finance)
+
+    def queries() -> int:
+        with CaptureQueriesContext(connection) as captured:
+            assert client.get(reverse("budget-list")).status_code == 200
+        return len(captured)
+
+    make_budget(org)
+    few = queries()
+    for project in (org.project_a, org.project_a2):
+        make_budget(org, project=project)
+        make_budget(org, project=project, unit="gpu_hours")
+    make_budget(org, team=org.team_b)
+    assert queries() == few
