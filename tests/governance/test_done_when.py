@@ -1,8 +1,8 @@
 """The runtime-governance story end to end on the simulated cluster, time passed in.
 
-An idle notebook is warned, then reclaimed with its evidence on the page and in the API; a job
-past its max runtime is stopped; a zombie workload is removed; preempted work returns to the
-queue with its original age and runs again; /metrics shows all of it.
+An idle notebook is warned, then reclaimed (scaled to zero) with its evidence on the page and
+in the API; a job past its max runtime is stopped; a zombie workload is removed; preempted work
+returns to the queue with its original age and runs again; /metrics shows all of it.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from scheduling import cycle, execution, services
 from scheduling.choices import RequestStatus
 from scheduling.models import Allocation, GpuRequest, SimulatedWorkload, Tier, UtilisationSample
 from scheduling.reclaim import enforce_reclaim_policies
-from scheduling.simulated import SimulatedCluster
+from scheduling.simulated import SCALED_TO_ZERO, SimulatedCluster
 from tests.governance.conftest import Runner
 from tests.scheduling.conftest import Fleet
 from tests.support.personas import Org, api_client
@@ -124,7 +124,9 @@ def test_idle_timeout_and_zombie_are_reclaimed_with_evidence_visible(
     assert detail["status"] == "reclaimed" and "under 5%" in detail["status_reason"]
     shown = page("dev_a", "gpu-request-page", notebook.pk)
     assert "under 5%" in shown  # the reason with its evidence, on the owner's page
-    assert not SimulatedWorkload.objects.filter(request_key=str(notebook.pk)).exists()
+    # A notebook is scaled to zero (kept so it can be resumed), no longer running.
+    (suspended,) = SimulatedWorkload.objects.filter(request_key=str(notebook.pk))
+    assert suspended.failure_reason == SCALED_TO_ZERO and suspended.ends_at <= timezone.now()
 
     text = metrics()
     for reason in ("idle_warning", "idle", "timeout", "zombie"):
