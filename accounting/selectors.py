@@ -1,6 +1,7 @@
 """Reads of prices, usage and chargeback. The API and the dashboards both call these.
 
-Team-level reports read the rollups (`MonthlyUsage`, `DailyUsage`); only a developer's own usage
+Team-level reports read the rollups (`TeamMonthlyUsage` when neither grouped nor filtered by
+project, else `MonthlyUsage`; `DailyUsage` for series); only a developer's own usage
 and per-user breakdowns read the ledger, through its (owner, period) and (team, period) indexes.
 """
 
@@ -15,7 +16,7 @@ from django.contrib.auth import get_user_model
 from django.db.models import Count, QuerySet, Sum
 from django.utils import timezone
 
-from accounting.models import DailyUsage, MonthlyUsage, Price, UsageRecord
+from accounting.models import DailyUsage, MonthlyUsage, Price, TeamMonthlyUsage, UsageRecord
 from accounting.periods import billing_zone, month_bounds, month_of, next_month, seconds_between
 from scheduling.models import Flavor, GpuDevice, NodePool
 from tenants.errors import DomainError, ForbiddenError
@@ -133,8 +134,10 @@ def _source(*, scope: Scope, query: UsageQuery) -> tuple[QuerySet[Any], str]:
         start, end = query.month_from, next_month(query.month_to)
         rows = DailyUsage.objects.filter(day__gte=start, day__lt=end)
         return _narrow(rows, scope=scope, query=query), "day"
-    else:
+    elif "project" in query.group_by or query.project_id is not None:
         rows = MonthlyUsage.objects.all()
+    else:  # chargeback's shape: ~teams × flavors rows a month instead of projects × flavors
+        rows = TeamMonthlyUsage.objects.all()
     rows = rows.filter(period__gte=query.month_from, period__lte=query.month_to)
     return _narrow(rows, scope=scope, query=query), "period"
 
@@ -247,7 +250,7 @@ def idle_capacity(*, query: UsageQuery, now: datetime | None = None) -> list[dic
     """Per pool: capacity, allocated and idle GPU-hours over the months; idle at the pool rate."""
     now = now or timezone.now()
     allocated = dict(
-        MonthlyUsage.objects.filter(period__gte=query.month_from, period__lte=query.month_to)
+        TeamMonthlyUsage.objects.filter(period__gte=query.month_from, period__lte=query.month_to)
         .values("pool_id")
         .annotate(h=Sum("gpu_hours"))
         .values_list("pool_id", "h")

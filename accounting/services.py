@@ -7,7 +7,7 @@ transaction:
 1. lock the allocation's meter row (create it at `started_at` the first time);
 2. cut [cursor, end) at billing days, months and repricings;
 3. add each piece's GPU-equivalent hours and cost to the ledger row of its month and to the
-   monthly and daily rollups;
+   monthly, team-monthly and daily rollups;
 4. move the cursor to `end` (final once the allocation has ended).
 
 A second run over the same `now` finds nothing between cursor and end and changes nothing.
@@ -15,18 +15,29 @@ A second run over the same `now` finds nothing between cursor and end and change
 
 from __future__ import annotations
 
+import csv
+import io
 from collections import defaultdict
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from decimal import Decimal
-from typing import Any
+from typing import IO, Any
 
 from django.db import IntegrityError, models, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from accounting.models import AllocationMeter, DailyUsage, MonthlyUsage, Price, UsageRecord
+from accounting.models import (
+    AllocationMeter,
+    DailyUsage,
+    MonthlyUsage,
+    Price,
+    TeamMonthlyUsage,
+    UsageRecord,
+)
 from accounting.periods import billing_zone, seconds_between, split_by_day
 from scheduling.models import Allocation
+from tenants.errors import DomainError
 
 SIX_PLACES = Decimal("0.000001")
 SECONDS_PER_HOUR = Decimal(3600)
@@ -127,11 +138,10 @@ def meter_allocation(*, allocation_id: int, now: datetime) -> bool:
                     **key,
                     **sums,
                 )
-            _add(
-                MonthlyUsage,
-                {"period": period, **key},
-                {"gpu_hours": sums["gpu_hours"], "cost": sums["cost"]},
-            )
+            amounts = {"gpu_hours": sums["gpu_hours"], "cost": sums["cost"]}
+            _add(MonthlyUsage, {"period": period, **key}, amounts)
+            team_key = {k: v for k, v in key.items() if k != "project_id"}
+            _add(TeamMonthlyUsage, {"period": period, **team_key}, amounts)
         for day, sums in days.items():
             _add(DailyUsage, {"day": day, **key}, sums)
         # 4. move the cursor
@@ -148,3 +158,170 @@ def meter_usage(*, now: datetime | None = None) -> int:
         .values_list("pk", flat=True)
     )
     return sum(meter_allocation(allocation_id=pk, now=now) for pk in list(candidates))
+
+
+# Bulk ingest ----------------------------------------------------------------------------------
+
+#: Column order of the rows `ingest_usage` takes: one piece of usage of one allocation within one
+#: billing day (like the meter's pieces), `period` the first day of that day's billing month.
+USAGE_COLUMNS = (
+    "allocation_id",
+    "period",
+    "day",
+    "team_id",
+    "project_id",
+    "flavor_id",
+    "pool_id",
+    "owner_id",
+    "gpu_count",
+    "is_preemptible",
+    "started_at",
+    "ended_at",
+    "seconds",
+    "gpu_hours",
+    "cost",
+)
+
+_STAGE = """CREATE TEMP TABLE IF NOT EXISTS accounting_usage_stage (
+  allocation_id bigint NOT NULL, period date NOT NULL, day date NOT NULL,
+  team_id bigint NOT NULL, project_id bigint NOT NULL, flavor_id bigint NOT NULL,
+  pool_id bigint NOT NULL, owner_id integer NOT NULL, gpu_count integer NOT NULL,
+  is_preemptible boolean NOT NULL, started_at timestamptz NOT NULL,
+  ended_at timestamptz NOT NULL, seconds numeric NOT NULL, gpu_hours numeric NOT NULL,
+  cost numeric NOT NULL
+)"""
+
+# Each check returns the offending rows' count; one pass over the (small) distinct keys each.
+_CHECKS = {
+    "project": """SELECT count(*) FROM (SELECT DISTINCT project_id, team_id
+        FROM accounting_usage_stage) s LEFT JOIN tenants_project p ON p.id = s.project_id
+        WHERE p.id IS NULL OR p.team_id <> s.team_id""",
+    "flavor": """SELECT count(*) FROM (SELECT DISTINCT flavor_id FROM accounting_usage_stage) s
+        WHERE NOT EXISTS (SELECT 1 FROM scheduling_flavor f WHERE f.id = s.flavor_id)""",
+    "pool": """SELECT count(*) FROM (SELECT DISTINCT pool_id FROM accounting_usage_stage) s
+        WHERE NOT EXISTS (SELECT 1 FROM scheduling_nodepool n WHERE n.id = s.pool_id)""",
+    "owner": """SELECT count(*) FROM (SELECT DISTINCT owner_id FROM accounting_usage_stage) s
+        WHERE NOT EXISTS (SELECT 1 FROM auth_user u WHERE u.id = s.owner_id)""",
+    "amounts": """SELECT count(*) FROM accounting_usage_stage
+        WHERE date_trunc('month', day)::date <> period OR ended_at < started_at
+           OR seconds < 0 OR gpu_hours < 0 OR cost < 0""",
+}
+
+# The usual bulk case: every piece is a new (allocation, month); the unique index refuses the
+# batch otherwise, and `_LEDGER` sums and upserts it.
+_LEDGER_NEW = """INSERT INTO accounting_usagerecord (allocation_id, period, team_id, project_id,
+    flavor_id, pool_id, owner_id, gpu_count, is_preemptible, started_at, ended_at, seconds,
+    gpu_hours, cost)
+  SELECT allocation_id, period, team_id, project_id, flavor_id, pool_id, owner_id, gpu_count,
+    is_preemptible, started_at, ended_at, seconds, gpu_hours, cost
+  FROM accounting_usage_stage"""
+
+# Pieces of one allocation and month add up to its ledger row (created or grown).
+_LEDGER = """INSERT INTO accounting_usagerecord AS r (allocation_id, period, team_id, project_id,
+    flavor_id, pool_id, owner_id, gpu_count, is_preemptible, started_at, ended_at, seconds,
+    gpu_hours, cost)
+  SELECT allocation_id, period, team_id, project_id, flavor_id, pool_id, owner_id, gpu_count,
+    is_preemptible, min(started_at), max(ended_at), sum(seconds), sum(gpu_hours), sum(cost)
+  FROM accounting_usage_stage
+  GROUP BY allocation_id, period, team_id, project_id, flavor_id, pool_id, owner_id, gpu_count,
+    is_preemptible
+  ON CONFLICT (allocation_id, period) DO UPDATE SET
+    started_at = least(r.started_at, excluded.started_at),
+    ended_at = greatest(r.ended_at, excluded.ended_at),
+    seconds = r.seconds + excluded.seconds,
+    gpu_hours = r.gpu_hours + excluded.gpu_hours,
+    cost = r.cost + excluded.cost"""
+
+# One statement for the three rollups: the batch is summed per day once, months are summed from
+# the days and team-months from the months, so each level reads the smaller one below it.
+_ROLLUPS = """WITH d AS (
+    SELECT day, period, team_id, project_id, flavor_id, pool_id,
+      sum(gpu_hours) AS gpu_hours, sum(cost) AS cost
+    FROM accounting_usage_stage GROUP BY day, period, team_id, project_id, flavor_id, pool_id
+  ), daily AS (
+    INSERT INTO accounting_dailyusage AS r (day, team_id, project_id, flavor_id, pool_id,
+      gpu_hours, cost)
+    SELECT day, team_id, project_id, flavor_id, pool_id, gpu_hours, cost FROM d
+    ON CONFLICT (day, team_id, project_id, flavor_id, pool_id) DO UPDATE SET
+      gpu_hours = r.gpu_hours + excluded.gpu_hours, cost = r.cost + excluded.cost
+  ), m AS (
+    SELECT period, team_id, project_id, flavor_id, pool_id,
+      sum(gpu_hours) AS gpu_hours, sum(cost) AS cost
+    FROM d GROUP BY period, team_id, project_id, flavor_id, pool_id
+  ), monthly AS (
+    INSERT INTO accounting_monthlyusage AS r (period, team_id, project_id, flavor_id, pool_id,
+      gpu_hours, cost)
+    SELECT period, team_id, project_id, flavor_id, pool_id, gpu_hours, cost FROM m
+    ON CONFLICT (period, team_id, project_id, flavor_id, pool_id) DO UPDATE SET
+      gpu_hours = r.gpu_hours + excluded.gpu_hours, cost = r.cost + excluded.cost
+  )
+  INSERT INTO accounting_teammonthlyusage AS r (period, team_id, flavor_id, pool_id, gpu_hours,
+    cost)
+  SELECT period, team_id, flavor_id, pool_id, sum(gpu_hours), sum(cost) FROM m
+  GROUP BY period, team_id, flavor_id, pool_id
+  ON CONFLICT (period, team_id, flavor_id, pool_id) DO UPDATE SET
+    gpu_hours = r.gpu_hours + excluded.gpu_hours, cost = r.cost + excluded.cost"""
+
+
+def ingest_usage(rows: Iterable[Sequence[Any]]) -> int:
+    """Add pieces of usage given as Python rows (`USAGE_COLUMNS` order); how many.
+
+    Formats them as CSV (C-speed `csv` writer) for `ingest_usage_csv`.
+    """
+    buffer = io.StringIO()
+    csv.writer(buffer, lineterminator="\n").writerows(rows)
+    buffer.seek(0)
+    return ingest_usage_csv(buffer)
+
+
+def ingest_usage_csv(source: IO[str]) -> int:
+    """Add pieces of usage from CSV text (no header, `USAGE_COLUMNS` order) to the ledger and
+    every rollup in one transaction; how many pieces.
+
+    The bulk path for usage that does not come from the meter (imports, backfills, other
+    clusters), so that rollups are current when it returns. The text is streamed into a
+    session-local staging table with COPY (parsed by PostgreSQL, not Python); the batch's keys
+    are checked once against the catalogue (the ledger and the rollups have no per-row
+    foreign-key checks); then one statement grows the ledger and one grows the three rollups.
+    Pieces of allocations new to the ledger (the usual bulk case) are inserted as they are;
+    if any piece continues a ledger row or shares its (allocation, month) with another, the
+    batch is summed per (allocation, month) and upserted instead — same result, more work.
+    Sending the same piece twice counts it twice: as with the meter's cursor, the caller owns
+    what was sent. PostgreSQL only.
+    """
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        raise NotImplementedError("Bulk usage ingest needs PostgreSQL.")
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(_STAGE)
+        # the per-(allocation, month) sums of a 200,000-row batch stay in memory (no spill)
+        cursor.execute("SET LOCAL work_mem = '256MB'")
+        columns = ", ".join(USAGE_COLUMNS)
+        with cursor.cursor.copy(
+            f"COPY accounting_usage_stage ({columns}) FROM STDIN (FORMAT csv)"
+        ) as copy:
+            while chunk := source.read(1 << 20):
+                copy.write(chunk)
+        cursor.execute("SELECT count(*) FROM accounting_usage_stage")
+        count = int(cursor.fetchone()[0])
+        if count:
+            errors = {}
+            for name, sql in _CHECKS.items():
+                cursor.execute(sql)
+                if cursor.fetchone()[0]:
+                    errors[name] = (
+                        "Amounts must not be negative and periods must match their days."
+                        if name == "amounts"
+                        else f"Unknown {name} (or a project outside its team)."
+                    )
+            if errors:
+                raise DomainError("invalid", "Invalid usage rows: see the fields.", fields=errors)
+            try:
+                with transaction.atomic():  # savepoint: a clash undoes only this insert
+                    cursor.execute(_LEDGER_NEW)
+            except IntegrityError:
+                cursor.execute(_LEDGER)
+            cursor.execute(_ROLLUPS)
+        cursor.execute("TRUNCATE accounting_usage_stage")
+    return count

@@ -18,6 +18,7 @@ import random
 import statistics
 import time
 from datetime import UTC, date, datetime, timedelta
+from decimal import Decimal
 from typing import Any
 
 DEFAULT_URL = "postgres://portal:portal@127.0.0.1:5432/portal_bench"
@@ -52,7 +53,6 @@ def setup_django(url: str) -> None:
 
 
 def make_catalogue(teams: int, projects: int, flavors: int) -> dict[str, Any]:
-    from decimal import Decimal
 
     from django.contrib.auth import get_user_model
 
@@ -99,73 +99,54 @@ def make_catalogue(teams: int, projects: int, flavors: int) -> dict[str, Any]:
     }
 
 
-STAGE = """CREATE TEMP TABLE stage (
-  allocation_id bigint, period date, day date, team_id bigint, project_id bigint,
-  flavor_id bigint, pool_id bigint, owner_id integer, gpu_count integer,
-  started_at timestamptz, ended_at timestamptz, seconds numeric, gpu_hours numeric, cost numeric
-) ON COMMIT DELETE ROWS"""
-
-APPLY = [
-    """INSERT INTO accounting_usagerecord (allocation_id, period, team_id, project_id, flavor_id,
-         pool_id, owner_id, gpu_count, is_preemptible, started_at, ended_at, seconds, gpu_hours,
-         cost)
-       SELECT allocation_id, period, team_id, project_id, flavor_id, pool_id, owner_id, gpu_count,
-         false, started_at, ended_at, seconds, gpu_hours, cost FROM stage""",
-    """INSERT INTO accounting_monthlyusage (period, team_id, project_id, flavor_id, pool_id,
-         gpu_hours, cost)
-       SELECT period, team_id, project_id, flavor_id, pool_id, sum(gpu_hours), sum(cost)
-       FROM stage GROUP BY 1, 2, 3, 4, 5
-       ON CONFLICT (period, team_id, project_id, flavor_id, pool_id) DO UPDATE
-       SET gpu_hours = accounting_monthlyusage.gpu_hours + excluded.gpu_hours,
-           cost = accounting_monthlyusage.cost + excluded.cost""",
-    """INSERT INTO accounting_dailyusage (day, team_id, project_id, flavor_id, pool_id,
-         gpu_hours, cost)
-       SELECT day, team_id, project_id, flavor_id, pool_id, sum(gpu_hours), sum(cost)
-       FROM stage GROUP BY 1, 2, 3, 4, 5
-       ON CONFLICT (day, team_id, project_id, flavor_id, pool_id) DO UPDATE
-       SET gpu_hours = accounting_dailyusage.gpu_hours + excluded.gpu_hours,
-           cost = accounting_dailyusage.cost + excluded.cost""",
-]
+def generate(
+    start: int,
+    size: int,
+    per_day: int,
+    days: int,
+    first_day: date,
+    catalogue: dict[str, Any],
+    rng: random.Random,
+) -> str:
+    """CSV rows start… in `USAGE_COLUMNS` order: one allocation each, within one day."""
+    projects, flavors = catalogue["projects"], catalogue["flavors"]
+    owner = catalogue["user"].pk
+    lines = []
+    for i in range(start, start + size):
+        day = first_day + timedelta(days=min(i // per_day, days - 1))
+        project_id, team_id = projects[rng.randrange(len(projects))]
+        flavor_id, pool_id = flavors[rng.randrange(len(flavors))]
+        seconds = rng.randrange(60, 86_400)
+        began = datetime(day.year, day.month, day.day, tzinfo=UTC)
+        hours = seconds / 3600
+        lines.append(
+            f"{i + 1},{day.replace(day=1)},{day},{team_id},{project_id},{flavor_id},{pool_id},"
+            f"{owner},1,f,{began.isoformat()},"
+            f"{(began + timedelta(seconds=seconds)).isoformat()},{seconds},"
+            f"{hours:.6f},{hours * 2.5:.6f}\n"
+        )
+    return "".join(lines)
 
 
 def ingest(rows: int, catalogue: dict[str, Any], first_day: date, days: int) -> float:
-    """Rows arrive in time order (a batch covers a day or two); returns rows per second."""
-    from django.db import connection, transaction
+    """Rows arrive in time order (a batch covers a few days) as CSV text and go through the
+    product's bulk path, `accounting.services.ingest_usage_csv`; returns rows per second
+    (generating the text is not timed)."""
+    from accounting.services import ingest_usage_csv
 
     rng = random.Random(8)
-    projects, flavors = catalogue["projects"], catalogue["flavors"]
-    owner = catalogue["user"].pk
     per_day = max(rows // days, 1)
-    with connection.cursor() as cursor:
-        cursor.execute(STAGE)
     elapsed = 0.0
     done = 0
     while done < rows:
         size = min(BATCH, rows - done)
-        buffer = io.StringIO()
-        for i in range(done, done + size):
-            day = first_day + timedelta(days=min(i // per_day, days - 1))
-            project_id, team_id = projects[rng.randrange(len(projects))]
-            flavor_id, pool_id = flavors[rng.randrange(len(flavors))]
-            seconds = rng.randrange(60, 86_400)
-            start = datetime(day.year, day.month, day.day, tzinfo=UTC)
-            hours = seconds / 3600
-            buffer.write(
-                f"{i + 1}\t{day.replace(day=1)}\t{day}\t{team_id}\t{project_id}\t{flavor_id}\t"
-                f"{pool_id}\t{owner}\t1\t{start.isoformat()}\t"
-                f"{(start + timedelta(seconds=seconds)).isoformat()}\t{seconds}\t"
-                f"{hours:.6f}\t{hours * 2.5:.6f}\n"
-            )
-        payload = buffer.getvalue()
+        text = generate(done, size, per_day, days, first_day, catalogue, rng)
         began = time.perf_counter()
-        with transaction.atomic(), connection.cursor() as cursor:
-            raw = cursor.cursor
-            with raw.copy("COPY stage FROM STDIN") as copy:
-                copy.write(payload)
-            for statement in APPLY:
-                cursor.execute(statement)
+        ingest_usage_csv(io.StringIO(text))
         elapsed += time.perf_counter() - began
         done += size
+    from django.db import connection
+
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE")
     return rows / elapsed
