@@ -44,6 +44,7 @@ def wait_ready(workers: list[WorkerProcess], timeout: float = 60.0) -> list[Work
     raise AssertionError("no worker became ready:\n" + workers[0].output()[-4000:])
 
 
+@pytest.mark.timeout(900)  # 50 worker boots on 2 shared cores exceed the default 300 s
 def test_workers_sigkilled_at_random_points_lose_and_duplicate_nothing(
     on_postgresql: None, org: Org, a100: Flavor, own_redis: RedisServer
 ) -> None:
