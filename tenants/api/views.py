@@ -13,6 +13,7 @@ from rest_framework.throttling import ScopedRateThrottle
 from rest_framework.views import APIView
 
 from tenants import services
+from tenants.api.auth import PortalTokenAuthentication
 from tenants.api.base import ScopedModelViewSet, ScopedReadOnlyViewSet
 from tenants.api.filters import AuditEventFilter, MembershipFilter, ProjectFilter
 from tenants.api.serializers import (
@@ -50,10 +51,14 @@ class TokenView(APIView):
 class LogoutView(knox_views.LogoutView):
     """Revoke the token this request was made with."""
 
+    authentication_classes = [PortalTokenAuthentication]
+
 
 @extend_schema(request=None, responses={204: None})
 class LogoutAllView(knox_views.LogoutAllView):
     """Revoke every token of the caller."""
+
+    authentication_classes = [PortalTokenAuthentication]
 
 
 class MeView(APIView):
