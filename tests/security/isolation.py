@@ -1,7 +1,7 @@
 """The route walk behind the tenant-isolation tests: every route of the URL resolver, classified.
 
 A route with object ids in its URL is an *object route*; the walk finds which model each id
-names (the viewset's queryset for API routes, `WEB_ROUTE_MODELS` for page views) and which
+names (the viewset's queryset for API routes, `ROUTE_MODELS` for the others) and which
 object of team B to aim at. A route the walk cannot place fails the test with a message saying
 what to add, so a new route is never silently left out.
 """
@@ -26,9 +26,11 @@ UNSCOPED_PREFIXES = ("admin/",)  # Django admin: platform admins only, guarded b
 # The API schema and its viewer describe endpoints, not data (the viewer echoes its query).
 OPERATOR_ROUTES = {"metrics", "readyz", "healthz", "login", "logout", "schema", "api-docs"}
 
-# Page views are functions: which model the id in their URL names.
-WEB_ROUTE_MODELS: dict[str, type[models.Model]] = {
+# Page views and plain API views have no queryset to read: which model the id in their URL names.
+ROUTE_MODELS: dict[str, type[models.Model]] = {
     "gpu-request-page": GpuRequest,
+    "gpu-request-efficiency-page": GpuRequest,
+    "gpu-request-efficiency": GpuRequest,
     "gpu-request-cancel-page": GpuRequest,
     "gpu-request-govern-page": GpuRequest,
     "approval-decide": GpuRequest,
@@ -110,10 +112,10 @@ def collection_routes() -> list[Route]:
 
 
 def route_model(route: Route) -> type[models.Model]:
-    model = route.viewset_model if route.is_api else WEB_ROUTE_MODELS.get(route.name)
+    model = ROUTE_MODELS.get(route.name) or (route.viewset_model if route.is_api else None)
     if model is None:
         raise LookupError(
             f"the isolation walk cannot tell which model route {route.name!r} ({route.pattern}) "
-            "addresses: add it to WEB_ROUTE_MODELS in tests/security/isolation.py"
+            "addresses: add it to ROUTE_MODELS in tests/security/isolation.py"
         )
     return model

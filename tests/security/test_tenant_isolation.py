@@ -181,7 +181,10 @@ def test_every_object_route_answers_404_to_another_team(world: World) -> None:
     assert len(proven) >= 15, proven
     # Only the GPU catalogue is shared; anything else without a B-only object is a gap.
     shared_models = {route_model(r)._meta.label for r in OBJECT_ROUTES if r.name in shared}
-    assert shared_models <= SHARED_CATALOG, f"add team B factories to B_FACTORIES: {shared_models}"
+    assert shared_models <= SHARED_CATALOG, (
+        f"no {shared_models} object is hidden from team A: visible_to() leaks, or the model "
+        "needs a team-B factory in B_FACTORIES"
+    )
 
 
 def _b_filters(world: World) -> list[dict[str, Any]]:
