@@ -13,6 +13,7 @@ from decimal import Decimal
 from typing import Any
 
 from django.contrib.auth import get_user_model
+from django.db import connections
 from django.db.models import Count, QuerySet, Sum
 from django.utils import timezone
 
@@ -164,6 +165,20 @@ def _money(value: Any) -> Decimal:
     return Decimal(value or 0).quantize(SIX_PLACES)
 
 
+def _fetch(grouped: QuerySet[Any]) -> list[dict[str, Any]]:
+    """The grouped rows as dicts. On PostgreSQL the ORM's SQL runs on a plain cursor: psycopg
+    already returns int/date/Decimal, and skipping the per-row converters halves chargeback's
+    time (2,000 rows, docs/accounting.md); SQLite needs the converters for its decimals."""
+    connection = connections[grouped.db]
+    if connection.vendor != "postgresql":
+        return list(grouped)
+    sql, params = grouped.query.sql_with_params()
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        names = [column.name for column in cursor.description]
+        return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+
+
 def usage_rows(*, user: Any, query: UsageQuery) -> list[dict[str, Any]]:
     """GPU-equivalent hours and cost grouped by `query.group_by`, ordered by the keys."""
     scope = scope_of(user)
@@ -183,7 +198,7 @@ def usage_rows(*, user: Any, query: UsageQuery) -> list[dict[str, Any]]:
         .annotate(gpu_hours=Sum("gpu_hours"), cost=Sum("cost"))
         .order_by(*columns)
     )
-    result = list(grouped)
+    result = _fetch(grouped)
     names = {
         "team_id": _names(Team, {r["team_id"] for r in result if "team_id" in r}),
         "project_id": _names(Project, {r["project_id"] for r in result if "project_id" in r}),

@@ -191,21 +191,26 @@ _STAGE = """CREATE TEMP TABLE IF NOT EXISTS accounting_usage_stage (
   cost numeric NOT NULL
 )"""
 
-# Each check returns the offending rows' count; one pass over the (small) distinct keys each.
-_CHECKS = {
-    "project": """SELECT count(*) FROM (SELECT DISTINCT project_id, team_id
-        FROM accounting_usage_stage) s LEFT JOIN tenants_project p ON p.id = s.project_id
-        WHERE p.id IS NULL OR p.team_id <> s.team_id""",
-    "flavor": """SELECT count(*) FROM (SELECT DISTINCT flavor_id FROM accounting_usage_stage) s
-        WHERE NOT EXISTS (SELECT 1 FROM scheduling_flavor f WHERE f.id = s.flavor_id)""",
-    "pool": """SELECT count(*) FROM (SELECT DISTINCT pool_id FROM accounting_usage_stage) s
-        WHERE NOT EXISTS (SELECT 1 FROM scheduling_nodepool n WHERE n.id = s.pool_id)""",
-    "owner": """SELECT count(*) FROM (SELECT DISTINCT owner_id FROM accounting_usage_stage) s
-        WHERE NOT EXISTS (SELECT 1 FROM auth_user u WHERE u.id = s.owner_id)""",
-    "amounts": """SELECT count(*) FROM accounting_usage_stage
-        WHERE date_trunc('month', day)::date <> period OR ended_at < started_at
-           OR seconds < 0 OR gpu_hours < 0 OR cost < 0""",
-}
+# The batch's distinct keys (and whether any row is malformed) in one pass over the staging
+# table; each key is then looked up once, not once per row. Counts of offending keys/rows.
+_CHECK = """WITH k AS MATERIALIZED (
+    SELECT DISTINCT project_id, team_id, flavor_id, pool_id, owner_id,
+      (period <> day - (extract(day FROM day)::integer - 1) OR ended_at < started_at
+       OR seconds < 0 OR gpu_hours < 0 OR cost < 0) AS malformed
+    FROM accounting_usage_stage
+  )
+  SELECT
+    (SELECT count(*) FROM (SELECT DISTINCT project_id, team_id FROM k) s
+      LEFT JOIN tenants_project p ON p.id = s.project_id
+      WHERE p.id IS NULL OR p.team_id <> s.team_id),
+    (SELECT count(*) FROM (SELECT DISTINCT flavor_id FROM k) s
+      WHERE NOT EXISTS (SELECT 1 FROM scheduling_flavor f WHERE f.id = s.flavor_id)),
+    (SELECT count(*) FROM (SELECT DISTINCT pool_id FROM k) s
+      WHERE NOT EXISTS (SELECT 1 FROM scheduling_nodepool n WHERE n.id = s.pool_id)),
+    (SELECT count(*) FROM (SELECT DISTINCT owner_id FROM k) s
+      WHERE NOT EXISTS (SELECT 1 FROM auth_user u WHERE u.id = s.owner_id)),
+    (SELECT count(*) FROM k WHERE malformed)"""
+_CHECKED = ("project", "flavor", "pool", "owner", "amounts")
 
 # The usual bulk case: every piece is a new (allocation, month); the unique index refuses the
 # batch otherwise, and `_LEDGER` sums and upserts it.
@@ -306,15 +311,16 @@ def ingest_usage_csv(source: IO[str]) -> int:
         cursor.execute("SELECT count(*) FROM accounting_usage_stage")
         count = int(cursor.fetchone()[0])
         if count:
-            errors = {}
-            for name, sql in _CHECKS.items():
-                cursor.execute(sql)
-                if cursor.fetchone()[0]:
-                    errors[name] = (
-                        "Amounts must not be negative and periods must match their days."
-                        if name == "amounts"
-                        else f"Unknown {name} (or a project outside its team)."
-                    )
+            cursor.execute(_CHECK)
+            errors = {
+                name: (
+                    "Amounts must not be negative and periods must match their days."
+                    if name == "amounts"
+                    else f"Unknown {name} (or a project outside its team)."
+                )
+                for name, bad in zip(_CHECKED, cursor.fetchone(), strict=True)
+                if bad
+            }
             if errors:
                 raise DomainError("invalid", "Invalid usage rows: see the fields.", fields=errors)
             try:
