@@ -267,7 +267,7 @@ class Scheduler:
         # Preemption.
         if self.policy.enable_preemption:
             got = self._preempt(
-                req, shape, mkey, demand, borrowed, preemptible, blocked, block_ids, now, long_in
+                req, shape, mkey, demand, borrowed, preemptible, blocked, block_ids, now, skip
             )
             if got is not None:
                 return got
@@ -345,6 +345,18 @@ class Scheduler:
             if not leaves_reserve(st.pools[p], st.pool_capacity[p], st.pool_used[p], demand)
         )
 
+    def _reserve_kept(
+        self, victims: list[AllocRecord], claims: tuple[Claim, ...], demand: float
+    ) -> bool:
+        """Whether evicting `victims` to place `demand` leaves the pool's reserve no smaller."""
+        st = self.st
+        pool = st.node_pool[st.dev_node[claims[0][0]]]
+        freed = sum(v.ge for v in victims if st.node_pool[v.nodes[0]] == pool)
+        if freed + EPS >= demand:
+            return True
+        used_after = st.pool_used[pool] - freed
+        return leaves_reserve(st.pools[pool], st.pool_capacity[pool], used_after, demand)
+
     def _admit(
         self,
         req: Request,
@@ -404,7 +416,7 @@ class Scheduler:
         blocked: frozenset[int],
         block_ids: tuple[int, ...],
         now: float,
-        long_in: tuple[str, ...] = (),
+        skip: tuple[str, ...] = (),
     ) -> _Outcome | None:
         reclaim = not borrowed
         if req.priority <= 0 and not reclaim:
@@ -415,25 +427,32 @@ class Scheduler:
         groups, _ = self.placer.groups_for(shape)
         if not groups:
             return None
-        found = find_victims(
-            self.st, self.placer, self.ledger, shape, groups, req.priority, reclaim, blocked
-        )
+        if not skip:
+            found = find_victims(
+                self.st, self.placer, self.ledger, shape, groups, req.priority, reclaim, blocked
+            )
+        else:
+            # Long work whose placement a short-request reserve refused: first the pools whose
+            # reserve has room, then the refusing pools, where it may preempt only if the
+            # reserve ends up no smaller (kept free afterwards, or the victims free the demand).
+            found = None
+            open_groups = [g for g in groups if g.pool.name not in skip]
+            if open_groups:
+                found = find_victims(
+                    self.st, self.placer, self.ledger, shape, open_groups, req.priority, reclaim,
+                    blocked,
+                )  # fmt: skip
+            if found is None:
+                found = find_victims(
+                    self.st, self.placer, self.ledger, shape,
+                    [g for g in groups if g.pool.name in skip], req.priority, reclaim, blocked,
+                )  # fmt: skip
+                if found is not None and not self._reserve_kept(found[1], found[0], demand):
+                    found = None
         if found is None:
             self._preempt_fail.add(key)
             return None
         claims, victims = found
-        pool = self.st.node_pool[self.st.dev_node[claims[0][0]]]
-        if pool in long_in:
-            # Long work may preempt in a reserved pool only if the reserve ends up no smaller:
-            # the pool keeps its share free afterwards, or the victims free at least as much.
-            st = self.st
-            freed = sum(v.ge for v in victims if st.node_pool[v.nodes[0]] == pool)
-            used_after = st.pool_used[pool] - freed
-            if freed + EPS < demand and not leaves_reserve(
-                st.pools[pool], st.pool_capacity[pool], used_after, demand
-            ):
-                self._preempt_fail.add(key)
-                return None
         out: list[Preemption] = []
         for v in victims:
             self.st.release(v)

@@ -144,6 +144,30 @@ def test_long_work_does_not_preempt_its_way_into_the_reserve() -> None:
     assert not result.admissions and not result.preemptions
 
 
+def test_long_work_preempts_in_a_pool_without_reserve_rather_than_eat_one() -> None:
+    # excl keeps 2 of its 8 GPUs (free now; batch work on n1 too, so n1 looks like the
+    # cheapest "preemption" with no victim at all); other is full, 2 GPUs held by batch work.
+    pools = (reserved(0.25), Pool("other", tier=1, sharing="exclusive"))
+    allocations = [
+        alloc("keep", whole_claims("n1", range(5))),
+        alloc("low1", whole_claims("n1", [5]), team="v", priority=Priority.BATCH, preemptible=True),
+        alloc("keep2", whole_claims("n2", range(6))),
+        alloc(
+            "low", whole_claims("n2", [6, 7]), team="v", priority=Priority.BATCH, preemptible=True
+        ),
+    ]
+    r = req("hi", gpu_count=2, max_runtime_seconds=LONG, priority=Priority.HIGH)
+    quotas = (Quota("a", "gpu", 16, 16), Quota("v", "gpu", 0, 16))
+    snap = fleet(
+        node("n1"), node("n2", pool="other"), pools=pools, allocations=allocations,
+        pending=(r,), quotas=quotas,
+    )  # fmt: skip
+    result = plan(snap, now=0.0)
+    assert [p.victim_id for p in result.preemptions] == ["low"]
+    (adm,) = result.admissions
+    assert adm.node_ids == ("n2",)
+
+
 def test_long_work_may_preempt_when_the_victims_free_what_it_takes() -> None:
     # The pool is full: short work holds the reserve, preemptible long batch work 2 GPUs.
     allocations = [
