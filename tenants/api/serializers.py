@@ -41,8 +41,17 @@ class ProjectSerializer(serializers.ModelSerializer):
         return attrs
 
 
+class TextSlugRelatedField(serializers.SlugRelatedField):
+    """A reference by name that refuses NUL characters (PostgreSQL cannot compare them: a 500)."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        if isinstance(data, str) and "\x00" in data:
+            self.fail("does_not_exist", slug_name=self.slug_field, value=data.replace("\x00", ""))
+        return super().to_internal_value(data)
+
+
 class MembershipSerializer(serializers.ModelSerializer):
-    user = serializers.SlugRelatedField(
+    user = TextSlugRelatedField(
         slug_field="username", queryset=get_user_model().objects.filter(is_active=True)
     )
     team = ScopedPrimaryKeyRelatedField(

@@ -188,3 +188,11 @@ def test_tokens_are_accepted_only_in_the_authorization_header(org: Org, where: s
     assert response.status_code == 401, (where, response.status_code)
     client.credentials(HTTP_AUTHORIZATION=f"Token {token}")
     assert client.get(url).status_code == 200
+
+
+def test_a_nul_character_in_a_username_reference_is_a_400_not_a_500(org: Org) -> None:
+    """Found by the fuzzer on PostgreSQL: a NUL in `user` reached the database."""
+    body = {"user": "dev\x00_a", "team": org.team_a.pk, "role": "developer"}
+    response = api_client(org.lead_a).post(reverse("membership-list"), body, format="json")
+    assert response.status_code == 400
+    assert response.json()["error"]["fields"]["user"]
