@@ -13,6 +13,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from scheduling.models import GpuRequest, ReclaimPolicy, SimulatedWorkload
+from scheduling.simulated import SCALED_TO_ZERO
 from tenants.models import AuditEvent
 from tests.scheduling.conftest import Fleet
 from tests.scheduling.helpers import request_body
@@ -70,9 +71,12 @@ def test_idle_notebook_is_warned_then_reclaimed_by_the_worker(
             90,
             worker.output,
         )
-        # The termination is queued after the reclaim commits; let the worker carry it out.
+        # The scale-down is queued after the reclaim commits; let the worker carry it out. A
+        # notebook is scaled to zero, not deleted, so that it can be resumed.
         wait_until(
-            lambda: not SimulatedWorkload.objects.filter(request_key=str(created["id"])).exists(),
+            lambda: SimulatedWorkload.objects.filter(
+                request_key=str(created["id"]), failure_reason=SCALED_TO_ZERO
+            ).exists(),
             30,
             worker.output,
         )
@@ -84,4 +88,5 @@ def test_idle_notebook_is_warned_then_reclaimed_by_the_worker(
     assert actions == ["reclaim.idle_warning", "reclaim.idle"]
     evidence = AuditEvent.objects.get(target_id=str(created["id"]), action="reclaim.idle").data
     assert evidence["peak_activity_percent"] <= 1.0 and evidence["samples"] >= 2
-    assert not SimulatedWorkload.objects.filter(request_key=str(created["id"])).exists()
+    (kept,) = SimulatedWorkload.objects.filter(request_key=str(created["id"]))
+    assert kept.failure_reason == SCALED_TO_ZERO
