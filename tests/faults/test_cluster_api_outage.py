@@ -2,13 +2,11 @@
 real worker on the kubernetes backend: launches and syncs retry, everything converges, no Job
 is created twice.
 
-Needs the test bed (K8S_TESTBED=1, `make testbed`) and FAULTS_K8S=1: until this test has run
-green on a machine with the whole test bed built, it stays out of the default run.
+Needs the test bed (K8S_TESTBED=1, `make testbed`); CI runs it with the rest of the suite.
 """
 
 from __future__ import annotations
 
-import os
 import time
 import uuid
 from collections import Counter
@@ -35,7 +33,6 @@ pytestmark = [
     pytest.mark.k8s,
     pytest.mark.integration,
     pytest.mark.django_db(transaction=True),
-    pytest.mark.skipif(os.environ.get("FAULTS_K8S") != "1", reason="set FAULTS_K8S=1"),
 ]
 
 
