@@ -147,3 +147,36 @@ def test_metrics_export_the_reserve_and_short_long_admission_waits(
         'gpu_portal_admission_wait_seconds_bucket{le="60",length="short",pool="l4-vgpu"} 0.0'
         in text
     )
+
+
+def test_admin_edits_the_reserve_and_out_of_range_values_are_refused(
+    org: Org, reserved: NodePool, rf: Any
+) -> None:
+    from django.contrib import admin
+    from django.contrib.auth import get_user_model
+    from django.forms.models import model_to_dict
+
+    root = get_user_model().objects.create_superuser("root", "root@example.com", "pw-root")
+    client = Client()
+    client.force_login(root)
+    url = reverse("admin:scheduling_nodepool_change", args=[reserved.pk])
+    page = client.get(url)
+    assert page.status_code == 200
+    assert 'name="short_reserve_fraction"' in page.content.decode()
+    assert 'name="short_max_runtime_seconds"' in page.content.decode()
+
+    model_admin = admin.site._registry[NodePool]
+    request = rf.get(url)
+    request.user = root
+    form_class = model_admin.get_form(request, reserved)
+    data = {k: v for k, v in model_to_dict(reserved).items() if v is not None}
+    data["node_selector"] = "{}"
+    data["taints"] = "[]"
+    data["allowed_kinds"] = '["job"]'
+    form = form_class(data={**data, "short_reserve_fraction": 1.5}, instance=reserved)
+    assert not form.is_valid() and "short_reserve_fraction" in form.errors
+    form = form_class(data={**data, "short_reserve_fraction": 0.4}, instance=reserved)
+    assert form.is_valid(), form.errors
+    form.save()
+    reserved.refresh_from_db()
+    assert reserved.short_reserve_fraction == 0.4
