@@ -165,18 +165,53 @@ def _money(value: Any) -> Decimal:
     return Decimal(value or 0).quantize(SIX_PLACES)
 
 
-def _fetch(grouped: QuerySet[Any]) -> list[dict[str, Any]]:
-    """The grouped rows as dicts. On PostgreSQL the ORM's SQL runs on a plain cursor: psycopg
-    already returns int/date/Decimal, and skipping the per-row converters halves chargeback's
-    time (2,000 rows, docs/accounting.md); SQLite needs the converters for its decimals."""
+def _named_models() -> dict[str, tuple[Any, str]]:
+    return {
+        "team_id": (Team, "name"),
+        "project_id": (Project, "name"),
+        "flavor_id": (Flavor, "name"),
+        "pool_id": (NodePool, "name"),
+        "owner_id": (get_user_model(), "username"),
+    }
+
+
+def _fetch(
+    grouped: QuerySet[Any], columns: list[str]
+) -> tuple[list[dict[str, Any]], dict[str, dict[int, str]]]:
+    """The grouped rows and the names of their ids.
+
+    On PostgreSQL the ORM's SQL is wrapped in one statement that LEFT JOINs the names and runs
+    on a plain cursor (psycopg already returns int/date/Decimal): one round trip instead of one
+    per named key, and no per-row ORM converters — together most of chargeback's time
+    (docs/accounting.md, Benchmark). SQLite takes the ORM path, which its decimals need.
+    """
+    named = {c: m for c, m in _named_models().items() if c in columns}
     connection = connections[grouped.db]
     if connection.vendor != "postgresql":
-        return list(grouped)
+        result = list(grouped)
+        return result, {
+            column: _names(model, {r[column] for r in result}, attribute)
+            for column, (model, attribute) in named.items()
+        }
     sql, params = grouped.query.sql_with_params()
+    selects, joins = ["g.*"], []
+    for i, (column, (model, attribute)) in enumerate(named.items()):
+        opts = model._meta
+        selects.append(f'n{i}."{opts.get_field(attribute).column}" AS "{column}__name"')
+        joins.append(f'LEFT JOIN "{opts.db_table}" n{i} ON n{i}."{opts.pk.column}" = g."{column}"')
+    order = ", ".join(f'g."{column}"' for column in columns)
+    statement = f"SELECT {', '.join(selects)} FROM ({sql}) g {' '.join(joins)} ORDER BY {order}"
     with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        names = [column.name for column in cursor.description]
-        return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+        cursor.execute(statement, params)
+        keys = [column.name for column in cursor.description]
+        result = [dict(zip(keys, row, strict=True)) for row in cursor.fetchall()]
+    names: dict[str, dict[int, str]] = {column: {} for column in named}
+    for row in result:
+        for column in named:
+            name = row.pop(f"{column}__name")
+            if name is not None:
+                names[column][row[column]] = name
+    return result, names
 
 
 def usage_rows(*, user: Any, query: UsageQuery) -> list[dict[str, Any]]:
@@ -198,16 +233,7 @@ def usage_rows(*, user: Any, query: UsageQuery) -> list[dict[str, Any]]:
         .annotate(gpu_hours=Sum("gpu_hours"), cost=Sum("cost"))
         .order_by(*columns)
     )
-    result = _fetch(grouped)
-    names = {
-        "team_id": _names(Team, {r["team_id"] for r in result if "team_id" in r}),
-        "project_id": _names(Project, {r["project_id"] for r in result if "project_id" in r}),
-        "flavor_id": _names(Flavor, {r["flavor_id"] for r in result if "flavor_id" in r}),
-        "pool_id": _names(NodePool, {r["pool_id"] for r in result if "pool_id" in r}),
-        "owner_id": _names(
-            get_user_model(), {r["owner_id"] for r in result if "owner_id" in r}, "username"
-        ),
-    }
+    result, names = _fetch(grouped, columns)
     out = []
     for row in result:
         item: dict[str, Any] = {}

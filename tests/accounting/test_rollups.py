@@ -31,14 +31,17 @@ postgres_only = pytest.mark.skipif(
     connection.vendor != "postgresql", reason="bulk ingest uses COPY (PostgreSQL)"
 )
 ORIGIN = datetime(2026, 1, 20, 13, 7, tzinfo=UTC)
+SIX_PLACES = Decimal("0.000001")
 
 
 def grouped(model: Any, *keys: str) -> dict[tuple[Any, ...], tuple[Decimal, Decimal]]:
-    """{key: (gpu_hours, cost)} with zero groups left out."""
+    """{key: (gpu_hours, cost)} with zero groups left out, to the ledger's 6 places (SQLite
+    sums decimals as floats)."""
     out = {}
     for row in model.objects.values(*keys).annotate(h=Sum("gpu_hours"), c=Sum("cost")):
         if row["h"] or row["c"]:
-            out[tuple(row[k] for k in keys)] = (Decimal(row["h"]), Decimal(row["c"]))
+            hours, cost = (Decimal(str(row[k])).quantize(SIX_PLACES) for k in ("h", "c"))
+            out[tuple(row[k] for k in keys)] = (hours, cost)
     return out
 
 
