@@ -89,13 +89,14 @@ def readyz(request: HttpRequest) -> HttpResponse:
         checks["broker"] = "ok"
     except Exception as error:
         checks["broker"] = f"failed: {type(error).__name__}"
-    try:
-        from scheduling.execution import cluster_backend
+    if settings.READYZ_CHECKS_CLUSTER:
+        try:
+            from scheduling.execution import cluster_backend
 
-        cluster_backend().get_workload("default", "readiness-probe", 1)
-        checks["cluster"] = "ok"
-    except Exception as error:
-        checks["cluster"] = f"failed: {type(error).__name__}"
+            cluster_backend().get_workload("default", "readiness-probe", 1)
+            checks["cluster"] = "ok"
+        except Exception as error:
+            checks["cluster"] = f"failed: {type(error).__name__}"
     ready = all(value == "ok" for value in checks.values())
     return JsonResponse({"ready": ready, "checks": checks}, status=200 if ready else 503)
 

@@ -219,6 +219,8 @@ SUSPENDED_WORKLOAD_RETENTION_SECONDS = env.int(
 )
 # /metrics, /readyz: allowed with this bearer token, or from loopback/private addresses.
 MONITORING_TOKEN = env.str("MONITORING_TOKEN", default="")
+# The web tier has no cluster credentials by design, so its /readyz leaves the cluster out.
+READYZ_CHECKS_CLUSTER = env.bool("READYZ_CHECKS_CLUSTER", default=True)
 # Requests in admitted/launching longer than this are launched again (idempotently).
 STUCK_TRANSITION_SECONDS = env.int("STUCK_TRANSITION_SECONDS", default=120)
 # How often the sweeper looks for them (beat).

@@ -144,6 +144,16 @@ def test_readyz_reports_each_dependency(settings: Any) -> None:
     assert response.status_code == (200 if body["ready"] else 503)
 
 
+def test_readyz_of_a_tier_without_cluster_credentials_leaves_the_cluster_out(
+    settings: Any,
+) -> None:
+    settings.READYZ_CHECKS_CLUSTER = False
+    settings.CLUSTER_BACKEND = "kubernetes"  # no credentials here: checking would fail
+    body = Client(REMOTE_ADDR="127.0.0.1").get(reverse("readyz")).json()
+    assert set(body["checks"]) == {"database", "broker"}
+    assert body["checks"]["database"] == "ok"
+
+
 def test_task_failures_are_counted_for_metrics(settings: Any) -> None:
     from celery import shared_task
 
