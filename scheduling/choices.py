@@ -80,7 +80,8 @@ TRANSITIONS: dict[str, frozenset[str]] = {
     S.ADMITTED: frozenset({S.LAUNCHING, S.QUEUED, S.CANCELLED, S.PREEMPTED}),
     S.LAUNCHING: frozenset({S.RUNNING, S.FAILED, S.CANCELLED, S.PREEMPTED, S.SUCCEEDED}),
     S.RUNNING: frozenset({S.SUCCEEDED, S.FAILED, S.CANCELLED, S.PREEMPTED, S.RECLAIMED}),
-    S.PREEMPTED: frozenset({S.QUEUED, S.CANCELLED}),
+    # Back to the queue, or failed once its tier's retry limit is used up.
+    S.PREEMPTED: frozenset({S.QUEUED, S.CANCELLED, S.FAILED}),
     S.SUCCEEDED: frozenset(),
     S.FAILED: frozenset(),
     S.CANCELLED: frozenset(),

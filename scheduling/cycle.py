@@ -25,7 +25,8 @@ from django.utils import timezone
 from scheduling import engine
 from scheduling.choices import RequestStatus
 from scheduling.lifecycle import transition
-from scheduling.models import Allocation, GpuRequest, SchedulerLease
+from scheduling.models import Allocation, GpuRequest, ReclaimPolicy, SchedulerLease
+from scheduling.notifications import notify
 from scheduling.snapshot import build_snapshot, claims_as_json
 
 log = logging.getLogger(__name__)
@@ -204,7 +205,9 @@ def _admit(admission: engine.Admission) -> int | None:
 
 def _preempt(preemption: engine.Preemption) -> int | None:
     """Evict a victim: its allocation ends now and it goes back to the queue with its age."""
-    request = GpuRequest.objects.get(pk=int(preemption.victim_id))
+    request = GpuRequest.objects.select_related("flavor__pool", "owner").get(
+        pk=int(preemption.victim_id)
+    )
     allocation = Allocation.objects.active().filter(request=request).first()
     if allocation is None:
         return None
@@ -214,8 +217,25 @@ def _preempt(preemption: engine.Preemption) -> int | None:
     Allocation.objects.filter(pk=allocation.pk, ended_at__isnull=True).update(
         ended_at=timezone.now(), end_reason="preempted"
     )
-    transition(request, RequestStatus.QUEUED, actor=None, reason="Requeued after preemption.")
+    max_attempts = _max_attempts(request)
+    if request.attempt >= max_attempts:
+        reason = f"Preempted on attempt {request.attempt} of {max_attempts}; not requeued again."
+        transition(request, RequestStatus.FAILED, actor=None, reason=reason)
+        notify(
+            users=[request.owner],
+            subject=f"GPU request {request.pk} was preempted and not requeued",
+            body=reason + " Submit it again to run it.",
+            event={"type": "request.preempted_final", "request": request.pk},
+        )
+    else:
+        transition(request, RequestStatus.QUEUED, actor=None, reason="Requeued after preemption.")
     return allocation.attempt
+
+
+def _max_attempts(request: GpuRequest) -> int:
+    """The retry limit of the request's tier (ReclaimPolicy.max_attempts, its default if unset)."""
+    policy = ReclaimPolicy.objects.filter(tier_id=request.flavor.pool.tier_id).first()
+    return (policy or ReclaimPolicy()).max_attempts
 
 
 def _record_waiting(waiting: tuple[engine.Waiting, ...]) -> None:

@@ -18,7 +18,14 @@ from django.utils import timezone
 
 from scheduling import cycle, execution, services
 from scheduling.choices import RequestStatus
-from scheduling.models import Allocation, GpuRequest, SimulatedWorkload, Tier, UtilisationSample
+from scheduling.models import (
+    Allocation,
+    GpuRequest,
+    ReclaimPolicy,
+    SimulatedWorkload,
+    Tier,
+    UtilisationSample,
+)
 from scheduling.reclaim import enforce_reclaim_policies
 from scheduling.simulated import SCALED_TO_ZERO, SimulatedCluster
 from tests.governance.conftest import Runner
@@ -197,3 +204,42 @@ def test_preempted_work_returns_to_the_queue_with_its_age_and_runs_again(
     assert borrower.attempt == 2
     assert SimulatedWorkload.objects.filter(request_key=str(borrower.pk), attempt=2).exists()
     assert Allocation.objects.filter(request=borrower).count() == 2
+
+
+def test_preempted_work_past_its_retry_limit_fails_and_its_owner_is_told(
+    org: Org, fleet: Fleet, drive: Callable[[], cycle.CycleResult], mailoutbox: list[Any]
+) -> None:
+    training = Tier.objects.get(slug="training")
+    training.allowed_teams.add(org.team_b)
+    ReclaimPolicy.objects.update_or_create(tier=training, defaults={"max_attempts": 1})
+    services.set_quota(actor=org.admin, team=org.team_a, flavor=fleet.a100, guaranteed=4, limit=16)
+    services.set_quota(actor=org.admin, team=org.team_b, flavor=fleet.a100, guaranteed=12, limit=16)
+    borrower = services.submit_gpu_request(
+        actor=org.dev_a,
+        project=org.project_a,
+        flavor=fleet.a100,
+        gpu_count=12,
+        image="pytorch:2.4",
+        max_runtime_seconds=6 * 3600,
+        priority="low",
+    )
+    approve(org, borrower, org.lead_a)
+    assert drive().admitted == [borrower.pk]
+    SimulatedWorkload.objects.update(ends_at=timezone.now() + timedelta(hours=1))
+    execution.sync_workloads(backend=FAST)
+
+    owner = services.submit_gpu_request(
+        actor=org.dev_b,
+        project=org.project_b,
+        flavor=fleet.a100,
+        gpu_count=8,
+        image="pytorch:2.4",
+        max_runtime_seconds=3600,
+    )
+    approve(org, owner, org.lead_b)
+    assert drive().preempted == [borrower.pk]
+    borrower.refresh_from_db()
+    assert borrower.status == RequestStatus.FAILED
+    assert "attempt 1 of 1" in borrower.status_reason
+    assert any(str(borrower.pk) in message.subject for message in mailoutbox)
+    assert drive().admitted == []  # never comes back by itself
