@@ -114,7 +114,10 @@ class PrometheusMetrics:
             )
         out: dict[int, Reading] = {}
         for allocation in allocations:
-            prefix = f"{allocation.workload_name or f'gpr-{allocation.request_id}'}"
+            # Pods are named after their Job or Deployment plus "-<hash>"; a resumed attempt runs
+            # in the Deployment of the attempt it took over, which workload_name records.
+            name = allocation.workload_name or f"gpr-{allocation.request_id}-a{allocation.attempt}"
+            prefix = f"{name}-"
             namespace = allocation.request.project.namespace
             values = [
                 v for (ns, pod), v in activity.items() if ns == namespace and pod.startswith(prefix)

@@ -92,6 +92,31 @@ def test_prometheus_source_falls_back_to_device_utilisation(
     assert PrometheusMetrics(url).readings([allocation])[allocation.pk].activity_percent == 12
 
 
+def test_prometheus_source_matches_a_resumed_attempt_by_its_workload_and_no_other_request(
+    running: Runner, fake_prometheus: Any
+) -> None:
+    url, answers, _ = fake_prometheus
+    request = running(minutes_ago=1)
+    ns = request.project.namespace
+    answers["DCGM_FI_PROF_GR_ENGINE_ACTIVE"] = vector(
+        [
+            ({"namespace": ns, "pod": f"gpr-{request.pk}-a1-7d9f8-x2kq"}, 0.5),
+            # Another request whose id starts with this one's digits: never mixed in.
+            ({"namespace": ns, "pod": f"gpr-{request.pk}0-a1-abc"}, 0.0),
+        ]
+    )
+    select = Allocation.objects.select_related("request__project__team", "pool")
+    Allocation.objects.filter(request=request).update(attempt=1, workload_name="")
+    first = select.get(request=request)
+    assert PrometheusMetrics(url).readings([first])[first.pk].activity_percent == 50.0
+    # Attempt 2 took over attempt 1's scaled-to-zero Deployment, so its pods keep that name.
+    Allocation.objects.filter(request=request).update(
+        attempt=2, workload_name=f"gpr-{request.pk}-a1"
+    )
+    resumed = select.get(request=request)
+    assert PrometheusMetrics(url).readings([resumed])[resumed.pk].activity_percent == 50.0
+
+
 def test_prometheus_error_answer_raises(fake_prometheus: Any) -> None:
     url, answers, _ = fake_prometheus
     answers["up"] = {"status": "error", "error": "parse error"}
