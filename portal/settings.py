@@ -144,6 +144,7 @@ REST_FRAMEWORK = {
     "DEFAULT_THROTTLE_RATES": {
         "login": env.str("LOGIN_RATE", default="10/minute"),
         "request-create": env.str("REQUEST_CREATE_RATE", default="120/minute"),
+        "export": env.str("EXPORT_RATE", default="30/minute"),
     },
     "TEST_REQUEST_DEFAULT_FORMAT": "json",
 }

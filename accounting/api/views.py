@@ -16,6 +16,7 @@ from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.serializers import BaseSerializer
+from rest_framework.throttling import UserRateThrottle
 from rest_framework.views import APIView
 
 from accounting import budgets
@@ -36,6 +37,21 @@ from accounting.selectors import UsageQuery, chargeback, check_filters, totals, 
 from accounting.statements import STATEMENT_COLUMNS, close_statement, statement_rows
 from scheduling.models import GpuRequest
 from tenants.api.base import ScopedModelViewSet, ScopedReadOnlyViewSet
+
+
+class ExportRateThrottle(UserRateThrottle):
+    """Downloads (`?export=csv|xlsx`) are limited per user (`EXPORT_RATE`); reading is not.
+
+    A report export walks a whole month of rows, so an unbounded loop of them would be the
+    cheapest way to load the database.
+    """
+
+    scope = "export"
+
+    def allow_request(self, request: Any, view: Any) -> bool:
+        if not request.query_params.get("export"):
+            return True
+        return super().allow_request(request, view)
 
 
 def _columns(query: UsageQuery) -> list[str]:
@@ -90,6 +106,8 @@ def _envelope(query: UsageQuery) -> dict[str, Any]:
 class UsageView(APIView):
     """GPU-equivalent hours and cost: all teams (finance, admins), a lead's teams, or your own."""
 
+    throttle_classes = [ExportRateThrottle]
+
     @extend_schema(parameters=[UsageQuerySerializer], responses={200: OpenApiTypes.OBJECT})
     def get(self, request: Request) -> Any:
         params = UsageQuerySerializer(data=request.query_params)
@@ -105,6 +123,8 @@ class UsageView(APIView):
 
 class ChargebackView(APIView):
     """Cost per team/project/flavor/pool/month; fleet-wide it adds idle capacity cost."""
+
+    throttle_classes = [ExportRateThrottle]
 
     @extend_schema(parameters=[ChargebackQuerySerializer], responses={200: OpenApiTypes.OBJECT})
     def get(self, request: Request) -> Any:
@@ -163,6 +183,7 @@ class StatementViewSet(ScopedReadOnlyViewSet):
 
     queryset = Statement.objects.select_related("team", "closed_by").prefetch_related("lines")
     serializer_class = StatementSerializer
+    throttle_classes = [ExportRateThrottle]
     filterset_fields = ["team"]
     ordering_fields = ["period", "closed_at"]
 

@@ -61,3 +61,26 @@ def test_request_creation_is_rate_limited_per_user(org: Org, fleet: Fleet, setti
         )
     finally:
         ScopedRateThrottle.THROTTLE_RATES = api_settings.DEFAULT_THROTTLE_RATES  # type: ignore[assignment]
+
+
+@pytest.mark.parametrize("route", ["usage", "chargeback"])
+def test_report_exports_are_rate_limited_per_user_but_reading_is_not(
+    org: Org, settings: Any, route: str
+) -> None:
+    from rest_framework.settings import api_settings
+    from rest_framework.throttling import SimpleRateThrottle
+
+    rates: dict[str, Any] = {**api_settings.DEFAULT_THROTTLE_RATES, "export": "2/minute"}
+    SimpleRateThrottle.THROTTLE_RATES = rates
+    try:
+        client = api_client(org.finance)
+        url = reverse(route)
+        codes = [client.get(url, {"export": "csv"}).status_code for _ in range(3)]
+        assert codes == [200, 200, 429]
+        throttled = client.get(url, {"export": "xlsx"})
+        assert throttled.status_code == 429 and int(throttled["Retry-After"]) > 0
+        assert throttled.json()["error"]["code"] == "throttled"
+        assert client.get(url).status_code == 200  # the JSON report is not an export
+        assert api_client(org.lead_a).get(url, {"export": "csv"}).status_code == 200
+    finally:
+        SimpleRateThrottle.THROTTLE_RATES = api_settings.DEFAULT_THROTTLE_RATES  # type: ignore[assignment]
