@@ -2,10 +2,11 @@
 
     python -m bench.reports [--rows N]      (make bench-reports; PostgreSQL at BENCH_DATABASE_URL)
 
-Generates usage rows (200 teams, 2,000 projects, 10 flavors, 6 months by default) and ingests
-them the way bulk usage arrives: COPY into a staging table, then one INSERT into the ledger and
-set-based upserts into the monthly and daily rollups per batch, so rollups are current when a
-batch is done. Prints one JSON line per figure.
+Generates usage rows (200 teams, 2,000 projects, 10 flavors, 6 months by default) as CSV text and
+ingests them through the product's bulk path (`accounting.services.ingest_usage_csv`, one
+200,000-row batch per call, rollups current when it returns), then times the selectors the API
+uses (`accounting.selectors.usage_rows`) against the plain GROUP BY over the ledger in the same
+run. Prints one JSON line per figure.
 """
 
 from __future__ import annotations
