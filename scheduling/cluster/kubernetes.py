@@ -480,16 +480,7 @@ class KubernetesClusterBackend:
             except ClusterError as exc:
                 if exc.status != 404:
                     raise
-        try:
-            self._write(
-                self.core.delete_collection_namespaced_pod,
-                namespace,
-                label_selector=manifests.workload_selector(request_id, attempt),
-                grace_period_seconds=grace_seconds,
-            )
-        except ClusterError as exc:
-            if exc.status != 404:
-                raise
+        self._delete_pods(namespace, request_id, attempt, grace_seconds=grace_seconds)
         log.info("terminated %s/%s: %s", namespace, name, reason)
 
     def _find_deployment(self, namespace: str, request_id: str, attempt: int) -> Any | None:

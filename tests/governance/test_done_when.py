@@ -141,10 +141,10 @@ def test_idle_timeout_and_zombie_are_reclaimed_with_evidence_visible(
     assert 'gpu_portal_requests{state="reclaimed"} 2.0' in text
 
 
-def test_preempted_work_returns_to_the_queue_with_its_age_and_runs_again(
+def borrow_then_preempt(
     org: Org, fleet: Fleet, drive: Callable[[], cycle.CycleResult]
-) -> None:
-    # Team A may borrow the cohort's idle A100s; team B owns most of them.
+) -> tuple[GpuRequest, GpuRequest]:
+    """Team A runs a borrowed 12-card job; team B's 8-card job then preempts it."""
     Tier.objects.get(slug="training").allowed_teams.add(org.team_b)
     services.set_quota(actor=org.admin, team=org.team_a, flavor=fleet.a100, guaranteed=4, limit=16)
     services.set_quota(actor=org.admin, team=org.team_b, flavor=fleet.a100, guaranteed=12, limit=16)
@@ -164,7 +164,6 @@ def test_preempted_work_returns_to_the_queue_with_its_age_and_runs_again(
     borrower.refresh_from_db()
     assert borrower.status == RequestStatus.RUNNING
     assert Allocation.objects.active().get(request=borrower).is_borrowed
-    created = borrower.created_at
 
     owner = services.submit_gpu_request(
         actor=org.dev_b,
@@ -177,6 +176,14 @@ def test_preempted_work_returns_to_the_queue_with_its_age_and_runs_again(
     approve(org, owner, org.lead_b)
     result = drive()
     assert result.preempted == [borrower.pk] and result.admitted == [owner.pk]
+    return borrower, owner
+
+
+def test_preempted_work_returns_to_the_queue_with_its_age_and_runs_again(
+    org: Org, fleet: Fleet, drive: Callable[[], cycle.CycleResult]
+) -> None:
+    borrower, owner = borrow_then_preempt(org, fleet, drive)
+    created = borrower.created_at  # as read while it ran, before the preemption
     borrower.refresh_from_db()
     assert borrower.status == RequestStatus.QUEUED
     assert borrower.created_at == created  # the original age, so it is not sent to the back
@@ -210,34 +217,8 @@ def test_preempted_work_past_its_retry_limit_fails_and_its_owner_is_told(
     org: Org, fleet: Fleet, drive: Callable[[], cycle.CycleResult], mailoutbox: list[Any]
 ) -> None:
     training = Tier.objects.get(slug="training")
-    training.allowed_teams.add(org.team_b)
     ReclaimPolicy.objects.update_or_create(tier=training, defaults={"max_attempts": 1})
-    services.set_quota(actor=org.admin, team=org.team_a, flavor=fleet.a100, guaranteed=4, limit=16)
-    services.set_quota(actor=org.admin, team=org.team_b, flavor=fleet.a100, guaranteed=12, limit=16)
-    borrower = services.submit_gpu_request(
-        actor=org.dev_a,
-        project=org.project_a,
-        flavor=fleet.a100,
-        gpu_count=12,
-        image="pytorch:2.4",
-        max_runtime_seconds=6 * 3600,
-        priority="low",
-    )
-    approve(org, borrower, org.lead_a)
-    assert drive().admitted == [borrower.pk]
-    SimulatedWorkload.objects.update(ends_at=timezone.now() + timedelta(hours=1))
-    execution.sync_workloads(backend=FAST)
-
-    owner = services.submit_gpu_request(
-        actor=org.dev_b,
-        project=org.project_b,
-        flavor=fleet.a100,
-        gpu_count=8,
-        image="pytorch:2.4",
-        max_runtime_seconds=3600,
-    )
-    approve(org, owner, org.lead_b)
-    assert drive().preempted == [borrower.pk]
+    borrower, _ = borrow_then_preempt(org, fleet, drive)
     borrower.refresh_from_db()
     assert borrower.status == RequestStatus.FAILED
     assert "attempt 1 of 1" in borrower.status_reason
