@@ -18,7 +18,7 @@ from accounting.periods import billing_zone, month_bounds, next_month
 from accounting.selectors import UsageQuery, chargeback, current_month, totals, usage_rows
 from scheduling.choices import COMMITTED_STATUSES, RequestStatus
 from scheduling.models import Allocation, GpuDevice, GpuRequest, NodePool, Quota
-from scheduling.selectors import approval_inbox
+from scheduling.selectors import approval_inbox, estimated_starts
 from tenants.models import AuditEvent, scope_of
 
 
@@ -39,12 +39,15 @@ def _chart(kind: str, labels: list[str], datasets: list[dict[str, Any]]) -> dict
 
 
 def developer(user: Any) -> dict[str, Any]:
-    live = (
+    live = list(
         GpuRequest.objects.visible_to(user)
         .filter(owner=user, status__in=COMMITTED_STATUSES)
         .select_related("project", "flavor")
         .order_by("queue_position", "created_at")
     )
+    starts = estimated_starts(live)
+    for request in live:
+        request.estimated_start_at = starts.get(request.pk)
     rows = usage_rows(user=user, query=_month(group_by=("project",)))
     chart = _chart(
         "bar",

@@ -390,3 +390,35 @@ def governance_rules(*, gpu_request: GpuRequest, now: datetime | None = None) ->
         retry_rule=retry_rule,
         short_reserve=pool.short_reserve_label,
     )
+
+
+def estimated_starts(
+    requests: list[GpuRequest], *, now: datetime | None = None, since_days: int = 7
+) -> dict[int, datetime | None]:
+    """When each queued request is likely to start: its queue time plus the median wait of the
+    work its pool admitted lately, short and long requests apart (a pool's short-request reserve
+    makes their waits differ). None where the pool has no recent admissions to go by.
+
+    An estimate from history, not a promise: the engine decides each cycle anew.
+    """
+    now = now or timezone.now()
+    queued = [r for r in requests if r.status == RequestStatus.QUEUED and r.queued_at]
+    pool_ids = {r.flavor.pool_id for r in queued}
+    pools = {p.pk: p for p in NodePool.objects.filter(pk__in=pool_ids)}
+    waits: dict[tuple[int, bool], list[float]] = {}
+    for pool_id, admitted, queued_at, runtime in Allocation.objects.filter(
+        pool_id__in=pool_ids, admitted_at__gt=now - timedelta(days=since_days)
+    ).values_list("pool_id", "admitted_at", "request__queued_at", "request__max_runtime_seconds"):
+        if queued_at is not None and admitted >= queued_at:
+            short = runtime <= pools[pool_id].short_max_runtime_seconds
+            waits.setdefault((pool_id, short), []).append((admitted - queued_at).total_seconds())
+    estimates: dict[int, datetime | None] = {}
+    for request in queued:
+        pool = pools[request.flavor.pool_id]
+        short = request.max_runtime_seconds <= pool.short_max_runtime_seconds
+        median = _percentile(waits.get((pool.pk, short), []), 0.5)
+        if median is None or request.queued_at is None:
+            estimates[request.pk] = None
+        else:
+            estimates[request.pk] = max(now, request.queued_at + timedelta(seconds=median))
+    return estimates
