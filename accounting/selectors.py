@@ -165,6 +165,10 @@ def _money(value: Any) -> Decimal:
     return Decimal(value or 0).quantize(SIX_PLACES)
 
 
+def _keep(value: Decimal) -> Decimal:
+    return value
+
+
 def _named_models() -> dict[str, tuple[Any, str]]:
     return {
         "team_id": (Team, "name"),
@@ -204,13 +208,13 @@ def _fetch(
     with connection.cursor() as cursor:
         cursor.execute(statement, params)
         keys = [column.name for column in cursor.description]
-        result = [dict(zip(keys, row, strict=True)) for row in cursor.fetchall()]
-    names: dict[str, dict[int, str]] = {column: {} for column in named}
-    for row in result:
-        for column in named:
-            name = row.pop(f"{column}__name")
-            if name is not None:
-                names[column][row[column]] = name
+        rows = cursor.fetchall()
+    width = len(keys) - len(named)  # the name columns come last
+    result = [dict(zip(keys[:width], row, strict=False)) for row in rows]
+    names: dict[str, dict[int, str]] = {}
+    for offset, column in enumerate(named):
+        at, name_at = keys.index(column), width + offset
+        names[column] = {row[at]: row[name_at] for row in rows if row[name_at] is not None}
     return result, names
 
 
@@ -234,6 +238,8 @@ def usage_rows(*, user: Any, query: UsageQuery) -> list[dict[str, Any]]:
         .order_by(*columns)
     )
     result, names = _fetch(grouped, columns)
+    # PostgreSQL sums of numeric(18, 6) keep exactly 6 places: quantizing them changes nothing
+    money = _money if connections[grouped.db].vendor != "postgresql" else _keep
     out = []
     for row in result:
         item: dict[str, Any] = {}
@@ -245,8 +251,8 @@ def usage_rows(*, user: Any, query: UsageQuery) -> list[dict[str, Any]]:
             else:
                 item[f"{key}_id"] = row[column]
                 item[key] = names[column].get(row[column], "")
-        item["gpu_hours"] = _money(row["gpu_hours"])
-        item["cost"] = _money(row["cost"])
+        item["gpu_hours"] = money(row["gpu_hours"])
+        item["cost"] = money(row["cost"])
         out.append(item)
     return out
 
