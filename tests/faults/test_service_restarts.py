@@ -15,7 +15,7 @@ from tests.faults.pipeline import audit, status_counts, submit_and_approve, wait
 from tests.support.personas import Org
 from tests.support.services import PostgresCluster, RedisServer, postgres_available
 from tests.support.services import postgres_cluster as start_postgres_cluster
-from tests.support.worker import celery_worker
+from tests.support.worker import celery_worker, supervised
 from tests.support.worker import test_database_url as database_url
 
 pytestmark = [pytest.mark.faults, pytest.mark.integration, pytest.mark.django_db(transaction=True)]
@@ -42,7 +42,7 @@ def test_redis_restart_mid_flow_loses_and_duplicates_nothing(
     on_postgresql: None, org: Org, a100: Flavor, own_redis: RedisServer
 ) -> None:
     total = sizes("RESTART_REQUESTS", 40)
-    with celery_worker(own_redis.url(), **WORKER_ENV) as worker:
+    with celery_worker(own_redis.url(), **WORKER_ENV) as worker, supervised(worker) as restarts:
         ids = submit_and_approve(org, a100, total // 2)
         wait_for_flow(ids)
         own_redis.stop()  # every queued message is gone with it (no persistence)
@@ -59,6 +59,7 @@ def test_redis_restart_mid_flow_loses_and_duplicates_nothing(
         {
             "fault": "redis_restart",
             "down_seconds": DOWN_SECONDS,
+            "worker_restarts_by_supervisor": len(restarts),
             "converge_seconds_after_restart": round(converge, 1),
             **outcome.figures,
         }
@@ -92,7 +93,7 @@ def test_postgresql_restart_mid_flow_loses_and_duplicates_nothing(
 ) -> None:
     total = sizes("RESTART_REQUESTS", 40)
     env = {**WORKER_ENV, "DATABASE_URL": own_postgres.url("faults")}
-    with celery_worker(own_redis.url(), **env) as worker:
+    with celery_worker(own_redis.url(), **env) as worker, supervised(worker) as restarts:
         ids = submit_and_approve(org, a100, total // 2)
         wait_for_flow(ids)
         connection.close()
@@ -106,6 +107,7 @@ def test_postgresql_restart_mid_flow_loses_and_duplicates_nothing(
         {
             "fault": "postgresql_restart",
             "down_seconds": DOWN_SECONDS,
+            "worker_restarts_by_supervisor": len(restarts),
             "converge_seconds_after_restart": round(converge, 1),
             **outcome.figures,
         }

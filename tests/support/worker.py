@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -108,6 +109,34 @@ class WorkerProcess:
 
     def output(self) -> str:
         return self.log_path.read_text(errors="replace")
+
+
+@contextmanager
+def supervised(worker: WorkerProcess, *, poll_seconds: float = 0.5) -> Iterator[list[float]]:
+    """Restart the worker whenever it exits, as Kubernetes (`restartPolicy: Always`) and the
+    compose file (`restart: unless-stopped`) do in production. Yields the restart times.
+
+    Needed for broker outages: when Redis drops the connection while the worker holds an
+    unacknowledged (late-ack) task, kombu's restore of that message can fail and the worker
+    exits with "Unrecoverable error" instead of reconnecting. The message itself is not lost:
+    it is redelivered after the visibility timeout.
+    """
+    restarts: list[float] = []
+    stopping = threading.Event()
+
+    def watch() -> None:
+        while not stopping.wait(poll_seconds):
+            if worker.process is not None and worker.process.poll() is not None:
+                restarts.append(time.monotonic())
+                worker.start(wait=False)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        yield restarts
+    finally:
+        stopping.set()
+        watcher.join()
 
 
 def use_broker(app: Any, broker_url: str) -> None:
