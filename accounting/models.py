@@ -7,13 +7,15 @@ reports never scan ledger rows. See docs/accounting.md.
 
 from __future__ import annotations
 
-from decimal import Decimal
+from decimal import Decimal, InvalidOperation
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import Q
 
 from accounting.choices import BudgetUnit, OverBudgetPolicy
+from scheduling.choices import Priority
 from scheduling.models import Allocation, CatalogQuerySet, Flavor, NodePool
 from tenants.models import Project, ScopedQuerySet, Team
 from tenants.scope import Scope
@@ -31,6 +33,11 @@ class Price(models.Model):
         decimal_places=4,
         default=Decimal(1),
         help_text="Applied to preemptible (borrowed) work, e.g. 0.5 for half price.",
+    )
+    priority_multipliers = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text='Per request priority, e.g. {"high": "1.5", "critical": "2"}; others pay 1×.',
     )
 
     objects = CatalogQuerySet.as_manager()
@@ -58,6 +65,32 @@ class Price(models.Model):
     def __str__(self) -> str:
         since = f"{self.effective_from:%Y-%m-%d}"
         return f"{self.flavor} {self.price_per_hour} {self.currency}/h from {since}"
+
+    def clean(self) -> None:
+        multipliers = self.priority_multipliers
+        if not isinstance(multipliers, dict):
+            raise ValidationError({"priority_multipliers": "Give an object of priority: factor."})
+        unknown = sorted(set(multipliers) - set(Priority.values))
+        if unknown:
+            raise ValidationError(
+                {
+                    "priority_multipliers": f"Unknown priorities: {', '.join(unknown)} "
+                    f"(use {', '.join(Priority.values)})."
+                }
+            )
+        for priority, factor in multipliers.items():
+            try:
+                valid = Decimal(str(factor)) >= 0
+            except InvalidOperation:
+                valid = False
+            if not valid:
+                raise ValidationError(
+                    {"priority_multipliers": f"The {priority} factor must be a number ≥ 0."}
+                )
+
+    def multiplier_for(self, priority: str) -> Decimal:
+        """The factor a request of `priority` pays on top of the price (1 unless set)."""
+        return Decimal(str(self.priority_multipliers.get(priority, 1)))
 
 
 class AllocationMeter(models.Model):

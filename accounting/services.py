@@ -105,6 +105,7 @@ def meter_allocation(*, allocation_id: int, now: datetime) -> bool:
                 rate = price.price_per_hour * request.gpu_count
                 if allocation.is_preemptible:
                     rate *= price.preemptible_multiplier
+                rate *= price.multiplier_for(request.priority)
                 cost = (rate * hours).quantize(SIX_PLACES)
             month = months[piece.month]
             month["seconds"] += seconds

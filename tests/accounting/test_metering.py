@@ -100,6 +100,48 @@ def test_repricing_applies_from_its_start_and_preemptible_multiplier(
     assert costs[other.pk] == Decimal("2.5")
 
 
+def test_priority_multiplier_applies_to_the_priority_it_names(org: Org, fleet: Fleet) -> None:
+    price = set_price(fleet.a100, "2.00", preemptible_multiplier="0.5")
+    price.priority_multipliers = {"high": "1.5", "critical": 2}
+    price.full_clean()
+    price.save()
+    normal = make_request(project=org.project_a, owner=org.dev_a, flavor=fleet.a100)
+    high = make_request(project=org.project_a, owner=org.dev_a, flavor=fleet.a100, priority="high")
+    critical = make_request(
+        project=org.project_a, owner=org.dev_a, flavor=fleet.a100, priority="critical"
+    )
+    for request in (normal, high, critical):
+        make_allocation(request, started_at=T0, ended_at=T0 + timedelta(hours=2))
+    borrowed_high = make_request(
+        project=org.project_a, owner=org.dev_a, flavor=fleet.a100, priority="high"
+    )
+    make_allocation(
+        borrowed_high, started_at=T0, ended_at=T0 + timedelta(hours=2), is_preemptible=True
+    )
+    meter_usage(now=T0 + timedelta(hours=3))
+    costs = dict(UsageRecord.objects.values_list("allocation__request_id", "cost"))
+    assert costs[normal.pk] == Decimal("4")  # 2 h × 2.00
+    assert costs[high.pk] == Decimal("6")  # × 1.5
+    assert costs[critical.pk] == Decimal("8")  # × 2
+    assert costs[borrowed_high.pk] == Decimal("3")  # × 0.5 × 1.5
+
+
+@pytest.mark.parametrize(
+    "multipliers",
+    [{"urgent": "2"}, {"high": "-1"}, {"high": "lots"}, ["high", "2"]],
+)
+def test_priority_multipliers_refuse_unknown_priorities_and_bad_factors(
+    fleet: Fleet, multipliers: Any
+) -> None:
+    from django.core.exceptions import ValidationError
+
+    price = set_price(fleet.a100, "2.00")
+    price.priority_multipliers = multipliers
+    with pytest.raises(ValidationError) as error:
+        price.full_clean()
+    assert "priority_multipliers" in error.value.message_dict
+
+
 interval = st.tuples(
     st.integers(min_value=0, max_value=200 * 24 * 60),  # start, minutes after the origin
     st.integers(min_value=0, max_value=40 * 24 * 60),  # length in minutes
