@@ -136,8 +136,10 @@ class UsageRecord(models.Model):
     team = models.ForeignKey(
         Team, on_delete=models.PROTECT, related_name="+", db_constraint=False, db_index=False
     )
+    # No index of its own either: the rollups (written in the same transaction, so every project
+    # with ledger rows has rollup rows) PROTECT the project through daily_usage_project_day_idx.
     project = models.ForeignKey(
-        Project, on_delete=models.PROTECT, related_name="+", db_constraint=False
+        Project, on_delete=models.DO_NOTHING, related_name="+", db_constraint=False, db_index=False
     )
     flavor = models.ForeignKey(
         Flavor, on_delete=models.PROTECT, related_name="+", db_constraint=False, db_index=False

@@ -202,3 +202,16 @@ def test_property_per_period_totals_equal_the_intervals(
         assert abs(sums(MonthlyUsage) - sums(UsageRecord)) < tolerance
         assert abs(sums(DailyUsage) - sums(UsageRecord)) < tolerance
         transaction.set_rollback(True)
+
+
+def test_a_project_with_billed_usage_cannot_be_deleted(org: Org, fleet: Fleet) -> None:
+    from django.db.models import ProtectedError
+
+    request = make_request(project=org.project_a, owner=org.dev_a, flavor=fleet.a100)
+    make_allocation(request, started_at=T0, ended_at=T0 + timedelta(hours=1))
+    meter_usage(now=T0 + timedelta(hours=2))
+    assert UsageRecord.objects.filter(project=org.project_a).exists()
+    request.delete()  # billing history outlives the request
+    with pytest.raises(ProtectedError):
+        org.project_a.delete()
+    assert UsageRecord.objects.filter(project_id=org.project_a.pk).count() == 1
