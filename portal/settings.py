@@ -224,6 +224,9 @@ MONITORING_TOKEN = env.str("MONITORING_TOKEN", default="")
 READYZ_CHECKS_CLUSTER = env.bool("READYZ_CHECKS_CLUSTER", default=True)
 # Requests in admitted/launching longer than this are launched again (idempotently).
 STUCK_TRANSITION_SECONDS = env.int("STUCK_TRANSITION_SECONDS", default=120)
+# Work on a node that stopped taking work is requeued only after the node stayed away this long
+# (a control-plane outage makes every node NotReady for a minute or two).
+NODE_LOST_GRACE_SECONDS = env.int("NODE_LOST_GRACE_SECONDS", default=300)
 # How often the sweeper looks for them (beat).
 STUCK_SWEEP_SECONDS = env.float("STUCK_SWEEP_SECONDS", default=30.0)
 PORTAL_CURRENCY = env.str("PORTAL_CURRENCY", default="EUR")

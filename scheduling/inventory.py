@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 
 from django.conf import settings
 from django.db import transaction
@@ -95,4 +96,16 @@ def apply_inventory(inventory: Sequence[NodeInventory]) -> dict[str, int]:
             actor=None, action="node.lost", target=node, message="Not reported by the cluster."
         )
     counts["lost"] = lost.update(is_schedulable=False, synced_at=now)
+    stamp_unschedulable_nodes(now=now)
     return counts
+
+
+def stamp_unschedulable_nodes(*, now: datetime) -> None:
+    """Record when each node stopped taking work, and forget it once the node is back: the
+    reclaim pass only gives up on work after a node stayed away for NODE_LOST_GRACE_SECONDS."""
+    Node.objects.filter(is_schedulable=False, unschedulable_since__isnull=True).update(
+        unschedulable_since=now
+    )
+    Node.objects.filter(is_schedulable=True, unschedulable_since__isnull=False).update(
+        unschedulable_since=None
+    )

@@ -134,6 +134,11 @@ class Node(models.Model):
     gpu_model = models.CharField(max_length=40)
     labels = models.JSONField(default=dict, blank=True)
     is_schedulable = models.BooleanField(default=True)
+    unschedulable_since = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="When the node stopped taking work (lost, NotReady, cordoned).",
+    )
     synced_at = models.DateTimeField(null=True, blank=True)
 
     objects = CatalogQuerySet.as_manager()

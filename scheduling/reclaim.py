@@ -21,6 +21,7 @@ from scheduling import dispatch
 from scheduling.choices import RESUMABLE_KINDS, RequestStatus, WorkloadKind
 from scheduling.cluster.base import ClusterBackend, WorkloadStatus
 from scheduling.execution import cluster_backend, end_allocation
+from scheduling.inventory import stamp_unschedulable_nodes
 from scheduling.lifecycle import record_request_event, transition
 from scheduling.models import (
     Allocation,
@@ -258,7 +259,15 @@ def _timeout_pass(now: datetime, policies: dict[int, ReclaimPolicy], outcome: Co
 def _abnormal_pass(
     now: datetime, policies: dict[int, ReclaimPolicy], outcome: Counter[str]
 ) -> None:
-    lost_nodes = set(Node.objects.filter(is_schedulable=False).values_list("name", flat=True))
+    # A node gone NotReady only because the control plane was down comes back within a minute
+    # or two; work is requeued only once its node stayed away for the grace period.
+    stamp_unschedulable_nodes(now=now)
+    lost_since = now - timedelta(seconds=settings.NODE_LOST_GRACE_SECONDS)
+    lost_nodes = set(
+        Node.objects.filter(is_schedulable=False, unschedulable_since__lte=lost_since).values_list(
+            "name", flat=True
+        )
+    )
     known_nodes = set(Node.objects.values_list("name", flat=True))
     live = (
         Allocation.objects.active()
