@@ -187,9 +187,11 @@ class UsageRecord(models.Model):
         return f"usage of allocation {self.allocation_id} in {self.period:%Y-%m}"
 
 
-class RollupQuerySet(ScopedQuerySet):
-    def for_scope(self, scope: Scope) -> RollupQuerySet:
-        """Team-level sums: finance and admins all, leads their teams; developers none."""
+class LeadScopedQuerySet(ScopedQuerySet):
+    """Team-level figures (rollups, statements): finance and admins all, leads their teams,
+    developers none."""
+
+    def for_scope(self, scope: Scope) -> LeadScopedQuerySet:
         if scope.sees_all_tenants:
             return self.all()
         return self.filter(team_id__in=scope.lead_team_ids)
@@ -218,7 +220,7 @@ class UsageRollup(models.Model):
     gpu_hours = models.DecimalField(max_digits=18, decimal_places=6)
     cost = models.DecimalField(max_digits=18, decimal_places=6)
 
-    objects = RollupQuerySet.as_manager()
+    objects = LeadScopedQuerySet.as_manager()
 
     class Meta:
         abstract = True
@@ -289,7 +291,7 @@ class TeamMonthlyUsage(models.Model):
     gpu_hours = models.DecimalField(max_digits=18, decimal_places=6)
     cost = models.DecimalField(max_digits=18, decimal_places=6)
 
-    objects = RollupQuerySet.as_manager()
+    objects = LeadScopedQuerySet.as_manager()
 
     class Meta:
         ordering = ["-period", "team_id", "flavor_id"]
@@ -390,14 +392,6 @@ class BudgetAlert(models.Model):
         return f"{self.budget} at {self.threshold_percent}% in {self.period:%Y-%m}"
 
 
-class StatementQuerySet(ScopedQuerySet):
-    def for_scope(self, scope: Scope) -> StatementQuerySet:
-        """Finance and admins all statements; leads their teams'; developers none."""
-        if scope.sees_all_tenants:
-            return self.all()
-        return self.filter(team_id__in=scope.lead_team_ids)
-
-
 class Statement(models.Model):
     """A team's closed (frozen) monthly statement: copies of the month's totals at closing.
 
@@ -415,7 +409,7 @@ class Statement(models.Model):
         settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+"
     )
 
-    objects = StatementQuerySet.as_manager()
+    objects = LeadScopedQuerySet.as_manager()
 
     class Meta:
         ordering = ["-period", "team__name"]

@@ -236,8 +236,12 @@ def fleet_overview(*, since_days: int = 7) -> list[PoolOverview]:
         .values_list("allocation_id", "activity_percent")
     ):
         latest[allocation_id] = activity
+    pools = list(NodePool.objects.order_by("slug"))
+    waits_by_length = recent_admission_waits(
+        pools={p.pk: p for p in pools}, since=now - timedelta(days=since_days)
+    )
     overview = []
-    for pool in NodePool.objects.order_by("slug"):
+    for pool in pools:
         flavors = list(pool.flavors.filter(is_active=True))
         devices = list(GpuDevice.objects.filter(node__pool=pool).select_related("node"))
         smallest_memory = min(
@@ -264,16 +268,9 @@ def fleet_overview(*, since_days: int = 7) -> list[PoolOverview]:
                     stranded += free_slices / MIG_SLICES_PER_GPU
         in_pool = [a for a in active if a.pool_id == pool.pk]
         activities = [latest[a.pk] for a in in_pool if a.pk in latest]
-        timed = [
-            ((admitted - queued).total_seconds(), runtime <= pool.short_max_runtime_seconds)
-            for admitted, queued, runtime in Allocation.objects.filter(
-                pool=pool, admitted_at__gt=now - timedelta(days=since_days)
-            ).values_list("admitted_at", "request__queued_at", "request__max_runtime_seconds")
-            if queued is not None and admitted >= queued
-        ]
-        waits = [w for w, _ in timed]
-        short_waits = [w for w, short in timed if short]
-        long_waits = [w for w, short in timed if not short]
+        short_waits = waits_by_length.get((pool.pk, True), [])
+        long_waits = waits_by_length.get((pool.pk, False), [])
+        waits = short_waits + long_waits
         overview.append(
             PoolOverview(
                 pool=pool.slug,
@@ -392,6 +389,21 @@ def governance_rules(*, gpu_request: GpuRequest, now: datetime | None = None) ->
     )
 
 
+def recent_admission_waits(
+    *, pools: dict[int, NodePool], since: datetime
+) -> dict[tuple[int, bool], list[float]]:
+    """Queue waits (seconds) of the work admitted to these pools since `since`, keyed by
+    (pool id, is short): short means a max runtime up to the pool's short-request threshold."""
+    waits: dict[tuple[int, bool], list[float]] = {}
+    for pool_id, admitted, queued_at, runtime in Allocation.objects.filter(
+        pool_id__in=pools, admitted_at__gt=since
+    ).values_list("pool_id", "admitted_at", "request__queued_at", "request__max_runtime_seconds"):
+        if queued_at is not None and admitted >= queued_at:
+            short = runtime <= pools[pool_id].short_max_runtime_seconds
+            waits.setdefault((pool_id, short), []).append((admitted - queued_at).total_seconds())
+    return waits
+
+
 def estimated_starts(
     requests: list[GpuRequest], *, now: datetime | None = None, since_days: int = 7
 ) -> dict[int, datetime | None]:
@@ -405,13 +417,7 @@ def estimated_starts(
     queued = [r for r in requests if r.status == RequestStatus.QUEUED and r.queued_at]
     pool_ids = {r.flavor.pool_id for r in queued}
     pools = {p.pk: p for p in NodePool.objects.filter(pk__in=pool_ids)}
-    waits: dict[tuple[int, bool], list[float]] = {}
-    for pool_id, admitted, queued_at, runtime in Allocation.objects.filter(
-        pool_id__in=pool_ids, admitted_at__gt=now - timedelta(days=since_days)
-    ).values_list("pool_id", "admitted_at", "request__queued_at", "request__max_runtime_seconds"):
-        if queued_at is not None and admitted >= queued_at:
-            short = runtime <= pools[pool_id].short_max_runtime_seconds
-            waits.setdefault((pool_id, short), []).append((admitted - queued_at).total_seconds())
+    waits = recent_admission_waits(pools=pools, since=now - timedelta(days=since_days))
     estimates: dict[int, datetime | None] = {}
     for request in queued:
         pool = pools[request.flavor.pool_id]
