@@ -73,20 +73,19 @@ def efficiency_rows(
     elif reach != ALL:
         allocations = allocations.filter(request__team_id__in=scope.lead_team_ids)
     rows = _measured(
-        allocations.select_related("request__project__team", "request__flavor")
+        allocations.select_related("request__project", "request__team", "request__flavor")
     ).order_by("request_id", "attempt")
     sums: dict[Any, list[Decimal]] = defaultdict(lambda: [Decimal(0)] * 3)
     labels: dict[Any, dict[str, Any]] = {}
     for allocation in rows:
         request = allocation.request
-        key, label = {
-            "request": (request.pk, {"request_id": request.pk, "request": str(request)}),
-            "project": (
-                request.project_id,
-                {"project_id": request.project_id, "project": request.project.name},
-            ),
-            "team": (request.team_id, {"team_id": request.team_id, "team": request.team.name}),
-        }[group_by]
+        if group_by == "request":
+            key, label = request.pk, {"request_id": request.pk, "request": str(request)}
+        elif group_by == "project":
+            key = request.project_id
+            label = {"project_id": request.project_id, "project": request.project.name}
+        else:
+            key, label = request.team_id, {"team_id": request.team_id, "team": request.team.name}
         labels[key] = label
         allocated = request.gpu_equivalent * _hours(allocation, now)
         mean = allocation.mean_activity  # type: ignore[attr-defined]

@@ -115,3 +115,22 @@ def test_bad_efficiency_query_is_400(org: Org, params: dict[str, str]) -> None:
 def test_efficiency_needs_a_role(org: Org) -> None:
     assert api_client(org.nobody).get(reverse("efficiency")).status_code == 403
     assert api_client(None).get(reverse("efficiency")).status_code == 401
+
+
+@pytest.mark.parametrize("group_by", ["request", "project", "team"])
+def test_efficiency_report_query_count_stays_flat_as_runs_grow(
+    org: Org, fleet: Fleet, group_by: str, django_assert_max_num_queries: Any
+) -> None:
+    from accounting.efficiency import efficiency_rows
+
+    def add_runs(count: int) -> None:
+        for _ in range(count):
+            request = make_request(project=org.project_a, owner=org.dev_a, flavor=fleet.a100)
+            make_allocation(request, started_at=timezone.now() - timedelta(hours=1))
+
+    add_runs(2)
+    with django_assert_max_num_queries(3) as few:
+        efficiency_rows(user=org.finance, group_by=group_by)
+    add_runs(8)
+    with django_assert_max_num_queries(len(few.captured_queries)):
+        assert len(efficiency_rows(user=org.finance, group_by=group_by)) >= 1
