@@ -11,4 +11,8 @@ urlpatterns = [
         views.request_efficiency_fragment,
         name="gpu-request-efficiency-page",
     ),
+    path("budgets/", views.budgets_page, name="budgets-page"),
+    path("budgets/new/", views.budget_create, name="budget-create"),
+    path("budgets/<int:pk>/edit/", views.budget_edit, name="budget-edit"),
+    path("budgets/<int:pk>/delete/", views.budget_delete, name="budget-delete"),
 ]

@@ -1,16 +1,28 @@
-"""Cost pages and fragments."""
+"""Cost pages and fragments: the request form's estimate, efficiency, the budgets page."""
 
 from __future__ import annotations
 
-from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse
-from django.shortcuts import get_object_or_404, render
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
 
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.db.models import QuerySet
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_http_methods, require_POST
+
+from accounting import budgets
 from accounting.efficiency import request_efficiency
-from accounting.selectors import estimated_cost_per_hour
+from accounting.forms import BudgetChangeForm, BudgetForm, unit_choices
+from accounting.models import Budget
+from accounting.selectors import current_month, estimated_cost_per_hour
 from scheduling.models import Flavor, GpuRequest
 from scheduling.selectors import quota_standing
-from tenants.models import Project
+from tenants.errors import DomainError, ForbiddenError
+from tenants.models import Project, Team, scope_of
 
 
 def _positive_int(value: str | None, default: int) -> int:
@@ -46,3 +58,184 @@ def request_efficiency_fragment(request: HttpRequest, pk: int) -> HttpResponse:
     )
     context = {"efficiency": request_efficiency(gpu_request)}
     return render(request, "accounting/_efficiency.html", context)
+
+
+# Budgets -------------------------------------------------------------------------------------
+
+WARNING_PERCENT = Decimal(80)  # the first alert threshold: the bar turns amber
+DANGER_PERCENT = Decimal(100)  # used up: the bar turns red and the policy applies
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetLine:
+    """One budget as the page shows it: this month's burn and whether the viewer may change it."""
+
+    budget: Budget
+    unit_label: str
+    spent: Decimal
+    percent: Decimal
+    can_manage: bool
+
+    @property
+    def bar_width(self) -> int:
+        return int(min(self.percent, DANGER_PERCENT))
+
+    @property
+    def bar_tone(self) -> str:
+        if self.percent >= DANGER_PERCENT:
+            return "bg-danger"
+        return "bg-warning" if self.percent >= WARNING_PERCENT else "bg-success"
+
+
+def _is_htmx(request: HttpRequest) -> bool:
+    """HTMX swaps only 2xx answers, so its form errors come back as 200 fragments."""
+    return bool(getattr(request, "htmx", False))
+
+
+def _managed_teams(user: Any) -> QuerySet[Team]:
+    """The teams whose budgets the user may write: a lead's own, every team for an admin."""
+    scope = scope_of(user)
+    teams = Team.objects.visible_to(user)
+    return teams if scope.is_platform_admin else teams.filter(pk__in=scope.lead_team_ids)
+
+
+def _require_budget_reader(user: Any) -> None:
+    """Budgets are for leads, admins and finance; to anyone else the page does not exist."""
+    scope = scope_of(user)
+    if not (scope.lead_team_ids or scope.sees_all_tenants):
+        raise Http404
+
+
+def _scoped_budgets(user: Any) -> QuerySet[Budget]:
+    return budgets.with_burn(Budget.objects.visible_to(user).select_related("team", "project"))
+
+
+def _line(budget: Budget, *, user: Any) -> BudgetLine:
+    return BudgetLine(
+        budget=budget,
+        unit_label=dict(unit_choices()).get(budget.unit, budget.unit),
+        spent=budgets.spent_of(budget).quantize(Decimal("0.01")),
+        percent=budgets.percent_used(budget),
+        can_manage=scope_of(user).is_lead_of(budget.team_id),
+    )
+
+
+def _budget_for_writing(request: HttpRequest, pk: int) -> Budget:
+    """Another team's budget is 404; one the user sees but may not change is 403."""
+    budget = get_object_or_404(_scoped_budgets(request.user), pk=pk)
+    if not scope_of(request.user).is_lead_of(budget.team_id):
+        raise PermissionDenied("Only the team's lead or a platform admin may change its budgets.")
+    return budget
+
+
+def _page(
+    request: HttpRequest,
+    *,
+    form: BudgetForm | None = None,
+    editing: int | None = None,
+    edit_form: BudgetChangeForm | None = None,
+    notice: str = "",
+    status: int = 200,
+) -> HttpResponse:
+    """The budgets page (or, for HTMX, its body): the create form and every visible budget."""
+    teams = _managed_teams(request.user)
+    can_create = teams.exists()
+    if form is None and can_create:
+        form = BudgetForm(teams=teams)
+    context = {
+        "lines": [_line(budget, user=request.user) for budget in _scoped_budgets(request.user)],
+        "form": form if can_create else None,
+        "editing": editing,
+        "edit_form": edit_form,
+        "month": current_month(),
+        "notice": notice,
+    }
+    template = "accounting/_budgets_body.html" if _is_htmx(request) else "accounting/budgets.html"
+    return render(request, template, context, status=status)
+
+
+@login_required
+def budgets_page(request: HttpRequest) -> HttpResponse:
+    """Budgets with this month's burn; leads and admins also create, change and delete them."""
+    _require_budget_reader(request.user)
+    return _page(request)
+
+
+@login_required
+@require_POST
+def budget_create(request: HttpRequest) -> HttpResponse:
+    """Create through `create_budget`; errors come back in the form (HTMX: 200, plain: 400)."""
+    teams = _managed_teams(request.user)
+    if not teams.exists():
+        raise PermissionDenied("Only team leads and platform admins manage budgets.")
+    form = BudgetForm(request.POST, teams=teams)
+    if form.is_valid():
+        try:
+            budget = budgets.create_budget(actor=request.user, **form.cleaned_data)
+        except ForbiddenError as error:
+            raise PermissionDenied(error.message) from error
+        except DomainError as error:
+            form.add_domain_error(error)
+        else:
+            notice = f"Budget of {budget.project or budget.team} created."
+            if not _is_htmx(request):
+                messages.success(request, notice)
+                return redirect("budgets-page")
+            return _page(request, notice=notice)
+    return _page(request, form=form, status=200 if _is_htmx(request) else 400)
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def budget_edit(request: HttpRequest, pk: int) -> HttpResponse:
+    """GET: the budget's row as a form; POST: change amount and policy via `update_budget`."""
+    budget = _budget_for_writing(request, pk)
+    if request.method == "GET":
+        form = BudgetChangeForm(
+            initial={"amount": budget.amount, "over_budget_policy": budget.over_budget_policy},
+            auto_id=f"id_budget_{pk}_%s",
+        )
+        return _edit_response(request, budget, form)
+    form = BudgetChangeForm(request.POST, auto_id=f"id_budget_{pk}_%s")
+    if form.is_valid():
+        try:
+            budgets.update_budget(actor=request.user, budget=budget, **form.cleaned_data)
+        except ForbiddenError as error:
+            raise PermissionDenied(error.message) from error
+        except DomainError as error:
+            form.add_domain_error(error)
+        else:
+            if not _is_htmx(request):
+                messages.success(request, f"Budget of {budget.project or budget.team} saved.")
+                return redirect("budgets-page")
+            fresh = _scoped_budgets(request.user).get(pk=pk)
+            return render(
+                request, "accounting/_budget_row.html", {"line": _line(fresh, user=request.user)}
+            )
+    return _edit_response(request, budget, form, status=200 if _is_htmx(request) else 400)
+
+
+def _edit_response(
+    request: HttpRequest, budget: Budget, form: BudgetChangeForm, *, status: int = 200
+) -> HttpResponse:
+    if not _is_htmx(request):
+        return _page(request, editing=budget.pk, edit_form=form, status=status)
+    fresh = _scoped_budgets(request.user).get(pk=budget.pk)
+    context = {"line": _line(fresh, user=request.user), "edit_form": form}
+    return render(request, "accounting/_budget_edit_row.html", context, status=status)
+
+
+@login_required
+@require_POST
+def budget_delete(request: HttpRequest, pk: int) -> HttpResponse:
+    """Delete through `delete_budget` (audited); HTMX swaps the row out with nothing."""
+    budget = _budget_for_writing(request, pk)
+    owner = budget.project or budget.team
+    try:
+        budgets.delete_budget(actor=request.user, budget=budget)
+    except ForbiddenError as error:
+        raise PermissionDenied(error.message) from error
+    if _is_htmx(request):
+        return HttpResponse("")
+    messages.success(request, f"Budget of {owner} deleted.")
+    return redirect("budgets-page")

@@ -17,6 +17,7 @@ from django.db import models
 from django.urls import URLPattern, URLResolver, get_resolver
 from knox.models import AuthToken
 
+from accounting.models import Budget
 from scheduling.models import Flavor, GpuRequest
 from tenants.models import Project
 
@@ -36,6 +37,8 @@ ROUTE_MODELS: dict[str, type[models.Model]] = {
     "approval-decide": GpuRequest,
     "project-quota-set": Project,
     "api-token-revoke": AuthToken,
+    "budget-edit": Budget,
+    "budget-delete": Budget,
 }
 # URL arguments that are not object ids: a value every route accepts.
 NON_OBJECT_KWARGS = {"action": "extend", "decision": "approve"}

@@ -1,0 +1,95 @@
+"""Web forms of the cost pages; the budget services re-check every rule the forms check."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+from django import forms
+from django.conf import settings
+from django.db.models import QuerySet
+
+from accounting.choices import BudgetUnit, OverBudgetPolicy
+from tenants.errors import DomainError
+from tenants.models import Project, Team
+
+
+class _BootstrapForm(forms.Form):
+    """Bootstrap classes on every widget, and `is-invalid` on the fields that failed."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        for field in self.fields.values():
+            css = "form-select" if isinstance(field.widget, forms.Select) else "form-control"
+            field.widget.attrs["class"] = css
+
+    def full_clean(self) -> None:
+        super().full_clean()
+        for name in self.errors:
+            if name in self.fields:
+                self.fields[name].widget.attrs["class"] += " is-invalid"
+
+    def add_domain_error(self, error: DomainError) -> None:
+        """Show a service's refusal on the field it names, else above the form."""
+        placed = False
+        for name, message in error.fields.items():
+            if name in self.fields:
+                self.add_error(name, str(message) or error.message)
+                placed = True
+        if not placed:
+            self.add_error(None, error.message)
+
+
+def _amount_field() -> forms.DecimalField:
+    # The model's column: 14 digits, 2 decimals, more than zero (also a named DB constraint).
+    return forms.DecimalField(
+        min_value=Decimal("0.01"), max_digits=14, decimal_places=2, label="Amount per month"
+    )
+
+
+def _policy_field() -> forms.ChoiceField:
+    return forms.ChoiceField(
+        choices=OverBudgetPolicy.choices, initial=OverBudgetPolicy.NOTIFY, label="Past 100 %"
+    )
+
+
+class _ProjectChoiceField(forms.ModelChoiceField):
+    def label_from_instance(self, obj: Any) -> str:
+        return f"{obj.team.name} / {obj.name}"
+
+
+def unit_choices() -> list[tuple[str, str]]:
+    """The units, money named by the portal's currency (`PORTAL_CURRENCY`)."""
+    labels: dict[str, str] = {
+        BudgetUnit.GPU_HOURS: "GPU-hours",
+        BudgetUnit.MONEY: settings.PORTAL_CURRENCY,
+    }
+    return [(value, labels.get(value, label)) for value, label in BudgetUnit.choices]
+
+
+class BudgetForm(_BootstrapForm):
+    """A new budget: for a team (no project) or one of its projects, in one unit."""
+
+    team = forms.ModelChoiceField(queryset=Team.objects.none())
+    project = _ProjectChoiceField(
+        queryset=Project.objects.none(), required=False, empty_label="The whole team"
+    )
+    unit = forms.ChoiceField(choices=BudgetUnit.choices)
+    amount = _amount_field()
+    over_budget_policy = _policy_field()
+
+    def __init__(self, *args: Any, teams: QuerySet[Team], **kwargs: Any) -> None:
+        """`teams`: the teams the user manages; only they and their projects can be chosen."""
+        super().__init__(*args, **kwargs)
+        self.fields["team"].queryset = teams  # type: ignore[attr-defined]
+        self.fields["project"].queryset = (  # type: ignore[attr-defined]
+            Project.objects.filter(team__in=teams).select_related("team")
+        )
+        self.fields["unit"].choices = unit_choices()  # type: ignore[attr-defined]
+
+
+class BudgetChangeForm(_BootstrapForm):
+    """What a budget may change in place: a budget never moves to another team or project."""
+
+    amount = _amount_field()
+    over_budget_policy = _policy_field()
