@@ -82,6 +82,8 @@ class BudgetForm(_BootstrapForm):
         """`teams`: the teams the user manages; only they and their projects can be chosen."""
         super().__init__(*args, **kwargs)
         self.fields["team"].queryset = teams  # type: ignore[attr-defined]
+        if len(teams) == 1:  # a lead of one team: nothing to choose, so it is chosen
+            self.fields["team"].empty_label = None  # type: ignore[attr-defined]
         self.fields["project"].queryset = (  # type: ignore[attr-defined]
             Project.objects.filter(team__in=teams).select_related("team")
         )

@@ -103,6 +103,20 @@ def test_developers_and_people_without_a_role_have_no_budgets_page(org: Org) -> 
     assert Client().get(reverse("budgets-page")).status_code == 302  # to the login page
 
 
+def test_a_lead_of_one_team_finds_it_chosen_an_admin_chooses(org: Org) -> None:
+    def team_select(user: Any) -> str:
+        html = login(user).get(reverse("budgets-page")).content.decode()
+        found = re.search(r'<select name="team".*?</select>', html, re.DOTALL)
+        assert found, "no team field"
+        return found.group(0)
+
+    lead_choices = team_select(org.lead_a)
+    assert "Team A" in lead_choices and "Team B" not in lead_choices
+    assert 'value=""' not in lead_choices
+    admin_choices = team_select(org.admin)
+    assert 'value=""' in admin_choices and "Team B" in admin_choices
+
+
 # Writing ---------------------------------------------------------------------------------------
 
 
