@@ -136,7 +136,7 @@ REST_FRAMEWORK = {
     "DEFAULT_PAGINATION_CLASS": "tenants.api.pagination.PortalPagination",
     "PAGE_SIZE": 50,
     "DEFAULT_FILTER_BACKENDS": [
-        "django_filters.rest_framework.DjangoFilterBackend",
+        "tenants.api.filters.PortalFilterBackend",
         "rest_framework.filters.OrderingFilter",
     ],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",

@@ -7,6 +7,7 @@ from rest_framework import serializers
 from scheduling.choices import Priority, WorkloadKind
 from scheduling.models import Flavor, GpuRequest, NodePool, Quota
 from tenants.api.base import ScopedPrimaryKeyRelatedField
+from tenants.api.representation import PlannedRepresentationMixin
 from tenants.models import Project, Team
 
 
@@ -139,11 +140,12 @@ REQUEST_READ_ONLY_FIELDS = [
 ]
 
 
-class GpuRequestSerializer(serializers.ModelSerializer):
+class GpuRequestSerializer(PlannedRepresentationMixin, serializers.ModelSerializer):
     """What a developer may write, and everything they may read back; status is read-only."""
 
-    project = ScopedPrimaryKeyRelatedField(queryset=Project.objects.all())
-    flavor = ScopedPrimaryKeyRelatedField(queryset=Flavor.objects.all())
+    # Submitting reads the project's team and the flavor's pool and tier: load them with it.
+    project = ScopedPrimaryKeyRelatedField(queryset=Project.objects.select_related("team"))
+    flavor = ScopedPrimaryKeyRelatedField(queryset=Flavor.objects.select_related("pool__tier"))
     owner = serializers.CharField(source="owner.username", read_only=True)
     team: serializers.PrimaryKeyRelatedField[Any] = serializers.PrimaryKeyRelatedField(
         read_only=True
