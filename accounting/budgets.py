@@ -263,10 +263,17 @@ def _announce(budget: Budget, *, threshold: int, spent: Decimal, month: date) ->
 
 
 def exhausted_policy(*, project: Project, month: date | None = None) -> str | None:
-    """The strictest policy among the project's budgets used up this month, else None."""
+    """The strictest policy among the project's budgets used up this month, else None.
+
+    Every submission asks; most teams set no budget, and for them a plain existence check
+    replaces building the burn query (which costs more to compose than to run).
+    """
+    budgets = budgets_of_project(project)
+    if not budgets.exists():
+        return None
     exhausted = [
         budget.over_budget_policy
-        for budget in with_burn(budgets_of_project(project), month=month)
+        for budget in with_burn(budgets, month=month)
         if spent_of(budget) >= budget.amount
     ]
     return max(exhausted, key=POLICY_STRICTNESS.__getitem__) if exhausted else None

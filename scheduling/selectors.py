@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from django.db.models import Max, QuerySet, Sum
+from django.db.models import Q, QuerySet, Sum
 from django.utils import timezone
 
 from scheduling.choices import (
@@ -104,13 +104,17 @@ def quota_standing(*, project: Project, flavor: Flavor, lock: bool = False) -> Q
             project_quota = quota
     if team_quota is None:
         return None
+    # The team's and the project's committed units in one aggregate.
+    committed = GpuRequest.objects.filter(
+        flavor=flavor, team_id=project.team_id, status__in=COMMITTED_STATUSES
+    ).aggregate(team=Sum("gpu_count"), project=Sum("gpu_count", filter=Q(project=project)))
     return QuotaStanding(
         team_guaranteed=team_quota.guaranteed,
         team_limit=team_quota.limit,
-        team_committed=committed_units(flavor=flavor, team=project.team),
+        team_committed=int(committed["team"] or 0),
         project_guaranteed=project_quota.guaranteed if project_quota else None,
         project_limit=project_quota.limit if project_quota else None,
-        project_committed=committed_units(flavor=flavor, team=project.team, project=project),
+        project_committed=int(committed["project"] or 0),
     )
 
 
@@ -153,8 +157,10 @@ def pool_capacity(*, flavor: Flavor) -> PoolCapacity:
     per_node: dict[int, int] = {}
     mig_total: dict[str, int] = {}
     mig_node: dict[tuple[int, str], int] = {}
-    for node_id, layout in devices.values_list("node_id", "mig_layout"):
+    max_memory = 0
+    for node_id, layout, memory_mib in devices.values_list("node_id", "mig_layout", "memory_mib"):
         per_node[node_id] = per_node.get(node_id, 0) + 1
+        max_memory = max(max_memory, memory_mib or 0)
         for profile, count in (layout or {}).items():
             mig_total[profile] = mig_total.get(profile, 0) + int(count)
             mig_node[(node_id, profile)] = mig_node.get((node_id, profile), 0) + int(count)
@@ -164,7 +170,7 @@ def pool_capacity(*, flavor: Flavor) -> PoolCapacity:
     return PoolCapacity(
         max_gpus_per_node=max(per_node.values(), default=0),
         total_gpus=sum(per_node.values()),
-        max_device_memory_mib=int(devices.aggregate(m=Max("memory_mib"))["m"] or 0),
+        max_device_memory_mib=max_memory,
         mig_slices_total=mig_total,
         mig_slices_per_node_max=mig_node_max,
     )

@@ -29,7 +29,12 @@ from scheduling.execution import end_allocation
 from scheduling.lifecycle import record_request_event, transition
 from scheduling.models import ApprovalRule, Flavor, GpuRequest, Quota, gpu_equivalent_of
 from scheduling.notifications import notify
-from scheduling.selectors import pool_capacity, quota_standing, tier_allowed_for_project
+from scheduling.selectors import (
+    PoolCapacity,
+    pool_capacity,
+    quota_standing,
+    tier_allowed_for_project,
+)
 from tenants.choices import Role
 from tenants.errors import ConflictError, DomainError, ForbiddenError
 from tenants.models import Project, Team, scope_of
@@ -68,10 +73,15 @@ def _validate_workload(
 
 
 def _validate_shape(
-    *, flavor: Flavor, gpu_count: int, kind: str, memory_mib: int, cores_percent: int
+    *,
+    flavor: Flavor,
+    capacity: PoolCapacity,
+    gpu_count: int,
+    kind: str,
+    memory_mib: int,
+    cores_percent: int,
 ) -> None:
     """The request must fit the pool's hardware, or it would wait forever."""
-    capacity = pool_capacity(flavor=flavor)
     if flavor.kind == FlavorKind.MIG:
         available = capacity.mig_slices_total.get(flavor.mig_profile, 0)
         if gpu_count > available:
@@ -101,20 +111,17 @@ def _validate_shape(
             raise _invalid("gpu_cores_percent", "Cores are a percentage between 1 and 100.")
 
 
-def _approval_rule(flavor: Flavor) -> approval.RuleSettings:
+def _approval_settings(flavor: Flavor) -> tuple[approval.RuleSettings, timedelta]:
+    """The tier's approval rule and how long an approval waits, read in one query."""
     rule = ApprovalRule.objects.filter(tier=flavor.pool.tier_id).first()
     if rule is None:  # no rule configured: the lead decides everything
-        return approval.RuleSettings(False, Priority.NORMAL, True)
-    return approval.RuleSettings(
+        return approval.RuleSettings(False, Priority.NORMAL, True), timedelta(hours=72)
+    settings = approval.RuleSettings(
         rule.auto_approve_within_guaranteed,
         rule.auto_approve_max_priority,
         rule.lead_approves_whole_cards,
     )
-
-
-def _approval_ttl(flavor: Flavor) -> timedelta:
-    rule = ApprovalRule.objects.filter(tier=flavor.pool.tier_id).first()
-    return timedelta(hours=rule.approval_ttl_hours if rule else 72)
+    return settings, timedelta(hours=rule.approval_ttl_hours)
 
 
 def _team_leads(team: Team) -> list[Any]:
@@ -194,8 +201,10 @@ def submit_gpu_request(
             field = "gpu_memory_mib" if gpu_memory_mib is not None else "gpu_cores_percent"
             raise _invalid(field, "Memory and cores are chosen only for vGPU flavors.")
         memory_mib, cores_percent = flavor.gpu_memory_mib, flavor.gpu_cores_percent
+    capacity = pool_capacity(flavor=flavor)
     _validate_shape(
         flavor=flavor,
+        capacity=capacity,
         gpu_count=gpu_count,
         kind=kind,
         memory_mib=memory_mib,
@@ -216,7 +225,8 @@ def submit_gpu_request(
         project=project, flavor=flavor, gpu_count=gpu_count, actor=actor
     )
     is_preemptible = is_preemptible or any(a.force_preemptible for a in adjustments)
-    card_memory = pool_capacity(flavor=flavor).max_device_memory_mib or flavor.gpu_memory_mib
+    card_memory = capacity.max_device_memory_mib or flavor.gpu_memory_mib
+    rule, approval_ttl = _approval_settings(flavor)
     unit_equivalent = gpu_equivalent_of(
         kind=flavor.kind,
         card_memory_mib=card_memory,
@@ -242,7 +252,7 @@ def submit_gpu_request(
         allow_shared_node=allow_shared_node,
         reason=reason,
         gpu_equivalent=unit_equivalent * gpu_count,
-        approval_expires_at=timezone.now() + _approval_ttl(flavor),
+        approval_expires_at=timezone.now() + approval_ttl,
     )
     notes = [a.note for a in adjustments if a.note]
     record_request_event(
@@ -257,7 +267,7 @@ def submit_gpu_request(
         within_guaranteed=standing.fits_guaranteed(gpu_count),
         within_limit=standing.fits_limit(gpu_count),
     )
-    lead_reasons = approval.reasons_for_lead_approval(facts, _approval_rule(flavor))
+    lead_reasons = approval.reasons_for_lead_approval(facts, rule)
     lead_reasons += [a.lead_approval_reason for a in adjustments if a.lead_approval_reason]
     if lead_reasons:
         request.needs_lead_approval_because = "; ".join(lead_reasons)
