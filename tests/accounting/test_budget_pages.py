@@ -10,7 +10,9 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from accounting.models import Budget
@@ -78,6 +80,26 @@ def test_lead_sees_each_budget_with_its_burn_and_a_bar_coloured_by_use(
     assert "New work needs lead approval" in over_row
     assert f'id="budget-{hidden.pk}"' not in html and "Team B" not in html
     assert 'data-testid="budget-form"' in html and "Delete" in calm_row
+
+
+def test_the_page_reads_in_the_same_number_of_queries_for_one_budget_or_six(
+    org: Org, usage: Any
+) -> None:
+    def queries() -> int:
+        client = login(org.lead_a)
+        with CaptureQueriesContext(connection) as captured:
+            assert client.get(reverse("budgets-page")).status_code == 200
+        return len(captured)
+
+    budget(org)
+    one = queries()
+    assert one > 0, "the capture saw no queries: it measures nothing"
+    budget(org, unit="gpu_hours")
+    for project in (org.project_a, org.project_a2):
+        for unit in ("money", "gpu_hours"):
+            budget(org, project=project, unit=unit)
+    assert Budget.objects.count() == 6
+    assert queries() == one
 
 
 def test_finance_reads_every_team_but_gets_no_form_or_buttons(org: Org, usage: Any) -> None:
