@@ -51,7 +51,7 @@ bench-pipeline: install
 bench-reports: install
 	$(BIN)/python -m bench.reports $(if $(ROWS),--rows $(ROWS),)
 
-# API load: Locust against gunicorn + PostgreSQL (BENCH_API_DATABASE_URL, recreated) on loopback.
+# API load: a compiled load generator (bench/loadgen, Go) against gunicorn + PostgreSQL (BENCH_API_DATABASE_URL, recreated) on loopback.
 bench-api: install
 	$(BIN)/python -m bench.api $(if $(SECONDS_PER_SCENARIO),--seconds $(SECONDS_PER_SCENARIO),)
 

@@ -1,0 +1,3 @@
+module gpuportal/bench/loadgen
+
+go 1.26
