@@ -181,6 +181,14 @@ def main() -> None:
 
     from accounting.selectors import UsageQuery, usage_rows
 
+    with connection.cursor() as cursor:
+        # Bulk ingest depends on the server's memory and WAL settings (docs/operations.md).
+        cursor.execute(
+            "SELECT string_agg(name || '=' || current_setting(name), ', ' ORDER BY name)"
+            " FROM pg_settings"
+            " WHERE name IN ('server_version', 'shared_buffers', 'max_wal_size', 'work_mem')"
+        )
+        print(f"# PostgreSQL {cursor.fetchone()[0]}", flush=True)
     catalogue = make_catalogue(args.teams, args.projects, args.flavors)
     first_day = date(2026, 1, 1)
     last_month = date(2026, args.months, 1)

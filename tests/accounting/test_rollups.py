@@ -244,3 +244,25 @@ def test_bulk_ingest_refuses_bad_rows_and_writes_nothing(
     assert not DailyUsage.objects.exists()
     assert ingest_usage([good]) == 1  # the session's staging table is empty again
     assert UsageRecord.objects.get().gpu_hours == Decimal(1)
+
+
+@postgres_only
+@pytest.mark.django_db(transaction=True)
+def test_bulk_ingest_works_in_a_session_that_already_used_temporary_tables(
+    org: Org, fleet: Fleet
+) -> None:
+    """The staging buffers cannot be resized then; ingest keeps the session's and goes on."""
+    connection.close()  # a new session, whatever earlier tests did with this one
+    with connection.cursor() as cursor:
+        cursor.execute("SET temp_buffers = '9MB'")
+        cursor.execute("CREATE TEMP TABLE unrelated_scratch (n integer)")
+        cursor.execute("INSERT INTO unrelated_scratch VALUES (1)")
+    row = piece(1, date(2026, 1, 31), org.project_a, fleet.l4_6g, org.dev_a, "2", "1.4")
+
+    assert ingest_usage([row]) == 1
+    assert ingest_usage([]) == 0
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW temp_buffers")
+        assert cursor.fetchone()[0] == "9MB"
+    assert UsageRecord.objects.get(allocation_id=1).gpu_hours == Decimal(2)
+    assert_rollups_equal_ledger()
