@@ -10,7 +10,7 @@ from django.conf import settings
 from django.db.models import QuerySet
 
 from accounting.choices import BudgetUnit, OverBudgetPolicy
-from tenants.errors import DomainError
+from tenants.errors import DomainError, show_on_form
 from tenants.models import Project, Team
 
 
@@ -30,14 +30,7 @@ class _BootstrapForm(forms.Form):
                 self.fields[name].widget.attrs["class"] += " is-invalid"
 
     def add_domain_error(self, error: DomainError) -> None:
-        """Show a service's refusal on the field it names, else above the form."""
-        placed = False
-        for name, message in error.fields.items():
-            if name in self.fields:
-                self.add_error(name, str(message) or error.message)
-                placed = True
-        if not placed:
-            self.add_error(None, error.message)
+        show_on_form(self, error)
 
 
 def _amount_field() -> forms.DecimalField:

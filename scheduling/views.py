@@ -23,7 +23,7 @@ from scheduling.selectors import (
     fleet_overview,
     governance_rules,
 )
-from tenants.errors import DomainError
+from tenants.errors import DomainError, show_on_form
 from tenants.models import AuditEvent, Project, scope_of
 
 
@@ -44,16 +44,6 @@ def _chosen_project(request: HttpRequest, projects: QuerySet[Project]) -> Projec
     if project_id and str(project_id).isdigit():
         return projects.filter(pk=project_id).first()
     return projects.first()
-
-
-def _apply_domain_error(form: GpuRequestForm, error: DomainError) -> None:
-    placed = False
-    for field, message in error.fields.items():
-        if field in form.fields:
-            form.add_error(field, str(message) or error.message)
-            placed = True
-    if not placed:
-        form.add_error(None, error.message)
 
 
 @login_required
@@ -86,7 +76,7 @@ def request_new(request: HttpRequest) -> HttpResponse:
         try:
             created = services.submit_gpu_request(actor=request.user, **form.service_arguments())
         except DomainError as error:
-            _apply_domain_error(form, error)
+            show_on_form(form, error)
         else:
             messages.success(request, f"Request {created.pk} is {created.get_status_display()}.")
             return redirect("gpu-request-page", pk=created.pk)

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from django import forms
 
 
 class DomainError(Exception):
@@ -27,3 +30,18 @@ class ForbiddenError(DomainError):
     """The actor's role may not take this action on an object it can see (HTTP 403)."""
 
     status_code = 403
+
+
+def show_on_form(form: forms.Form, error: DomainError) -> None:
+    """A service's refusal on the form fields it names, else above the form.
+
+    Pages call the same services as the API; the fields a `DomainError` names are the
+    service's argument names, which the pages' forms share.
+    """
+    placed = False
+    for name, message in error.fields.items():
+        if name in form.fields:
+            form.add_error(name, str(message) or error.message)
+            placed = True
+    if not placed:
+        form.add_error(None, error.message)
