@@ -14,7 +14,7 @@ from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.db import connections
-from django.db.models import Count, QuerySet, Sum
+from django.db.models import Count, QuerySet, Subquery, Sum
 from django.utils import timezone
 
 from accounting.models import DailyUsage, MonthlyUsage, Price, TeamMonthlyUsage, UsageRecord
@@ -146,6 +146,11 @@ def _source(*, scope: Scope, query: UsageQuery) -> tuple[QuerySet[Any], str]:
 def _narrow(rows: QuerySet[Any], *, scope: Scope, query: UsageQuery) -> QuerySet[Any]:
     if report_reach(scope) == TEAMS:
         rows = rows.filter(team_id__in=scope.lead_team_ids)
+    if query.project_id is not None and query.team_id is None:
+        # The rollups' keys lead with the team: name the project's team so its index applies.
+        rows = rows.filter(
+            team_id=Subquery(Project.objects.filter(pk=query.project_id).values("team_id")[:1])
+        )
     for name, value in (
         ("team_id", query.team_id),
         ("project_id", query.project_id),
