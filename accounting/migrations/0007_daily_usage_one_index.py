@@ -13,18 +13,12 @@ from typing import Any
 
 from django.db import migrations, models
 
+from tenants.migration_operations import run_sql_on_postgresql
+
 CREATE_BRIN = (
     "CREATE INDEX IF NOT EXISTS daily_usage_day_brin ON accounting_dailyusage USING brin (day)"
 )
 DROP_BRIN = "DROP INDEX IF EXISTS daily_usage_day_brin"
-
-
-def _on_postgresql(sql: str) -> Any:
-    def run(apps: Any, schema_editor: Any) -> None:
-        if schema_editor.connection.vendor == "postgresql":
-            schema_editor.execute(sql)
-
-    return run
 
 
 class Migration(migrations.Migration):
@@ -46,5 +40,5 @@ class Migration(migrations.Migration):
                 violation_error_message="This day already has a row for this key.",
             ),
         ),
-        migrations.RunPython(_on_postgresql(CREATE_BRIN), _on_postgresql(DROP_BRIN)),
+        run_sql_on_postgresql(CREATE_BRIN, DROP_BRIN),
     ]

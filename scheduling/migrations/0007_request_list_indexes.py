@@ -14,19 +14,13 @@ from typing import Any
 from django.conf import settings
 from django.db import migrations, models
 
+from tenants.migration_operations import run_sql_on_postgresql
+
 CREATE_STATISTICS = (
     "CREATE STATISTICS IF NOT EXISTS gpu_request_owner_team_stats (dependencies) "
     "ON owner_id, team_id FROM scheduling_gpurequest"
 )
 DROP_STATISTICS = "DROP STATISTICS IF EXISTS gpu_request_owner_team_stats"
-
-
-def _on_postgresql(sql: str) -> Any:
-    def run(apps: Any, schema_editor: Any) -> None:
-        if schema_editor.connection.vendor == "postgresql":
-            schema_editor.execute(sql)
-
-    return run
 
 
 class Migration(migrations.Migration):
@@ -55,7 +49,5 @@ class Migration(migrations.Migration):
                 name="gpu_request_team_newest_idx",
             ),
         ),
-        migrations.RunPython(
-            _on_postgresql(CREATE_STATISTICS), _on_postgresql(DROP_STATISTICS), elidable=False
-        ),
+        run_sql_on_postgresql(CREATE_STATISTICS, DROP_STATISTICS),
     ]

@@ -13,6 +13,8 @@ from typing import Any
 
 from django.db import migrations
 
+from tenants.migration_operations import run_sql_on_postgresql
+
 CREATE = """
 CREATE OR REPLACE FUNCTION portal_audit_append_only() RETURNS trigger AS $$
 BEGIN
@@ -47,15 +49,7 @@ DROP FUNCTION IF EXISTS portal_audit_append_only();
 """
 
 
-def _on_postgresql(sql: str) -> Any:
-    def run(apps: Any, schema_editor: Any) -> None:
-        if schema_editor.connection.vendor == "postgresql":
-            schema_editor.execute(sql)
-
-    return run
-
-
 class Migration(migrations.Migration):
     dependencies = [("tenants", "0001_initial")]
 
-    operations = [migrations.RunPython(_on_postgresql(CREATE), _on_postgresql(DROP))]
+    operations = [run_sql_on_postgresql(CREATE, DROP)]
