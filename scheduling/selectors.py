@@ -42,6 +42,17 @@ def committed_units(*, flavor: Flavor, team: Team, project: Project | None = Non
     return int(requests.aggregate(total=Sum("gpu_count"))["total"] or 0)
 
 
+def committed_by_project(team_ids: set[int]) -> dict[tuple[int, int], int]:
+    """Units asked for and not yet given back per (project, flavor), for whole teams at once."""
+    rows = (
+        GpuRequest.objects.filter(team_id__in=team_ids, status__in=COMMITTED_STATUSES)
+        .values_list("project_id", "flavor_id")
+        .annotate(total=Sum("gpu_count"))
+        .order_by()
+    )
+    return {(project_id, flavor_id): int(total) for project_id, flavor_id, total in rows}
+
+
 @dataclass(frozen=True, slots=True)
 class QuotaStanding:
     """Where a project stands against its quota for one flavor (team and project levels)."""

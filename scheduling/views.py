@@ -18,7 +18,7 @@ from scheduling.forms import DecisionForm, GpuRequestForm, ProjectQuotaForm
 from scheduling.models import Flavor, GpuRequest, Quota, UtilisationSample
 from scheduling.selectors import (
     approval_inbox,
-    committed_units,
+    committed_by_project,
     flavors_for_project,
     fleet_overview,
     governance_rules,
@@ -222,25 +222,25 @@ def quotas(request: HttpRequest) -> HttpResponse:
     visible = Quota.objects.visible_to(request.user).select_related("flavor", "project", "team")
     if not scope.is_platform_admin:
         visible = visible.filter(team_id__in=scope.team_ids)
-    quota_list = list(visible)
+    quota_list = list(visible.prefetch_related("team__projects"))
     splits = {(q.project_id, q.flavor_id): q for q in quota_list if q.project_id is not None}
+    used = committed_by_project({q.team_id for q in quota_list})
     rows = []
     for team_quota in (q for q in quota_list if q.project_id is None):
-        team = team_quota.team
+        team, flavor_id = team_quota.team, team_quota.flavor_id
+        projects = team.projects.all()
         rows.append(
             {
                 "quota": team_quota,
-                "used": committed_units(flavor=team_quota.flavor, team=team),
+                "used": sum(used.get((p.pk, flavor_id), 0) for p in projects),
                 "can_split": scope.is_lead_of(team.pk),
                 "splits": [
                     {
                         "project": project,
-                        "quota": splits.get((project.pk, team_quota.flavor_id)),
-                        "used": committed_units(
-                            flavor=team_quota.flavor, team=team, project=project
-                        ),
+                        "quota": splits.get((project.pk, flavor_id)),
+                        "used": used.get((project.pk, flavor_id), 0),
                     }
-                    for project in team.projects.all()
+                    for project in projects
                 ],
             }
         )

@@ -1,11 +1,14 @@
 from __future__ import annotations
 
 import pytest
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from scheduling import services
 from scheduling.models import GpuRequest, Quota
+from tenants.models import Project
 from tests.scheduling.conftest import Fleet
 from tests.support.cross_tenant import covers
 from tests.support.personas import Org
@@ -186,3 +189,30 @@ def test_lead_reads_own_team_audit_log(org: Org, fleet: Fleet) -> None:
     page = login("lead_a").get(reverse("audit-page")).content.decode()
     assert "request.submitted" in page
     assert "request.submitted" not in login("lead_b").get(reverse("audit-page")).content.decode()
+
+
+def test_quota_page_queries_do_not_grow_with_projects_and_it_shows_what_is_in_use(
+    org: Org, fleet: Fleet
+) -> None:
+    client = login("lead_a")
+    client.get(reverse("quotas-page"))  # warm the session
+    with CaptureQueriesContext(connection) as before:
+        client.get(reverse("quotas-page"))
+    for number in range(5):
+        Project.objects.create(team=org.team_a, slug=f"extra-{number}", name=f"Extra {number}")
+    services.submit_gpu_request(
+        actor=org.dev_a,
+        project=org.project_a,
+        flavor=fleet.l4_6g,
+        gpu_count=3,
+        image="registry.example.com/train:1",
+        max_runtime_seconds=3600,
+    )
+    with CaptureQueriesContext(connection) as after:
+        page = client.get(reverse("quotas-page"))
+
+    assert len(after.captured_queries) == len(before.captured_queries)
+    row = next(r for r in page.context["rows"] if r["quota"].flavor_id == fleet.l4_6g.pk)
+    assert row["used"] == 3
+    assert {s["project"].pk: s["used"] for s in row["splits"]}[org.project_a.pk] == 3
+    assert len(row["splits"]) == org.team_a.projects.count()
