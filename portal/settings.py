@@ -175,6 +175,12 @@ CACHES = {
         else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
     )
 }
+# A verified API token is recalled from the cache with its user and roles for at most this long
+# (tenants.credentials_cache; every change that matters also removes it at once). 0 turns it off.
+CREDENTIALS_CACHE_SECONDS = env.int("CREDENTIALS_CACHE_SECONDS", default=60)
+# A rendered API list page is answered from the cache while its teams' data is unchanged, at
+# most this long (tenants.api.cached_lists). 0 turns it off.
+LIST_CACHE_SECONDS = env.int("LIST_CACHE_SECONDS", default=300)
 LOGIN_ATTEMPTS_PER_MINUTE = env.int("LOGIN_ATTEMPTS_PER_MINUTE", default=10)
 
 # --- Celery ----------------------------------------------------------------------------------

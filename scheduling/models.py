@@ -20,6 +20,7 @@ from scheduling.choices import (
     WorkloadKind,
 )
 from scheduling.engine.reserve import format_duration
+from tenants import data_versions
 from tenants.models import Project, ScopedQuerySet, Team
 from tenants.scope import Scope
 
@@ -316,7 +317,34 @@ class ApprovalRule(models.Model):
         return f"approval rule for {self.tier}"
 
 
+REQUESTS_DATA = "gpu-requests"  # the data_versions kind cached request pages depend on
+
+
 class GpuRequestQuerySet(ScopedQuerySet):
+    """Requests; every write through it renews the teams' stamps (`tenants.data_versions`).
+
+    Saves and deletes of single rows renew them through signals (scheduling.signals); the bulk
+    writes below bypass signals, so they renew the stamps themselves.
+    """
+
+    def update(self, **kwargs: Any) -> int:
+        team_ids = set(self.order_by().values_list("team_id", flat=True).distinct())
+        updated = super().update(**kwargs)
+        if updated:
+            data_versions.changed(REQUESTS_DATA, team_ids)
+        return updated
+
+    def bulk_update(self, objs: Any, fields: Any, batch_size: int | None = None) -> int:
+        objs = list(objs)
+        updated = super().bulk_update(objs, fields, batch_size=batch_size)
+        data_versions.changed(REQUESTS_DATA, {obj.team_id for obj in objs})
+        return updated
+
+    def bulk_create(self, objs: Any, *args: Any, **kwargs: Any) -> list[Any]:
+        created = super().bulk_create(objs, *args, **kwargs)
+        data_versions.changed(REQUESTS_DATA, {obj.team_id for obj in created})
+        return created
+
     def for_scope(self, scope: Scope) -> GpuRequestQuerySet:
         """Developers see their own requests, leads their team's, admins all; finance none."""
         if scope.is_platform_admin:

@@ -1,4 +1,5 @@
-"""Counting Celery task failures where the web tier's /metrics can read them."""
+"""Counting Celery task failures where the web tier's /metrics can read them, and renewing the
+version stamps of cached request pages when requests change."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ from typing import Any
 
 from django.db.models import F
 from django.utils import timezone
+
+from tenants import data_versions
 
 log = logging.getLogger(__name__)
 
@@ -26,3 +29,23 @@ def record_task_failure(
         )
     except Exception:  # counting must never hide the original failure
         log.exception("could not count the failure of %s", name)
+
+
+def renew_request_stamps(sender: Any, instance: Any, **_: Any) -> None:
+    """A request saved or deleted: cached request pages of its team are out of date."""
+    from scheduling.models import REQUESTS_DATA
+
+    data_versions.changed(REQUESTS_DATA, [instance.team_id])
+
+
+def renew_request_stamps_of_renamed_owner(
+    sender: Any, instance: Any, update_fields: Any = None, **_: Any
+) -> None:
+    """Request pages show the owner's username; signing in only touches `last_login`."""
+    if update_fields is not None and set(update_fields) <= {"last_login"}:
+        return
+    from scheduling.models import REQUESTS_DATA
+    from tenants.models import Membership
+
+    teams = Membership.objects.filter(user_id=instance.pk).values_list("team_id", flat=True)
+    data_versions.changed(REQUESTS_DATA, list(teams))

@@ -1,4 +1,8 @@
-"""Sign-ins and sign-outs go to the audit trail; deactivating a user ends sessions and tokens."""
+"""Sign-ins and sign-outs go to the audit trail; deactivating a user ends sessions and tokens.
+
+Any change to a token, a user or a membership also drops the verified tokens the API keeps in
+the cache (`tenants.credentials_cache`), so the next call reads the new rows.
+"""
 
 from __future__ import annotations
 
@@ -8,13 +12,15 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.contrib.auth.signals import user_logged_in, user_logged_out, user_login_failed
 from django.contrib.sessions.models import Session
-from django.db.models.signals import post_save, pre_save
+from django.db.models.signals import post_delete, post_save, pre_save
 from django.dispatch import receiver
 from django.http import HttpRequest
 from django.utils import timezone
 from knox.models import AuthToken
 
+from tenants import credentials_cache
 from tenants.middleware import SESSION_SEEN_KEY, SESSION_STARTED_KEY
+from tenants.models import Membership
 from tenants.services import record_audit_event
 
 User = get_user_model()
@@ -99,3 +105,19 @@ def end_sessions_of_deactivated_users(sender: Any, instance: Any, **kwargs: Any)
         target=instance,
         data={"tokens_revoked": revoked_tokens, "sessions_ended": len(session_keys)},
     )
+
+
+@receiver(post_delete, sender=AuthToken, dispatch_uid="tenants.forget_deleted_token")
+def forget_deleted_token(sender: Any, instance: AuthToken, **kwargs: Any) -> None:
+    credentials_cache.forget([instance.digest])
+
+
+@receiver(post_save, sender=User, dispatch_uid="tenants.forget_tokens_of_changed_user")
+def forget_tokens_of_changed_user(sender: Any, instance: Any, **kwargs: Any) -> None:
+    credentials_cache.forget_user(instance.pk)
+
+
+@receiver(post_save, sender=Membership, dispatch_uid="tenants.forget_tokens_on_role_change")
+@receiver(post_delete, sender=Membership, dispatch_uid="tenants.forget_tokens_on_role_loss")
+def forget_tokens_on_role_change(sender: Any, instance: Membership, **kwargs: Any) -> None:
+    credentials_cache.forget_user(instance.user_id)

@@ -1,11 +1,13 @@
 from __future__ import annotations
 
+from contextlib import suppress
 from decimal import Decimal
 from typing import Any, cast
 
 from django.core.cache import cache
 from django.db.models import Count, QuerySet, Sum
 from drf_spectacular.utils import extend_schema
+from redis.exceptions import RedisError
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.request import Request
@@ -29,8 +31,16 @@ from scheduling.api.serializers import (
     UtilisationPointSerializer,
 )
 from scheduling.choices import COMMITTED_STATUSES, RequestStatus
-from scheduling.models import Flavor, GpuRequest, NodePool, Quota, UtilisationSample
+from scheduling.models import (
+    REQUESTS_DATA,
+    Flavor,
+    GpuRequest,
+    NodePool,
+    Quota,
+    UtilisationSample,
+)
 from tenants.api.base import ScopedModelViewSet, ScopedReadOnlyViewSet, ScopedViewSetMixin
+from tenants.api.cached_lists import CachedListMixin
 from tenants.models import Scope, scope_of
 
 SUMMARY_CACHE_SECONDS = 5
@@ -148,6 +158,7 @@ class QuotaViewSet(ScopedModelViewSet):
 
 
 class GpuRequestViewSet(
+    CachedListMixin,
     ScopedViewSetMixin,
     mixins.CreateModelMixin,
     mixins.RetrieveModelMixin,
@@ -158,6 +169,7 @@ class GpuRequestViewSet(
 
     queryset = GpuRequest.objects.select_related("owner", "flavor", "project", "approved_by")
     serializer_class = GpuRequestSerializer
+    cached_list_kind = REQUESTS_DATA
     filterset_class = GpuRequestFilter
     ordering_fields = ["created_at", "priority", "status"]
 
@@ -254,10 +266,14 @@ class GpuRequestViewSet(
         tenants), and a poll costs a cache read instead of a GROUP BY.
         """
         key = _summary_cache_key(scope_of(request.user))
-        data = cache.get(key)
+        try:
+            data = cache.get(key)
+        except RedisError:
+            data = None  # a cache outage costs the aggregate query, not the answer
         if data is None:
             data = _request_summary(GpuRequest.objects.visible_to(request.user))
-            cache.set(key, data, SUMMARY_CACHE_SECONDS)
+            with suppress(RedisError):
+                cache.set(key, data, SUMMARY_CACHE_SECONDS)
         return Response(data)
 
     @extend_schema(request=CancelSerializer, responses=GpuRequestSerializer)

@@ -1,0 +1,105 @@
+"""Verified API tokens recalled from the cache: no query per call, and no stale access."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.core.cache import cache
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.urls import reverse
+from django.utils import timezone
+from knox.models import AuthToken
+from rest_framework.test import APIClient
+
+from tenants import credentials_cache
+from tenants.choices import Role
+from tenants.models import Membership
+from tests.support.personas import Org, api_client
+
+pytestmark = pytest.mark.django_db
+SUMMARY = "/api/v1/requests/summary/"
+
+
+@pytest.fixture(autouse=True)
+def _empty_cache() -> None:
+    cache.clear()
+
+
+def test_a_known_token_costs_no_query(org: Org) -> None:
+    client = api_client(org.dev_a)
+    assert client.get(SUMMARY).status_code == 200  # verified, and the summary computed
+    with CaptureQueriesContext(connection) as captured:
+        assert client.get(SUMMARY).status_code == 200
+    assert len(captured) == 0
+
+
+def test_the_cache_keeps_no_token_in_clear(org: Org) -> None:
+    _, token = AuthToken.objects.create(user=org.dev_a)
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {token}")
+    assert client.get(reverse("me")).status_code == 200
+    stored = AuthToken.objects.get(user=org.dev_a)
+    assert credentials_cache.recall(stored.digest) is not None
+    assert not any(token in str(key) for key in _cache_keys())
+
+
+def _cache_keys() -> list[Any]:
+    backend: Any = cache._cache if hasattr(cache, "_cache") else None  # locmem keeps a dict
+    if isinstance(backend, dict):
+        return list(backend)
+    client = cache._cache.get_client()  # type: ignore[attr-defined]
+    return [key.decode() for key in client.keys("*")]
+
+
+def test_logout_ends_a_token_already_kept(org: Org) -> None:
+    client = api_client(org.dev_a)
+    assert client.get(reverse("me")).status_code == 200
+    assert client.post(reverse("auth-logout")).status_code == 204
+    assert client.get(reverse("me")).status_code == 401
+
+
+def test_logout_all_ends_every_kept_token(org: Org) -> None:
+    first, second = api_client(org.dev_a), api_client(org.dev_a)
+    assert first.get(reverse("me")).status_code == 200
+    assert second.get(reverse("me")).status_code == 200
+    assert first.post(reverse("auth-logout-all")).status_code == 204
+    assert second.get(reverse("me")).status_code == 401
+
+
+def test_deactivation_ends_a_token_already_kept(org: Org) -> None:
+    client = api_client(org.dev_a)
+    assert client.get(reverse("me")).status_code == 200
+    org.dev_a.is_active = False
+    org.dev_a.save()
+    assert client.get(reverse("me")).status_code == 401
+
+
+def test_a_lost_role_is_lost_at_once(org: Org) -> None:
+    client = api_client(org.lead_a)
+    assert client.get(reverse("audit-event-list")).status_code == 200
+    Membership.objects.filter(user=org.lead_a, team=org.team_a).get().delete()
+    Membership.objects.create(user=org.lead_a, team=org.team_a, role=Role.DEVELOPER)
+    assert client.get(reverse("audit-event-list")).status_code == 403
+
+
+def test_a_kept_token_past_its_expiry_is_refused(org: Org, monkeypatch: Any) -> None:
+    instance, token = AuthToken.objects.create(user=org.dev_a, expiry=timedelta(hours=1))
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {token}")
+    assert client.get(reverse("me")).status_code == 200
+    assert credentials_cache.recall(instance.digest) is not None
+    later = timezone.now() + timedelta(hours=2)
+    monkeypatch.setattr("tenants.credentials_cache.timezone.now", lambda: later)
+    monkeypatch.setattr("tenants.api.auth.timezone.now", lambda: later)
+    assert client.get(reverse("me")).status_code == 401
+    assert not AuthToken.objects.filter(pk=instance.pk).exists()  # refused and deleted
+
+
+def test_an_unknown_token_is_refused_and_not_kept(org: Org) -> None:
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION="Token " + "ab" * 32)
+    assert client.get(reverse("me")).status_code == 401
+    assert client.get(reverse("me")).status_code == 401
