@@ -170,10 +170,12 @@ SPECTACULAR_SETTINGS = {
 # Rate limits count in the cache: shared through Redis when there is one, per process otherwise.
 CACHES = {
     "default": (
-        {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": env.str("REDIS_URL")}
+        {"BACKEND": "portal.cache.PortalRedisCache", "LOCATION": env.str("REDIS_URL")}
         if env.str("REDIS_URL", default="")
         else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
-    )
+    ),
+    # Per-process answers that may be a few seconds old (the dashboard summary counters).
+    "local": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": "local"},
 }
 # A verified API token is recalled from the cache with its user and roles for at most this long
 # (tenants.credentials_cache; every change that matters also removes it at once). 0 turns it off.

@@ -45,7 +45,11 @@ def transition(
     for field in CLEARED_BY_STATUS.get(to, ()):
         changes.setdefault(field, None)
         changes["queue_position"] = None
-    moved = GpuRequest.objects.filter(pk=request.pk, status=current).update(**changes)
+    moved = (
+        GpuRequest.objects.filter(pk=request.pk, status=current)
+        .of_team(request.team_id)
+        .update(**changes)
+    )
     if not moved:
         request.refresh_from_db()
         if request.status == to:

@@ -327,8 +327,23 @@ class GpuRequestQuerySet(ScopedQuerySet):
     writes below bypass signals, so they renew the stamps themselves.
     """
 
+    _team_ids: frozenset[int] | None = None
+
+    def of_team(self, team_id: int) -> GpuRequestQuerySet:
+        """Requests of one team; an update of them then needs no query to learn its teams."""
+        queryset = self.filter(team_id=team_id)
+        queryset._team_ids = frozenset({team_id})
+        return queryset
+
+    def _clone(self) -> GpuRequestQuerySet:
+        clone = super()._clone()  # type: ignore[misc]  # private in the stubs
+        clone._team_ids = self._team_ids  # a narrower filter stays within the same teams
+        return clone
+
     def update(self, **kwargs: Any) -> int:
-        team_ids = set(self.order_by().values_list("team_id", flat=True).distinct())
+        team_ids = self._team_ids
+        if team_ids is None:
+            team_ids = frozenset(self.order_by().values_list("team_id", flat=True).distinct())
         updated = super().update(**kwargs)
         if updated:
             data_versions.changed(REQUESTS_DATA, team_ids)

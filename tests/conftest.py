@@ -60,8 +60,9 @@ def celery_runs_tasks_inline(request: pytest.FixtureRequest) -> Iterator[None]:
 
 @pytest.fixture(autouse=True)
 def fresh_rate_limits(request: pytest.FixtureRequest) -> None:
-    """Rate-limit counters live in the cache; each test starts with none."""
+    """Rate-limit counters and cached answers live in the caches; each test starts with none."""
     if _django_active(request):
-        from django.core.cache import cache
+        from django.core.cache import caches
 
-        cache.clear()
+        for cache in caches.all():
+            cache.clear()

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from django.core.cache import cache
+from django.core.cache import caches
 from django.urls import reverse
 
 from tests.scheduling.conftest import Fleet
@@ -18,7 +18,7 @@ URL = "/api/v1/requests/summary/"
 
 @pytest.fixture(autouse=True)
 def _empty_cache() -> None:
-    cache.clear()
+    caches["local"].clear()
 
 
 def submit(user: Any, body: dict[str, Any]) -> None:

@@ -155,10 +155,11 @@ def test_the_list_answers_when_the_cache_is_unreachable(
 ) -> None:
     created = submit(org.dev_a, request_body(org.project_a, fleet.l4_12g, kind="notebook"))
     settings.CACHES = {
+        **settings.CACHES,
         "default": {
-            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "BACKEND": "portal.cache.PortalRedisCache",
             "LOCATION": "redis://127.0.0.1:1/0",  # nothing listens on port 1
-        }
+        },
     }
     client = api_client(org.dev_a)
     assert created in statuses(listing(client))
