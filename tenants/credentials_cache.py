@@ -3,8 +3,8 @@
 Every API call used to pay two queries before any product code: the token (with its user) and
 the user's memberships. Under load that was more than half of a cheap endpoint's time. A
 verified token is now kept, with its user and the user's scope, under a key derived from the
-token's digest (never the token itself), for at most CREDENTIALS_CACHE_SECONDS and never past
-the token's expiry.
+token's digest (never the token itself, nor the user's password hash), for at most
+CREDENTIALS_CACHE_SECONDS and never past the token's expiry.
 
 What can change the answer removes the entry at once and again after the transaction commits
 (a request reading the old rows in between could otherwise put them back): deleting a token
@@ -16,6 +16,7 @@ The cache is an optimisation: when Redis is unreachable, authentication reads th
 
 from __future__ import annotations
 
+import copy
 import logging
 from collections.abc import Iterable
 from datetime import datetime
@@ -61,8 +62,14 @@ def remember(token: AuthToken) -> None:
         seconds = min(seconds, (expiry - timezone.now()).total_seconds())
         if seconds < 1:
             return
+    user = copy.copy(token.user)
+    # The password hash stays in the database: without it in the instance Django treats the
+    # field as deferred, so reading it loads it and saving the user leaves it untouched.
+    user.__dict__.pop("password", None)
+    kept = copy.copy(token)
+    kept.user = user
     try:
-        cache.set(_key(token.digest), token, int(seconds))
+        cache.set(_key(token.digest), kept, int(seconds))
     except RedisError:
         logger.warning("credentials cache unreachable; token not kept")
 

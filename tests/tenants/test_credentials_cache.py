@@ -103,3 +103,18 @@ def test_an_unknown_token_is_refused_and_not_kept(org: Org) -> None:
     client.credentials(HTTP_AUTHORIZATION="Token " + "ab" * 32)
     assert client.get(reverse("me")).status_code == 401
     assert client.get(reverse("me")).status_code == 401
+
+
+def test_the_password_hash_is_not_kept_and_a_recalled_user_saves_safely(org: Org) -> None:
+    instance, token = AuthToken.objects.create(user=org.dev_a)
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {token}")
+    assert client.get(reverse("me")).status_code == 200
+    kept = credentials_cache.recall(instance.digest)
+    assert kept is not None
+    assert "password" not in kept.user.__dict__
+    kept.user.first_name = "Alice"
+    kept.user.save()  # as any code holding request.user might
+    org.dev_a.refresh_from_db()
+    assert org.dev_a.first_name == "Alice"
+    assert org.dev_a.check_password("pw-dev_a")
