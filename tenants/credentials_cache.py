@@ -6,10 +6,12 @@ verified token is now kept, with its user and the user's scope, under a key deri
 token's digest (never the token itself, nor the user's password hash), for at most
 CREDENTIALS_CACHE_SECONDS and never past the token's expiry.
 
-What can change the answer removes the entry at once and again after the transaction commits
-(a request reading the old rows in between could otherwise put them back): deleting a token
-(logout, logout-all, expiry purge, deactivation), saving a user (deactivation, superuser flag,
-password) and saving or deleting a membership (roles). The receivers are in `tenants.signals`.
+What can change the answer replaces the entry with a tombstone, at once and again after the
+transaction commits: deleting a token (logout, logout-all, expiry purge, deactivation), saving
+a user (deactivation, superuser flag, password) and saving or deleting a membership (roles).
+The receivers are in `tenants.signals`. An entry is only ever added where there is none, so a
+request that read the old rows just before the change cannot put them back over the
+tombstone; the token is read from the database until the tombstone expires.
 
 The cache is an optimisation: when Redis is unreachable, authentication reads the database.
 """
@@ -32,6 +34,7 @@ from redis.exceptions import RedisError
 logger = logging.getLogger(__name__)
 
 KEY_PREFIX = "api-credentials:v1:"
+REVOKED = "revoked"  # the tombstone left where an entry was dropped
 
 
 def _key(digest: str) -> str:
@@ -41,12 +44,12 @@ def _key(digest: str) -> str:
 def recall(digest: str) -> AuthToken | None:
     """The verified token with this digest, its user and scope loaded; None when not kept."""
     try:
-        token: AuthToken | None = cache.get(_key(digest))
+        token: AuthToken | str | None = cache.get(_key(digest))
     except RedisError:
         logger.warning("credentials cache unreachable; reading the token from the database")
         return None
-    if token is None:
-        return None
+    if not isinstance(token, AuthToken):
+        return None  # not kept, or dropped a moment ago
     if token.expiry is not None and token.expiry <= timezone.now():
         return None  # the database path refuses it and deletes it
     return token
@@ -69,7 +72,7 @@ def remember(token: AuthToken) -> None:
     kept = copy.copy(token)
     kept.user = user
     try:
-        cache.set(_key(token.digest), kept, int(seconds))
+        cache.add(_key(token.digest), kept, int(seconds))
     except RedisError:
         logger.warning("credentials cache unreachable; token not kept")
 
@@ -79,8 +82,8 @@ def forget(digests: Iterable[str]) -> None:
     keys = [_key(digest) for digest in digests]
     if not keys:
         return
-    _delete(keys)
-    transaction.on_commit(lambda: _delete(keys))
+    _bury(keys)
+    transaction.on_commit(lambda: _bury(keys))
 
 
 def forget_user(user_id: Any) -> None:
@@ -88,9 +91,9 @@ def forget_user(user_id: Any) -> None:
     forget(AuthToken.objects.filter(user_id=user_id).values_list("digest", flat=True))
 
 
-def _delete(keys: list[str]) -> None:
+def _bury(keys: list[str]) -> None:
     try:
-        cache.delete_many(keys)
+        cache.set_many(dict.fromkeys(keys, REVOKED), settings.CREDENTIALS_CACHE_SECONDS)
     except RedisError:
         # The entries still expire within CREDENTIALS_CACHE_SECONDS.
         logger.error("credentials cache unreachable; %d token entries left to expire", len(keys))

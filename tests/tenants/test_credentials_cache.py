@@ -118,3 +118,17 @@ def test_the_password_hash_is_not_kept_and_a_recalled_user_saves_safely(org: Org
     org.dev_a.refresh_from_db()
     assert org.dev_a.first_name == "Alice"
     assert org.dev_a.check_password("pw-dev_a")
+
+
+def test_a_token_read_just_before_a_change_is_not_kept_after_it(org: Org) -> None:
+    """The race: a request verifies a token from the old rows, the user is deactivated, and
+    only then does that request try to keep what it read."""
+    instance, token = AuthToken.objects.create(user=org.dev_a)
+    read_before = AuthToken.objects.select_related("user").get(pk=instance.pk)
+    org.dev_a.is_active = False
+    org.dev_a.save()
+    credentials_cache.remember(read_before)
+    assert credentials_cache.recall(instance.digest) is None
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {token}")
+    assert client.get(reverse("me")).status_code == 401
