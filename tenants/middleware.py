@@ -1,15 +1,21 @@
-"""Session limits and the audit of denied accesses, applied to every request in one place."""
+"""Session limits, the audit of denied accesses and the answer to a cache outage, applied to
+every request in one place."""
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 
 from django.conf import settings
 from django.contrib.auth import logout
 from django.http import HttpRequest, HttpResponse
+from redis.exceptions import RedisError
 
+from tenants.api.errors import service_unavailable_response
 from tenants.services import record_audit_event
+
+logger = logging.getLogger(__name__)
 
 SESSION_STARTED_KEY = "_portal_session_started_at"
 SESSION_SEEN_KEY = "_portal_session_seen_at"
@@ -88,3 +94,24 @@ class DeniedAccessAuditMiddleware:
             },
         )
         return response
+
+
+class CacheOutageMiddleware:
+    """Answer 503 with Retry-After, not 500, when Redis is unreachable mid-request.
+
+    What only speeds a call up (kept tokens, list pages, stamps) already falls back to the
+    database; what needs Redis to decide — the rate limits on sign-in, creation and exports —
+    raises, and the caller is told to retry rather than shown a server error.
+    """
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        return self.get_response(request)
+
+    def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
+        if not isinstance(exception, RedisError):
+            return None
+        logger.error("cache unreachable during %s %s: %s", request.method, request.path, exception)
+        return service_unavailable_response(request)

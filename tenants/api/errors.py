@@ -6,7 +6,8 @@ from typing import Any
 
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import ValidationError as DjangoValidationError
-from django.http import Http404, HttpRequest, JsonResponse
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import render
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.serializers import as_serializer_error
@@ -80,3 +81,22 @@ def server_error_view(request: HttpRequest) -> Any:
     from django.views.defaults import server_error
 
     return server_error(request)
+
+
+RETRY_AFTER_SECONDS = 5
+
+
+def service_unavailable_response(request: HttpRequest) -> HttpResponse:
+    """A 503 with Retry-After: the error shape under /api/, a short page elsewhere."""
+    if _wants_json(request):
+        response: HttpResponse = JsonResponse(
+            error_body(
+                "unavailable",
+                "A service the portal relies on is not answering. Try again in a few seconds.",
+            ),
+            status=status.HTTP_503_SERVICE_UNAVAILABLE,
+        )
+    else:
+        response = render(request, "503.html", status=status.HTTP_503_SERVICE_UNAVAILABLE)
+    response["Retry-After"] = str(RETRY_AFTER_SECONDS)
+    return response
