@@ -113,7 +113,11 @@ def forget_deleted_token(sender: Any, instance: AuthToken, **kwargs: Any) -> Non
 
 
 @receiver(post_save, sender=User, dispatch_uid="tenants.forget_tokens_of_changed_user")
-def forget_tokens_of_changed_user(sender: Any, instance: Any, **kwargs: Any) -> None:
+def forget_tokens_of_changed_user(
+    sender: Any, instance: Any, update_fields: Any = None, **kwargs: Any
+) -> None:
+    if update_fields is not None and set(update_fields) <= {"last_login"}:
+        return  # a sign-in on the web changes nothing a token carries
     credentials_cache.forget_user(instance.pk)
 
 

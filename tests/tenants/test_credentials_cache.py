@@ -132,3 +132,14 @@ def test_a_token_read_just_before_a_change_is_not_kept_after_it(org: Org) -> Non
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Token {token}")
     assert client.get(reverse("me")).status_code == 401
+
+
+def test_signing_in_on_the_web_keeps_the_api_token_kept(org: Org) -> None:
+    from django.test import Client
+
+    client = api_client(org.dev_a)
+    assert client.get(SUMMARY).status_code == 200
+    assert Client().login(username="dev_a", password="pw-dev_a")  # writes last_login only
+    with CaptureQueriesContext(connection) as captured:
+        assert client.get(SUMMARY).status_code == 200
+    assert len(captured) == 0
