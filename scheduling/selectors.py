@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from django.db.models import Q, QuerySet, Sum
+from django.db.models import Count, Max, Q, QuerySet, Sum
 from django.utils import timezone
 
 from scheduling.choices import (
@@ -23,7 +23,6 @@ from scheduling.models import (
     Flavor,
     GpuDevice,
     GpuRequest,
-    Node,
     NodePool,
     Quota,
     ReclaimPolicy,
@@ -163,25 +162,33 @@ class PoolCapacity:
 
 
 def pool_capacity(*, flavor: Flavor) -> PoolCapacity:
-    nodes = Node.objects.filter(pool=flavor.pool, is_schedulable=True, gpu_model=flavor.gpu_model)
-    devices = GpuDevice.objects.filter(node__in=nodes)
-    per_node: dict[int, int] = {}
+    """Counted in the database, one row back whatever the pool's size: every submission asks.
+
+    Only MIG flavors read the devices' slice layouts, which are JSON and summed here.
+    """
+    devices = GpuDevice.objects.filter(
+        node__pool=flavor.pool_id, node__is_schedulable=True, node__gpu_model=flavor.gpu_model
+    )
+    shape = (
+        devices.values("node_id")
+        .annotate(gpus=Count("id"), node_memory=Max("memory_mib"))
+        .order_by()
+        .aggregate(busiest=Max("gpus"), total=Sum("gpus"), memory=Max("node_memory"))
+    )
     mig_total: dict[str, int] = {}
     mig_node: dict[tuple[int, str], int] = {}
-    max_memory = 0
-    for node_id, layout, memory_mib in devices.values_list("node_id", "mig_layout", "memory_mib"):
-        per_node[node_id] = per_node.get(node_id, 0) + 1
-        max_memory = max(max_memory, memory_mib or 0)
-        for profile, count in (layout or {}).items():
-            mig_total[profile] = mig_total.get(profile, 0) + int(count)
-            mig_node[(node_id, profile)] = mig_node.get((node_id, profile), 0) + int(count)
+    if flavor.kind == FlavorKind.MIG:
+        for node_id, layout in devices.values_list("node_id", "mig_layout"):
+            for profile, count in (layout or {}).items():
+                mig_total[profile] = mig_total.get(profile, 0) + int(count)
+                mig_node[(node_id, profile)] = mig_node.get((node_id, profile), 0) + int(count)
     mig_node_max: dict[str, int] = {}
     for (_, profile), count in mig_node.items():
         mig_node_max[profile] = max(mig_node_max.get(profile, 0), count)
     return PoolCapacity(
-        max_gpus_per_node=max(per_node.values(), default=0),
-        total_gpus=sum(per_node.values()),
-        max_device_memory_mib=max_memory,
+        max_gpus_per_node=shape["busiest"] or 0,
+        total_gpus=shape["total"] or 0,
+        max_device_memory_mib=shape["memory"] or 0,
         mig_slices_total=mig_total,
         mig_slices_per_node_max=mig_node_max,
     )
