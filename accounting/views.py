@@ -110,11 +110,10 @@ def _scoped_budgets(user: Any) -> QuerySet[Budget]:
     return budgets.with_burn(Budget.objects.visible_to(user).select_related("team", "project"))
 
 
-def _line(budget: Budget, *, user: Any, unit_labels: dict[str, str] | None = None) -> BudgetLine:
-    labels = unit_labels if unit_labels is not None else dict(unit_choices())
+def _line(budget: Budget, *, user: Any) -> BudgetLine:
     return BudgetLine(
         budget=budget,
-        unit_label=labels.get(budget.unit, budget.unit),
+        unit_label=dict(unit_choices()).get(budget.unit, budget.unit),
         spent=budgets.spent_of(budget).quantize(Decimal("0.01")),
         percent=budgets.percent_used(budget),
         can_manage=scope_of(user).is_lead_of(budget.team_id),
@@ -141,14 +140,10 @@ def _page(
     """The budgets page (or, for HTMX, its body): the create form and every visible budget."""
     teams = _managed_teams(request.user)
     can_create = teams.exists()
-    unit_labels = dict(unit_choices())
     if form is None and can_create:
         form = BudgetForm(teams=teams)
     context = {
-        "lines": [
-            _line(budget, user=request.user, unit_labels=unit_labels)
-            for budget in _scoped_budgets(request.user)
-        ],
+        "lines": [_line(budget, user=request.user) for budget in _scoped_budgets(request.user)],
         "form": form if can_create else None,
         "editing": editing,
         "edit_form": edit_form,

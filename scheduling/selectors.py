@@ -41,15 +41,24 @@ def committed_units(*, flavor: Flavor, team: Team, project: Project | None = Non
     return int(requests.aggregate(total=Sum("gpu_count"))["total"] or 0)
 
 
-def committed_by_project(team_ids: set[int]) -> dict[tuple[int, int], int]:
-    """Units asked for and not yet given back per (project, flavor), for whole teams at once."""
+def committed_by_quota_key(
+    team_ids: set[int] | None = None,
+) -> dict[tuple[int, int | None, int], int]:
+    """Units asked for and not yet given back, keyed as quotas are: per (team, project, flavor)
+    and per (team, None, flavor). One grouped query; `team_ids=None` reads every team."""
+    requests = GpuRequest.objects.filter(status__in=COMMITTED_STATUSES)
+    if team_ids is not None:
+        requests = requests.filter(team_id__in=team_ids)
     rows = (
-        GpuRequest.objects.filter(team_id__in=team_ids, status__in=COMMITTED_STATUSES)
-        .values_list("project_id", "flavor_id")
+        requests.values_list("team_id", "project_id", "flavor_id")
         .annotate(total=Sum("gpu_count"))
         .order_by()
     )
-    return {(project_id, flavor_id): int(total) for project_id, flavor_id, total in rows}
+    used: dict[tuple[int, int | None, int], int] = {}
+    for team_id, project_id, flavor_id, total in rows:
+        for key in ((team_id, project_id, flavor_id), (team_id, None, flavor_id)):
+            used[key] = used.get(key, 0) + int(total)
+    return used
 
 
 @dataclass(frozen=True, slots=True)

@@ -42,10 +42,12 @@ def renew_request_stamps_of_renamed_owner(
     sender: Any, instance: Any, update_fields: Any = None, **_: Any
 ) -> None:
     """Request pages show the owner's username; signing in only touches `last_login`."""
-    if update_fields is not None and set(update_fields) <= {"last_login"}:
-        return
     from scheduling.models import REQUESTS_DATA
     from tenants.models import Membership
+    from tenants.signals import records_sign_in_only
+
+    if records_sign_in_only(update_fields):
+        return
 
     teams = Membership.objects.filter(user_id=instance.pk).values_list("team_id", flat=True)
     data_versions.changed(REQUESTS_DATA, list(teams))

@@ -18,7 +18,7 @@ from scheduling.forms import DecisionForm, GpuRequestForm, ProjectQuotaForm
 from scheduling.models import Flavor, GpuRequest, Quota, UtilisationSample
 from scheduling.selectors import (
     approval_inbox,
-    committed_by_project,
+    committed_by_quota_key,
     flavors_for_project,
     fleet_overview,
     governance_rules,
@@ -224,23 +224,22 @@ def quotas(request: HttpRequest) -> HttpResponse:
         visible = visible.filter(team_id__in=scope.team_ids)
     quota_list = list(visible.prefetch_related("team__projects"))
     splits = {(q.project_id, q.flavor_id): q for q in quota_list if q.project_id is not None}
-    used = committed_by_project({q.team_id for q in quota_list})
+    used = committed_by_quota_key({q.team_id for q in quota_list})
     rows = []
     for team_quota in (q for q in quota_list if q.project_id is None):
         team, flavor_id = team_quota.team, team_quota.flavor_id
-        projects = team.projects.all()
         rows.append(
             {
                 "quota": team_quota,
-                "used": sum(used.get((p.pk, flavor_id), 0) for p in projects),
+                "used": used.get((team.pk, None, flavor_id), 0),
                 "can_split": scope.is_lead_of(team.pk),
                 "splits": [
                     {
                         "project": project,
                         "quota": splits.get((project.pk, flavor_id)),
-                        "used": used.get((project.pk, flavor_id), 0),
+                        "used": used.get((team.pk, project.pk, flavor_id), 0),
                     }
-                    for project in projects
+                    for project in team.projects.all()
                 ],
             }
         )

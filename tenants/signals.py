@@ -112,13 +112,17 @@ def forget_deleted_token(sender: Any, instance: AuthToken, **kwargs: Any) -> Non
     credentials_cache.forget([instance.digest])
 
 
+def records_sign_in_only(update_fields: Any) -> bool:
+    """A user save that only records a web sign-in (Django writes `last_login` alone)."""
+    return update_fields is not None and set(update_fields) <= {"last_login"}
+
+
 @receiver(post_save, sender=User, dispatch_uid="tenants.forget_tokens_of_changed_user")
 def forget_tokens_of_changed_user(
     sender: Any, instance: Any, update_fields: Any = None, **kwargs: Any
 ) -> None:
-    if update_fields is not None and set(update_fields) <= {"last_login"}:
-        return  # a sign-in on the web changes nothing a token carries
-    credentials_cache.forget_user(instance.pk)
+    if not records_sign_in_only(update_fields):  # a sign-in changes nothing a token carries
+        credentials_cache.forget_user(instance.pk)
 
 
 @receiver(post_save, sender=Membership, dispatch_uid="tenants.forget_tokens_on_role_change")

@@ -37,6 +37,7 @@ from scheduling.models import (
     Quota,
     UtilisationSample,
 )
+from scheduling.selectors import committed_by_quota_key
 from tenants.api.base import ScopedModelViewSet, ScopedReadOnlyViewSet, ScopedViewSetMixin
 from tenants.api.cached_lists import CachedListMixin
 from tenants.models import Scope, scope_of
@@ -114,18 +115,8 @@ class QuotaViewSet(ScopedModelViewSet):
         return context
 
     def _used_units(self) -> dict[tuple[int, int | None, int], int]:
-        """Committed units per (team, project, flavor) and per (team, None, flavor), one query."""
         scope = scope_of(self.request.user)
-        requests: QuerySet[GpuRequest] = GpuRequest.objects.filter(status__in=COMMITTED_STATUSES)
-        if not scope.is_platform_admin:
-            requests = requests.filter(team_id__in=scope.team_ids)
-        used: dict[tuple[int, int | None, int], int] = {}
-        for team_id, project_id, flavor_id, gpu_count in requests.values_list(
-            "team_id", "project_id", "flavor_id", "gpu_count"
-        ):
-            for key in ((team_id, project_id, flavor_id), (team_id, None, flavor_id)):
-                used[key] = used.get(key, 0) + gpu_count
-        return used
+        return committed_by_quota_key(None if scope.is_platform_admin else set(scope.team_ids))
 
     def perform_create(self, serializer: BaseSerializer) -> None:
         data = serializer.validated_data
