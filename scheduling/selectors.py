@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from django.db.models import Count, Max, Q, QuerySet, Sum
+from django.db.models import Count, Exists, Max, OuterRef, Q, QuerySet, Sum
 from django.utils import timezone
 
 from scheduling.choices import (
@@ -139,10 +139,12 @@ def quota_standing(*, project: Project, flavor: Flavor, lock: bool = False) -> Q
 
 def tier_allowed_for_project(*, tier: Tier, project: Project) -> bool:
     """A team must be allowed the tier; a project narrows it only if it lists tiers at all."""
-    if not tier.allowed_teams.filter(pk=project.team_id).exists():
-        return False
-    project_tiers = Tier.objects.filter(allowed_projects=project)
-    return not project_tiers.exists() or project_tiers.filter(pk=tier.pk).exists()
+    team_tiers = Tier.allowed_teams.through.objects.filter(team_id=project.team_id)
+    project_tiers = Tier.allowed_projects.through.objects.filter(project_id=project.pk)
+    allowed = Exists(team_tiers.filter(tier_id=OuterRef("pk"))) & (
+        ~Exists(project_tiers) | Exists(project_tiers.filter(tier_id=OuterRef("pk")))
+    )
+    return Tier.objects.filter(allowed, pk=tier.pk).exists()
 
 
 def flavors_for_project(*, project: Project) -> QuerySet[Flavor]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Iterable
+from typing import Any
 
 from django.core.cache import cache
 from django.db import transaction
@@ -35,13 +36,39 @@ def changed(kind: str, team_ids: Iterable[int | None]) -> None:
     """Record that `kind` data of these teams changed; takes effect when the transaction commits.
 
     Inside a transaction the stamps also change at once: a concurrent reader then recomputes
-    from the rows it sees and stores that under a stamp the commit replaces again.
+    from the rows it sees and stores that under a stamp the commit replaces again. All the
+    changes of one transaction are renewed together at its commit (a submission changes a
+    request three times).
     """
     keys = [stamp_key(kind, team_id) for team_id in set(team_ids) if team_id is not None]
     keys.append(stamp_key(kind, ALL_TEAMS))
     _renew(keys)
-    if transaction.get_connection().in_atomic_block:
-        transaction.on_commit(lambda: _renew(keys))
+    connection = transaction.get_connection()
+    if connection.in_atomic_block:
+        _renewal_at_commit(connection).keys.update(keys)
+
+
+class _RenewalAtCommit:
+    def __init__(self) -> None:
+        self.keys: set[str] = set()
+
+    def __call__(self) -> None:
+        _renew(sorted(self.keys))
+
+
+def _renewal_at_commit(connection: Any) -> _RenewalAtCommit:
+    """The commit-time renewal this transaction has queued already, or a new one.
+
+    It is looked up among the connection's pending commit callbacks rather than remembered
+    beside them, because rolling back a savepoint discards the callbacks queued inside it: a
+    renewal found there is one that will run.
+    """
+    for _savepoints, callback, _robust in connection.run_on_commit:
+        if isinstance(callback, _RenewalAtCommit):
+            return callback
+    renewal = _RenewalAtCommit()
+    transaction.on_commit(renewal)
+    return renewal
 
 
 def start_missing(keys: list[str]) -> None:
