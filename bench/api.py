@@ -5,13 +5,13 @@
 1. Recreates the database at BENCH_API_DATABASE_URL (default `portal_benchapi`), migrates it and
    seeds the demo fleet plus extra teams: several teams, one API token per developer and lead,
    thousands of requests.
-2. Starts gunicorn (`bench.api_wsgi`: the product plus a baseline list endpoint; sync workers,
-   one per core) on a free loopback port, with Redis at BENCH_API_REDIS_URL for the cache,
-   throttles and the broker.
+2. Starts gunicorn (`bench.api_wsgi`: the product plus the baseline endpoints, a plain DRF list
+   and create; sync workers, one per core) on a free loopback port, with Redis at
+   BENCH_API_REDIS_URL for the cache, throttles and the broker.
 3. Builds the load generator (`bench/loadgen`, Go, standard library only) and runs one scenario
    at a time: list, the summary endpoint and the plain-DRF baseline list each on their own
-   (after a warm-up, before anything writes), then the 70/20/10 mix and create on its own, and
-   prints one JSON line per figure.
+   (after a warm-up, before anything writes), then the 70/20/10 mix, create on its own and the
+   plain-DRF baseline create, and prints one JSON line per figure.
 
 The load generator runs on the same 2 cores as the server: every figure is what the server
 reaches while sharing the machine with its client. A compiled client leaves the server more of
@@ -212,6 +212,7 @@ SCENARIOS = {
     "create": {"create": 1},
     "summary": {"summary": 1},
     "baseline": {"baseline": 1},
+    "baseline_create": {"baseline_create": 1},
 }
 
 
@@ -229,6 +230,7 @@ def call_variants(name: str, host: str, fixture: list[dict[str, Any]]) -> list[d
             urls = ["/api/v1/requests/summary/"]
         else:
             headers = {**headers, "Content-Type": "application/json"}
+            prefix = "/api/v1/requests/" if name == "create" else "/bench/baseline/requests/"
             for project_id in identity["project_ids"]:
                 body = {
                     "project": project_id,
@@ -242,7 +244,7 @@ def call_variants(name: str, host: str, fixture: list[dict[str, Any]]) -> list[d
                 variants.append(
                     {
                         "method": "POST",
-                        "url": f"{host}/api/v1/requests/",
+                        "url": f"{host}{prefix}",
                         "body": body,
                         "headers": headers,
                     }
@@ -277,7 +279,7 @@ def run_load(
         {
             "name": name,
             "weight": weight,
-            "expect": 201 if name == "create" else 200,
+            "expect": 201 if name in ("create", "baseline_create") else 200,
             "variants": call_variants(name, host, fixture),
         }
         for name, weight in SCENARIOS[scenario].items()
@@ -379,7 +381,8 @@ def main() -> None:
             emit(f"api.mixed.{name}_p99_ms", mixed[name]["p99_ms"], "ms")
         emit("api.mixed_rps", mixed["Aggregated"]["rps"], "req/s")
         emit("api.mixed_failures", mixed["Aggregated"]["failures"], "requests")
-        figures["create"] = run_scenario("create", options.seconds, common)
+        for scenario in ("create", "baseline_create"):
+            figures[scenario] = run_scenario(scenario, options.seconds, common)
 
         emit("api.list_rps", figures["list"]["rps"], "req/s")
         emit("api.list_p99_ms", figures["list"]["p99_ms"], "ms")
@@ -392,6 +395,13 @@ def main() -> None:
         emit(
             "api.list_vs_baseline_ratio",
             figures["list"]["rps"] / max(figures["baseline"]["rps"], 1e-9),
+            "ratio",
+        )
+        emit("api.baseline_create_rps", figures["baseline_create"]["rps"], "req/s")
+        emit("api.baseline_create_p99_ms", figures["baseline_create"]["p99_ms"], "ms")
+        emit(
+            "api.create_vs_baseline_ratio",
+            figures["create"]["rps"] / max(figures["baseline_create"]["rps"], 1e-9),
             "ratio",
         )
     finally:

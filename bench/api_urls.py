@@ -1,9 +1,13 @@
-"""The product's URLs plus the benchmark's baseline: a plain DRF ModelSerializer list.
+"""The product's URLs plus the benchmark's baselines: a plain DRF ModelSerializer list and create.
 
-The baseline has the same authentication, pagination (50) and tenant filter as the product's
-request list, but none of its work beyond that: no explicit fields, no related names, no filters,
-no ordering parameters. The ratio product/baseline says what the product's list costs on top of
-what DRF itself costs.
+The baseline list has the same authentication, pagination (50) and tenant filter as the
+product's request list, but none of its work beyond that: no explicit fields, no related names,
+no filters, no ordering parameters. The ratio product/baseline says what the product's list
+costs on top of what DRF itself costs.
+
+The baseline create takes the product's body and stores it with one INSERT: no tier, capacity,
+quota, budget or approval check, no lifecycle, no audit, nothing queued. It says what a create
+costs DRF and Django on this machine before the product decides anything.
 """
 
 from __future__ import annotations
@@ -25,11 +29,32 @@ class BaselineRequestSerializer(serializers.ModelSerializer):
         fields = "__all__"
 
 
-class BaselineRequestList(generics.ListAPIView):
-    serializer_class = BaselineRequestSerializer
+class BaselineRequestCreateSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = GpuRequest
+        fields = [
+            "project",
+            "flavor",
+            "gpu_count",
+            "kind",
+            "image",
+            "command",
+            "max_runtime_seconds",
+        ]
+
+
+class BaselineRequestList(generics.ListCreateAPIView):
+    def get_serializer_class(self) -> type[serializers.ModelSerializer]:
+        if self.request.method == "POST":
+            return BaselineRequestCreateSerializer
+        return BaselineRequestSerializer
 
     def get_queryset(self) -> QuerySet[Any]:
         return GpuRequest.objects.visible_to(self.request.user).order_by("-created_at", "-id")
+
+    def perform_create(self, serializer: Any) -> None:
+        project = serializer.validated_data["project"]
+        serializer.save(owner=self.request.user, team_id=project.team_id, gpu_equivalent=1)
 
 
 urlpatterns = [
