@@ -6,7 +6,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from django.core.cache import cache
+from django.core.cache import cache, caches
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
@@ -143,3 +143,106 @@ def test_signing_in_on_the_web_keeps_the_api_token_kept(org: Org) -> None:
     with CaptureQueriesContext(connection) as captured:
         assert client.get(SUMMARY).status_code == 200
     assert len(captured) == 0
+
+
+@pytest.fixture
+def redis_cache(settings: Any, redis_url: str) -> None:
+    """The shared cache on a real Redis, where process copies are kept."""
+    settings.CACHES = {
+        **settings.CACHES,
+        "default": {"BACKEND": "portal.cache.PortalRedisCache", "LOCATION": redis_url},
+    }
+    cache.clear()
+
+
+def _kept_digest(org: Org) -> tuple[str, APIClient]:
+    _, token = AuthToken.objects.create(user=org.dev_a)
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {token}")
+    assert client.get(SUMMARY).status_code == 200
+    return AuthToken.objects.get(user=org.dev_a).digest, client
+
+
+@pytest.mark.usefixtures("redis_cache")
+def test_a_process_copy_costs_no_round_trip_to_redis(org: Org, monkeypatch: Any) -> None:
+    digest, client = _kept_digest(org)
+    assert credentials_cache.recall(digest) is not None  # now copied in this process
+
+    def unreachable(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the shared cache was read")
+
+    monkeypatch.setattr(caches["default"], "get", unreachable)
+    with CaptureQueriesContext(connection) as captured:
+        assert client.get(SUMMARY).status_code == 200
+    assert len(captured) == 0
+
+
+@pytest.mark.usefixtures("redis_cache")
+def test_a_burial_in_another_process_drops_this_processs_copy(org: Org) -> None:
+    digest, _ = _kept_digest(org)
+    other_process = credentials_cache.ProcessCopies()  # its own subscription, as a worker has
+    other_process.put(credentials_cache._key(digest), credentials_cache.recall(digest), 30)
+    assert other_process.get(credentials_cache._key(digest)) is not None
+
+    credentials_cache.forget([digest])  # what logout, deactivation or a role change does
+
+    assert other_process.get(credentials_cache._key(digest)) is None
+
+
+@pytest.mark.usefixtures("redis_cache")
+def test_logout_seen_by_another_process_on_its_next_call(org: Org) -> None:
+    digest, client = _kept_digest(org)
+    other_process = credentials_cache.ProcessCopies()
+    token = credentials_cache.recall(digest)
+    assert token is not None
+    other_process.put(credentials_cache._key(digest), token, 30)
+
+    assert client.post(reverse("auth-logout")).status_code == 204
+
+    assert other_process.get(credentials_cache._key(digest)) is None
+    assert client.get(SUMMARY).status_code == 401
+
+
+@pytest.mark.usefixtures("redis_cache")
+def test_a_broken_subscription_drops_every_copy(org: Org) -> None:
+    digest, _ = _kept_digest(org)
+    copies = credentials_cache.ProcessCopies()
+    key = credentials_cache._key(digest)
+    token = credentials_cache.recall(digest)
+    assert token is not None
+    copies.put(key, token, 30)
+    assert copies.get(key) is not None
+
+    client: Any = cache._cache.get_client(write=True)  # type: ignore[attr-defined]
+    client.execute_command("CLIENT", "KILL", "TYPE", "pubsub")  # e.g. Redis restarted
+
+    assert copies.get(key) is None  # dropped, not served from a channel that may miss burials
+    copies.put(key, token, 30)  # subscribes again, confirmed, and keeps copies again
+    assert copies.get(key) is not None
+
+
+@pytest.mark.usefixtures("redis_cache")
+def test_a_copy_lives_only_its_short_lifetime(org: Org, monkeypatch: Any) -> None:
+    digest, _ = _kept_digest(org)
+    copies = credentials_cache.ProcessCopies()
+    key = credentials_cache._key(digest)
+    token = credentials_cache.recall(digest)
+    assert token is not None
+    copies.put(key, token, 3_600)
+    later = credentials_cache.time.monotonic() + credentials_cache.PROCESS_COPY_SECONDS + 1
+    monkeypatch.setattr(credentials_cache.time, "monotonic", lambda: later)
+    assert copies.get(key) is None
+
+
+def test_without_redis_no_process_copies_are_kept(org: Org, settings: Any) -> None:
+    """The embedded demo's cache is in memory: no channel to hear burials on, so no copies."""
+    settings.CACHES = {
+        **settings.CACHES,
+        "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
+    }
+    digest, _ = _kept_digest(org)
+    copies = credentials_cache.ProcessCopies()
+    token = credentials_cache.recall(digest)
+    assert token is not None
+    copies.put(credentials_cache._key(digest), token, 30)
+    assert copies.get(credentials_cache._key(digest)) is None
