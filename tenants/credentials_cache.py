@@ -49,6 +49,7 @@ REVOKED = "revoked"  # the tombstone left where an entry was dropped
 CHANNEL = "api-credentials:v1:buried"  # the keys of buried entries
 PROCESS_COPY_SECONDS = 10
 PROCESS_COPIES_KEPT = 10_000
+RESUBSCRIBE_SECONDS = 1.0
 
 
 def _key(digest: str) -> str:
@@ -69,6 +70,7 @@ class ProcessCopies:
         self._subscription: Any = None
         self._pid = 0
         self._lock = threading.Lock()
+        self._resubscribe_after = 0.0
 
     def get(self, key: str) -> AuthToken | None:
         with self._lock:
@@ -113,6 +115,8 @@ class ProcessCopies:
             self._copies.clear()
         try:
             if self._subscription is None:
+                if time.monotonic() < self._resubscribe_after:
+                    return False  # Redis failed a moment ago: no wait on it for every request
                 self._subscription = _subscribe()
                 if self._subscription is None:
                     return False
@@ -131,6 +135,7 @@ class ProcessCopies:
 
     def _drop_subscription(self) -> None:
         self._copies.clear()
+        self._resubscribe_after = time.monotonic() + RESUBSCRIBE_SECONDS
         if self._subscription is not None:
             self._subscription.disconnect()
         self._subscription = None

@@ -204,7 +204,7 @@ def test_logout_seen_by_another_process_on_its_next_call(org: Org) -> None:
 
 
 @pytest.mark.usefixtures("redis_cache")
-def test_a_broken_subscription_drops_every_copy(org: Org) -> None:
+def test_a_broken_subscription_drops_every_copy(org: Org, monkeypatch: Any) -> None:
     digest, _ = _kept_digest(org)
     copies = credentials_cache.ProcessCopies()
     key = credentials_cache._key(digest)
@@ -217,6 +217,11 @@ def test_a_broken_subscription_drops_every_copy(org: Org) -> None:
     client.execute_command("CLIENT", "KILL", "TYPE", "pubsub")  # e.g. Redis restarted
 
     assert copies.get(key) is None  # dropped, not served from a channel that may miss burials
+    copies.put(key, token, 30)
+    assert copies.get(key) is None  # no new subscription for a moment
+
+    later = credentials_cache.time.monotonic() + credentials_cache.RESUBSCRIBE_SECONDS + 1
+    monkeypatch.setattr(credentials_cache.time, "monotonic", lambda: later)
     copies.put(key, token, 30)  # subscribes again, confirmed, and keeps copies again
     assert copies.get(key) is not None
 
