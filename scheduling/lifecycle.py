@@ -1,4 +1,5 @@
-"""The request lifecycle: every status change goes through `transition()`, and only it.
+"""The request lifecycle: every status change goes through `transition()` (or, for several
+moves made at once, `transition_through()`), and only them.
 
 A transition is a compare-and-set UPDATE (… WHERE status = <expected>), so two workers racing
 for the same move cannot both make it; repeating a move that already happened changes nothing.
@@ -6,6 +7,9 @@ for the same move cannot both make it; repeating a move that already happened ch
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from django.utils import timezone
@@ -13,7 +17,8 @@ from django.utils import timezone
 from scheduling.choices import FINISHED_STATUSES, TRANSITIONS, RequestStatus
 from scheduling.models import GpuRequest
 from tenants.errors import ConflictError
-from tenants.services import record_audit_event
+from tenants.models import AuditEvent
+from tenants.services import audit_event
 
 TIMESTAMP_OF_STATUS: dict[str, str] = {
     RequestStatus.APPROVED: "approved_at",
@@ -31,20 +36,42 @@ def transition(
 
     Raises ConflictError (409) when the lifecycle does not allow the move from the current state.
     """
+    return transition_through(request, [Move(to, reason, actor)], **fields)
+
+
+@dataclass(frozen=True, slots=True)
+class Move:
+    to: str
+    reason: str = ""
+    actor: Any = None
+
+
+def transition_through(request: GpuRequest, moves: Sequence[Move], **fields: Any) -> bool:
+    """Make several moves in a row (approved, then queued) as one compare-and-set UPDATE.
+
+    Each move must be allowed from the one before, and each is audited as if made alone; True
+    if the request moved, False if it already was where the last move leads.
+    """
+    if not moves:
+        raise ValueError("transition_through needs at least one move")
     current = request.status
-    if to not in TRANSITIONS[current]:
-        if current == to:
-            return False
-        raise _illegal(request, current, to)
+    statuses = [current, *(move.to for move in moves)]
+    for before, after in itertools.pairwise(statuses):
+        if after not in TRANSITIONS[before]:
+            if len(moves) == 1 and before == after:
+                return False
+            raise _illegal(request, before, after)
     now = timezone.now()
-    changes: dict[str, Any] = {"status": to, "status_reason": reason, "updated_at": now, **fields}
-    if to in TIMESTAMP_OF_STATUS:
-        changes[TIMESTAMP_OF_STATUS[to]] = now
-    if to in FINISHED_STATUSES:
-        changes["finished_at"] = now
-    for field in CLEARED_BY_STATUS.get(to, ()):
-        changes.setdefault(field, None)
-        changes["queue_position"] = None
+    changes: dict[str, Any] = {"updated_at": now, **fields}
+    for move in moves:
+        if move.to in TIMESTAMP_OF_STATUS:
+            changes[TIMESTAMP_OF_STATUS[move.to]] = now
+        if move.to in FINISHED_STATUSES:
+            changes["finished_at"] = now
+        for field in CLEARED_BY_STATUS.get(move.to, ()):
+            changes.setdefault(field, None)
+            changes["queue_position"] = None
+    changes.update(status=moves[-1].to, status_reason=moves[-1].reason)
     moved = (
         GpuRequest.objects.filter(pk=request.pk, status=current)
         .of_team(request.team_id)
@@ -52,17 +79,20 @@ def transition(
     )
     if not moved:
         request.refresh_from_db()
-        if request.status == to:
+        if request.status == moves[-1].to:
             return False
-        raise _illegal(request, request.status, to)
+        raise _illegal(request, request.status, moves[0].to)
     for field, value in changes.items():
         setattr(request, field, value)
-    record_request_event(
-        request,
-        actor=actor,
-        action=f"request.{to}",
-        message=reason,
-        data={"from": current, "to": to},
+    AuditEvent.objects.bulk_create(
+        request_event(
+            request,
+            actor=move.actor,
+            action=f"request.{move.to}",
+            message=move.reason,
+            data={"from": before, "to": move.to},
+        )
+        for before, move in zip(statuses, moves, strict=False)
     )
     return True
 
@@ -76,7 +106,19 @@ def record_request_event(
     data: dict[str, Any] | None = None,
 ) -> None:
     """An audit event about a request, filed under its team and project."""
-    record_audit_event(
+    request_event(request, actor=actor, action=action, message=message, data=data).save()
+
+
+def request_event(
+    request: GpuRequest,
+    *,
+    actor: Any,
+    action: str,
+    message: str = "",
+    data: dict[str, Any] | None = None,
+) -> AuditEvent:
+    """The audit event about a request, not saved yet."""
+    return audit_event(
         actor=actor,
         action=action,
         target=request,

@@ -26,7 +26,7 @@ from scheduling.choices import (
     WorkloadKind,
 )
 from scheduling.execution import end_allocation
-from scheduling.lifecycle import record_request_event, transition
+from scheduling.lifecycle import Move, record_request_event, transition, transition_through
 from scheduling.models import ApprovalRule, Flavor, GpuRequest, Quota, gpu_equivalent_of
 from scheduling.notifications import notify
 from scheduling.selectors import (
@@ -286,15 +286,15 @@ def submit_gpu_request(
 
 def _approve(request: GpuRequest, *, actor: Any, reason: str, comment: str = "") -> None:
     """Approve and queue; the caller holds the quota lock and has checked the limit."""
-    transition(
+    transition_through(
         request,
-        RequestStatus.APPROVED,
-        actor=actor,
-        reason=reason,
+        [
+            Move(RequestStatus.APPROVED, reason, actor),
+            Move(RequestStatus.QUEUED, "Waiting for the scheduler."),
+        ],
         approved_by=actor,
         decision_comment=comment,
     )
-    transition(request, RequestStatus.QUEUED, actor=None, reason="Waiting for the scheduler.")
     dispatch.request_scheduling_cycle()
     notify(
         users=[request.owner],

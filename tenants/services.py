@@ -23,7 +23,31 @@ def record_audit_event(
     data: dict[str, Any] | None = None,
 ) -> AuditEvent:
     """Append one audit event; `actor` is None for decisions the system took by itself."""
-    return AuditEvent.objects.create(
+    event = audit_event(
+        actor=actor,
+        action=action,
+        target=target,
+        message=message,
+        team=team,
+        project=project,
+        data=data,
+    )
+    event.save()
+    return event
+
+
+def audit_event(
+    *,
+    actor: Any,
+    action: str,
+    target: Any,
+    message: str = "",
+    team: Team | None = None,
+    project: Project | None = None,
+    data: dict[str, Any] | None = None,
+) -> AuditEvent:
+    """The audit event `record_audit_event` appends, not saved yet (for a bulk insert)."""
+    return AuditEvent(
         actor=actor if actor is not None and getattr(actor, "pk", None) else None,
         action=action,
         target_type=type(target).__name__,

@@ -1,0 +1,111 @@
+"""The lifecycle's compare-and-set moves, alone and several at once."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from scheduling import services
+from scheduling.choices import RequestStatus
+from scheduling.lifecycle import Move, transition, transition_through
+from scheduling.models import GpuRequest
+from tenants.errors import ConflictError
+from tenants.models import AuditEvent
+from tests.scheduling.conftest import Fleet
+from tests.support.personas import Org
+
+pytestmark = pytest.mark.django_db
+
+
+def pending(org: Org, fleet: Fleet) -> GpuRequest:
+    request = services.submit_gpu_request(
+        actor=org.dev_a,
+        project=org.project_a,
+        flavor=fleet.a100,
+        gpu_count=1,
+        image="registry.example.com/train:1",
+        max_runtime_seconds=3600,
+    )
+    assert request.status == RequestStatus.PENDING_APPROVAL
+    return request
+
+
+def events(request: GpuRequest) -> list[tuple[str, int | None, dict[str, str]]]:
+    rows = AuditEvent.objects.filter(target_type="GpuRequest", target_id=str(request.pk))
+    return [
+        (event.action, event.actor_id, event.data)
+        for event in rows.order_by("id")
+        if event.action != "request.submitted"
+    ]
+
+
+def test_several_moves_are_one_update_and_each_is_audited(org: Org, fleet: Fleet) -> None:
+    request = pending(org, fleet)
+    with CaptureQueriesContext(connection) as captured:
+        moved = transition_through(
+            request,
+            [
+                Move(RequestStatus.APPROVED, "Looks right.", org.lead_a),
+                Move(RequestStatus.QUEUED, "Waiting for the scheduler."),
+            ],
+            approved_by=org.lead_a,
+        )
+    assert moved
+    updates = [query for query in captured if query["sql"].startswith("UPDATE")]
+    assert len(updates) == 1
+
+    stored = GpuRequest.objects.get(pk=request.pk)
+    assert (stored.status, stored.status_reason) == ("queued", "Waiting for the scheduler.")
+    assert stored.approved_by == org.lead_a
+    assert stored.approved_at is not None and stored.queued_at is not None
+    assert (request.status, request.approved_at) == (stored.status, stored.approved_at)
+    assert events(request) == [
+        ("request.approved", org.lead_a.pk, {"from": "pending_approval", "to": "approved"}),
+        ("request.queued", None, {"from": "approved", "to": "queued"}),
+    ]
+
+
+def test_a_chain_with_an_illegal_step_changes_nothing(org: Org, fleet: Fleet) -> None:
+    request = pending(org, fleet)
+    with pytest.raises(ConflictError) as refused:
+        transition_through(
+            request,
+            [Move(RequestStatus.APPROVED), Move(RequestStatus.RUNNING)],  # running skips queued
+        )
+    assert refused.value.code == "illegal_transition"
+    assert GpuRequest.objects.get(pk=request.pk).status == RequestStatus.PENDING_APPROVAL
+    assert events(request) == []
+
+
+def test_a_chain_already_made_elsewhere_reports_no_move(org: Org, fleet: Fleet) -> None:
+    request = pending(org, fleet)
+    stale = GpuRequest.objects.get(pk=request.pk)
+    services.approve_gpu_request(actor=org.lead_a, request=request)  # another process's move
+    audited = events(request)
+
+    moved = transition_through(
+        stale, [Move(RequestStatus.APPROVED), Move(RequestStatus.QUEUED)], approved_by=None
+    )
+
+    assert not moved
+    assert stale.status == RequestStatus.QUEUED  # read back from the database
+    assert GpuRequest.objects.get(pk=request.pk).approved_by == org.lead_a
+    assert events(request) == audited
+
+
+def test_a_chain_overtaken_by_another_move_is_a_conflict(org: Org, fleet: Fleet) -> None:
+    request = pending(org, fleet)
+    stale = GpuRequest.objects.get(pk=request.pk)
+    services.reject_gpu_request(actor=org.lead_a, request=request, comment="Not now.")
+
+    with pytest.raises(ConflictError):
+        transition_through(stale, [Move(RequestStatus.APPROVED), Move(RequestStatus.QUEUED)])
+    assert GpuRequest.objects.get(pk=request.pk).status == RequestStatus.REJECTED
+
+
+def test_a_single_move_repeated_is_no_move(org: Org, fleet: Fleet) -> None:
+    request = pending(org, fleet)
+    assert transition(request, RequestStatus.CANCELLED, actor=org.dev_a, reason="Not needed.")
+    assert not transition(request, RequestStatus.CANCELLED, actor=org.dev_a)
+    assert [action for action, _, _ in events(request)] == ["request.cancelled"]
