@@ -112,8 +112,11 @@ def _validate_shape(
 
 
 def _approval_settings(flavor: Flavor) -> tuple[approval.RuleSettings, timedelta]:
-    """The tier's approval rule and how long an approval waits, read in one query."""
-    rule = ApprovalRule.objects.filter(tier=flavor.pool.tier_id).first()
+    """The tier's approval rule (loaded with the flavor by the API) and how long approval waits."""
+    try:
+        rule: ApprovalRule | None = flavor.pool.tier.approval_rule
+    except ApprovalRule.DoesNotExist:
+        rule = None
     if rule is None:  # no rule configured: the lead decides everything
         return approval.RuleSettings(False, Priority.NORMAL, True), timedelta(hours=72)
     settings = approval.RuleSettings(

@@ -143,9 +143,12 @@ REQUEST_READ_ONLY_FIELDS = [
 class GpuRequestSerializer(PlannedRepresentationMixin, serializers.ModelSerializer):
     """What a developer may write, and everything they may read back; status is read-only."""
 
-    # Submitting reads the project's team and the flavor's pool and tier: load them with it.
+    # Submitting reads the project's team and the flavor's pool, tier and approval rule: load
+    # them with it.
     project = ScopedPrimaryKeyRelatedField(queryset=Project.objects.select_related("team"))
-    flavor = ScopedPrimaryKeyRelatedField(queryset=Flavor.objects.select_related("pool__tier"))
+    flavor = ScopedPrimaryKeyRelatedField(
+        queryset=Flavor.objects.select_related("pool__tier__approval_rule")
+    )
     owner = serializers.CharField(source="owner.username", read_only=True)
     team: serializers.PrimaryKeyRelatedField[Any] = serializers.PrimaryKeyRelatedField(
         read_only=True

@@ -1,19 +1,22 @@
-"""The lifecycle's compare-and-set moves, alone and several at once."""
+"""The lifecycle's compare-and-set moves, alone and several at once, and what a submission
+reads to decide its first moves."""
 
 from __future__ import annotations
 
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
+from django.urls import reverse
 
 from scheduling import services
 from scheduling.choices import RequestStatus
 from scheduling.lifecycle import Move, transition, transition_through
-from scheduling.models import GpuRequest
+from scheduling.models import ApprovalRule, GpuRequest
 from tenants.errors import ConflictError
 from tenants.models import AuditEvent
 from tests.scheduling.conftest import Fleet
-from tests.support.personas import Org
+from tests.scheduling.helpers import request_body
+from tests.support.personas import Org, api_client
 
 pytestmark = pytest.mark.django_db
 
@@ -109,3 +112,24 @@ def test_a_single_move_repeated_is_no_move(org: Org, fleet: Fleet) -> None:
     assert transition(request, RequestStatus.CANCELLED, actor=org.dev_a, reason="Not needed.")
     assert not transition(request, RequestStatus.CANCELLED, actor=org.dev_a)
     assert [action for action, _, _ in events(request)] == ["request.cancelled"]
+
+
+def _submit_through_the_api(org: Org, fleet: Fleet) -> tuple[int, list[str]]:
+    client = api_client(org.dev_a)
+    body = request_body(org.project_a, fleet.l4_12g)
+    with CaptureQueriesContext(connection) as captured:
+        response = client.post(reverse("gpu-request-list"), body, format="json")
+    assert response.status_code == 201, response.content
+    return response.json()["id"], [query["sql"] for query in captured]
+
+
+def test_a_submission_reads_the_tiers_approval_rule_with_the_flavor(org: Org, fleet: Fleet) -> None:
+    request_id, statements = _submit_through_the_api(org, fleet)
+    assert GpuRequest.objects.get(pk=request_id).status == RequestStatus.QUEUED  # the rule ran
+    assert not [sql for sql in statements if 'FROM "scheduling_approvalrule"' in sql]
+
+
+def test_a_tier_without_a_rule_leaves_every_request_to_the_lead(org: Org, fleet: Fleet) -> None:
+    ApprovalRule.objects.filter(tier=fleet.l4_12g.pool.tier).delete()
+    request_id, _ = _submit_through_the_api(org, fleet)
+    assert GpuRequest.objects.get(pk=request_id).status == RequestStatus.PENDING_APPROVAL
