@@ -283,11 +283,19 @@ def submit_gpu_request(
             event={"type": "request.pending_approval", "request": request.pk},
         )
     else:
-        _approve(request, actor=None, reason="Approved automatically: within guaranteed quota.")
+        # The submitter is not emailed: the answer to the submission already says "queued".
+        _approve(
+            request,
+            actor=None,
+            reason="Approved automatically: within guaranteed quota.",
+            email_owner=False,
+        )
     return request
 
 
-def _approve(request: GpuRequest, *, actor: Any, reason: str, comment: str = "") -> None:
+def _approve(
+    request: GpuRequest, *, actor: Any, reason: str, comment: str = "", email_owner: bool = True
+) -> None:
     """Approve and queue; the caller holds the quota lock and has checked the limit."""
     transition_through(
         request,
@@ -300,7 +308,7 @@ def _approve(request: GpuRequest, *, actor: Any, reason: str, comment: str = "")
     )
     dispatch.request_scheduling_cycle()
     notify(
-        users=[request.owner],
+        users=[request.owner] if email_owner else [],
         subject=f"GPU request {request.pk} approved",
         body=reason + (f"\n\n{comment}" if comment else ""),
         event={"type": "request.approved", "request": request.pk},

@@ -1,0 +1,75 @@
+"""Who hears about an approval: the owner when a lead approved, and no one by email when the
+submission was approved at once (its own answer says so); a webhook hears every approval."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.urls import reverse
+
+from scheduling import services
+from scheduling.models import GpuRequest
+from tests.scheduling.conftest import Fleet
+from tests.scheduling.helpers import request_body
+from tests.support.personas import Org, api_client
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def queued(monkeypatch: pytest.MonkeyPatch) -> list[tuple[list[str], dict[str, Any]]]:
+    """The notices handed to the broker: (recipients, event)."""
+    sent: list[tuple[list[str], dict[str, Any]]] = []
+    monkeypatch.setattr(
+        "scheduling.tasks.send_notification.delay",
+        lambda recipients, subject, body, event: sent.append((recipients, event)),
+    )
+    return sent
+
+
+def submit(org: Org, fleet: Fleet, flavor: Any, capture: Any) -> dict[str, Any]:
+    with capture(execute=True):
+        response = api_client(org.dev_a).post(
+            reverse("gpu-request-list"), request_body(org.project_a, flavor), format="json"
+        )
+    assert response.status_code == 201, response.content
+    body: dict[str, Any] = response.json()
+    return body
+
+
+def test_an_approval_at_submission_emails_no_one(
+    org: Org, fleet: Fleet, queued: list[Any], django_capture_on_commit_callbacks: Any
+) -> None:
+    body = submit(org, fleet, fleet.l4_12g, django_capture_on_commit_callbacks)
+    assert body["status"] == "queued"
+    assert queued == []
+
+
+def test_a_webhook_still_hears_an_approval_at_submission(
+    org: Org,
+    fleet: Fleet,
+    queued: list[Any],
+    settings: Any,
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    settings.NOTIFICATION_WEBHOOK_URL = "https://hooks.example.com/gpu-portal"
+    body = submit(org, fleet, fleet.l4_12g, django_capture_on_commit_callbacks)
+    assert queued == [([], {"type": "request.approved", "request": body["id"]})]
+
+
+def test_a_leads_approval_emails_the_owner(
+    org: Org, fleet: Fleet, queued: list[Any], django_capture_on_commit_callbacks: Any
+) -> None:
+    body = submit(org, fleet, fleet.a100, django_capture_on_commit_callbacks)
+    assert body["status"] == "pending_approval"
+    assert queued == [
+        (["lead_a@example.com"], {"type": "request.pending_approval", "request": body["id"]})
+    ]
+    queued.clear()
+
+    with django_capture_on_commit_callbacks(execute=True):
+        services.approve_gpu_request(
+            actor=org.lead_a, request=GpuRequest.objects.get(pk=body["id"])
+        )
+    assert queued == [(["dev_a@example.com"], {"type": "request.approved", "request": body["id"]})]
