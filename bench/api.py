@@ -390,20 +390,11 @@ def main() -> None:
         emit("api.create_p99_ms", figures["create"]["p99_ms"], "ms")
         emit("api.summary_rps", figures["summary"]["rps"], "req/s")
         emit("api.summary_p99_ms", figures["summary"]["p99_ms"], "ms")
-        emit("api.baseline_list_rps", figures["baseline"]["rps"], "req/s")
-        emit("api.baseline_list_p99_ms", figures["baseline"]["p99_ms"], "ms")
-        emit(
-            "api.list_vs_baseline_ratio",
-            figures["list"]["rps"] / max(figures["baseline"]["rps"], 1e-9),
-            "ratio",
-        )
-        emit("api.baseline_create_rps", figures["baseline_create"]["rps"], "req/s")
-        emit("api.baseline_create_p99_ms", figures["baseline_create"]["p99_ms"], "ms")
-        emit(
-            "api.create_vs_baseline_ratio",
-            figures["create"]["rps"] / max(figures["baseline_create"]["rps"], 1e-9),
-            "ratio",
-        )
+        for call, baseline in (("list", "baseline"), ("create", "baseline_create")):
+            emit(f"api.baseline_{call}_rps", figures[baseline]["rps"], "req/s")
+            emit(f"api.baseline_{call}_p99_ms", figures[baseline]["p99_ms"], "ms")
+            ratio = figures[call]["rps"] / max(figures[baseline]["rps"], 1e-9)
+            emit(f"api.{call}_vs_baseline_ratio", ratio, "ratio")
     finally:
         server.terminate()
         server.wait(timeout=30)

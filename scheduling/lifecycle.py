@@ -18,7 +18,7 @@ from scheduling.choices import FINISHED_STATUSES, TRANSITIONS, RequestStatus
 from scheduling.models import GpuRequest
 from tenants.errors import ConflictError
 from tenants.models import AuditEvent
-from tenants.services import audit_event
+from tenants.services import record_audit_event
 
 TIMESTAMP_OF_STATUS: dict[str, str] = {
     RequestStatus.APPROVED: "approved_at",
@@ -85,12 +85,13 @@ def transition_through(request: GpuRequest, moves: Sequence[Move], **fields: Any
     for field, value in changes.items():
         setattr(request, field, value)
     AuditEvent.objects.bulk_create(
-        request_event(
+        record_request_event(
             request,
             actor=move.actor,
             action=f"request.{move.to}",
             message=move.reason,
             data={"from": before, "to": move.to},
+            commit=False,
         )
         for before, move in zip(statuses, moves, strict=False)
     )
@@ -104,21 +105,11 @@ def record_request_event(
     action: str,
     message: str = "",
     data: dict[str, Any] | None = None,
-) -> None:
-    """An audit event about a request, filed under its team and project."""
-    request_event(request, actor=actor, action=action, message=message, data=data).save()
-
-
-def request_event(
-    request: GpuRequest,
-    *,
-    actor: Any,
-    action: str,
-    message: str = "",
-    data: dict[str, Any] | None = None,
+    commit: bool = True,
 ) -> AuditEvent:
-    """The audit event about a request, not saved yet."""
-    return audit_event(
+    """An audit event about a request, filed under its team and project (unsaved with
+    `commit=False`)."""
+    return record_audit_event(
         actor=actor,
         action=action,
         target=request,
@@ -126,6 +117,7 @@ def request_event(
         project=request.project,
         message=message,
         data=data,
+        commit=commit,
     )
 
 

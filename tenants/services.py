@@ -21,33 +21,13 @@ def record_audit_event(
     team: Team | None = None,
     project: Project | None = None,
     data: dict[str, Any] | None = None,
+    commit: bool = True,
 ) -> AuditEvent:
-    """Append one audit event; `actor` is None for decisions the system took by itself."""
-    event = audit_event(
-        actor=actor,
-        action=action,
-        target=target,
-        message=message,
-        team=team,
-        project=project,
-        data=data,
-    )
-    event.save()
-    return event
+    """Append one audit event; `actor` is None for decisions the system took by itself.
 
-
-def audit_event(
-    *,
-    actor: Any,
-    action: str,
-    target: Any,
-    message: str = "",
-    team: Team | None = None,
-    project: Project | None = None,
-    data: dict[str, Any] | None = None,
-) -> AuditEvent:
-    """The audit event `record_audit_event` appends, not saved yet (for a bulk insert)."""
-    return AuditEvent(
+    With `commit=False` the event is returned unsaved, for the caller to insert in bulk.
+    """
+    event = AuditEvent(
         actor=actor if actor is not None and getattr(actor, "pk", None) else None,
         action=action,
         target_type=type(target).__name__,
@@ -57,6 +37,9 @@ def audit_event(
         message=message,
         data=data or {},
     )
+    if commit:
+        event.save()
+    return event
 
 
 def _require_platform_admin(actor: Any, what: str) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -163,6 +164,26 @@ def _kept_digest(org: Org) -> tuple[str, APIClient]:
     return AuthToken.objects.get(user=org.dev_a).digest, client
 
 
+@dataclass
+class CopiedToken:
+    copies: credentials_cache.ProcessCopies  # another process's, with its own subscription
+    key: str
+    token: AuthToken
+    client: APIClient  # presents the token
+
+
+def _copied_in_another_process(org: Org, seconds: float = 30) -> CopiedToken:
+    """A kept token, and another process's copies holding it."""
+    digest, client = _kept_digest(org)
+    copies = credentials_cache.ProcessCopies()
+    key = credentials_cache._key(digest)
+    token = credentials_cache.recall(digest)
+    assert token is not None
+    copies.put(key, token, seconds)
+    assert copies.get(key) is not None
+    return CopiedToken(copies, key, token, client)
+
+
 @pytest.mark.usefixtures("redis_cache")
 def test_a_process_copy_costs_no_round_trip_to_redis(org: Org, monkeypatch: Any) -> None:
     digest, client = _kept_digest(org)
@@ -179,39 +200,27 @@ def test_a_process_copy_costs_no_round_trip_to_redis(org: Org, monkeypatch: Any)
 
 @pytest.mark.usefixtures("redis_cache")
 def test_a_burial_in_another_process_drops_this_processs_copy(org: Org) -> None:
-    digest, _ = _kept_digest(org)
-    other_process = credentials_cache.ProcessCopies()  # its own subscription, as a worker has
-    other_process.put(credentials_cache._key(digest), credentials_cache.recall(digest), 30)
-    assert other_process.get(credentials_cache._key(digest)) is not None
+    copied = _copied_in_another_process(org)
 
-    credentials_cache.forget([digest])  # what logout, deactivation or a role change does
+    credentials_cache.forget([copied.token.digest])  # as logout, deactivation, a role change
 
-    assert other_process.get(credentials_cache._key(digest)) is None
+    assert copied.copies.get(copied.key) is None
 
 
 @pytest.mark.usefixtures("redis_cache")
 def test_logout_seen_by_another_process_on_its_next_call(org: Org) -> None:
-    digest, client = _kept_digest(org)
-    other_process = credentials_cache.ProcessCopies()
-    token = credentials_cache.recall(digest)
-    assert token is not None
-    other_process.put(credentials_cache._key(digest), token, 30)
+    copied = _copied_in_another_process(org)
 
-    assert client.post(reverse("auth-logout")).status_code == 204
+    assert copied.client.post(reverse("auth-logout")).status_code == 204
 
-    assert other_process.get(credentials_cache._key(digest)) is None
-    assert client.get(SUMMARY).status_code == 401
+    assert copied.copies.get(copied.key) is None
+    assert copied.client.get(SUMMARY).status_code == 401
 
 
 @pytest.mark.usefixtures("redis_cache")
 def test_a_broken_subscription_drops_every_copy(org: Org, monkeypatch: Any) -> None:
-    digest, _ = _kept_digest(org)
-    copies = credentials_cache.ProcessCopies()
-    key = credentials_cache._key(digest)
-    token = credentials_cache.recall(digest)
-    assert token is not None
-    copies.put(key, token, 30)
-    assert copies.get(key) is not None
+    copied = _copied_in_another_process(org)
+    copies, key, token = copied.copies, copied.key, copied.token
 
     client: Any = cache._cache.get_client(write=True)  # type: ignore[attr-defined]
     client.execute_command("CLIENT", "KILL", "TYPE", "pubsub")  # e.g. Redis restarted
@@ -228,15 +237,10 @@ def test_a_broken_subscription_drops_every_copy(org: Org, monkeypatch: Any) -> N
 
 @pytest.mark.usefixtures("redis_cache")
 def test_a_copy_lives_only_its_short_lifetime(org: Org, monkeypatch: Any) -> None:
-    digest, _ = _kept_digest(org)
-    copies = credentials_cache.ProcessCopies()
-    key = credentials_cache._key(digest)
-    token = credentials_cache.recall(digest)
-    assert token is not None
-    copies.put(key, token, 3_600)
+    copied = _copied_in_another_process(org, seconds=3_600)
     later = credentials_cache.time.monotonic() + credentials_cache.PROCESS_COPY_SECONDS + 1
     monkeypatch.setattr(credentials_cache.time, "monotonic", lambda: later)
-    assert copies.get(key) is None
+    assert copied.copies.get(copied.key) is None
 
 
 def test_without_redis_no_process_copies_are_kept(org: Org, settings: Any) -> None:
