@@ -340,6 +340,17 @@ class GpuRequestQuerySet(ScopedQuerySet):
         clone._team_ids = self._team_ids  # a narrower filter stays within the same teams
         return clone
 
+    # `|` and `^` widen the rows past one team: an update of the result reads its teams again.
+    def __or__(self, other: Any) -> GpuRequestQuerySet:
+        combined = super().__or__(other)
+        combined._team_ids = None
+        return combined
+
+    def __xor__(self, other: Any) -> GpuRequestQuerySet:
+        combined = super().__xor__(other)  # type: ignore[misc]  # missing from the stubs
+        combined._team_ids = None
+        return combined
+
     def update(self, **kwargs: Any) -> int:
         team_ids = self._team_ids
         if team_ids is None:

@@ -210,12 +210,10 @@ def remember(token: AuthToken) -> None:
     seconds = _seconds_left(token)
     if seconds < 1:
         return
-    user = copy.copy(token.user)
+    kept = _copy_of(token)
     # The password hash stays in the database: without it in the instance Django treats the
     # field as deferred, so reading it loads it and saving the user leaves it untouched.
-    user.__dict__.pop("password", None)
-    kept = copy.copy(token)
-    kept.user = user
+    kept.user.__dict__.pop("password", None)
     key = _key(token.digest)
     try:
         added = cache.add(key, kept, int(seconds))

@@ -147,3 +147,22 @@ def _stamp_keys(org: Org) -> list[str]:
     from tenants.data_versions import ALL_TEAMS, stamp_key
 
     return [stamp_key(REQUESTS_DATA, team) for team in (org.team_a.pk, ALL_TEAMS)]
+
+
+def test_an_update_of_one_teams_requests_widened_by_or_renews_every_team(
+    org: Org, fleet: Fleet
+) -> None:
+    from scheduling.models import REQUESTS_DATA
+    from tenants.data_versions import stamp_key
+
+    mine = submit(org.dev_a, request_body(org.project_a, fleet.l4_12g, kind="notebook"))
+    theirs = submit(org.dev_b, request_body(org.project_b, fleet.l4_6g, kind="notebook"))
+    their_stamp = stamp_key(REQUESTS_DATA, org.team_b.pk)
+    before = cache.get(their_stamp)
+
+    widened = GpuRequest.objects.filter(pk=mine).of_team(org.team_a.pk) | (
+        GpuRequest.objects.filter(pk=theirs)
+    )
+    assert widened.update(reason="both") == 2
+
+    assert cache.get(their_stamp) != before
