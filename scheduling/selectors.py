@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.db import connection
-from django.db.models import Count, Max, Q, QuerySet, Sum
+from django.db.models import QuerySet, Sum
 from django.utils import timezone
 
 from scheduling.choices import (
@@ -24,6 +24,7 @@ from scheduling.models import (
     Flavor,
     GpuDevice,
     GpuRequest,
+    Node,
     NodePool,
     Quota,
     ReclaimPolicy,
@@ -113,28 +114,41 @@ def quota_standing(*, project: Project, flavor: Flavor, lock: bool = False) -> Q
     With `lock`, the quota rows are locked (SELECT … FOR UPDATE) until the transaction ends, so
     concurrent approvals for the same team and flavor are decided one after another.
     """
-    rows: QuerySet[Quota] = Quota.objects.filter(team=project.team, flavor=flavor)
-    if lock:
-        rows = rows.select_for_update()
+    # Written out, as the tier check below: every submission and approval runs these two
+    # statements, and compiling them through the ORM cost more CPU than running them.
+    # Two statements, not one: the committed sum must be read after the locks are held, with
+    # a snapshot that sees what the transactions we waited for committed.
+    quota_sql = (
+        f"SELECT project_id, guaranteed, {connection.ops.quote_name('limit')}"
+        f" FROM {Quota._meta.db_table} WHERE team_id = %s AND flavor_id = %s ORDER BY id"
+    )
+    if lock and connection.features.has_select_for_update:
+        quota_sql += " FOR UPDATE"
     team_quota = project_quota = None
-    for quota in rows.order_by("id"):
-        if quota.project_id is None:
-            team_quota = quota
-        elif quota.project_id == project.pk:
-            project_quota = quota
+    for project_id, guaranteed, limit in _rows(quota_sql, [project.team_id, flavor.pk]):
+        if project_id is None:
+            team_quota = (guaranteed, limit)
+        elif project_id == project.pk:
+            project_quota = (guaranteed, limit)
     if team_quota is None:
         return None
-    # The team's and the project's committed units in one aggregate.
-    committed = GpuRequest.objects.filter(
-        flavor=flavor, team_id=project.team_id, status__in=COMMITTED_STATUSES
-    ).aggregate(team=Sum("gpu_count"), project=Sum("gpu_count", filter=Q(project=project)))
+    statuses = sorted(COMMITTED_STATUSES)
+    committed_sql = (
+        "SELECT COALESCE(SUM(gpu_count), 0),"
+        " COALESCE(SUM(CASE WHEN project_id = %s THEN gpu_count ELSE 0 END), 0)"
+        f" FROM {GpuRequest._meta.db_table} WHERE flavor_id = %s AND team_id = %s"
+        f" AND status IN ({', '.join(['%s'] * len(statuses))})"
+    )
+    [(team_committed, project_committed)] = _rows(
+        committed_sql, [project.pk, flavor.pk, project.team_id, *statuses]
+    )
     return QuotaStanding(
-        team_guaranteed=team_quota.guaranteed,
-        team_limit=team_quota.limit,
-        team_committed=int(committed["team"] or 0),
-        project_guaranteed=project_quota.guaranteed if project_quota else None,
-        project_limit=project_quota.limit if project_quota else None,
-        project_committed=int(committed["project"] or 0),
+        team_guaranteed=team_quota[0],
+        team_limit=team_quota[1],
+        team_committed=int(team_committed),
+        project_guaranteed=project_quota[0] if project_quota else None,
+        project_limit=project_quota[1] if project_quota else None,
+        project_committed=int(project_committed),
     )
 
 
@@ -151,10 +165,14 @@ def tier_allowed_for_project(*, tier: Tier, project: Project) -> bool:
         f" AND (NOT EXISTS (SELECT 1 FROM {project_tiers} WHERE project_id = %s)"
         f" OR EXISTS (SELECT 1 FROM {project_tiers} WHERE project_id = %s AND tier_id = %s))"
     )
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [tier.pk, project.team_id, project.pk, project.pk, tier.pk])
-        (allowed,) = cursor.fetchone()
+    [(allowed,)] = _rows(sql, [tier.pk, project.team_id, project.pk, project.pk, tier.pk])
     return bool(allowed)
+
+
+def _rows(sql: str, params: list[Any]) -> list[tuple[Any, ...]]:
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchall()
 
 
 def flavors_for_project(*, project: Project) -> QuerySet[Flavor]:
@@ -183,22 +201,28 @@ class PoolCapacity:
 
 
 def pool_capacity(*, flavor: Flavor) -> PoolCapacity:
-    """Counted in the database, one row back whatever the pool's size: every submission asks.
+    """Counted in the database, one row back whatever the pool's size: every submission asks,
+    so the count is written out rather than compiled through the ORM each time.
 
     Only MIG flavors read the devices' slice layouts, which are JSON and summed here.
     """
-    devices = GpuDevice.objects.filter(
-        node__pool=flavor.pool_id, node__is_schedulable=True, node__gpu_model=flavor.gpu_model
+    per_node = (
+        f"SELECT COUNT(*) AS gpus, MAX(device.memory_mib) AS memory"
+        f" FROM {GpuDevice._meta.db_table} device JOIN {Node._meta.db_table} node"
+        " ON node.id = device.node_id"
+        " WHERE node.pool_id = %s AND node.is_schedulable = %s AND node.gpu_model = %s"
+        " GROUP BY device.node_id"
     )
-    shape = (
-        devices.values("node_id")
-        .annotate(gpus=Count("id"), node_memory=Max("memory_mib"))
-        .order_by()
-        .aggregate(busiest=Max("gpus"), total=Sum("gpus"), memory=Max("node_memory"))
+    [(busiest, total, memory)] = _rows(
+        f"SELECT MAX(gpus), SUM(gpus), MAX(memory) FROM ({per_node}) AS shape",
+        [flavor.pool_id, True, flavor.gpu_model],
     )
     mig_total: dict[str, int] = {}
     mig_node: dict[tuple[int, str], int] = {}
     if flavor.kind == FlavorKind.MIG:
+        devices = GpuDevice.objects.filter(
+            node__pool=flavor.pool_id, node__is_schedulable=True, node__gpu_model=flavor.gpu_model
+        )
         for node_id, layout in devices.values_list("node_id", "mig_layout"):
             for profile, count in (layout or {}).items():
                 mig_total[profile] = mig_total.get(profile, 0) + int(count)
@@ -207,9 +231,9 @@ def pool_capacity(*, flavor: Flavor) -> PoolCapacity:
     for (_, profile), count in mig_node.items():
         mig_node_max[profile] = max(mig_node_max.get(profile, 0), count)
     return PoolCapacity(
-        max_gpus_per_node=shape["busiest"] or 0,
-        total_gpus=shape["total"] or 0,
-        max_device_memory_mib=shape["memory"] or 0,
+        max_gpus_per_node=int(busiest or 0),
+        total_gpus=int(total or 0),
+        max_device_memory_mib=int(memory or 0),
         mig_slices_total=mig_total,
         mig_slices_per_node_max=mig_node_max,
     )
