@@ -52,26 +52,10 @@ def transition_through(request: GpuRequest, moves: Sequence[Move], **fields: Any
     Each move must be allowed from the one before, and each is audited as if made alone; True
     if the request moved, False if it already was where the last move leads.
     """
-    if not moves:
-        raise ValueError("transition_through needs at least one move")
     current = request.status
-    statuses = [current, *(move.to for move in moves)]
-    for before, after in itertools.pairwise(statuses):
-        if after not in TRANSITIONS[before]:
-            if len(moves) == 1 and before == after:
-                return False
-            raise _illegal(request, before, after)
-    now = timezone.now()
-    changes: dict[str, Any] = {"updated_at": now, **fields}
-    for move in moves:
-        if move.to in TIMESTAMP_OF_STATUS:
-            changes[TIMESTAMP_OF_STATUS[move.to]] = now
-        if move.to in FINISHED_STATUSES:
-            changes["finished_at"] = now
-        for field in CLEARED_BY_STATUS.get(move.to, ()):
-            changes.setdefault(field, None)
-            changes["queue_position"] = None
-    changes.update(status=moves[-1].to, status_reason=moves[-1].reason)
+    if len(moves) == 1 and moves[0].to == current and current not in TRANSITIONS[current]:
+        return False  # a repeated move that already happened changes nothing
+    changes = _planned_changes(request, moves, **fields)
     moved = (
         GpuRequest.objects.filter(pk=request.pk, status=current)
         .of_team(request.team_id)
@@ -84,7 +68,60 @@ def transition_through(request: GpuRequest, moves: Sequence[Move], **fields: Any
         raise _illegal(request, request.status, moves[0].to)
     for field, value in changes.items():
         setattr(request, field, value)
-    AuditEvent.objects.bulk_create(
+    AuditEvent.objects.bulk_create(_move_events(request, current, moves))
+    return True
+
+
+def create_through(
+    request: GpuRequest,
+    moves: Sequence[Move] = (),
+    *,
+    actor: Any,
+    data: dict[str, Any] | None = None,
+    **fields: Any,
+) -> None:
+    """Insert a new request already moved along `moves` from its initial status.
+
+    A submission approved at once is born queued: one INSERT for the row and one for its audit
+    events (`request.submitted` by `actor` with `data`, then one per move, as `transition_through`
+    files them) instead of an INSERT, an UPDATE and two audit INSERTs.
+    """
+    initial = request.status
+    submitted_data = {**request.as_audit_data(), **(data or {})}
+    for field, value in (_planned_changes(request, moves, **fields) if moves else fields).items():
+        setattr(request, field, value)
+    request.save(force_insert=True)
+    submitted = record_request_event(
+        request, actor=actor, action="request.submitted", data=submitted_data, commit=False
+    )
+    AuditEvent.objects.bulk_create([submitted, *_move_events(request, initial, moves)])
+
+
+def _planned_changes(request: GpuRequest, moves: Sequence[Move], **fields: Any) -> dict[str, Any]:
+    """The fields `moves` set from the request's status; a ConflictError if one is not allowed."""
+    if not moves:
+        raise ValueError("a lifecycle change needs at least one move")
+    statuses = [request.status, *(move.to for move in moves)]
+    for before, after in itertools.pairwise(statuses):
+        if after not in TRANSITIONS[before]:
+            raise _illegal(request, before, after)
+    now = timezone.now()
+    changes: dict[str, Any] = {"updated_at": now, **fields}
+    for move in moves:
+        if move.to in TIMESTAMP_OF_STATUS:
+            changes[TIMESTAMP_OF_STATUS[move.to]] = now
+        if move.to in FINISHED_STATUSES:
+            changes["finished_at"] = now
+        for field in CLEARED_BY_STATUS.get(move.to, ()):
+            changes.setdefault(field, None)
+            changes["queue_position"] = None
+    changes.update(status=moves[-1].to, status_reason=moves[-1].reason)
+    return changes
+
+
+def _move_events(request: GpuRequest, initial: str, moves: Sequence[Move]) -> list[AuditEvent]:
+    statuses = [initial, *(move.to for move in moves)]
+    return [
         record_request_event(
             request,
             actor=move.actor,
@@ -94,8 +131,7 @@ def transition_through(request: GpuRequest, moves: Sequence[Move], **fields: Any
             commit=False,
         )
         for before, move in zip(statuses, moves, strict=False)
-    )
-    return True
+    ]
 
 
 def record_request_event(

@@ -26,7 +26,13 @@ from scheduling.choices import (
     WorkloadKind,
 )
 from scheduling.execution import end_allocation
-from scheduling.lifecycle import Move, record_request_event, transition, transition_through
+from scheduling.lifecycle import (
+    Move,
+    create_through,
+    record_request_event,
+    transition,
+    transition_through,
+)
 from scheduling.models import ApprovalRule, Flavor, GpuRequest, Quota, gpu_equivalent_of
 from scheduling.notifications import notify
 from scheduling.selectors import (
@@ -237,7 +243,7 @@ def submit_gpu_request(
         cores_percent=cores_percent,
         mig_profile=flavor.mig_profile,
     )
-    request = GpuRequest.objects.create(
+    request = GpuRequest(
         project=project,
         team=project.team,
         owner=actor,
@@ -258,12 +264,7 @@ def submit_gpu_request(
         approval_expires_at=timezone.now() + approval_ttl,
     )
     notes = [a.note for a in adjustments if a.note]
-    record_request_event(
-        request,
-        actor=actor,
-        action="request.submitted",
-        data={**request.as_audit_data(), **({"policy": notes} if notes else {})},
-    )
+    submitted_data = {"policy": notes} if notes else {}
     facts = approval.ApprovalFacts(
         priority=priority,
         flavor_kind=flavor.kind,
@@ -275,7 +276,7 @@ def submit_gpu_request(
     if lead_reasons:
         request.needs_lead_approval_because = "; ".join(lead_reasons)
         request.status_reason = f"Waiting for a team lead: {request.needs_lead_approval_because}."
-        request.save(update_fields=["needs_lead_approval_because", "status_reason"])
+        create_through(request, actor=actor, data=submitted_data)
         notify(
             users=_team_leads(project.team),
             subject=f"GPU request {request.pk} needs your approval",
@@ -283,29 +284,40 @@ def submit_gpu_request(
             event={"type": "request.pending_approval", "request": request.pk},
         )
     else:
+        # Approved as it is recorded: the row is inserted queued, its three events at once.
         # The submitter is not emailed: the answer to the submission already says "queued".
-        _approve(
+        reason = "Approved automatically: within guaranteed quota."
+        create_through(
             request,
-            actor=None,
-            reason="Approved automatically: within guaranteed quota.",
-            email_owner=False,
+            _approval_moves(actor=None, reason=reason),
+            actor=actor,
+            data=submitted_data,
         )
+        _announce_approval(request, reason=reason, email_owner=False)
     return request
 
 
-def _approve(
-    request: GpuRequest, *, actor: Any, reason: str, comment: str = "", email_owner: bool = True
-) -> None:
+def _approval_moves(*, actor: Any, reason: str) -> list[Move]:
+    return [
+        Move(RequestStatus.APPROVED, reason, actor),
+        Move(RequestStatus.QUEUED, "Waiting for the scheduler."),
+    ]
+
+
+def _approve(request: GpuRequest, *, actor: Any, reason: str, comment: str = "") -> None:
     """Approve and queue; the caller holds the quota lock and has checked the limit."""
     transition_through(
         request,
-        [
-            Move(RequestStatus.APPROVED, reason, actor),
-            Move(RequestStatus.QUEUED, "Waiting for the scheduler."),
-        ],
+        _approval_moves(actor=actor, reason=reason),
         approved_by=actor,
         decision_comment=comment,
     )
+    _announce_approval(request, reason=reason, comment=comment)
+
+
+def _announce_approval(
+    request: GpuRequest, *, reason: str, comment: str = "", email_owner: bool = True
+) -> None:
     dispatch.request_scheduling_cycle()
     notify(
         users=[request.owner] if email_owner else [],

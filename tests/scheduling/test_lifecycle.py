@@ -133,3 +133,45 @@ def test_a_tier_without_a_rule_leaves_every_request_to_the_lead(org: Org, fleet:
     ApprovalRule.objects.filter(tier=fleet.l4_12g.pool.tier).delete()
     request_id, _ = _submit_through_the_api(org, fleet)
     assert GpuRequest.objects.get(pk=request_id).status == RequestStatus.PENDING_APPROVAL
+
+
+def _all_events(request_id: int) -> list[tuple[str, int | None, dict[str, object]]]:
+    rows = AuditEvent.objects.filter(target_type="GpuRequest", target_id=str(request_id))
+    return [(event.action, event.actor_id, event.data) for event in rows.order_by("id")]
+
+
+def test_a_submission_approved_at_once_is_inserted_queued(org: Org, fleet: Fleet) -> None:
+    request_id, statements = _submit_through_the_api(org, fleet)
+
+    request_writes = [
+        sql.split()[0]
+        for sql in statements
+        if sql.startswith(('INSERT INTO "scheduling_gpurequest"', 'UPDATE "scheduling_gpurequest"'))
+    ]
+    assert request_writes == ["INSERT"]
+    audit_inserts = [sql for sql in statements if sql.startswith('INSERT INTO "tenants_audit')]
+    assert len(audit_inserts) == 1
+    stored = GpuRequest.objects.get(pk=request_id)
+    assert (stored.status, stored.status_reason) == ("queued", "Waiting for the scheduler.")
+    assert stored.approved_at is not None and stored.queued_at is not None
+    assert stored.approved_by is None
+    submitted = {"status": "pending_approval", "flavor": fleet.l4_12g.pk, "gpu_count": 1}
+    assert _all_events(request_id) == [
+        ("request.submitted", org.dev_a.pk, submitted),
+        ("request.approved", None, {"from": "pending_approval", "to": "approved"}),
+        ("request.queued", None, {"from": "approved", "to": "queued"}),
+    ]
+
+
+def test_a_submission_left_to_the_lead_is_one_insert_with_its_reason(
+    org: Org, fleet: Fleet
+) -> None:
+    ApprovalRule.objects.filter(tier=fleet.l4_12g.pool.tier).delete()
+    request_id, statements = _submit_through_the_api(org, fleet)
+
+    assert not [sql for sql in statements if sql.startswith('UPDATE "scheduling_gpurequest"')]
+    stored = GpuRequest.objects.get(pk=request_id)
+    assert stored.status == RequestStatus.PENDING_APPROVAL
+    assert stored.needs_lead_approval_because
+    assert stored.status_reason == f"Waiting for a team lead: {stored.needs_lead_approval_because}."
+    assert [action for action, _, _ in _all_events(request_id)] == ["request.submitted"]
