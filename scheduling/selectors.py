@@ -33,6 +33,7 @@ from scheduling.models import (
 )
 from scheduling.reclaim_rules import idle_verdict
 from tenants.models import Project, Team, scope_of
+from tenants.sql import fetch_rows, in_list
 
 
 def committed_units(*, flavor: Flavor, team: Team, project: Project | None = None) -> int:
@@ -125,7 +126,7 @@ def quota_standing(*, project: Project, flavor: Flavor, lock: bool = False) -> Q
     if lock and connection.features.has_select_for_update:
         quota_sql += " FOR UPDATE"
     team_quota = project_quota = None
-    for project_id, guaranteed, limit in _rows(quota_sql, [project.team_id, flavor.pk]):
+    for project_id, guaranteed, limit in fetch_rows(quota_sql, [project.team_id, flavor.pk]):
         if project_id is None:
             team_quota = (guaranteed, limit)
         elif project_id == project.pk:
@@ -137,9 +138,9 @@ def quota_standing(*, project: Project, flavor: Flavor, lock: bool = False) -> Q
         "SELECT COALESCE(SUM(gpu_count), 0),"
         " COALESCE(SUM(CASE WHEN project_id = %s THEN gpu_count ELSE 0 END), 0)"
         f" FROM {GpuRequest._meta.db_table} WHERE flavor_id = %s AND team_id = %s"
-        f" AND status IN ({', '.join(['%s'] * len(statuses))})"
+        f" AND status IN ({in_list(statuses)})"
     )
-    [(team_committed, project_committed)] = _rows(
+    [(team_committed, project_committed)] = fetch_rows(
         committed_sql, [project.pk, flavor.pk, project.team_id, *statuses]
     )
     return QuotaStanding(
@@ -165,14 +166,8 @@ def tier_allowed_for_project(*, tier: Tier, project: Project) -> bool:
         f" AND (NOT EXISTS (SELECT 1 FROM {project_tiers} WHERE project_id = %s)"
         f" OR EXISTS (SELECT 1 FROM {project_tiers} WHERE project_id = %s AND tier_id = %s))"
     )
-    [(allowed,)] = _rows(sql, [tier.pk, project.team_id, project.pk, project.pk, tier.pk])
+    [(allowed,)] = fetch_rows(sql, [tier.pk, project.team_id, project.pk, project.pk, tier.pk])
     return bool(allowed)
-
-
-def _rows(sql: str, params: list[Any]) -> list[tuple[Any, ...]]:
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        return cursor.fetchall()
 
 
 def flavors_for_project(*, project: Project) -> QuerySet[Flavor]:
@@ -213,7 +208,7 @@ def pool_capacity(*, flavor: Flavor) -> PoolCapacity:
         " WHERE node.pool_id = %s AND node.is_schedulable = %s AND node.gpu_model = %s"
         " GROUP BY device.node_id"
     )
-    [(busiest, total, memory)] = _rows(
+    [(busiest, total, memory)] = fetch_rows(
         f"SELECT MAX(gpus), SUM(gpus), MAX(memory) FROM ({per_node}) AS shape",
         [flavor.pool_id, True, flavor.gpu_model],
     )
