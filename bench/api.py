@@ -10,8 +10,9 @@
    BENCH_API_REDIS_URL for the cache, throttles and the broker.
 3. Builds the load generator (`bench/loadgen`, Go, standard library only) and runs one scenario
    at a time: list, the summary endpoint and the plain-DRF baseline list each on their own
-   (after a warm-up, before anything writes), then the 70/20/10 mix, create on its own and the
-   plain-DRF baseline create, and prints one JSON line per figure.
+   (after a warm-up, before anything writes), then the 70/20/10 mix, create on its own, the
+   plain-DRF baseline create and the floor create (a DRF view with no serializer, one INSERT),
+   and prints one JSON line per figure.
 
 The load generator runs on the same 2 cores as the server: every figure is what the server
 reaches while sharing the machine with its client. A compiled client leaves the server more of
@@ -213,6 +214,12 @@ SCENARIOS = {
     "summary": {"summary": 1},
     "baseline": {"baseline": 1},
     "baseline_create": {"baseline_create": 1},
+    "floor_create": {"floor_create": 1},
+}
+CREATE_PATHS = {
+    "create": "/api/v1/requests/",
+    "baseline_create": "/bench/baseline/requests/",
+    "floor_create": "/bench/floor/requests/",
 }
 
 
@@ -230,7 +237,7 @@ def call_variants(name: str, host: str, fixture: list[dict[str, Any]]) -> list[d
             urls = ["/api/v1/requests/summary/"]
         else:
             headers = {**headers, "Content-Type": "application/json"}
-            prefix = "/api/v1/requests/" if name == "create" else "/bench/baseline/requests/"
+            prefix = CREATE_PATHS[name]
             for project_id in identity["project_ids"]:
                 body = {
                     "project": project_id,
@@ -279,7 +286,7 @@ def run_load(
         {
             "name": name,
             "weight": weight,
-            "expect": 201 if name in ("create", "baseline_create") else 200,
+            "expect": 201 if name in CREATE_PATHS else 200,
             "variants": call_variants(name, host, fixture),
         }
         for name, weight in SCENARIOS[scenario].items()
@@ -381,7 +388,7 @@ def main() -> None:
             emit(f"api.mixed.{name}_p99_ms", mixed[name]["p99_ms"], "ms")
         emit("api.mixed_rps", mixed["Aggregated"]["rps"], "req/s")
         emit("api.mixed_failures", mixed["Aggregated"]["failures"], "requests")
-        for scenario in ("create", "baseline_create"):
+        for scenario in CREATE_PATHS:
             figures[scenario] = run_scenario(scenario, options.seconds, common)
 
         emit("api.list_rps", figures["list"]["rps"], "req/s")
@@ -395,6 +402,10 @@ def main() -> None:
             emit(f"api.baseline_{call}_p99_ms", figures[baseline]["p99_ms"], "ms")
             ratio = figures[call]["rps"] / max(figures[baseline]["rps"], 1e-9)
             emit(f"api.{call}_vs_baseline_ratio", ratio, "ratio")
+        emit("api.floor_create_rps", figures["floor_create"]["rps"], "req/s")
+        emit("api.floor_create_p99_ms", figures["floor_create"]["p99_ms"], "ms")
+        ratio = figures["create"]["rps"] / max(figures["floor_create"]["rps"], 1e-9)
+        emit("api.create_vs_floor_ratio", ratio, "ratio")
     finally:
         server.terminate()
         server.wait(timeout=30)
