@@ -227,6 +227,17 @@ def test_over_budget_approval_policy_waits_for_the_lead(org: Org, fleet: Fleet, 
     assert "budget is used up" in request.needs_lead_approval_because
 
 
+def test_only_the_teams_own_and_the_projects_budgets_bind_a_submission(
+    org: Org, fleet: Fleet, usage: Any
+) -> None:
+    exhausted = {"amount": Decimal("1"), "over_budget_policy": OverBudgetPolicy.APPROVAL}
+    make_budget(org, project=org.project_a2, **exhausted)  # a sibling project's
+    make_budget(org, team=org.team_b, **exhausted)  # another team's
+    make_budget(org, team=org.team_b, project=org.project_b, unit="gpu_hours", **exhausted)
+    assert exhausted_policy(project=org.project_a) is None
+    assert _submit(org, fleet).status == RequestStatus.QUEUED
+
+
 def test_budget_list_query_count_stays_flat(org: Org, usage: Any) -> None:
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
