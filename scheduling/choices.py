@@ -77,7 +77,8 @@ TRANSITIONS: dict[str, frozenset[str]] = {
     S.PENDING_APPROVAL: frozenset({S.APPROVED, S.REJECTED, S.CANCELLED, S.EXPIRED}),
     S.APPROVED: frozenset({S.QUEUED, S.CANCELLED}),
     S.QUEUED: frozenset({S.ADMITTED, S.CANCELLED, S.EXPIRED}),
-    S.ADMITTED: frozenset({S.LAUNCHING, S.QUEUED, S.CANCELLED, S.PREEMPTED}),
+    # Failed when the cluster refuses the project's namespace before the workload is created.
+    S.ADMITTED: frozenset({S.LAUNCHING, S.QUEUED, S.CANCELLED, S.PREEMPTED, S.FAILED}),
     S.LAUNCHING: frozenset({S.RUNNING, S.FAILED, S.CANCELLED, S.PREEMPTED, S.SUCCEEDED}),
     S.RUNNING: frozenset({S.SUCCEEDED, S.FAILED, S.CANCELLED, S.PREEMPTED, S.RECLAIMED}),
     # Back to the queue, or failed once its tier's retry limit is used up.

@@ -81,11 +81,19 @@ def request_terminate_now(request_id: int, attempt: int) -> None:
     terminate_workload.delay(request_id, attempt, "preempted")
 
 
-@shared_task(base=ClusterTask)
-def launch_workload(request_id: int, attempt: int) -> str:
+# An API server refuses everything with 401/403 while its authorizer catches up: for a few
+# seconds after it starts, and after the portal writes a project's RoleBinding. A refusal for
+# authorization is retried this many times (2 + 4 + 8 + 16 s) before the launch fails with it.
+AUTHORIZATION_RETRIES = 4
+
+
+@shared_task(base=ClusterTask, bind=True)
+def launch_workload(self: Task, request_id: int, attempt: int) -> str:
     try:
         return execution.launch_request(request_id=request_id, attempt=attempt)
     except PermanentClusterError as error:
+        if error.status in (401, 403) and self.request.retries < AUTHORIZATION_RETRIES:
+            raise self.retry(exc=error, countdown=2 ** (self.request.retries + 1)) from error
         execution.fail_launch(
             request_id=request_id, attempt=attempt, reason=f"The cluster refused it: {error}"
         )

@@ -1,0 +1,96 @@
+"""A launch the cluster refuses: a refusal for authorization is retried a few times (an API
+server refuses everything while its authorizer catches up after a start, and after a new
+RoleBinding), anything else fails the request at once, admitted or launching."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from scheduling import cycle, execution, services
+from scheduling.choices import RequestStatus
+from scheduling.cluster.base import PermanentClusterError, ProjectSpec
+from scheduling.models import Allocation, GpuRequest
+from scheduling.simulated import SimulatedCluster
+from scheduling.tasks import AUTHORIZATION_RETRIES, launch_workload
+from tests.scheduling.conftest import Fleet
+from tests.support.personas import Org
+
+pytestmark = pytest.mark.django_db
+
+
+class RefusingCluster(SimulatedCluster):
+    """The simulated cluster, refusing the project's namespace the first `refusals` times: the
+    fault a real API server gives for a moment after a restart, which cannot be timed here."""
+
+    def __init__(self, *, status: int, refusals: int) -> None:
+        super().__init__(speed=100_000)
+        self.status, self.refusals, self.calls = status, refusals, 0
+
+    def ensure_project(self, spec: ProjectSpec) -> None:
+        self.calls += 1
+        if self.calls <= self.refusals:
+            raise PermanentClusterError(
+                f"Kubernetes API {self.status} Forbidden: namespaces is forbidden",
+                status=self.status,
+            )
+        super().ensure_project(spec)
+
+
+def admitted(org: Org, fleet: Fleet) -> GpuRequest:
+    request = services.submit_gpu_request(
+        actor=org.dev_a,
+        project=org.project_a,
+        flavor=fleet.l4_12g,
+        gpu_count=1,
+        image="pytorch:2.4",
+        max_runtime_seconds=3600,
+    )
+    assert cycle.run_cycle().admitted == [request.pk]
+    request.refresh_from_db()
+    assert (request.status, request.attempt) == (RequestStatus.ADMITTED, 1)
+    return request
+
+
+def launch_on(cluster: SimulatedCluster, request: GpuRequest, monkeypatch: Any) -> Any:
+    monkeypatch.setattr(execution, "cluster_backend", lambda: cluster)
+    # Retries not thrown: each is applied again at once, as a worker would after the countdown.
+    monkeypatch.setitem(launch_workload.app.conf, "task_eager_propagates", False)
+    result = launch_workload.apply(args=(request.pk, request.attempt))
+    request.refresh_from_db()
+    return result.get()
+
+
+def test_a_refusal_for_authorization_is_retried_and_the_launch_goes_on(
+    org: Org, fleet: Fleet, monkeypatch: Any
+) -> None:
+    request = admitted(org, fleet)
+    cluster = RefusingCluster(status=403, refusals=2)
+    assert launch_on(cluster, request, monkeypatch) == f"gpr-{request.pk}-a1"
+    assert cluster.calls == 3
+    assert request.status == RequestStatus.LAUNCHING
+
+
+def test_a_refusal_for_authorization_that_lasts_fails_the_request_after_the_retries(
+    org: Org, fleet: Fleet, monkeypatch: Any
+) -> None:
+    request = admitted(org, fleet)
+    cluster = RefusingCluster(status=403, refusals=1_000)
+    assert launch_on(cluster, request, monkeypatch) == "failed"
+    assert cluster.calls == 1 + AUTHORIZATION_RETRIES
+    assert request.status == RequestStatus.FAILED
+    assert "403 Forbidden" in request.status_reason
+    assert Allocation.objects.get(request=request).ended_at is not None
+
+
+def test_any_other_refusal_fails_the_admitted_request_at_once(
+    org: Org, fleet: Fleet, monkeypatch: Any
+) -> None:
+    request = admitted(org, fleet)
+    cluster = RefusingCluster(status=422, refusals=1)
+    assert launch_on(cluster, request, monkeypatch) == "failed"
+    assert cluster.calls == 1
+    assert request.status == RequestStatus.FAILED
+    assert request.status_reason.startswith("The cluster refused it: Kubernetes API 422")
+    assert Allocation.objects.get(request=request).ended_at is not None
