@@ -32,7 +32,7 @@ class RefusingCluster(SimulatedCluster):
         self.calls += 1
         if self.calls <= self.refusals:
             raise PermanentClusterError(
-                f"Kubernetes API {self.status} Forbidden: namespaces is forbidden",
+                f"Kubernetes API {self.status}: namespaces is forbidden",
                 status=self.status,
             )
         super().ensure_project(spec)
@@ -72,25 +72,17 @@ def test_a_refusal_for_authorization_is_retried_and_the_launch_goes_on(
     assert request.status == RequestStatus.LAUNCHING
 
 
-def test_a_refusal_for_authorization_that_lasts_fails_the_request_after_the_retries(
-    org: Org, fleet: Fleet, monkeypatch: Any
+@pytest.mark.parametrize(
+    ("status", "attempts"),
+    [(403, 1 + AUTHORIZATION_RETRIES), (401, 1 + AUTHORIZATION_RETRIES), (422, 1)],
+)
+def test_a_refusal_that_lasts_fails_the_admitted_request_once_its_retries_are_used(
+    org: Org, fleet: Fleet, monkeypatch: Any, status: int, attempts: int
 ) -> None:
     request = admitted(org, fleet)
-    cluster = RefusingCluster(status=403, refusals=1_000)
+    cluster = RefusingCluster(status=status, refusals=1_000)
     assert launch_on(cluster, request, monkeypatch) == "failed"
-    assert cluster.calls == 1 + AUTHORIZATION_RETRIES
+    assert cluster.calls == attempts
     assert request.status == RequestStatus.FAILED
-    assert "403 Forbidden" in request.status_reason
-    assert Allocation.objects.get(request=request).ended_at is not None
-
-
-def test_any_other_refusal_fails_the_admitted_request_at_once(
-    org: Org, fleet: Fleet, monkeypatch: Any
-) -> None:
-    request = admitted(org, fleet)
-    cluster = RefusingCluster(status=422, refusals=1)
-    assert launch_on(cluster, request, monkeypatch) == "failed"
-    assert cluster.calls == 1
-    assert request.status == RequestStatus.FAILED
-    assert request.status_reason.startswith("The cluster refused it: Kubernetes API 422")
+    assert request.status_reason.startswith(f"The cluster refused it: Kubernetes API {status}")
     assert Allocation.objects.get(request=request).ended_at is not None
