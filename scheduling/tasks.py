@@ -88,12 +88,18 @@ AUTHORIZATION_RETRIES = 4
 
 
 @shared_task(base=ClusterTask, bind=True)
-def launch_workload(self: Task, request_id: int, attempt: int) -> str:
+def launch_workload(self: Task, request_id: int, attempt: int, refusals: int = 0) -> str:
     try:
         return execution.launch_request(request_id=request_id, attempt=attempt)
     except PermanentClusterError as error:
-        if error.status in (401, 403) and self.request.retries < AUTHORIZATION_RETRIES:
-            raise self.retry(exc=error, countdown=2 ** (self.request.retries + 1)) from error
+        # Refusals are counted apart from the task's retries: a launch that waited out an
+        # unreachable API server has used several of those by the time the server refuses.
+        # (Should the outage have used them all, the refusal ends this task and the stuck-request
+        # sweeper launches the request again with a fresh count.)
+        if error.status in (401, 403) and refusals < AUTHORIZATION_RETRIES:
+            raise self.retry(
+                exc=error, countdown=2 ** (refusals + 1), kwargs={"refusals": refusals + 1}
+            ) from error
         execution.fail_launch(
             request_id=request_id, attempt=attempt, reason=f"The cluster refused it: {error}"
         )

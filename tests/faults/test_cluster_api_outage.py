@@ -82,7 +82,8 @@ def test_cluster_api_outage_mid_flow_converges_without_duplicate_jobs(
             "duplicates": len(duplicates) + sum(max(0, n - 1) for n in jobs.values()),
         }
     )
-    assert sum(jobs.values()) == total and all(n == 1 for n in jobs.values()), jobs
+    reasons = {r.pk: (r.status, r.status_reason) for r in requests}
+    assert sum(jobs.values()) == total and all(n == 1 for n in jobs.values()), (jobs, reasons)
     assert not duplicates
     assert set(requests.values_list("status", flat=True)) <= {
         RequestStatus.SUCCEEDED,

@@ -10,7 +10,7 @@ import pytest
 
 from scheduling import cycle, execution, services
 from scheduling.choices import RequestStatus
-from scheduling.cluster.base import PermanentClusterError, ProjectSpec
+from scheduling.cluster.base import PermanentClusterError, ProjectSpec, TransientClusterError
 from scheduling.models import Allocation, GpuRequest
 from scheduling.simulated import SimulatedCluster
 from scheduling.tasks import AUTHORIZATION_RETRIES, launch_workload
@@ -21,16 +21,20 @@ pytestmark = pytest.mark.django_db
 
 
 class RefusingCluster(SimulatedCluster):
-    """The simulated cluster, refusing the project's namespace the first `refusals` times: the
-    fault a real API server gives for a moment after a restart, which cannot be timed here."""
+    """The simulated cluster, unreachable the first `unreachable` times, then refusing the
+    project's namespace the next `refusals` times: the faults a real API server gives while it
+    restarts and for a moment after, which cannot be timed here."""
 
-    def __init__(self, *, status: int, refusals: int) -> None:
+    def __init__(self, *, status: int, refusals: int, unreachable: int = 0) -> None:
         super().__init__(speed=100_000)
-        self.status, self.refusals, self.calls = status, refusals, 0
+        self.status, self.refusals, self.unreachable = status, refusals, unreachable
+        self.calls = 0
 
     def ensure_project(self, spec: ProjectSpec) -> None:
         self.calls += 1
-        if self.calls <= self.refusals:
+        if self.calls <= self.unreachable:
+            raise TransientClusterError("cannot reach the API server: connection refused")
+        if self.calls <= self.unreachable + self.refusals:
             raise PermanentClusterError(
                 f"Kubernetes API {self.status}: namespaces is forbidden",
                 status=self.status,
@@ -69,6 +73,17 @@ def test_a_refusal_for_authorization_is_retried_and_the_launch_goes_on(
     cluster = RefusingCluster(status=403, refusals=2)
     assert launch_on(cluster, request, monkeypatch) == f"gpr-{request.pk}-a1"
     assert cluster.calls == 3
+    assert request.status == RequestStatus.LAUNCHING
+
+
+def test_a_refusal_after_an_outage_still_gets_its_own_retries(
+    org: Org, fleet: Fleet, monkeypatch: Any
+) -> None:
+    request = admitted(org, fleet)
+    unreachable = AUTHORIZATION_RETRIES + 3  # more retries than the refusals' own budget
+    cluster = RefusingCluster(status=403, refusals=AUTHORIZATION_RETRIES, unreachable=unreachable)
+    assert launch_on(cluster, request, monkeypatch) == f"gpr-{request.pk}-a1"
+    assert cluster.calls == unreachable + AUTHORIZATION_RETRIES + 1
     assert request.status == RequestStatus.LAUNCHING
 
 
