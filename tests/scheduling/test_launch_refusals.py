@@ -87,6 +87,21 @@ def test_a_refusal_after_an_outage_still_gets_its_own_retries(
     assert request.status == RequestStatus.LAUNCHING
 
 
+def test_a_refusal_once_an_outage_used_every_retry_leaves_the_request_to_the_sweeper(
+    org: Org, fleet: Fleet, monkeypatch: Any
+) -> None:
+    request = admitted(org, fleet)
+    worn_out = RefusingCluster(status=403, refusals=1, unreachable=launch_workload.max_retries)
+    with pytest.raises(PermanentClusterError):
+        launch_on(worn_out, request, monkeypatch)
+    assert request.status == RequestStatus.ADMITTED
+    assert Allocation.objects.get(request=request).ended_at is None
+    # The sweeper's launch is a new task, with fresh retries and refusals.
+    relaunch = RefusingCluster(status=403, refusals=AUTHORIZATION_RETRIES)
+    assert launch_on(relaunch, request, monkeypatch) == f"gpr-{request.pk}-a1"
+    assert request.status == RequestStatus.LAUNCHING
+
+
 @pytest.mark.parametrize(
     ("status", "attempts"),
     [(403, 1 + AUTHORIZATION_RETRIES), (401, 1 + AUTHORIZATION_RETRIES), (422, 1)],
