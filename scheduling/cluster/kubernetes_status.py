@@ -100,6 +100,15 @@ def _true_condition(obj: Any, types: Sequence[str]) -> Any | None:
     return None
 
 
+def _available_replicas(deployment: k8s.V1Deployment) -> int:
+    """Replicas available, counted only while `Available` holds. The condition alone is not
+    enough: a Deployment scaled to zero is Available (0 of 0), and it stays so for a moment after
+    a resume scales it back up, before its controller has seen the change."""
+    if _true_condition(deployment, ("Available",)) is None or deployment.status is None:
+        return 0
+    return int(deployment.status.available_replicas or 0)
+
+
 def _container_statuses(pod: k8s.V1Pod) -> list[k8s.V1ContainerStatus]:
     status = pod.status
     if status is None:
@@ -206,7 +215,7 @@ def workload_status(
     3. a container stuck in ErrImagePull, ImagePullBackOff, CrashLoopBackOff,
        CreateContainerConfigError, ... → failed, with a clear reason;
     4. a Job pod that failed → failed with its exit code or eviction reason;
-    5. a pod Running, or the Deployment Available → running;
+    5. a pod Running, or the Deployment Available with a replica available → running;
     6. a Job pod that succeeded before the Job recorded it → running (Completing);
     7. a pod the scheduler could not place → pending with the scheduler's message;
     8. a Deployment whose ReplicaSet cannot create pods (quota) → pending with that message;
@@ -289,7 +298,7 @@ def workload_status(
     running = next((p for p in pods if p.status and p.status.phase == "Running"), None)
     if running is not None:
         return status("running", source=running)
-    if deployment is not None and _true_condition(deployment, ("Available",)) is not None:
+    if deployment is not None and _available_replicas(deployment) > 0:
         return status("running")
     if pod is not None and pod.status and pod.status.phase == "Succeeded" and job is not None:
         # The pod is done but the Job controller has not recorded it yet.

@@ -194,6 +194,16 @@ def test_available_deployment_is_running() -> None:
     assert result.kind == "notebook"
 
 
+def test_a_resumed_deployment_is_not_running_on_the_availability_it_had_at_zero() -> None:
+    # Scaled back up from zero: until its controller has seen that, the status still says
+    # Available (0 of 0 replicas needed), with no replica available.
+    deployment = r.deployment(
+        [r.condition("Available", reason="MinimumReplicasAvailable")], observedGeneration=3
+    )
+    result = status(deployment=deployment, pods=[])
+    assert (result.phase, result.reason) == ("pending", "NoPod")
+
+
 def test_deployment_blocked_by_quota_is_pending_with_the_replica_failure() -> None:
     message = (
         'pods "gpr-812-a1-7d9f8c6b5-abcde" is forbidden: exceeded quota: gpu-portal-quota, '
