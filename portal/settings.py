@@ -94,8 +94,15 @@ DATABASES["default"].setdefault("CONN_MAX_AGE", env.int("CONN_MAX_AGE", default=
 # costs a reconnect, not a failed request).
 DATABASES["default"].setdefault("CONN_HEALTH_CHECKS", True)
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
-    # The demo runs a web server, a worker and beat on one file: wait for locks instead of failing.
-    DATABASES["default"].setdefault("OPTIONS", {})["timeout"] = 20
+    # The demo runs a web server, a worker and beat on one file. A deferred transaction cannot
+    # upgrade its read lock to a write lock (it fails at once with "database is locked", whatever
+    # the timeout), so every transaction takes the write lock when it begins and waits for it;
+    # WAL lets readers go on meanwhile.
+    DATABASES["default"].setdefault("OPTIONS", {}).update(
+        timeout=20,
+        transaction_mode="IMMEDIATE",
+        init_command="PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+    )
     (BASE_DIR / "var").mkdir(exist_ok=True)
     # A file, not memory, so that a real worker process in the tests sees the test database.
     DATABASES["default"]["TEST"] = {"NAME": str(BASE_DIR / "var" / "test-portal.sqlite3")}
