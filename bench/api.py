@@ -1,23 +1,25 @@
-"""API load benchmark: a compiled load generator against gunicorn + PostgreSQL on loopback.
+"""API load benchmark: the product against a stock DRF viewset, on gunicorn + PostgreSQL.
 
     python -m bench.api [--seconds S] [--clients N] [--workers W]      (make bench-api)
 
 1. Recreates the database at BENCH_API_DATABASE_URL (default `portal_benchapi`), migrates it and
    seeds the demo fleet plus extra teams: several teams, one API token per developer and lead,
    thousands of requests.
-2. Starts gunicorn (`bench.api_wsgi`: the product plus the baseline endpoints, a plain DRF list
-   and create; sync workers, one per core) on a free loopback port, with Redis at
-   BENCH_API_REDIS_URL for the cache, throttles and the broker.
-3. Builds the load generator (`bench/loadgen`, Go, standard library only) and runs one scenario
-   at a time: list, the summary endpoint and the plain-DRF baseline list each on their own
-   (after a warm-up, before anything writes), then the 70/20/10 mix, create on its own, the
-   plain-DRF baseline create and the floor create (a DRF view with no serializer, one INSERT),
-   and prints one JSON line per figure.
+2. Starts gunicorn (`bench.api_wsgi`: the product plus the references of `bench.api_urls`, a
+   stock DRF `ModelViewSet` over the same rows and the floor create; sync workers, one per
+   core) on a free loopback port, with Redis at BENCH_API_REDIS_URL for throttles and the
+   broker. Neither the product nor the baseline keeps responses in a cache.
+3. Checks that the product's list and the baseline's answer the same page with the same JSON,
+   then builds the load generator (`bench/loadgen`, Go, standard library only) and runs one
+   scenario at a time, 16 clients each by default: after a warm-up of both lists, the product's
+   list and the baseline's list each alone, before anything writes; then the 70/20/10 mix
+   (list, detail, create) on the product and on the baseline; then create alone on the product,
+   the baseline and the floor. It prints one JSON line per figure.
 
 The load generator runs on the same 2 cores as the server: every figure is what the server
-reaches while sharing the machine with its client. A compiled client leaves the server more of
-them than Locust did (Locust's FastHttpUser reached 985 req/s on `/healthz` where this client
-reached 1,645 from the same server), so the figures say more about the server.
+reaches while sharing the machine with its client, and the product and its references are
+measured in the same run, with the same data, cache state and client, so their ratios say more
+than the absolute figures.
 """
 
 from __future__ import annotations
@@ -208,36 +210,40 @@ def start_gunicorn(env: dict[str, str], port: int, workers: int) -> subprocess.P
 
 # The calls of each scenario and their weights: the mix is 70 % list, 20 % detail, 10 % create.
 SCENARIOS = {
-    "mixed": {"list": 70, "detail": 20, "create": 10},
     "list": {"list": 1},
+    "baseline_list": {"baseline_list": 1},
+    "mixed": {"list": 70, "detail": 20, "create": 10},
+    "baseline_mixed": {"baseline_list": 70, "baseline_detail": 20, "baseline_create": 10},
     "create": {"create": 1},
-    "summary": {"summary": 1},
-    "baseline": {"baseline": 1},
     "baseline_create": {"baseline_create": 1},
     "floor_create": {"floor_create": 1},
 }
-CREATE_PATHS = {
-    "create": "/api/v1/requests/",
-    "baseline_create": "/bench/baseline/requests/",
+PRODUCT = "/api/v1/requests/"
+BASELINE = "/bench/baseline/requests/"
+PATHS = {
+    "list": PRODUCT,
+    "detail": PRODUCT,
+    "create": PRODUCT,
+    "baseline_list": BASELINE,
+    "baseline_detail": BASELINE,
+    "baseline_create": BASELINE,
     "floor_create": "/bench/floor/requests/",
 }
+CREATES = {"create", "baseline_create", "floor_create"}
 
 
 def call_variants(name: str, host: str, fixture: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Every concrete request a call may make: one per user and page, visible id or project."""
     variants = []
+    prefix = PATHS[name]
     for identity in fixture:
         headers = {"Authorization": f"Token {identity['token']}"}
-        if name in ("list", "baseline"):
-            prefix = "/api/v1/requests/" if name == "list" else "/bench/baseline/requests/"
+        if name.endswith("list"):
             urls = [f"{prefix}?page={page}" for page in range(1, identity["pages"] + 1)]
-        elif name == "detail":
-            urls = [f"/api/v1/requests/{pk}/" for pk in identity["request_ids"][:100]]
-        elif name == "summary":
-            urls = ["/api/v1/requests/summary/"]
+        elif name.endswith("detail"):
+            urls = [f"{prefix}{pk}/" for pk in identity["request_ids"][:100]]
         else:
             headers = {**headers, "Content-Type": "application/json"}
-            prefix = CREATE_PATHS[name]
             for project_id in identity["project_ids"]:
                 body = {
                     "project": project_id,
@@ -259,6 +265,28 @@ def call_variants(name: str, host: str, fixture: list[dict[str, Any]]) -> list[d
             continue
         variants += [{"method": "GET", "url": host + url, "headers": headers} for url in urls]
     return variants
+
+
+def fetch_json(url: str, token: str) -> Any:
+    request = urllib.request.Request(url, headers={"Authorization": f"Token {token}"})
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return json.load(response)
+
+
+def check_same_answers(host: str, fixture: list[dict[str, Any]]) -> None:
+    """The product and the baseline must serve the same JSON for the same page, else stop."""
+    for identity in (fixture[0], fixture[-1]):
+        for page in (1, identity["pages"]):
+            product = fetch_json(f"{host}{PRODUCT}?page={page}", identity["token"])
+            baseline = fetch_json(f"{host}{BASELINE}?page={page}", identity["token"])
+            for links in ("next", "previous"):
+                product.pop(links, None)
+                baseline.pop(links, None)
+            if product != baseline:
+                raise SystemExit(
+                    f"the baseline's page {page} differs from the product's: "
+                    f"{json.dumps(product)[:300]} != {json.dumps(baseline)[:300]}"
+                )
 
 
 def build_load_generator(directory: Path) -> Path:
@@ -286,7 +314,7 @@ def run_load(
         {
             "name": name,
             "weight": weight,
-            "expect": 201 if name in CREATE_PATHS else 200,
+            "expect": 201 if name in CREATES else 200,
             "variants": call_variants(name, host, fixture),
         }
         for name, weight in SCENARIOS[scenario].items()
@@ -314,12 +342,19 @@ def run_load(
     return result
 
 
-def run_scenario(scenario: str, seconds: int, common: dict[str, Any]) -> dict[str, float]:
-    """One call on its own: its figures, and its failures printed when there were any."""
-    stats = run_load(scenario=scenario, seconds=seconds, **common)[scenario]
-    if stats["failures"]:
-        emit(f"api.{scenario}_failures", stats["failures"], "requests")
-    return stats
+def run_scenario(scenario: str, seconds: int, common: dict[str, Any]) -> dict[str, Any]:
+    """One scenario: its figures per call, and its failures printed when there were any."""
+    figures = run_load(scenario=scenario, seconds=seconds, **common)
+    failures = figures["Aggregated"]["failures"]
+    if failures:
+        emit(f"api.{scenario}_failures", failures, "requests")
+    return figures
+
+
+def emit_call(prefix: str, stats: dict[str, float]) -> None:
+    emit(f"{prefix}_rps", stats["rps"], "req/s")
+    emit(f"{prefix}_p50_ms", stats["p50_ms"], "ms")
+    emit(f"{prefix}_p99_ms", stats["p99_ms"], "ms")
 
 
 def main() -> None:
@@ -360,7 +395,9 @@ def main() -> None:
 
     connections.close_all()
 
-    # 2. The server.
+    # 2. The server. The machine may be shared: its load average before the server starts and
+    # after the last scenario (which includes the benchmark's own load) says how much it was.
+    emit("api.load_average_before", os.getloadavg()[0], "runnable")
     port = free_port()
     server = start_gunicorn(env, port, options.workers)
     host = f"http://127.0.0.1:{port}"
@@ -368,44 +405,57 @@ def main() -> None:
     emit("api.clients", options.clients, "clients")
     build_directory = tempfile.TemporaryDirectory()
     try:
-        # 3. The scenarios. A short warm-up first, so that every worker has its connections and
-        # the list pages are kept: the read scenarios measure the steady state a polling client
-        # sees. They run before anything writes, as a write makes its team's pages be computed
-        # again (the mixed scenario measures that).
+        # 3. The scenarios. Both lists answer alike, then warm up (every worker opens its
+        # database connection and imports its code); the read scenarios run before anything
+        # writes, so both lists page over the same rows.
+        check_same_answers(host, fixture_rows)
         common = {
             "generator": build_load_generator(Path(build_directory.name)),
             "host": host,
             "clients": options.clients,
             "fixture": fixture_rows,
         }
-        run_load(scenario="list", seconds=5, **common)
-        figures: dict[str, dict[str, float]] = {}
-        for scenario in ("list", "summary", "baseline"):
-            figures[scenario] = run_scenario(scenario, options.seconds, common)
-        mixed = run_load(scenario="mixed", seconds=options.seconds, **common)
-        for name in ("list", "detail", "create"):
-            emit(f"api.mixed.{name}_rps", mixed[name]["rps"], "req/s")
-            emit(f"api.mixed.{name}_p99_ms", mixed[name]["p99_ms"], "ms")
-        emit("api.mixed_rps", mixed["Aggregated"]["rps"], "req/s")
-        emit("api.mixed_failures", mixed["Aggregated"]["failures"], "requests")
-        for scenario in CREATE_PATHS:
-            figures[scenario] = run_scenario(scenario, options.seconds, common)
+        for warm_up in ("list", "baseline_list"):
+            run_load(scenario=warm_up, seconds=5, **common)
+        runs = {
+            scenario: run_scenario(scenario, options.seconds, common)
+            for scenario in (
+                "list",
+                "baseline_list",
+                "mixed",
+                "baseline_mixed",
+                "create",
+                "baseline_create",
+                "floor_create",
+            )
+        }
 
-        emit("api.list_rps", figures["list"]["rps"], "req/s")
-        emit("api.list_p99_ms", figures["list"]["p99_ms"], "ms")
-        emit("api.create_rps", figures["create"]["rps"], "req/s")
-        emit("api.create_p99_ms", figures["create"]["p99_ms"], "ms")
-        emit("api.summary_rps", figures["summary"]["rps"], "req/s")
-        emit("api.summary_p99_ms", figures["summary"]["p99_ms"], "ms")
-        for call, baseline in (("list", "baseline"), ("create", "baseline_create")):
-            emit(f"api.baseline_{call}_rps", figures[baseline]["rps"], "req/s")
-            emit(f"api.baseline_{call}_p99_ms", figures[baseline]["p99_ms"], "ms")
-            ratio = figures[call]["rps"] / max(figures[baseline]["rps"], 1e-9)
-            emit(f"api.{call}_vs_baseline_ratio", ratio, "ratio")
-        emit("api.floor_create_rps", figures["floor_create"]["rps"], "req/s")
-        emit("api.floor_create_p99_ms", figures["floor_create"]["p99_ms"], "ms")
-        ratio = figures["create"]["rps"] / max(figures["floor_create"]["rps"], 1e-9)
-        emit("api.create_vs_floor_ratio", ratio, "ratio")
+        for scenario in ("mixed", "baseline_mixed"):
+            for name, stats in runs[scenario].items():
+                if name != "Aggregated":
+                    emit_call(f"api.{scenario}.{name.removeprefix('baseline_')}", stats)
+            emit_call(f"api.{scenario}", runs[scenario]["Aggregated"])
+        for scenario in ("list", "baseline_list", "create", "baseline_create", "floor_create"):
+            emit_call(f"api.{scenario}", runs[scenario][scenario])
+
+        emit("api.load_average_after", os.getloadavg()[0], "runnable")
+
+        def rps(scenario: str) -> float:
+            return float(runs[scenario][scenario]["rps"])
+
+        emit("api.list_vs_baseline_ratio", rps("list") / max(rps("baseline_list"), 1e-9), "ratio")
+        emit(
+            "api.mixed_vs_baseline_ratio",
+            runs["mixed"]["Aggregated"]["rps"]
+            / max(runs["baseline_mixed"]["Aggregated"]["rps"], 1e-9),
+            "ratio",
+        )
+        emit("api.create_vs_floor_ratio", rps("create") / max(rps("floor_create"), 1e-9), "ratio")
+        emit(
+            "api.create_vs_baseline_ratio",
+            rps("create") / max(rps("baseline_create"), 1e-9),
+            "ratio",
+        )
     finally:
         server.terminate()
         server.wait(timeout=30)

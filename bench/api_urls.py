@@ -1,18 +1,19 @@
-"""The product's URLs plus the benchmark's baselines: a plain DRF ModelSerializer list and
-create, and the floor of a create: no serializer at all.
+"""The product's URLs plus the benchmark's references: a stock DRF viewset and the floor create.
 
-The baseline list has the same authentication, pagination (50) and tenant filter as the
-product's request list, but none of its work beyond that: no explicit fields, no related names,
-no filters, no ordering parameters. The ratio product/baseline says what the product's list
-costs on top of what DRF itself costs.
+The baseline (`/bench/baseline/requests/`) is what a DRF user writes first for the same rows: a
+plain `ModelViewSet` with a `ModelSerializer` whose `fields` are those the product's request
+list shows, the owner as its username (`CharField(source="owner.username")`), and the queryset
+`GpuRequest.objects.visible_to(user).select_related("owner")` — the tenant filter, so it serves
+the same rows to the same caller, and the one join the DRF documentation prescribes for a
+related name that is rendered. Everything else is the project's defaults: token
+authentication, pagination (pages of 50 with a count), filter backends, model ordering. No
+`only()`, no response cache, no hand-written representation. A create stores the body with the
+serializer's own validation (project and flavor looked up by id, unscoped) and one INSERT: no
+tier, capacity, quota, budget or approval check, no audit, nothing queued.
 
-The baseline create takes the product's body and stores it with one INSERT: no tier, capacity,
-quota, budget or approval check, no lifecycle, no audit, nothing queued. It says what a create
-costs DRF and Django on this machine before the product decides anything.
-
-The floor create is a DRF view without a serializer: the same authentication and body, the
-project read (visible to the caller), one INSERT in a transaction, the id back. No create
-through DRF can cost less; it says what this machine allows at all.
+The floor create (`/bench/floor/requests/`) is a DRF view without a serializer: the same
+authentication and body, the project read (visible to the caller), one INSERT in a transaction,
+the id back. No create through DRF can cost less; it says what this machine allows at all.
 """
 
 from __future__ import annotations
@@ -23,45 +24,37 @@ from django.db import transaction
 from django.db.models import QuerySet
 from django.shortcuts import get_object_or_404
 from django.urls import path
-from rest_framework import generics, serializers, status
+from rest_framework import serializers, status, viewsets
 from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.routers import SimpleRouter
 from rest_framework.views import APIView
 
 from portal.urls import handler404, handler500
 from portal.urls import urlpatterns as portal_urlpatterns
+from scheduling.api.serializers import GpuRequestSerializer
 from scheduling.models import GpuRequest
 from tenants.models import Project
 
 
 class BaselineRequestSerializer(serializers.ModelSerializer):
+    """The product's request fields, every one built by `ModelSerializer` except the owner."""
+
+    owner = serializers.CharField(source="owner.username", read_only=True)
+
     class Meta:
         model = GpuRequest
-        fields = "__all__"
+        fields = list(GpuRequestSerializer.Meta.fields)
+        read_only_fields = list(GpuRequestSerializer.Meta.read_only_fields)
 
 
-class BaselineRequestCreateSerializer(serializers.ModelSerializer):
-    class Meta:
-        model = GpuRequest
-        fields = [
-            "project",
-            "flavor",
-            "gpu_count",
-            "kind",
-            "image",
-            "command",
-            "max_runtime_seconds",
-        ]
+class BaselineRequestViewSet(viewsets.ModelViewSet):
+    """A stock viewset over the caller's requests: list, detail, create (and the rest)."""
 
-
-class BaselineRequestList(generics.ListCreateAPIView):
-    def get_serializer_class(self) -> type[serializers.ModelSerializer]:
-        if self.request.method == "POST":
-            return BaselineRequestCreateSerializer
-        return BaselineRequestSerializer
+    serializer_class = BaselineRequestSerializer
 
     def get_queryset(self) -> QuerySet[Any]:
-        return GpuRequest.objects.visible_to(self.request.user).order_by("-created_at", "-id")
+        return GpuRequest.objects.visible_to(self.request.user).select_related("owner")
 
     def perform_create(self, serializer: Any) -> None:
         project = serializer.validated_data["project"]
@@ -88,8 +81,11 @@ class FloorRequestCreate(APIView):
         return Response({"id": created.pk}, status=status.HTTP_201_CREATED)
 
 
+router = SimpleRouter()
+router.register("bench/baseline/requests", BaselineRequestViewSet, basename="bench-baseline")
+
 urlpatterns = [
-    path("bench/baseline/requests/", BaselineRequestList.as_view(), name="bench-baseline"),
+    *router.urls,
     path("bench/floor/requests/", FloorRequestCreate.as_view(), name="bench-floor"),
     *portal_urlpatterns,
 ]

@@ -1,9 +1,10 @@
-"""The WSGI application of the API load benchmark: the product plus a baseline endpoint.
+"""The WSGI application of the API load benchmark: the product plus its reference endpoints.
 
-The baseline list (a plain DRF ModelSerializer over the same rows, `bench.api_urls`) is mounted
-here only, by pointing ROOT_URLCONF at the benchmark's URL conf before the first request; the
-product's URL conf and its schema never contain it. (A settings module that star-imports
-`portal.settings` cannot be used: importing `portal` loads the Celery app, which reads settings.)
+The references (a stock DRF viewset over the same rows and the floor create, `bench.api_urls`)
+are mounted here only, by pointing ROOT_URLCONF at the benchmark's URL conf before the first
+request; the product's URL conf and its schema never contain them. (A settings module that
+star-imports `portal.settings` cannot be used: importing `portal` loads the Celery app, which
+reads settings.)
 """
 
 from __future__ import annotations
