@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
 from typing import Any
 
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
@@ -62,10 +64,22 @@ def _wants_json(request: HttpRequest) -> bool:
     return request.path.startswith("/api/")
 
 
+SERVER_ERROR_MESSAGE = "Something went wrong on our side; it has been logged."
+# The code and message of an error answered outside the API's views (an unknown path, a failure
+# in a plain view or a middleware); any other status gets its reason phrase.
+STATUS_ERRORS: dict[int, tuple[str, str]] = {
+    400: ("bad_request", "Bad request."),
+    403: ("permission_denied", "You do not have permission to perform this action."),
+    404: ("not_found", "Not found."),
+    405: ("method_not_allowed", "Method not allowed."),
+    500: ("server_error", SERVER_ERROR_MESSAGE),
+}
+
+
 def not_found_view(request: HttpRequest, exception: Exception | None = None) -> Any:
-    """Unknown URLs: the API's error shape under /api/, Django's page elsewhere."""
+    """Unknown URLs: the API's error shape under /api/, the portal's page elsewhere."""
     if _wants_json(request):
-        return JsonResponse(error_body("not_found", "Not found."), status=status.HTTP_404_NOT_FOUND)
+        return JsonResponse(error_body(*STATUS_ERRORS[404]), status=status.HTTP_404_NOT_FOUND)
     from django.views.defaults import page_not_found
 
     return page_not_found(request, exception or Http404())
@@ -75,12 +89,45 @@ def server_error_view(request: HttpRequest) -> Any:
     """An unexpected failure: no stack trace, the error shape under /api/."""
     if _wants_json(request):
         return JsonResponse(
-            error_body("server_error", "Something went wrong on our side; it has been logged."),
-            status=status.HTTP_500_INTERNAL_SERVER_ERROR,
+            error_body(*STATUS_ERRORS[500]), status=status.HTTP_500_INTERNAL_SERVER_ERROR
         )
     from django.views.defaults import server_error
 
     return server_error(request)
+
+
+class ApiErrorShapeMiddleware:
+    """Under /api/, every error answers the error shape, whatever DEBUG says.
+
+    The API's views answer through `portal_exception_handler`, and with DEBUG off Django's
+    handler404/handler500 are the views above. What is left is Django's own pages: with DEBUG on
+    an unknown path or an unexpected exception is a debug page, and a plain view or a middleware
+    may answer HTML. Such a page is rewritten in place, so Django's logging (the traceback of a
+    500 included) and its test client see the same response as before.
+    """
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        response = self.get_response(request)
+        if (
+            response.status_code < 400
+            or not _wants_json(request)
+            or response.streaming
+            or isinstance(response, Response)  # the API's own, in any renderer
+            or response.get("Content-Type", "").startswith("application/json")
+        ):
+            return response
+        code, message = STATUS_ERRORS.get(
+            response.status_code,
+            (response.reason_phrase.lower().replace(" ", "_"), f"{response.reason_phrase}."),
+        )
+        response.content = json.dumps(error_body(code, message)).encode()
+        response["Content-Type"] = "application/json"
+        if response.has_header("Content-Length"):
+            response["Content-Length"] = str(len(response.content))
+        return response
 
 
 RETRY_AFTER_SECONDS = 5
