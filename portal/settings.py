@@ -263,14 +263,24 @@ DEFAULT_FROM_EMAIL = env.str("DEFAULT_FROM_EMAIL", default="gpu-portal@localhost
 OIDC_ENABLED = bool(env.str("OIDC_RP_CLIENT_ID", default=""))
 if OIDC_ENABLED:
     INSTALLED_APPS.append("mozilla_django_oidc")
-    AUTHENTICATION_BACKENDS.append("mozilla_django_oidc.auth.OIDCAuthenticationBackend")
+    # Accounts by `preferred_username`; memberships follow the provider's groups (tenants.identity).
+    AUTHENTICATION_BACKENDS.append("tenants.oidc.PortalOIDCBackend")
     OIDC_RP_CLIENT_ID = env.str("OIDC_RP_CLIENT_ID")
     OIDC_RP_CLIENT_SECRET = env.str("OIDC_RP_CLIENT_SECRET")
     OIDC_RP_SIGN_ALGO = env.str("OIDC_RP_SIGN_ALGO", default="RS256")
     OIDC_OP_AUTHORIZATION_ENDPOINT = env.str("OIDC_OP_AUTHORIZATION_ENDPOINT")
     OIDC_OP_TOKEN_ENDPOINT = env.str("OIDC_OP_TOKEN_ENDPOINT")
     OIDC_OP_USER_ENDPOINT = env.str("OIDC_OP_USER_ENDPOINT")
-    OIDC_OP_JWKS_ENDPOINT = env.str("OIDC_OP_JWKS_ENDPOINT", default="")
+    # Where the provider publishes its signing keys (needed for RS256/ES256 ID tokens).
+    OIDC_OP_JWKS_ENDPOINT = env.str("OIDC_OP_JWKS_ENDPOINT", default=None)
+    OIDC_RP_SCOPES = env.str("OIDC_RP_SCOPES", default="openid email profile")
+    # Which provider group gives which role (tenants.identity): `group=team-slug:role` or
+    # `group=role`, comma-separated, or a JSON object of the same strings; the roles are developer,
+    # team_lead, finance and platform_admin. On every sign-in the memberships in the teams and
+    # organisation roles named here follow the groups in the OIDC_GROUPS_CLAIM claim.
+    OIDC_GROUP_MAP = env.str("OIDC_GROUP_MAP", default="")
+    OIDC_GROUPS_CLAIM = env.str("OIDC_GROUPS_CLAIM", default="groups")
+    LOGIN_REDIRECT_URL_FAILURE = "/login/"
 
 # --- Security --------------------------------------------------------------------------------
 SESSION_COOKIE_AGE = env.int("SESSION_COOKIE_AGE", default=8 * 3600)

@@ -72,6 +72,10 @@ class ThrottledLoginView(LoginView):
 
     redirect_authenticated_user = True
 
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
+        """The page offers single sign-on when it is on."""
+        return super().get_context_data(**kwargs) | {"oidc_enabled": settings.OIDC_ENABLED}
+
     def post(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
         key = f"login-attempts:{request.META.get('REMOTE_ADDR', '')}"
         cache.add(key, 0, timeout=60)

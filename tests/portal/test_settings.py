@@ -41,7 +41,7 @@ def test_single_sign_on_is_off_by_default_and_pluggable() -> None:
         OIDC_OP_USER_ENDPOINT="https://sso.example.com/userinfo",
     )
     assert "mozilla_django_oidc" in enabled["apps"]  # type: ignore[operator]
-    assert "mozilla_django_oidc.auth.OIDCAuthenticationBackend" in enabled["backends"]  # type: ignore[operator]
+    assert "tenants.oidc.PortalOIDCBackend" in enabled["backends"]  # type: ignore[operator]
 
 
 def test_production_settings_turn_on_secure_cookies_and_hsts() -> None:
