@@ -12,6 +12,7 @@ COPY pyproject.toml ./
 COPY portal portal
 COPY tenants tenants
 COPY scheduling scheduling
+COPY runtime runtime
 COPY accounting accounting
 RUN pip install --no-cache-dir .
 COPY . .

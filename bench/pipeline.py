@@ -44,18 +44,12 @@ def main() -> None:
 
     from django.utils import timezone
 
-    from scheduling import cycle, execution, services
+    from runtime import execution
+    from runtime.cluster.simulated import SimulatedCluster
+    from runtime.models import SimulatedWorkload
+    from scheduling import cycle, services
     from scheduling.choices import RequestStatus
-    from scheduling.models import (
-        Flavor,
-        GpuDevice,
-        GpuRequest,
-        Node,
-        NodePool,
-        Quota,
-        SimulatedWorkload,
-    )
-    from scheduling.simulated import SimulatedCluster
+    from scheduling.models import Flavor, GpuDevice, GpuRequest, Node, NodePool, Quota
     from tenants.models import Project
 
     pool = NodePool.objects.get(slug="l4-vgpu")

@@ -26,26 +26,26 @@ app.conf.beat_schedule = {
         "options": {"expires": settings.SCHEDULING_CYCLE_SECONDS},
     },
     "sync-workloads": {
-        "task": "scheduling.tasks.sync_workloads",
+        "task": "runtime.tasks.sync_workloads",
         "schedule": settings.WORKLOAD_SYNC_SECONDS,
         "options": {"expires": settings.WORKLOAD_SYNC_SECONDS},
     },
     "sync-inventory": {
-        "task": "scheduling.tasks.sync_inventory",
+        "task": "runtime.tasks.sync_inventory",
         "schedule": 60.0,
     },
     "record-utilisation": {
-        "task": "scheduling.tasks.record_utilisation",
+        "task": "runtime.tasks.record_utilisation",
         "schedule": settings.SAMPLE_INTERVAL_SECONDS,
         "options": {"expires": settings.SAMPLE_INTERVAL_SECONDS},
     },
     "enforce-reclaim-policies": {
-        "task": "scheduling.tasks.enforce_reclaim_policies",
+        "task": "runtime.tasks.enforce_reclaim_policies",
         "schedule": settings.RECLAIM_INTERVAL_SECONDS,
         "options": {"expires": settings.RECLAIM_INTERVAL_SECONDS},
     },
     "sweep-stuck-requests": {
-        "task": "scheduling.tasks.sweep_stuck_requests",
+        "task": "runtime.tasks.sweep_stuck_requests",
         "schedule": settings.STUCK_SWEEP_SECONDS,
     },
     "expire-stale-approvals": {

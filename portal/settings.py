@@ -43,6 +43,7 @@ INSTALLED_APPS = [
     "csp",
     "tenants",
     "scheduling",
+    "runtime",
     "accounting",
     "portal",
 ]
@@ -220,7 +221,7 @@ if CLUSTER_BACKEND not in {"simulated", "kubernetes"}:
     raise environ.ImproperlyConfigured("CLUSTER_BACKEND must be 'simulated' or 'kubernetes'")
 KUBECONFIG = env.str("KUBECONFIG", default="")
 KUBE_CONTEXT = env.str("KUBE_CONTEXT", default="") or None
-# Extra or overriding GPU product → model names (scheduling/cluster/gpu_models.py), a JSON
+# Extra or overriding GPU product → model names (runtime/cluster/gpu_models.py), a JSON
 # object, e.g. {"NVIDIA-A100-SXM4-80GB": "A100-80G"}.
 GPU_MODEL_ALIASES: dict[str, str] = env.json("GPU_MODEL_ALIASES", default={})
 # Simulated cluster: how much faster than real time simulated work starts and runs.

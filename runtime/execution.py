@@ -16,8 +16,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from scheduling.choices import SHARING_MODE_OF_FLAVOR_KIND, RequestStatus
-from scheduling.cluster.base import (
+from runtime.cluster.base import (
     ClusterBackend,
     LimitRangeSpec,
     PrioritySpec,
@@ -26,9 +25,10 @@ from scheduling.cluster.base import (
     WorkloadSpec,
     WorkloadStatus,
 )
-from scheduling.cluster.base import Taint as ClusterTaint
-from scheduling.inventory import gpu_products
-from scheduling.lifecycle import transition
+from runtime.cluster.base import Taint as ClusterTaint
+from runtime.inventory import gpu_products
+from scheduling.choices import SHARING_MODE_OF_FLAVOR_KIND, RequestStatus
+from scheduling.lifecycle import end_allocation, transition
 from scheduling.models import Allocation, GpuRequest, Quota
 from scheduling.snapshot import POOL_LABEL
 
@@ -52,12 +52,12 @@ PROJECT_LIMIT_RANGE = LimitRangeSpec(
 def cluster_backend() -> ClusterBackend:
     """The backend CLUSTER_BACKEND names; built once per process."""
     if settings.CLUSTER_BACKEND == "kubernetes":
-        from scheduling.cluster.kubernetes import KubernetesClusterBackend
+        from runtime.cluster.kubernetes import KubernetesClusterBackend
 
         return KubernetesClusterBackend(
             kubeconfig=settings.KUBECONFIG or None, context=settings.KUBE_CONTEXT
         )
-    from scheduling.simulated import SimulatedCluster
+    from runtime.cluster.simulated import SimulatedCluster
 
     return SimulatedCluster()
 
@@ -127,16 +127,6 @@ def workload_spec(request: GpuRequest, allocation: Allocation) -> WorkloadSpec:
 
 def _live_allocation(request: GpuRequest, attempt: int) -> Allocation | None:
     return Allocation.objects.active().filter(request=request, attempt=attempt).first()
-
-
-def end_allocation(request: GpuRequest, *, reason: str) -> Allocation | None:
-    """Close the request's running interval and free its GPUs for the next cycle."""
-    allocation = Allocation.objects.active().filter(request=request).first()
-    if allocation is not None:
-        Allocation.objects.filter(pk=allocation.pk, ended_at__isnull=True).update(
-            ended_at=timezone.now(), end_reason=reason[:200]
-        )
-    return allocation
 
 
 def launch_request(*, request_id: int, attempt: int, backend: ClusterBackend | None = None) -> str:

@@ -9,9 +9,9 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from runtime.cluster.base import NodeInventory
+from runtime.cluster.gpu_models import gpu_products_for, merged_aliases, normalise_gpu_model
 from scheduling.choices import SharingMode
-from scheduling.cluster.base import NodeInventory
-from scheduling.cluster.gpu_models import gpu_products_for, merged_aliases, normalise_gpu_model
 from scheduling.models import GpuDevice, Node, NodePool
 from tenants.services import record_audit_event
 

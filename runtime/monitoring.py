@@ -21,8 +21,9 @@ from typing import Protocol
 from django.conf import settings
 from django.utils import timezone
 
+from runtime.models import SimulatedWorkload
 from scheduling.choices import RequestStatus, SharingMode
-from scheduling.models import Allocation, SimulatedWorkload, UtilisationSample
+from scheduling.models import Allocation, UtilisationSample
 
 log = logging.getLogger(__name__)
 

@@ -17,12 +17,12 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from runtime.cluster.base import ClusterBackend, WorkloadStatus
+from runtime.execution import cluster_backend
+from runtime.inventory import stamp_unschedulable_nodes
 from scheduling import dispatch
 from scheduling.choices import RESUMABLE_KINDS, RequestStatus, WorkloadKind
-from scheduling.cluster.base import ClusterBackend, WorkloadStatus
-from scheduling.execution import cluster_backend, end_allocation
-from scheduling.inventory import stamp_unschedulable_nodes
-from scheduling.lifecycle import record_request_event, transition
+from scheduling.lifecycle import end_allocation, record_request_event, transition
 from scheduling.models import (
     Allocation,
     GpuRequest,
@@ -72,12 +72,7 @@ def reclaim_request(
             data=evidence,
         )
         if allocation is not None and request.kind in RESUMABLE_KINDS:
-            dispatch.enqueue_after_commit(
-                "scheduling.tasks.scale_workload_to_zero",
-                request.pk,
-                allocation.attempt,
-                f"reclaimed: {code}",
-            )
+            dispatch.request_scale_to_zero(request.pk, allocation.attempt, f"reclaimed: {code}")
         elif allocation is not None:
             dispatch.request_termination(request.pk, allocation.attempt, f"reclaimed: {code}")
         notify(

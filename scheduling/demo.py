@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
 from decimal import Decimal
 from typing import Any
 
 from django.db import transaction
-from django.utils import timezone
 
 from scheduling.choices import FlavorKind, Placement, SharingMode, WorkloadKind
 from scheduling.models import (
@@ -18,7 +16,6 @@ from scheduling.models import (
     NodePool,
     Quota,
     ReclaimPolicy,
-    SimulatedWorkload,
     Tier,
 )
 from tenants.models import Team
@@ -188,23 +185,3 @@ def seed_demo_fleet(*, teams: dict[str, Team]) -> None:
                 flavor=flavors[flavor_slug],
                 defaults={"guaranteed": guaranteed, "limit": limit},
             )
-
-
-def seed_demo_zombie() -> None:
-    """A workload left behind in the simulated cluster with no request: the first reclaim pass
-    finds and removes it, so the demo shows zombie cleanup."""
-    now = timezone.now()
-    SimulatedWorkload.objects.get_or_create(
-        namespace="gpu-vision-detection",
-        name="gpr-0-a1",
-        defaults={
-            "request_key": "0",
-            "attempt": 1,
-            "kind": "job",
-            "team_slug": "vision",
-            "project_slug": "detection",
-            "created_at": now,
-            "starts_at": now,
-            "ends_at": now + timedelta(days=365),
-        },
-    )

@@ -15,7 +15,7 @@ from typing import Any
 from django.utils import timezone
 
 from scheduling.choices import FINISHED_STATUSES, TRANSITIONS, RequestStatus
-from scheduling.models import GpuRequest
+from scheduling.models import Allocation, GpuRequest
 from tenants.errors import ConflictError
 from tenants.models import AuditEvent
 from tenants.services import record_audit_event
@@ -56,11 +56,7 @@ def transition_through(request: GpuRequest, moves: Sequence[Move], **fields: Any
     if len(moves) == 1 and moves[0].to == current and current not in TRANSITIONS[current]:
         return False  # a repeated move that already happened changes nothing
     changes = _planned_changes(request, moves, **fields)
-    moved = (
-        GpuRequest.objects.filter(pk=request.pk, status=current)
-        .of_team(request.team_id)
-        .update(**changes)
-    )
+    moved = GpuRequest.objects.filter(pk=request.pk, status=current).update(**changes)
     if not moved:
         request.refresh_from_db()
         if request.status == moves[-1].to:
@@ -163,3 +159,13 @@ def _illegal(request: GpuRequest, current: str, to: str) -> ConflictError:
         f"Request {request.pk} is {current}; it cannot become {to}.",
         fields={"status": current},
     )
+
+
+def end_allocation(request: GpuRequest, *, reason: str) -> Allocation | None:
+    """Close the request's running interval and free its GPUs for the next cycle."""
+    allocation = Allocation.objects.active().filter(request=request).first()
+    if allocation is not None:
+        Allocation.objects.filter(pk=allocation.pk, ended_at__isnull=True).update(
+            ended_at=timezone.now(), end_reason=reason[:200]
+        )
+    return allocation

@@ -521,42 +521,6 @@ class SchedulerLease(models.Model):
         return f"{self.name} held by {self.holder or 'nobody'} until {self.expires_at}"
 
 
-class SimulatedWorkload(models.Model):
-    """A workload in the simulated cluster: it starts after a delay, runs, and ends by itself.
-
-    Times are real timestamps computed from the request and SIMULATION_SPEED at launch, so the
-    simulation needs no ticking process: its state is a function of the clock.
-    """
-
-    namespace = models.CharField(max_length=63)
-    name = models.CharField(max_length=63)
-    request_key = models.CharField(max_length=40)
-    attempt = models.PositiveIntegerField()
-    kind = models.CharField(max_length=10)
-    team_slug = models.CharField(max_length=63)
-    project_slug = models.CharField(max_length=63)
-    node_name = models.CharField(max_length=253, blank=True)
-    created_at = models.DateTimeField()
-    starts_at = models.DateTimeField()
-    ends_at = models.DateTimeField()
-    fails = models.BooleanField(default=False)
-    failure_reason = models.CharField(max_length=60, blank=True)
-    utilisation_percent = models.PositiveSmallIntegerField(default=80)
-
-    class Meta:
-        ordering = ["created_at"]
-        constraints = [
-            models.UniqueConstraint(
-                fields=["namespace", "name"],
-                name="simulated_workload_name_unique",
-                violation_error_message="A workload with this name already exists here.",
-            ),
-        ]
-
-    def __str__(self) -> str:
-        return f"{self.namespace}/{self.name}"
-
-
 class ReclaimPolicy(models.Model):
     """How a tier keeps shared GPUs from going to waste: idle, timeout and stuck-work rules.
 
@@ -608,15 +572,3 @@ class UtilisationSample(models.Model):
 
     def __str__(self) -> str:
         return f"{self.allocation_id} {self.sampled_at:%H:%M:%S} {self.activity_percent:.0f}%"
-
-
-class TaskFailureCount(models.Model):
-    """How often a Celery task failed for good; workers count here, /metrics reads it."""
-
-    task_name = models.CharField(max_length=200, unique=True)
-    failures = models.PositiveIntegerField(default=0)
-    last_failed_at = models.DateTimeField(null=True, blank=True)
-    last_error = models.TextField(blank=True)
-
-    def __str__(self) -> str:
-        return f"{self.task_name}: {self.failures}"

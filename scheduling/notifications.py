@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterable
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
 
-log = logging.getLogger(__name__)
+from scheduling import dispatch
 
 
 def notify(*, users: Iterable[Any], subject: str, body: str, event: dict[str, Any]) -> None:
@@ -20,13 +18,4 @@ def notify(*, users: Iterable[Any], subject: str, body: str, event: dict[str, An
     recipients = sorted({user.email for user in users if getattr(user, "email", "")})
     if not recipients and not settings.NOTIFICATION_WEBHOOK_URL:
         return
-
-    def enqueue() -> None:
-        from scheduling.tasks import send_notification  # tasks import the services using us
-
-        try:
-            send_notification.delay(recipients, subject, body, event)
-        except Exception:  # the broker being down must not undo a committed decision
-            log.exception("could not queue notification %r", subject)
-
-    transaction.on_commit(enqueue)
+    dispatch.request_notification(recipients, subject, body, event)

@@ -25,10 +25,10 @@ from scheduling.choices import (
     RequestStatus,
     WorkloadKind,
 )
-from scheduling.execution import end_allocation
 from scheduling.lifecycle import (
     Move,
     create_through,
+    end_allocation,
     record_request_event,
     transition,
     transition_through,

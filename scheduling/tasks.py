@@ -1,7 +1,7 @@
-"""Thin Celery tasks: take ids, call one service, safe to run twice.
+"""Thin Celery tasks of the scheduling floor: take ids, call one service, safe to run twice.
 
-Tasks ack late and are re-queued when a worker dies, so every one of them must tolerate running
-again after a partial first run. Only named transient errors are retried, with jittered backoff.
+The cycle's follow-up work (launches, terminations) is queued by name through
+`scheduling.dispatch`, so this module never imports the runtime's tasks.
 """
 
 from __future__ import annotations
@@ -11,30 +11,13 @@ import logging
 import urllib.request
 from typing import Any
 
-from celery import Task, shared_task
+from celery import shared_task
 from django.conf import settings
 from django.core.mail import send_mail
-from django.utils import timezone
 
-from scheduling import cycle, execution, inventory, monitoring, reclaim, services
-from scheduling.cluster.base import PermanentClusterError, TransientClusterError
-from scheduling.dispatch import request_launch, request_scheduling_cycle
-from scheduling.models import GpuRequest
+from scheduling import cycle, dispatch, services
 
 log = logging.getLogger(__name__)
-
-
-class ClusterTask(Task):
-    """A task that talks to the cluster: transient cluster errors retry with jittered backoff."""
-
-    autoretry_for = (TransientClusterError,)
-    retry_backoff = 2
-    retry_backoff_max = 120
-    retry_jitter = True
-    max_retries = 12
-    acks_late = True
-    soft_time_limit = 100
-    time_limit = 120
 
 
 @shared_task(acks_late=True, autoretry_for=(OSError,), retry_backoff=True, max_retries=5)
@@ -63,7 +46,7 @@ def expire_stale_approvals() -> int:
 @shared_task(acks_late=True, soft_time_limit=50, time_limit=60)
 def run_scheduling_cycle() -> dict[str, Any]:
     """One cycle; a second one started while the first runs exits at once."""
-    result = cycle.run_cycle(on_admit=request_launch_now, on_preempt=request_terminate_now)
+    result = cycle.run_cycle(on_admit=dispatch.send_launch, on_preempt=dispatch.send_preemption)
     return {
         "ran": result.ran,
         "admitted": len(result.admitted),
@@ -71,89 +54,3 @@ def run_scheduling_cycle() -> dict[str, Any]:
         "waiting": result.waiting,
         "seconds": round(result.seconds, 4),
     }
-
-
-def request_launch_now(request_id: int, attempt: int) -> None:
-    launch_workload.delay(request_id, attempt)
-
-
-def request_terminate_now(request_id: int, attempt: int) -> None:
-    terminate_workload.delay(request_id, attempt, "preempted")
-
-
-# An API server refuses everything with 401/403 while its authorizer catches up: for a few
-# seconds after it starts, and after the portal writes a project's RoleBinding. A refusal for
-# authorization is retried this many times (2 + 4 + 8 + 16 s) before the launch fails with it.
-AUTHORIZATION_RETRIES = 4
-
-
-@shared_task(base=ClusterTask, bind=True)
-def launch_workload(self: Task, request_id: int, attempt: int, refusals: int = 0) -> str:
-    try:
-        return execution.launch_request(request_id=request_id, attempt=attempt)
-    except PermanentClusterError as error:
-        # Refusals are counted apart from the task's retries: a launch that waited out an
-        # unreachable API server has used several of those by the time the server refuses.
-        # (Should the outage have used them all, the refusal ends this task and the stuck-request
-        # sweeper launches the request again with a fresh count.)
-        if error.status in (401, 403) and refusals < AUTHORIZATION_RETRIES:
-            raise self.retry(
-                exc=error, countdown=2 ** (refusals + 1), kwargs={"refusals": refusals + 1}
-            ) from error
-        execution.fail_launch(
-            request_id=request_id, attempt=attempt, reason=f"The cluster refused it: {error}"
-        )
-        request_scheduling_cycle()
-        return "failed"
-
-
-@shared_task(base=ClusterTask)
-def terminate_workload(request_id: int, attempt: int, reason: str) -> None:
-    execution.terminate_request_workload(request_id=request_id, attempt=attempt, reason=reason)
-
-
-@shared_task(base=ClusterTask)
-def scale_workload_to_zero(request_id: int, attempt: int, reason: str) -> bool:
-    """A reclaimed notebook or service keeps its objects at zero replicas, to be resumed."""
-    return reclaim.scale_request_workload_to_zero(
-        request_id=request_id, attempt=attempt, reason=reason
-    )
-
-
-@shared_task(base=ClusterTask)
-def sync_workloads() -> dict[str, int]:
-    moved = execution.sync_workloads()
-    if moved:
-        run_scheduling_cycle.delay()  # finished work frees capacity
-    return moved
-
-
-@shared_task(base=ClusterTask)
-def sync_inventory() -> dict[str, int]:
-    """Read nodes and GPUs from a real cluster (the simulated fleet is the database itself)."""
-    if settings.CLUSTER_BACKEND != "kubernetes":
-        return {}
-    counts = inventory.apply_inventory(execution.cluster_backend().sync_inventory())
-    if counts["added"] or counts["lost"]:
-        run_scheduling_cycle.delay()  # node changes can unblock (or strand) work
-    return counts
-
-
-@shared_task(acks_late=True, soft_time_limit=50, time_limit=60)
-def record_utilisation() -> int:
-    return monitoring.record_samples()
-
-
-@shared_task(base=ClusterTask)
-def enforce_reclaim_policies() -> dict[str, int]:
-    return reclaim.enforce_reclaim_policies()
-
-
-@shared_task(acks_late=True)
-def sweep_stuck_requests() -> int:
-    """Launch again anything stranded in admitted/launching by a lost message or killed worker."""
-    stuck = execution.stuck_requests()
-    for request_id, attempt in stuck:
-        GpuRequest.objects.filter(pk=request_id).update(updated_at=timezone.now())
-        request_launch(request_id, attempt)
-    return len(stuck)

@@ -21,8 +21,8 @@ from kubernetes import config as k8s_config
 from kubernetes import watch as k8s_watch
 from kubernetes.client.exceptions import ApiException
 
-from scheduling.cluster import kubernetes_manifests as manifests
-from scheduling.cluster.base import (
+from runtime.cluster import kubernetes_manifests as manifests
+from runtime.cluster.base import (
     ATTEMPT_LABEL,
     MANAGED_BY_LABEL,
     MANAGED_BY_VALUE,
@@ -43,7 +43,7 @@ from scheduling.cluster.base import (
     WorkloadStatus,
     workload_name,
 )
-from scheduling.cluster.kubernetes_status import (
+from runtime.cluster.kubernetes_status import (
     node_inventory,
     quantity,
     suspended_since,

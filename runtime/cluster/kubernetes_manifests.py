@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from scheduling.cluster.base import (
+from runtime.cluster.base import (
     ATTEMPT_LABEL,
     KIND_LABEL,
     MANAGED_BY_LABEL,
@@ -28,7 +28,7 @@ from scheduling.cluster.base import (
     Toleration,
     WorkloadSpec,
 )
-from scheduling.cluster.gpu_models import GPU_PRODUCT_LABEL
+from runtime.cluster.gpu_models import GPU_PRODUCT_LABEL
 
 Manifest = dict[str, Any]
 

@@ -14,8 +14,8 @@ from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
 from typing import TYPE_CHECKING, Any
 
-from scheduling.cluster import kubernetes_manifests as manifests
-from scheduling.cluster.base import (
+from runtime.cluster import kubernetes_manifests as manifests
+from runtime.cluster.base import (
     KIND_LABEL,
     PROJECT_LABEL,
     SUSPENDED_AT_ANNOTATION,

@@ -19,7 +19,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from scheduling.cluster.base import (
+from runtime.cluster.base import (
     RESUMABLE_KINDS,
     NodeInventory,
     PrioritySpec,
@@ -28,7 +28,8 @@ from scheduling.cluster.base import (
     WorkloadSpec,
     WorkloadStatus,
 )
-from scheduling.models import GpuDevice, Node, SimulatedWorkload
+from runtime.models import SimulatedWorkload
+from scheduling.models import GpuDevice, Node
 
 START_DELAY_SECONDS = (5, 20)
 BATCH_RUN_SECONDS = (60, 300)

@@ -319,7 +319,7 @@ def whole_card_node(name: str, *, pool: str = "a100-training", gpus: int = 8) ->
         resources={"nvidia.com/gpu": str(gpus)},
         labels={
             # What GPU feature discovery reports; inventory sync maps it onto the demo
-            # flavors' short model (A100-80G) through scheduling/cluster/gpu_models.py.
+            # flavors' short model (A100-80G) through runtime/cluster/gpu_models.py.
             "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB",
             "nvidia.com/gpu.count": str(gpus),
             "nvidia.com/gpu.memory": "81920",

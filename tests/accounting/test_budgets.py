@@ -11,6 +11,7 @@ from django.urls import reverse
 from accounting.budgets import check_budget_burn, exhausted_policy
 from accounting.choices import OverBudgetPolicy
 from accounting.models import Budget
+from scheduling import dispatch
 from scheduling.choices import RequestStatus
 from scheduling.services import submit_gpu_request
 from tenants.models import AuditEvent
@@ -151,10 +152,12 @@ def test_alerts_fire_once_per_threshold_and_month(
     org: Org, usage: Any, monkeypatch: pytest.MonkeyPatch, django_capture_on_commit_callbacks: Any
 ) -> None:
     sent: list[tuple[list[str], str]] = []
-    monkeypatch.setattr(
-        "scheduling.tasks.send_notification.delay",
-        lambda recipients, subject, body, event: sent.append((recipients, subject)),
-    )
+
+    def send(task_name: str, *args: Any) -> None:
+        if task_name == dispatch.SEND_NOTIFICATION:
+            sent.append((args[0], args[1]))
+
+    monkeypatch.setattr(dispatch, "send", send)
     at_90 = make_budget(org, amount=Decimal("6.10"))  # 5.50 of 6.10 = 90 %
     over = make_budget(org, team=org.team_b, unit="gpu_hours", amount=Decimal("1"))  # 100 %
     make_budget(org, project=org.project_a2, amount=Decimal("100"))  # 0.5 %: nothing

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from scheduling.cluster.base import (
+from runtime.cluster.base import (
     LimitRangeSpec,
     ProjectSpec,
     SharingMode,

@@ -10,9 +10,9 @@ import pytest
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from scheduling.cluster import kubernetes as backend_module
-from scheduling.cluster import kubernetes_manifests as manifests
-from scheduling.cluster.base import (
+from runtime.cluster import kubernetes as backend_module
+from runtime.cluster import kubernetes_manifests as manifests
+from runtime.cluster.base import (
     ClusterBackend,
     LimitRangeSpec,
     PermanentClusterError,
@@ -21,7 +21,7 @@ from scheduling.cluster.base import (
     WatchableClusterBackend,
     WorkloadEvent,
 )
-from scheduling.cluster.kubernetes import KubernetesClusterBackend
+from runtime.cluster.kubernetes import KubernetesClusterBackend
 from tests.cluster import recorded as r
 from tests.cluster.fake_api import FakeApiServer
 from tests.cluster.specs import NAMESPACE, project, workload

@@ -7,12 +7,12 @@ from dataclasses import replace
 
 import pytest
 
-from scheduling.cluster import kubernetes_manifests as manifests
-from scheduling.cluster.base import (
+from runtime.cluster import kubernetes_manifests as manifests
+from runtime.cluster.base import (
     SUSPENDED_AT_ANNOTATION,
     SUSPENDED_REPLICAS_ANNOTATION,
 )
-from scheduling.cluster.kubernetes import KubernetesClusterBackend
+from runtime.cluster.kubernetes import KubernetesClusterBackend
 from tests.cluster.fake_api import FakeApiServer
 from tests.cluster.specs import NAMESPACE, project, workload
 

@@ -10,8 +10,8 @@ import urllib3.exceptions
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config import ConfigException
 
-from scheduling.cluster.base import PermanentClusterError, TransientClusterError
-from scheduling.cluster.kubernetes import classify_api_exception
+from runtime.cluster.base import PermanentClusterError, TransientClusterError
+from runtime.cluster.kubernetes import classify_api_exception
 
 
 def api_error(status: int, reason: str = "", message: str = "") -> ApiException:

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from scheduling.cluster.base import NodeInventory
-from scheduling.inventory import apply_inventory, gpu_products
+from runtime.cluster.base import NodeInventory
+from runtime.inventory import apply_inventory, gpu_products
 from scheduling.models import Node
 from tests.scheduling.conftest import Fleet, fleet  # noqa: F401 — the fleet fixture
 

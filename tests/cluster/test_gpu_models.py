@@ -6,13 +6,13 @@ from typing import Any
 
 import pytest
 
-from scheduling.cluster.gpu_models import (
+from runtime.cluster.gpu_models import (
     DEFAULT_GPU_MODEL_ALIASES,
     gpu_products_for,
     merged_aliases,
     normalise_gpu_model,
 )
-from scheduling.cluster.kubernetes_manifests import job_manifest
+from runtime.cluster.kubernetes_manifests import job_manifest
 from tests.cluster.specs import workload
 
 

@@ -9,8 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from kubernetes.utils import parse_quantity
 
-from scheduling.cluster.base import HamiDevice, Taint
-from scheduling.cluster.kubernetes_status import node_inventory, parse_hami_devices, quantity
+from runtime.cluster.base import HamiDevice, Taint
+from runtime.cluster.kubernetes_status import node_inventory, parse_hami_devices, quantity
 from tests.cluster import recorded as r
 
 A100_GFD_LABELS = {

@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kubernetes import client as k8s
 
-from scheduling.cluster import kubernetes_manifests as manifests
-from scheduling.cluster.base import (
+from runtime.cluster import kubernetes_manifests as manifests
+from runtime.cluster.base import (
     ATTEMPT_LABEL,
     MANAGED_BY_LABEL,
     REQUEST_LABEL,

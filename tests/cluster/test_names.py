@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from scheduling.cluster.base import (
+from runtime.cluster.base import (
     MAX_ATTEMPT,
     is_dns_label,
     is_label_value,

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from scheduling.cluster.kubernetes_status import workload_status
+from runtime.cluster.kubernetes_status import workload_status
 from tests.cluster import recorded as r
 
 

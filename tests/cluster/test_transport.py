@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from kubernetes import client as k8s
 
-from scheduling.cluster.base import PermanentClusterError, TransientClusterError
-from scheduling.cluster.kubernetes import KubernetesClusterBackend, load_api_client
+from runtime.cluster.base import PermanentClusterError, TransientClusterError
+from runtime.cluster.kubernetes import KubernetesClusterBackend, load_api_client
 from tests.cluster.specs import workload
 
 

@@ -8,8 +8,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from runtime.models import SimulatedWorkload
 from scheduling.choices import RequestStatus
-from scheduling.models import Allocation, Flavor, GpuRequest, SimulatedWorkload
+from scheduling.models import Allocation, Flavor, GpuRequest
 from scheduling.services import approve_gpu_request, submit_gpu_request
 from tests.support.personas import Org
 

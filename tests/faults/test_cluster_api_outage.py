@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
+from runtime.cluster.base import REQUEST_LABEL
+from runtime.inventory import apply_inventory
 from scheduling.choices import RequestStatus
-from scheduling.cluster.base import REQUEST_LABEL
 from scheduling.demo import seed_demo_fleet
-from scheduling.inventory import apply_inventory
 from scheduling.models import Allocation, Flavor, GpuRequest, Quota
 from tenants.models import Project
 from tests.faults.conftest import report, sizes

@@ -7,10 +7,11 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from scheduling import cycle, execution, services
+from runtime import execution
+from runtime.cluster.simulated import SimulatedCluster
+from scheduling import cycle, services
 from scheduling.choices import RequestStatus
 from scheduling.models import Allocation, GpuRequest, ReclaimPolicy
-from scheduling.simulated import SimulatedCluster
 from tests.scheduling.conftest import Fleet, fleet  # noqa: F401 — the fleet fixture
 from tests.support.personas import Org
 

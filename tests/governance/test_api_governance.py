@@ -107,7 +107,7 @@ def test_other_team_cannot_touch_governance_actions(org: Org, running: Runner) -
 
 
 def reclaimed(running: Runner, **kwargs: Any) -> Any:
-    from scheduling.reclaim import reclaim_request
+    from runtime.reclaim import reclaim_request
 
     request = running(minutes_ago=5, **kwargs)
     assert reclaim_request(request, reason="Reclaimed: idle.", code="idle", evidence={})

@@ -16,18 +16,13 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from scheduling import cycle, execution, services
+from runtime import execution
+from runtime.cluster.simulated import SCALED_TO_ZERO, SimulatedCluster
+from runtime.models import SimulatedWorkload
+from runtime.reclaim import enforce_reclaim_policies
+from scheduling import cycle, services
 from scheduling.choices import RequestStatus
-from scheduling.models import (
-    Allocation,
-    GpuRequest,
-    ReclaimPolicy,
-    SimulatedWorkload,
-    Tier,
-    UtilisationSample,
-)
-from scheduling.reclaim import enforce_reclaim_policies
-from scheduling.simulated import SCALED_TO_ZERO, SimulatedCluster
+from scheduling.models import Allocation, GpuRequest, ReclaimPolicy, Tier, UtilisationSample
 from tests.governance.conftest import Runner
 from tests.scheduling.conftest import Fleet
 from tests.support.personas import Org, api_client

@@ -13,8 +13,9 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from scheduling.models import Allocation, SimulatedWorkload, UtilisationSample
-from scheduling.monitoring import PrometheusMetrics, SimulatedMetrics, record_samples
+from runtime.models import SimulatedWorkload
+from runtime.monitoring import PrometheusMetrics, SimulatedMetrics, record_samples
+from scheduling.models import Allocation, UtilisationSample
 from tests.governance.conftest import Runner
 
 pytestmark = pytest.mark.django_db

@@ -9,10 +9,11 @@ import pytest
 from django.core import mail
 from django.utils import timezone
 
+from runtime.cluster.simulated import SimulatedCluster
+from runtime.models import SimulatedWorkload
+from runtime.reclaim import enforce_reclaim_policies
 from scheduling.choices import RequestStatus
-from scheduling.models import Allocation, GpuRequest, Node, SimulatedWorkload, UtilisationSample
-from scheduling.reclaim import enforce_reclaim_policies
-from scheduling.simulated import SimulatedCluster
+from scheduling.models import Allocation, GpuRequest, Node, UtilisationSample
 from tenants.models import AuditEvent
 from tests.governance.conftest import Runner
 
@@ -148,7 +149,7 @@ def test_zombie_workloads_are_removed_and_live_ones_kept(running: Runner) -> Non
 
 
 def test_running_request_whose_workload_vanished_fails(running: Runner) -> None:
-    from scheduling.execution import sync_workloads
+    from runtime.execution import sync_workloads
 
     request = running(minutes_ago=1)
     SimulatedWorkload.objects.all().delete()

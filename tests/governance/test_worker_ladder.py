@@ -12,8 +12,9 @@ import redis
 from django.urls import reverse
 from django.utils import timezone
 
-from scheduling.models import GpuRequest, ReclaimPolicy, SimulatedWorkload
-from scheduling.simulated import SCALED_TO_ZERO
+from runtime.cluster.simulated import SCALED_TO_ZERO
+from runtime.models import SimulatedWorkload
+from scheduling.models import GpuRequest, ReclaimPolicy
 from tenants.models import AuditEvent
 from tests.scheduling.conftest import Fleet
 from tests.scheduling.helpers import request_body

@@ -83,7 +83,7 @@ def k8s_admin(k8s_testbed: Testbed) -> Admin:
 def k8s_backend(k8s_testbed: Testbed) -> Any:
     """The portal's backend, authenticated as the least-privilege `gpu-portal` user whose
     ClusterRole is the one docs/kubernetes-backend.md documents."""
-    from scheduling.cluster.kubernetes import KubernetesClusterBackend
+    from runtime.cluster.kubernetes import KubernetesClusterBackend
 
     return KubernetesClusterBackend(kubeconfig=str(k8s_testbed.portal_kubeconfig))
 
@@ -114,7 +114,7 @@ def eventually(
 @pytest.fixture(scope="session")
 def portal_priorities(k8s_backend: Any) -> None:
     """The portal's PriorityClasses (gpu-portal-low/normal/high/critical), created once."""
-    from scheduling.execution import PRIORITY_CLASSES
+    from runtime.execution import PRIORITY_CLASSES
 
     k8s_backend.ensure_priority_classes(list(PRIORITY_CLASSES.values()))
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from scheduling.cluster.base import (
+from runtime.cluster.base import (
     ProjectSpec,
     SharingMode,
     Taint,

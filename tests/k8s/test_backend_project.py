@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from scheduling.cluster.base import LimitRangeSpec, PermanentClusterError, PrioritySpec, ProjectSpec
-from scheduling.execution import PRIORITY_CLASSES
+from runtime.cluster.base import LimitRangeSpec, PermanentClusterError, PrioritySpec, ProjectSpec
+from runtime.execution import PRIORITY_CLASSES
 from tests.k8s.conftest import Admin, eventually
 from tests.k8s.helpers import GPU_TOLERATION, job, project
 

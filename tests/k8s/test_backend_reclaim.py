@@ -9,13 +9,13 @@ from typing import Any
 
 import pytest
 
-from scheduling.cluster.base import (
+from runtime.cluster.base import (
     ATTEMPT_LABEL,
     SUSPENDED_AT_ANNOTATION,
     SUSPENDED_REPLICAS_ANNOTATION,
     WorkloadStatus,
 )
-from scheduling.cluster.gpu_models import DEFAULT_GPU_MODEL_ALIASES, gpu_products_for
+from runtime.cluster.gpu_models import DEFAULT_GPU_MODEL_ALIASES, gpu_products_for
 from tests.k8s.conftest import Admin, eventually
 from tests.k8s.helpers import job, runs_for
 
@@ -154,10 +154,11 @@ def test_the_portal_reclaims_a_notebook_to_zero_and_resume_brings_the_same_deplo
 
     from django.contrib.auth import get_user_model
 
-    from scheduling import cycle, execution, reclaim, services
+    from runtime import execution, reclaim
+    from runtime.inventory import apply_inventory
+    from scheduling import cycle, services
     from scheduling.choices import RequestStatus
     from scheduling.demo import seed_demo_fleet
-    from scheduling.inventory import apply_inventory
     from scheduling.models import Allocation, Flavor
     from tenants.models import Project
     from tenants.services import seed_demo_organisation

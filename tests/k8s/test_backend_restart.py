@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from scheduling.cluster.base import TransientClusterError, WorkloadEvent
+from runtime.cluster.base import TransientClusterError, WorkloadEvent
 from tests.k8s.conftest import eventually
 from tests.k8s.helpers import job, runs_for
 

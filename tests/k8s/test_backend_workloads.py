@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from scheduling.cluster.base import TransientClusterError, WorkloadStatus
+from runtime.cluster.base import TransientClusterError, WorkloadStatus
 from tests.k8s.conftest import Admin, eventually
 from tests.k8s.helpers import FAIL_LABEL, FAIL_PREFIX, job, runs_for
 
@@ -182,7 +182,7 @@ def test_list_workloads_groups_jobs_and_pods_per_attempt(
 
 
 def test_an_unreachable_api_server_is_a_transient_error(k8s_testbed: Any, tmp_path: Any) -> None:
-    from scheduling.cluster.kubernetes import KubernetesClusterBackend
+    from runtime.cluster.kubernetes import KubernetesClusterBackend
     from scripts.testbed.cluster import PORTAL_TOKEN, free_port, write_kubeconfig
 
     # The test bed's CA and token, a port nobody listens on.

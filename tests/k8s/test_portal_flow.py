@@ -9,10 +9,11 @@ from typing import Any
 import pytest
 from django.contrib.auth import get_user_model
 
-from scheduling import cycle, execution, services
+from runtime import execution
+from runtime.inventory import apply_inventory
+from scheduling import cycle, services
 from scheduling.choices import RequestStatus
 from scheduling.demo import seed_demo_fleet
-from scheduling.inventory import apply_inventory
 from scheduling.models import Allocation, Flavor
 from tenants.models import Project
 from tenants.services import seed_demo_organisation

@@ -3,7 +3,7 @@
 Validated offline against the Kubernetes 1.37 schemas (kubernetes-validate, strict: unknown
 fields fail). Invariants: exactly one beat that is never doubled during an upgrade, probes on
 /healthz and /readyz, no service-account token in any pod but the worker's, and a worker
-ClusterRole that grants exactly the verbs scheduling/cluster/kubernetes.py calls — derived from
+ClusterRole that grants exactly the verbs runtime/cluster/kubernetes.py calls — derived from
 its source here, so a new client call without its RBAC rule fails this test.
 """
 

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from django.urls import reverse
 
-from scheduling import services
+from scheduling import dispatch, services
 from scheduling.models import GpuRequest
 from tests.scheduling.conftest import Fleet
 from tests.scheduling.helpers import request_body
@@ -21,10 +21,13 @@ pytestmark = pytest.mark.django_db
 def queued(monkeypatch: pytest.MonkeyPatch) -> list[tuple[list[str], dict[str, Any]]]:
     """The notices handed to the broker: (recipients, event)."""
     sent: list[tuple[list[str], dict[str, Any]]] = []
-    monkeypatch.setattr(
-        "scheduling.tasks.send_notification.delay",
-        lambda recipients, subject, body, event: sent.append((recipients, event)),
-    )
+
+    def send(task_name: str, *args: Any) -> None:
+        if task_name == dispatch.SEND_NOTIFICATION:
+            recipients, _subject, _body, event = args
+            sent.append((recipients, event))
+
+    monkeypatch.setattr(dispatch, "send", send)
     return sent
 
 

@@ -8,10 +8,12 @@ from typing import Any
 
 import pytest
 
-from scheduling import cycle, execution, services
+from runtime import execution
+from runtime.cluster.simulated import SimulatedCluster
+from runtime.models import SimulatedWorkload
+from scheduling import cycle, services
 from scheduling.choices import RequestStatus
-from scheduling.models import Allocation, GpuRequest, SchedulerLease, SimulatedWorkload
-from scheduling.simulated import SimulatedCluster
+from scheduling.models import Allocation, GpuRequest, SchedulerLease
 from tests.scheduling.conftest import Fleet
 from tests.support.personas import Org
 

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from scheduling.cluster.base import HamiDevice, NodeInventory
-from scheduling.inventory import apply_inventory
+from runtime.cluster.base import HamiDevice, NodeInventory
+from runtime.inventory import apply_inventory
 from scheduling.models import GpuDevice, Node
 from tests.scheduling.conftest import Fleet
 

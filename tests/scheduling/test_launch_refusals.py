@@ -8,12 +8,13 @@ from typing import Any
 
 import pytest
 
-from scheduling import cycle, execution, services
+from runtime import execution
+from runtime.cluster.base import PermanentClusterError, ProjectSpec, TransientClusterError
+from runtime.cluster.simulated import SimulatedCluster
+from runtime.tasks import AUTHORIZATION_RETRIES, launch_workload
+from scheduling import cycle, services
 from scheduling.choices import RequestStatus
-from scheduling.cluster.base import PermanentClusterError, ProjectSpec, TransientClusterError
 from scheduling.models import Allocation, GpuRequest
-from scheduling.simulated import SimulatedCluster
-from scheduling.tasks import AUTHORIZATION_RETRIES, launch_workload
 from tests.scheduling.conftest import Fleet
 from tests.support.personas import Org
 

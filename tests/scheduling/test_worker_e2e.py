@@ -10,7 +10,7 @@ import pytest
 import redis
 from django.urls import reverse
 
-from scheduling.models import SimulatedWorkload
+from runtime.models import SimulatedWorkload
 from tests.scheduling.conftest import Fleet
 from tests.scheduling.helpers import request_body
 from tests.support.personas import Org, api_client

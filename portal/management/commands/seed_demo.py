@@ -8,7 +8,8 @@ from django.conf import settings
 from django.core.management.base import BaseCommand
 
 from accounting.demo import seed_demo_prices
-from scheduling.demo import seed_demo_fleet, seed_demo_zombie
+from runtime.demo import seed_demo_zombie
+from scheduling.demo import seed_demo_fleet
 from tenants.services import DEMO_USERS, seed_demo_organisation
 
 

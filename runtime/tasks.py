@@ -1,0 +1,111 @@
+"""Thin Celery tasks of what runs on the cluster: take ids, call one service, safe to run twice.
+
+Tasks ack late and are re-queued when a worker dies, so every one of them must tolerate running
+again after a partial first run. Only named transient errors are retried, with jittered backoff.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from celery import Task, shared_task
+from django.conf import settings
+from django.utils import timezone
+
+from runtime import execution, inventory, monitoring, reclaim
+from runtime.cluster.base import PermanentClusterError, TransientClusterError
+from scheduling.dispatch import request_launch, request_scheduling_cycle
+from scheduling.models import GpuRequest
+
+log = logging.getLogger(__name__)
+
+
+class ClusterTask(Task):
+    """A task that talks to the cluster: transient cluster errors retry with jittered backoff."""
+
+    autoretry_for = (TransientClusterError,)
+    retry_backoff = 2
+    retry_backoff_max = 120
+    retry_jitter = True
+    max_retries = 12
+    acks_late = True
+    soft_time_limit = 100
+    time_limit = 120
+
+
+# An API server refuses everything with 401/403 while its authorizer catches up: for a few
+# seconds after it starts, and after the portal writes a project's RoleBinding. A refusal for
+# authorization is retried this many times (2 + 4 + 8 + 16 s) before the launch fails with it.
+AUTHORIZATION_RETRIES = 4
+
+
+@shared_task(base=ClusterTask, bind=True)
+def launch_workload(self: Task, request_id: int, attempt: int, refusals: int = 0) -> str:
+    try:
+        return execution.launch_request(request_id=request_id, attempt=attempt)
+    except PermanentClusterError as error:
+        # Refusals are counted apart from the task's retries: a launch that waited out an
+        # unreachable API server has used several of those by the time the server refuses.
+        # (Should the outage have used them all, the refusal ends this task and the stuck-request
+        # sweeper launches the request again with a fresh count.)
+        if error.status in (401, 403) and refusals < AUTHORIZATION_RETRIES:
+            raise self.retry(
+                exc=error, countdown=2 ** (refusals + 1), kwargs={"refusals": refusals + 1}
+            ) from error
+        execution.fail_launch(
+            request_id=request_id, attempt=attempt, reason=f"The cluster refused it: {error}"
+        )
+        request_scheduling_cycle()
+        return "failed"
+
+
+@shared_task(base=ClusterTask)
+def terminate_workload(request_id: int, attempt: int, reason: str) -> None:
+    execution.terminate_request_workload(request_id=request_id, attempt=attempt, reason=reason)
+
+
+@shared_task(base=ClusterTask)
+def scale_workload_to_zero(request_id: int, attempt: int, reason: str) -> bool:
+    """A reclaimed notebook or service keeps its objects at zero replicas, to be resumed."""
+    return reclaim.scale_request_workload_to_zero(
+        request_id=request_id, attempt=attempt, reason=reason
+    )
+
+
+@shared_task(base=ClusterTask)
+def sync_workloads() -> dict[str, int]:
+    moved = execution.sync_workloads()
+    if moved:
+        request_scheduling_cycle()  # finished work frees capacity
+    return moved
+
+
+@shared_task(base=ClusterTask)
+def sync_inventory() -> dict[str, int]:
+    """Read nodes and GPUs from a real cluster (the simulated fleet is the database itself)."""
+    if settings.CLUSTER_BACKEND != "kubernetes":
+        return {}
+    counts = inventory.apply_inventory(execution.cluster_backend().sync_inventory())
+    if counts["added"] or counts["lost"]:
+        request_scheduling_cycle()  # node changes can unblock (or strand) work
+    return counts
+
+
+@shared_task(acks_late=True, soft_time_limit=50, time_limit=60)
+def record_utilisation() -> int:
+    return monitoring.record_samples()
+
+
+@shared_task(base=ClusterTask)
+def enforce_reclaim_policies() -> dict[str, int]:
+    return reclaim.enforce_reclaim_policies()
+
+
+@shared_task(acks_late=True)
+def sweep_stuck_requests() -> int:
+    """Launch again anything stranded in admitted/launching by a lost message or killed worker."""
+    stuck = execution.stuck_requests()
+    for request_id, attempt in stuck:
+        GpuRequest.objects.filter(pk=request_id).update(updated_at=timezone.now())
+        request_launch(request_id, attempt)
+    return len(stuck)
