@@ -10,9 +10,11 @@ from django.core.exceptions import SuspiciousOperation
 from django.db import transaction
 from django.db.models import QuerySet
 from django.http import HttpRequest
+from django.utils.functional import cached_property
 from mozilla_django_oidc.auth import OIDCAuthenticationBackend
 
 from tenants.identity import (
+    GroupGrant,
     groups_from_claim,
     parse_group_map,
     save_user_from_claims,
@@ -27,8 +29,13 @@ class PortalOIDCBackend(OIDCAuthenticationBackend):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.group_map = parse_group_map(self.get_settings("OIDC_GROUP_MAP", ""))
         self.groups_claim = self.get_settings("OIDC_GROUPS_CLAIM", "groups")
+
+    @cached_property
+    def group_map(self) -> dict[str, GroupGrant]:
+        """Read when someone signs in through the provider, so that a map that does not read
+        fails single sign-on (naming the entry) but not password sign-in, which loads this too."""
+        return parse_group_map(self.get_settings("OIDC_GROUP_MAP", ""))
 
     def authenticate(self, request: HttpRequest | None, **kwargs: Any) -> Any:
         """A token that fails verification (signature, algorithm, nonce) is a failed sign-in,

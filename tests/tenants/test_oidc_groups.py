@@ -364,6 +364,19 @@ def test_a_local_superuser_cannot_be_taken_over_through_the_provider(
     assert roles_of("root") == set()
 
 
+def test_a_group_map_that_does_not_read_stops_single_sign_on_but_not_password_sign_in(
+    sso: StubIdentityProvider, settings: Any
+) -> None:
+    settings.OIDC_GROUP_MAP = "gpu-vision-leads=vision:boss"
+    get_user_model().objects.create_user("alice", password="pw-alice")
+    client = Client()
+
+    assert client.post("/login/", {"username": "alice", "password": "pw-alice"}).status_code == 302
+    assert signed_in_as(client) == "alice"
+    with pytest.raises(ImproperlyConfigured, match="names role 'boss'"):
+        sign_in(Client(), sso, preferred_username="erin", groups=["gpu-vision-leads"])
+
+
 def test_the_login_page_offers_single_sign_on_when_it_is_on(sso: StubIdentityProvider) -> None:
     page = Client().get("/login/")
 
