@@ -132,6 +132,11 @@ class CycleResult:
     preempted: list[int] = field(default_factory=list)
     waiting: int = 0
     seconds: float = 0.0
+    # The split of `seconds`: (1) snapshot read, (2) engine plan, (3) the writes and the commit
+    # (with the after-commit callbacks, which Django runs as the transaction closes).
+    read_seconds: float = 0.0
+    plan_seconds: float = 0.0
+    write_seconds: float = 0.0
 
 
 def run_cycle(
@@ -148,10 +153,17 @@ def run_cycle(
     try:
         # 1. Read.
         snapshot = build_snapshot()
+        read_done = time.perf_counter()
         # 2. Decide.
         plan = engine.plan(snapshot, now=now if now is not None else time.time(), policy=POLICY)
+        plan_done = time.perf_counter()
         # 3. Write.
-        result = CycleResult(ran=True, waiting=len(plan.waiting))
+        result = CycleResult(
+            ran=True,
+            waiting=len(plan.waiting),
+            read_seconds=read_done - started,
+            plan_seconds=plan_done - read_done,
+        )
         with transaction.atomic():
             for preemption in plan.preemptions:
                 attempt = _preempt(preemption)
@@ -166,6 +178,7 @@ def run_cycle(
                     if on_admit:
                         _after_commit(on_admit, int(admission.request_id), attempt)
             _record_waiting(plan.waiting)
+        result.write_seconds = time.perf_counter() - plan_done
         # 4. Act: the on_commit callbacks above enqueue launches and terminations.
         result.seconds = time.perf_counter() - started
         return result
