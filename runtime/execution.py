@@ -34,8 +34,10 @@ from scheduling.snapshot import POOL_LABEL
 
 log = logging.getLogger(__name__)
 
+# All `Never`: the portal alone preempts (see PrioritySpec); the value still orders the pods
+# kube-scheduler places.
 PRIORITY_CLASSES = {
-    "low": PrioritySpec("gpu-portal-low", 100, "Never", "GPU Portal: low priority"),
+    "low": PrioritySpec("gpu-portal-low", 100, description="GPU Portal: low priority"),
     "normal": PrioritySpec("gpu-portal-normal", 1000, description="GPU Portal: normal"),
     "high": PrioritySpec("gpu-portal-high", 10000, description="GPU Portal: high"),
     "critical": PrioritySpec("gpu-portal-critical", 100000, description="GPU Portal: critical"),

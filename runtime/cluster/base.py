@@ -158,11 +158,15 @@ class ProjectSpec:
 
 @dataclass(frozen=True, slots=True)
 class PrioritySpec:
-    """A cluster PriorityClass the portal owns, e.g. `gpu-portal-high` = 1000."""
+    """A cluster PriorityClass the portal owns, e.g. `gpu-portal-high` = 1000.
+
+    `Never` by default: the engine decides preemption and the worker carries it out; a class
+    that may preempt would let kube-scheduler evict portal work too, which then ends failed.
+    """
 
     name: str
     value: int
-    preemption_policy: PreemptionPolicy = "PreemptLowerPriority"
+    preemption_policy: PreemptionPolicy = "Never"
     description: str = ""
 
     def __post_init__(self) -> None:

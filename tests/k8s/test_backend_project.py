@@ -99,7 +99,7 @@ def test_a_drifted_priority_class_is_recreated_and_a_foreign_one_refused(
     k8s_backend: Any, k8s_admin: Admin
 ) -> None:
     name = f"gpu-portal-t{uuid.uuid4().hex[:8]}"
-    k8s_backend.ensure_priority_classes([PrioritySpec(name, 500)])
+    k8s_backend.ensure_priority_classes([PrioritySpec(name, 500, "PreemptLowerPriority")])
     k8s_backend.ensure_priority_classes([PrioritySpec(name, 700, "Never")])
     pc = k8s_admin.scheduling.read_priority_class(name)
     assert (pc.value, pc.preemption_policy) == (700, "Never")
