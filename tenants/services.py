@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib.auth import get_user_model
-from django.db import IntegrityError, transaction
+from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
+from django.db import IntegrityError, models, transaction
 
 from tenants.choices import ORGANISATION_ROLES, TEAM_ROLES, Role
 from tenants.errors import ConflictError, DomainError, ForbiddenError
@@ -42,7 +43,8 @@ def record_audit_event(
     return event
 
 
-def _require_platform_admin(actor: Any, what: str) -> None:
+def require_platform_admin(actor: Any, what: str) -> None:
+    """Refuse (403) unless `actor` is a platform admin; `what` ends "Only platform admins may"."""
     if not scope_of(actor).is_platform_admin:
         raise ForbiddenError("forbidden", f"Only platform admins may {what}.")
 
@@ -52,71 +54,164 @@ def _require_lead(actor: Any, team: Team, what: str) -> None:
         raise ForbiddenError("forbidden", f"Only the team's lead or a platform admin may {what}.")
 
 
+def audit_value(value: Any) -> Any:
+    """A field's value as the audit trail keeps it: objects by primary key, the rest as JSON."""
+    if isinstance(value, models.Model):
+        return value.pk
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    if isinstance(value, list | tuple | set | frozenset):
+        return [audit_value(item) for item in value]
+    if isinstance(value, dict):
+        return {str(key): audit_value(item) for key, item in value.items()}
+    return str(value)
+
+
+def apply_changes(instance: models.Model, changes: dict[str, Any]) -> dict[str, list[Any]]:
+    """Set `changes` on `instance`; answer {field: [before, after]} for the fields that differ."""
+    changed: dict[str, list[Any]] = {}
+    for field, value in changes.items():
+        before = getattr(instance, field)
+        if before != value:
+            changed[field] = [audit_value(before), audit_value(value)]
+        setattr(instance, field, value)
+    return changed
+
+
+def validation_error(error: ValidationError) -> DomainError:
+    """A model's validation error as the domain's: one message, and the fields it names."""
+    messages = (
+        error.message_dict if hasattr(error, "error_dict") else {NON_FIELD_ERRORS: error.messages}
+    )
+    fields = {
+        name: " ".join(str(text) for text in texts)
+        for name, texts in messages.items()
+        if name != NON_FIELD_ERRORS
+    }
+    general = " ".join(str(text) for text in messages.get(NON_FIELD_ERRORS, []))
+    first = general or next(iter(fields.values()), "")
+    return DomainError("invalid", first or "Invalid input: see the fields.", fields=fields)
+
+
+def save_valid(instance: models.Model) -> None:
+    """Validate `instance` as its model says (fields, uniqueness, constraints), then save it.
+
+    Refusals are `DomainError` (400) naming the fields; a clash the checks could not see (two
+    writes at once) is a `ConflictError` (409).
+    """
+    try:
+        instance.full_clean()
+    except ValidationError as error:
+        raise validation_error(error) from error
+    try:
+        with transaction.atomic():
+            instance.save()
+    except IntegrityError as error:
+        raise ConflictError("conflict", f"{instance} clashes with another object.") from error
+
+
+def delete_unused(instance: models.Model, *, code: str, message: str) -> None:
+    """Delete `instance`, or refuse with a `ConflictError` (409) while other objects need it."""
+    try:
+        with transaction.atomic():
+            instance.delete()
+    except IntegrityError as error:  # ProtectedError and RestrictedError are IntegrityErrors
+        raise ConflictError(code, message) from error
+
+
+TEAM_FIELDS = frozenset({"name", "slug", "description"})
+PROJECT_FIELDS = frozenset({"name", "slug", "description"})
+
+
+def _only(fields: dict[str, Any], allowed: frozenset[str]) -> dict[str, Any]:
+    unknown = sorted(set(fields) - allowed)
+    if unknown:
+        raise DomainError(
+            "invalid",
+            f"Unknown fields: {', '.join(unknown)}.",
+            fields=dict.fromkeys(unknown, "unknown field"),
+        )
+    return fields
+
+
 @transaction.atomic
-def create_team(*, actor: Any, name: str, slug: str, description: str = "") -> Team:
-    _require_platform_admin(actor, "create teams")
-    team = Team.objects.create(name=name, slug=slug, description=description)
-    record_audit_event(actor=actor, action="team.created", target=team, team=team)
+def create_team(*, actor: Any, **fields: Any) -> Team:
+    """A new team (platform admins): name, slug and description."""
+    require_platform_admin(actor, "create teams")
+    team = Team(**_only(fields, TEAM_FIELDS))
+    save_valid(team)
+    record_audit_event(
+        actor=actor,
+        action="team.created",
+        target=team,
+        team=team,
+        data={"fields": audit_value(fields)},
+    )
     return team
 
 
 @transaction.atomic
-def update_team(*, actor: Any, team: Team, **changes: Any) -> Team:
-    _require_platform_admin(actor, "change teams")
-    for field, value in changes.items():
-        setattr(team, field, value)
-    team.save(update_fields=list(changes))
+def update_team(*, actor: Any, team: Team, **fields: Any) -> Team:
+    require_platform_admin(actor, "change teams")
+    changes = apply_changes(team, _only(fields, TEAM_FIELDS))
+    save_valid(team)
     record_audit_event(
-        actor=actor, action="team.updated", target=team, team=team, data={"fields": list(changes)}
+        actor=actor, action="team.updated", target=team, team=team, data={"changes": changes}
     )
     return team
 
 
 @transaction.atomic
 def delete_team(*, actor: Any, team: Team) -> None:
-    _require_platform_admin(actor, "delete teams")
+    """Delete an empty team; one with projects (and so with requests) is refused (409)."""
+    require_platform_admin(actor, "delete teams")
     if team.projects.exists():
         raise ConflictError("team_has_projects", "Delete or move the team's projects first.")
     record_audit_event(actor=actor, action="team.deleted", target=team, message=team.name)
-    team.delete()
+    delete_unused(team, code="team_in_use", message="The team still has usage or statements.")
 
 
 @transaction.atomic
-def create_project(
-    *, actor: Any, team: Team, name: str, slug: str, description: str = ""
-) -> Project:
+def create_project(*, actor: Any, team: Team, **fields: Any) -> Project:
+    """A new project of `team` (its lead or a platform admin): name, slug and description."""
     _require_lead(actor, team, "create projects")
-    project = Project.objects.create(team=team, name=name, slug=slug, description=description)
+    project = Project(team=team, **_only(fields, PROJECT_FIELDS))
+    save_valid(project)
     record_audit_event(
-        actor=actor, action="project.created", target=project, team=team, project=project
+        actor=actor,
+        action="project.created",
+        target=project,
+        team=team,
+        project=project,
+        data={"fields": audit_value(fields)},
     )
     return project
 
 
 @transaction.atomic
-def update_project(*, actor: Any, project: Project, **changes: Any) -> Project:
+def update_project(*, actor: Any, project: Project, **fields: Any) -> Project:
     _require_lead(actor, project.team, "change projects")
-    if "team" in changes and changes["team"] != project.team:
+    if "team" in fields and fields["team"] != project.team:
         raise DomainError(
             "project_team_fixed", "A project cannot move to another team.", fields={"team": ""}
         )
-    changes.pop("team", None)
-    for field, value in changes.items():
-        setattr(project, field, value)
-    project.save(update_fields=list(changes) or None)
+    fields.pop("team", None)
+    changes = apply_changes(project, _only(fields, PROJECT_FIELDS))
+    save_valid(project)
     record_audit_event(
         actor=actor,
         action="project.updated",
         target=project,
         team=project.team,
         project=project,
-        data={"fields": list(changes)},
+        data={"changes": changes},
     )
     return project
 
 
 @transaction.atomic
 def delete_project(*, actor: Any, project: Project) -> None:
+    """Delete a project without requests (its quotas go with it); one with requests is a 409."""
     _require_lead(actor, project.team, "delete projects")
     record_audit_event(
         actor=actor,
@@ -125,14 +220,16 @@ def delete_project(*, actor: Any, project: Project) -> None:
         team=project.team,
         message=str(project),
     )
-    try:
-        with transaction.atomic():
-            project.delete()
-    except IntegrityError as error:
-        raise ConflictError("project_in_use", "The project still has work or quotas.") from error
+    delete_unused(project, code="project_in_use", message="The project still has requests.")
 
 
 def _check_role_fits_team(role: str, team: Team | None) -> None:
+    if role not in Role.values:
+        raise DomainError(
+            "invalid",
+            f"Unknown role {role!r}.",
+            fields={"role": f"one of {', '.join(Role.values)}"},
+        )
     if team is None and role not in ORGANISATION_ROLES:
         raise DomainError(
             "invalid", "Developer and team lead roles need a team.", fields={"team": "required"}
@@ -146,11 +243,11 @@ def _check_role_fits_team(role: str, team: Team | None) -> None:
 
 
 @transaction.atomic
-def add_member(*, actor: Any, user: Any, team: Team | None, role: str) -> Membership:
+def add_membership(*, actor: Any, team: Team | None, user: Any, role: str) -> Membership:
     """Give `user` a role; team leads manage their own team, platform admins everything."""
     _check_role_fits_team(role, team)
     if team is None:
-        _require_platform_admin(actor, "grant organisation roles")
+        require_platform_admin(actor, "grant organisation roles")
     else:
         _require_lead(actor, team, "add members")
     existing = Membership.objects.filter(user=user, team=team)
@@ -158,7 +255,8 @@ def add_member(*, actor: Any, user: Any, team: Team | None, role: str) -> Member
         existing = existing.filter(role=role)
     if existing.exists():
         raise ConflictError("already_member", f"{user} already has a role here.")
-    membership = Membership.objects.create(user=user, team=team, role=role)
+    membership = Membership(user=user, team=team, role=role)
+    save_valid(membership)
     record_audit_event(
         actor=actor,
         action="membership.created",
@@ -170,29 +268,29 @@ def add_member(*, actor: Any, user: Any, team: Team | None, role: str) -> Member
 
 
 @transaction.atomic
-def change_member_role(*, actor: Any, membership: Membership, role: str) -> Membership:
+def change_membership_role(*, actor: Any, membership: Membership, role: str) -> Membership:
     _check_role_fits_team(role, membership.team)
     if membership.team is None:
-        _require_platform_admin(actor, "change organisation roles")
+        require_platform_admin(actor, "change organisation roles")
     else:
         _require_lead(actor, membership.team, "change roles")
     previous = membership.role
     membership.role = role
-    membership.save(update_fields=["role"])
+    save_valid(membership)
     record_audit_event(
         actor=actor,
         action="membership.role_changed",
         target=membership,
         team=membership.team,
-        data={"from": previous, "to": role},
+        data={"changes": {"role": [previous, role]}},
     )
     return membership
 
 
 @transaction.atomic
-def remove_member(*, actor: Any, membership: Membership) -> None:
+def remove_membership(*, actor: Any, membership: Membership) -> None:
     if membership.team is None:
-        _require_platform_admin(actor, "revoke organisation roles")
+        require_platform_admin(actor, "revoke organisation roles")
     else:
         _require_lead(actor, membership.team, "remove members")
     record_audit_event(

@@ -135,19 +135,19 @@ class MembershipViewSet(ScopedModelViewSet):
     ordering_fields = ["created_at"]
 
     def perform_create(self, serializer: BaseSerializer) -> None:
-        serializer.instance = services.add_member(
+        serializer.instance = services.add_membership(
             actor=self.request.user, **serializer.validated_data
         )
 
     def perform_update(self, serializer: BaseSerializer) -> None:
         membership = cast(Membership, serializer.instance)
         role = serializer.validated_data.get("role", membership.role)
-        serializer.instance = services.change_member_role(
+        serializer.instance = services.change_membership_role(
             actor=self.request.user, membership=membership, role=role
         )
 
     def perform_destroy(self, instance: Membership) -> None:
-        services.remove_member(actor=self.request.user, membership=instance)
+        services.remove_membership(actor=self.request.user, membership=instance)
 
 
 class CanReadAuditTrail(permissions.BasePermission):

@@ -1,0 +1,111 @@
+"""Writes to the price list (platform admins), each validated and audited.
+
+A price is never rewritten once in effect: usage has been metered at it. A new price starts now
+or later; a price that has not started yet may still be changed or withdrawn.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from accounting.models import Price
+from tenants.errors import ConflictError, DomainError
+from tenants.services import (
+    apply_changes,
+    audit_value,
+    record_audit_event,
+    require_platform_admin,
+    save_valid,
+)
+
+PRICE_FIELDS = frozenset(
+    {
+        "flavor",
+        "price_per_hour",
+        "currency",
+        "effective_from",
+        "preemptible_multiplier",
+        "priority_multipliers",
+    }
+)
+
+
+def _only(fields: dict[str, Any]) -> dict[str, Any]:
+    unknown = sorted(set(fields) - PRICE_FIELDS)
+    if unknown:
+        raise DomainError(
+            "invalid",
+            f"Unknown fields: {', '.join(unknown)}.",
+            fields=dict.fromkeys(unknown, "unknown field"),
+        )
+    return fields
+
+
+def _check_starts_ahead(effective_from: datetime, now: datetime) -> None:
+    if effective_from < now:
+        raise DomainError(
+            "invalid",
+            "A price starts now or later: usage already metered keeps the price it had.",
+            fields={"effective_from": "in the past"},
+        )
+
+
+def _check_not_in_effect(price: Price, now: datetime, what: str) -> None:
+    if price.effective_from <= now:
+        raise ConflictError(
+            "price_in_effect",
+            f"This price is in effect since {price.effective_from:%Y-%m-%d %H:%M}: usage was "
+            f"metered at it, so it cannot be {what}. Add a new price from a later date.",
+        )
+
+
+@transaction.atomic
+def create_price(*, actor: Any, **fields: Any) -> Price:
+    """A new price of a flavor from `effective_from` on (now when left out)."""
+    require_platform_admin(actor, "set prices")
+    now = timezone.now()
+    fields = _only(fields)
+    if fields.get("effective_from") is None:
+        fields["effective_from"] = now
+    else:
+        _check_starts_ahead(fields["effective_from"], now)
+    price = Price(**fields)
+    save_valid(price)
+    record_audit_event(
+        actor=actor, action="price.created", target=price, data={"fields": audit_value(fields)}
+    )
+    return price
+
+
+@transaction.atomic
+def update_price(*, actor: Any, price: Price, **fields: Any) -> Price:
+    """Change a price that has not started yet; one in effect is a 409."""
+    require_platform_admin(actor, "change prices")
+    now = timezone.now()
+    _check_not_in_effect(price, now, "changed")
+    fields = _only(fields)
+    if "effective_from" in fields:
+        _check_starts_ahead(fields["effective_from"], now)
+    changes = apply_changes(price, fields)
+    save_valid(price)
+    record_audit_event(actor=actor, action="price.updated", target=price, data={"changes": changes})
+    return price
+
+
+@transaction.atomic
+def delete_price(*, actor: Any, price: Price) -> None:
+    """Withdraw a price that has not started yet; one in effect is a 409."""
+    require_platform_admin(actor, "delete prices")
+    _check_not_in_effect(price, timezone.now(), "deleted")
+    record_audit_event(
+        actor=actor,
+        action="price.deleted",
+        target=price,
+        message=str(price),
+        data={"flavor": price.flavor_id, "price_per_hour": str(price.price_per_hour)},
+    )
+    price.delete()

@@ -1,0 +1,290 @@
+"""Writes to the GPU catalogue: tiers, node pools, flavors, approval rules, reclaim policies and
+team quotas. Platform admins make them; each write is validated as its model says and audited
+with the fields it changed. Deleting what is still in use is refused (409), never cascaded.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import transaction
+
+from scheduling import services
+from scheduling.models import ApprovalRule, Flavor, NodePool, Quota, ReclaimPolicy, Tier
+from tenants.errors import ConflictError, DomainError
+from tenants.models import Team
+from tenants.services import (
+    apply_changes,
+    audit_value,
+    delete_unused,
+    record_audit_event,
+    require_platform_admin,
+    save_valid,
+)
+
+TIER_FIELDS = frozenset(
+    {"name", "slug", "description", "max_runtime_seconds", "rank"}
+    | {"allowed_teams", "allowed_projects"}
+)
+TIER_RELATIONS = ("allowed_teams", "allowed_projects")
+NODE_POOL_FIELDS = frozenset(
+    {
+        "name",
+        "slug",
+        "tier",
+        "sharing_mode",
+        "node_selector",
+        "taints",
+        "scheduler_name",
+        "placement",
+        "scoring",
+        "allowed_kinds",
+        "short_reserve_fraction",
+        "short_max_runtime_seconds",
+    }
+)
+FLAVOR_FIELDS = frozenset(
+    {
+        "name",
+        "slug",
+        "pool",
+        "kind",
+        "gpu_model",
+        "gpu_memory_mib",
+        "gpu_cores_percent",
+        "mig_profile",
+        "gpu_equivalent",
+        "is_active",
+    }
+)
+APPROVAL_RULE_FIELDS = frozenset(
+    {
+        "tier",
+        "auto_approve_within_guaranteed",
+        "auto_approve_max_priority",
+        "lead_approves_whole_cards",
+        "approval_ttl_hours",
+    }
+)
+RECLAIM_POLICY_FIELDS = frozenset(
+    {
+        "idle_threshold_percent",
+        "idle_window_seconds",
+        "notebook_idle_window_seconds",
+        "idle_warning_seconds",
+        "idle_marks_preemptible",
+        "reclaim_idle",
+        "timeout_warning_seconds",
+        "pending_timeout_seconds",
+        "max_attempts",
+    }
+)
+
+
+def _only(fields: dict[str, Any], allowed: frozenset[str]) -> dict[str, Any]:
+    unknown = sorted(set(fields) - allowed)
+    if unknown:
+        raise DomainError(
+            "invalid",
+            f"Unknown fields: {', '.join(unknown)}.",
+            fields=dict.fromkeys(unknown, "unknown field"),
+        )
+    return fields
+
+
+def _audit(actor: Any, action: str, target: Any, data: dict[str, Any], message: str = "") -> None:
+    record_audit_event(actor=actor, action=action, target=target, data=data, message=message)
+
+
+# Tiers
+
+
+def _split_relations(fields: dict[str, Any]) -> tuple[dict[str, Any], dict[str, list[Any]]]:
+    plain = {name: value for name, value in fields.items() if name not in TIER_RELATIONS}
+    relations = {name: list(fields[name]) for name in TIER_RELATIONS if name in fields}
+    return plain, relations
+
+
+def _set_tier_relations(tier: Tier, relations: dict[str, list[Any]]) -> dict[str, list[Any]]:
+    """Set the tier's allowed teams and projects; answer {name: [before, after]} as pk lists."""
+    changed: dict[str, list[Any]] = {}
+    for name, objects in relations.items():
+        manager = getattr(tier, name)
+        before = sorted(manager.values_list("pk", flat=True))
+        after = sorted(obj.pk for obj in objects)
+        if before != after:
+            manager.set(objects)
+            changed[name] = [before, after]
+    return changed
+
+
+@transaction.atomic
+def create_tier(*, actor: Any, **fields: Any) -> Tier:
+    """A new tier; `allowed_teams` and `allowed_projects` take lists of objects."""
+    require_platform_admin(actor, "create tiers")
+    plain, relations = _split_relations(_only(fields, TIER_FIELDS))
+    tier = Tier(**plain)
+    save_valid(tier)
+    _set_tier_relations(tier, relations)
+    _audit(actor, "tier.created", tier, {"fields": audit_value(fields)})
+    return tier
+
+
+@transaction.atomic
+def update_tier(*, actor: Any, tier: Tier, **fields: Any) -> Tier:
+    require_platform_admin(actor, "change tiers")
+    plain, relations = _split_relations(_only(fields, TIER_FIELDS))
+    changes = apply_changes(tier, plain)
+    save_valid(tier)
+    changes.update(_set_tier_relations(tier, relations))
+    _audit(actor, "tier.updated", tier, {"changes": changes})
+    return tier
+
+
+@transaction.atomic
+def delete_tier(*, actor: Any, tier: Tier) -> None:
+    """Delete a tier without node pools (its approval rule and reclaim policy go with it)."""
+    require_platform_admin(actor, "delete tiers")
+    _audit(actor, "tier.deleted", tier, {}, message=tier.name)
+    delete_unused(
+        tier, code="tier_in_use", message=f"Tier {tier} still has node pools: move them first."
+    )
+
+
+# Node pools
+
+
+@transaction.atomic
+def create_node_pool(*, actor: Any, **fields: Any) -> NodePool:
+    require_platform_admin(actor, "create node pools")
+    pool = NodePool(**_only(fields, NODE_POOL_FIELDS))
+    save_valid(pool)
+    _audit(actor, "node_pool.created", pool, {"fields": audit_value(fields)})
+    return pool
+
+
+@transaction.atomic
+def update_node_pool(*, actor: Any, node_pool: NodePool, **fields: Any) -> NodePool:
+    require_platform_admin(actor, "change node pools")
+    changes = apply_changes(node_pool, _only(fields, NODE_POOL_FIELDS))
+    save_valid(node_pool)
+    _audit(actor, "node_pool.updated", node_pool, {"changes": changes})
+    return node_pool
+
+
+@transaction.atomic
+def delete_node_pool(*, actor: Any, node_pool: NodePool) -> None:
+    """Delete an empty pool: one with nodes, flavors or allocations is refused (409)."""
+    require_platform_admin(actor, "delete node pools")
+    if node_pool.nodes.exists():
+        raise ConflictError(
+            "node_pool_in_use", f"Pool {node_pool} still has nodes: drain and remove them first."
+        )
+    _audit(actor, "node_pool.deleted", node_pool, {}, message=node_pool.name)
+    delete_unused(
+        node_pool,
+        code="node_pool_in_use",
+        message=f"Pool {node_pool} still has flavors or allocations.",
+    )
+
+
+# Flavors
+
+
+@transaction.atomic
+def create_flavor(*, actor: Any, **fields: Any) -> Flavor:
+    require_platform_admin(actor, "create flavors")
+    flavor = Flavor(**_only(fields, FLAVOR_FIELDS))
+    save_valid(flavor)
+    _audit(actor, "flavor.created", flavor, {"fields": audit_value(fields)})
+    return flavor
+
+
+@transaction.atomic
+def update_flavor(*, actor: Any, flavor: Flavor, **fields: Any) -> Flavor:
+    require_platform_admin(actor, "change flavors")
+    changes = apply_changes(flavor, _only(fields, FLAVOR_FIELDS))
+    save_valid(flavor)
+    _audit(actor, "flavor.updated", flavor, {"changes": changes})
+    return flavor
+
+
+@transaction.atomic
+def delete_flavor(*, actor: Any, flavor: Flavor) -> None:
+    """Delete an unused flavor (its prices go with it); one with quotas, requests or usage: 409.
+
+    A flavor that was used stays for the record: set `is_active` false to stop new requests.
+    """
+    require_platform_admin(actor, "delete flavors")
+    in_use = f"Flavor {flavor} is in use: mark it inactive instead."
+    if flavor.quotas.exists():
+        raise ConflictError("flavor_in_use", f"{in_use} (teams have quotas of it)")
+    _audit(actor, "flavor.deleted", flavor, {}, message=flavor.name)
+    delete_unused(flavor, code="flavor_in_use", message=in_use)
+
+
+# Approval rules
+
+
+@transaction.atomic
+def create_approval_rule(*, actor: Any, **fields: Any) -> ApprovalRule:
+    """The approval rule of a tier (one per tier)."""
+    require_platform_admin(actor, "create approval rules")
+    rule = ApprovalRule(**_only(fields, APPROVAL_RULE_FIELDS))
+    save_valid(rule)
+    _audit(actor, "approval_rule.created", rule, {"fields": audit_value(fields)})
+    return rule
+
+
+@transaction.atomic
+def update_approval_rule(*, actor: Any, approval_rule: ApprovalRule, **fields: Any) -> ApprovalRule:
+    require_platform_admin(actor, "change approval rules")
+    changes = apply_changes(approval_rule, _only(fields, APPROVAL_RULE_FIELDS))
+    save_valid(approval_rule)
+    _audit(actor, "approval_rule.updated", approval_rule, {"changes": changes})
+    return approval_rule
+
+
+@transaction.atomic
+def delete_approval_rule(*, actor: Any, approval_rule: ApprovalRule) -> None:
+    """Delete a tier's rule: its requests then follow the built-in defaults."""
+    require_platform_admin(actor, "delete approval rules")
+    _audit(actor, "approval_rule.deleted", approval_rule, {"tier": approval_rule.tier_id})
+    approval_rule.delete()
+
+
+# Reclaim policies
+
+
+@transaction.atomic
+def save_reclaim_policy(*, actor: Any, tier: Tier, **fields: Any) -> ReclaimPolicy:
+    """Create the tier's reclaim policy or change it; fields left out keep their value."""
+    require_platform_admin(actor, "change reclaim policies")
+    policy = ReclaimPolicy.objects.select_for_update().filter(tier=tier).first()
+    created = policy is None
+    if policy is None:
+        policy = ReclaimPolicy(tier=tier)
+    changes = apply_changes(policy, _only(fields, RECLAIM_POLICY_FIELDS))
+    save_valid(policy)
+    action = "reclaim_policy.created" if created else "reclaim_policy.updated"
+    _audit(actor, action, policy, {"tier": tier.pk, "changes": changes})
+    return policy
+
+
+# Team quotas (the team lead splits them over projects: scheduling.services.set_quota)
+
+
+def set_team_quota(*, actor: Any, team: Team, flavor: Flavor, guaranteed: int, limit: int) -> Quota:
+    """Create or change a team's quota of one flavor (platform admins); audited as quota.set."""
+    require_platform_admin(actor, "set team quotas")
+    return services.set_quota(
+        actor=actor, team=team, flavor=flavor, guaranteed=guaranteed, limit=limit
+    )
+
+
+def delete_team_quota(*, actor: Any, quota: Quota) -> None:
+    """Remove a team's quota; refused (409) while projects hold parts of it."""
+    require_platform_admin(actor, "delete team quotas")
+    if quota.project_id is not None:
+        raise DomainError("invalid", "This is a project's part of a quota, not a team quota.")
+    services.delete_quota(actor=actor, quota=quota)
