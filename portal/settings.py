@@ -143,7 +143,7 @@ STORAGES = {
 # --- API -------------------------------------------------------------------------------------
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "tenants.api.auth.PortalTokenAuthentication",
+        "knox.auth.TokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
@@ -181,19 +181,16 @@ SPECTACULAR_SETTINGS = {
 # Rate limits count in the cache: shared through Redis when there is one, per process otherwise.
 CACHES = {
     "default": (
-        {"BACKEND": "portal.cache.PortalRedisCache", "LOCATION": env.str("REDIS_URL")}
+        {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": env.str("REDIS_URL"),
+        }
         if env.str("REDIS_URL", default="")
         else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
     ),
     # Per-process answers that may be a few seconds old (the dashboard summary counters).
     "local": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": "local"},
 }
-# A verified API token is recalled from the cache with its user and roles for at most this long
-# (tenants.credentials_cache; every change that matters also removes it at once). 0 turns it off.
-CREDENTIALS_CACHE_SECONDS = env.int("CREDENTIALS_CACHE_SECONDS", default=60)
-# A rendered API list page is answered from the cache while its teams' data is unchanged, at
-# most this long (tenants.api.cached_lists). 0 turns it off.
-LIST_CACHE_SECONDS = env.int("LIST_CACHE_SECONDS", default=300)
 LOGIN_ATTEMPTS_PER_MINUTE = env.int("LOGIN_ATTEMPTS_PER_MINUTE", default=10)
 
 # --- Celery ----------------------------------------------------------------------------------

@@ -7,4 +7,3 @@ class TenantsConfig(AppConfig):
 
     def ready(self) -> None:
         from tenants import signals  # noqa: F401 — connects the audit and deactivation receivers
-        from tenants.api import schema  # noqa: F401 — describes the token authentication

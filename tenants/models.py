@@ -143,10 +143,14 @@ class Membership(models.Model):
 
 
 def scope_of(user: Any) -> Scope:
-    """The user's roles, read once and cached on the user object for the request."""
+    """The user's roles, read once per user object and kept on it as `portal_scope`.
+
+    Each request authenticates a fresh user object, so a changed role counts from the next
+    request on.
+    """
     if user is None or not user.is_authenticated or not user.is_active:
         return ANONYMOUS
-    cached = getattr(user, "_portal_scope", None)
+    cached = getattr(user, "portal_scope", None)
     if cached is not None:
         return cached
     team_ids: set[int] = set()
@@ -163,7 +167,7 @@ def scope_of(user: Any) -> Scope:
             if role == Role.TEAM_LEAD:
                 lead_team_ids.add(team_id)
     scope = Scope(user.pk, is_admin, is_finance, frozenset(team_ids), frozenset(lead_team_ids))
-    user._portal_scope = scope
+    user.portal_scope = scope
     return scope
 
 

@@ -1,8 +1,4 @@
-"""Sign-ins and sign-outs go to the audit trail; deactivating a user ends sessions and tokens.
-
-Any change to a token, a user or a membership also drops the verified tokens the API keeps in
-the cache (`tenants.credentials_cache`), so the next call reads the new rows.
-"""
+"""Sign-ins and sign-outs go to the audit trail; deactivating a user ends sessions and tokens."""
 
 from __future__ import annotations
 
@@ -12,15 +8,13 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.contrib.auth.signals import user_logged_in, user_logged_out, user_login_failed
 from django.contrib.sessions.models import Session
-from django.db.models.signals import post_delete, post_save, pre_save
+from django.db.models.signals import post_save, pre_save
 from django.dispatch import receiver
 from django.http import HttpRequest
 from django.utils import timezone
 from knox.models import AuthToken
 
-from tenants import credentials_cache
 from tenants.middleware import SESSION_SEEN_KEY, SESSION_STARTED_KEY
-from tenants.models import Membership
 from tenants.services import record_audit_event
 
 User = get_user_model()
@@ -73,8 +67,11 @@ def audit_login_failed(
 
 @receiver(pre_save, sender=User, dispatch_uid="tenants.note_deactivation")
 def note_deactivation(sender: Any, instance: Any, **kwargs: Any) -> None:
-    """Remember whether this save turns an active user inactive (read before the row changes)."""
-    instance._portal_deactivated = bool(
+    """Note on the user object whether this save turns an active user inactive.
+
+    Read before the row changes; `end_sessions_of_deactivated_users` acts on it after the save.
+    """
+    instance.portal_deactivating = bool(
         instance.pk is not None
         and not instance.is_active
         and User.objects.filter(pk=instance.pk, is_active=True).exists()
@@ -89,7 +86,7 @@ def end_sessions_of_deactivated_users(sender: Any, instance: Any, **kwargs: Any)
     refusal survive a later re-activation: the person signs in again instead of old tokens
     coming back to life. Sessions are found by decoding the live ones (deactivation is rare).
     """
-    if not getattr(instance, "_portal_deactivated", False):
+    if not getattr(instance, "portal_deactivating", False):
         return
     revoked_tokens, _ = AuthToken.objects.filter(user=instance).delete()
     user_id = str(instance.pk)
@@ -105,27 +102,3 @@ def end_sessions_of_deactivated_users(sender: Any, instance: Any, **kwargs: Any)
         target=instance,
         data={"tokens_revoked": revoked_tokens, "sessions_ended": len(session_keys)},
     )
-
-
-@receiver(post_delete, sender=AuthToken, dispatch_uid="tenants.forget_deleted_token")
-def forget_deleted_token(sender: Any, instance: AuthToken, **kwargs: Any) -> None:
-    credentials_cache.forget([instance.digest])
-
-
-def records_sign_in_only(update_fields: Any) -> bool:
-    """A user save that only records a web sign-in (Django writes `last_login` alone)."""
-    return update_fields is not None and set(update_fields) <= {"last_login"}
-
-
-@receiver(post_save, sender=User, dispatch_uid="tenants.forget_tokens_of_changed_user")
-def forget_tokens_of_changed_user(
-    sender: Any, instance: Any, update_fields: Any = None, **kwargs: Any
-) -> None:
-    if not records_sign_in_only(update_fields):  # a sign-in changes nothing a token carries
-        credentials_cache.forget_user(instance.pk)
-
-
-@receiver(post_save, sender=Membership, dispatch_uid="tenants.forget_tokens_on_role_change")
-@receiver(post_delete, sender=Membership, dispatch_uid="tenants.forget_tokens_on_role_loss")
-def forget_tokens_on_role_change(sender: Any, instance: Membership, **kwargs: Any) -> None:
-    credentials_cache.forget_user(instance.user_id)

@@ -64,8 +64,5 @@ def fresh_rate_limits(request: pytest.FixtureRequest) -> None:
     if _django_active(request):
         from django.core.cache import caches
 
-        from tenants.credentials_cache import process_copies
-
         for cache in caches.all():
             cache.clear()
-        process_copies.clear()

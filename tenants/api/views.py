@@ -13,9 +13,9 @@ from rest_framework.throttling import ScopedRateThrottle
 from rest_framework.views import APIView
 
 from tenants import services
-from tenants.api.auth import PortalTokenAuthentication
 from tenants.api.base import ScopedModelViewSet, ScopedReadOnlyViewSet
 from tenants.api.filters import AuditEventFilter, MembershipFilter, ProjectFilter
+from tenants.api.permissions import PlatformAdminWrites
 from tenants.api.serializers import (
     AuditEventSerializer,
     MembershipSerializer,
@@ -51,14 +51,10 @@ class TokenView(APIView):
 class LogoutView(knox_views.LogoutView):
     """Revoke the token this request was made with."""
 
-    authentication_classes = [PortalTokenAuthentication]
-
 
 @extend_schema(request=None, responses={204: None})
 class LogoutAllView(knox_views.LogoutAllView):
     """Revoke every token of the caller."""
-
-    authentication_classes = [PortalTokenAuthentication]
 
 
 class MeView(APIView):
@@ -81,6 +77,7 @@ class MeView(APIView):
 class TeamViewSet(ScopedModelViewSet):
     """Teams: everyone sees their own; platform admins create and change them."""
 
+    permission_classes = [permissions.IsAuthenticated, PlatformAdminWrites]
     queryset = Team.objects.all()
     serializer_class = TeamSerializer
     filterset_fields = ["slug"]
