@@ -20,7 +20,6 @@ from scheduling.choices import (
     WorkloadKind,
 )
 from scheduling.engine.reserve import format_duration
-from tenants import data_versions
 from tenants.models import Project, ScopedQuerySet, Team
 from tenants.scope import Scope
 
@@ -317,59 +316,8 @@ class ApprovalRule(models.Model):
         return f"approval rule for {self.tier}"
 
 
-REQUESTS_DATA = "gpu-requests"  # the data_versions kind cached request pages depend on
-
-
 class GpuRequestQuerySet(ScopedQuerySet):
-    """Requests; every write through it renews the teams' stamps (`tenants.data_versions`).
-
-    Saves and deletes of single rows renew them through signals (scheduling.signals); the bulk
-    writes below bypass signals, so they renew the stamps themselves.
-    """
-
-    _team_ids: frozenset[int] | None = None
-
-    def of_team(self, team_id: int) -> GpuRequestQuerySet:
-        """Requests of one team; an update of them then needs no query to learn its teams."""
-        queryset = self.filter(team_id=team_id)
-        queryset._team_ids = frozenset({team_id})
-        return queryset
-
-    def _clone(self) -> GpuRequestQuerySet:
-        clone = super()._clone()  # type: ignore[misc]  # private in the stubs
-        clone._team_ids = self._team_ids  # a narrower filter stays within the same teams
-        return clone
-
-    # `|` and `^` widen the rows past one team: an update of the result reads its teams again.
-    def __or__(self, other: Any) -> GpuRequestQuerySet:
-        combined = super().__or__(other)
-        combined._team_ids = None
-        return combined
-
-    def __xor__(self, other: Any) -> GpuRequestQuerySet:
-        combined = super().__xor__(other)  # type: ignore[misc]  # missing from the stubs
-        combined._team_ids = None
-        return combined
-
-    def update(self, **kwargs: Any) -> int:
-        team_ids = self._team_ids
-        if team_ids is None:
-            team_ids = frozenset(self.order_by().values_list("team_id", flat=True).distinct())
-        updated = super().update(**kwargs)
-        if updated:
-            data_versions.changed(REQUESTS_DATA, team_ids)
-        return updated
-
-    def bulk_update(self, objs: Any, fields: Any, batch_size: int | None = None) -> int:
-        objs = list(objs)
-        updated = super().bulk_update(objs, fields, batch_size=batch_size)
-        data_versions.changed(REQUESTS_DATA, {obj.team_id for obj in objs})
-        return updated
-
-    def bulk_create(self, objs: Any, *args: Any, **kwargs: Any) -> list[Any]:
-        created = super().bulk_create(objs, *args, **kwargs)
-        data_versions.changed(REQUESTS_DATA, {obj.team_id for obj in created})
-        return created
+    """Requests, scoped to who may see them."""
 
     def for_scope(self, scope: Scope) -> GpuRequestQuerySet:
         """Developers see their own requests, leads their team's, admins all; finance none."""

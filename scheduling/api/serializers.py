@@ -7,7 +7,6 @@ from rest_framework import serializers
 from scheduling.choices import Priority, WorkloadKind
 from scheduling.models import Flavor, GpuRequest, NodePool, Quota
 from tenants.api.base import ScopedPrimaryKeyRelatedField
-from tenants.api.representation import PlannedRepresentationMixin
 from tenants.models import Project, Team
 
 
@@ -140,7 +139,7 @@ REQUEST_READ_ONLY_FIELDS = [
 ]
 
 
-class GpuRequestSerializer(PlannedRepresentationMixin, serializers.ModelSerializer):
+class GpuRequestSerializer(serializers.ModelSerializer):
     """What a developer may write, and everything they may read back; status is read-only."""
 
     # Submitting reads the project's team and the flavor's pool, tier and approval rule: load

@@ -1,4 +1,4 @@
-"""Redis unreachable: what only speeds calls up falls back to the database; what needs Redis to
+"""Redis unreachable: reads never touch Redis and keep working; what needs Redis to
 decide (rate limits) answers 503 with Retry-After — never a 500."""
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ def take_redis_away(settings: Any) -> None:
     settings.CACHES = {
         **settings.CACHES,
         "default": {
-            "BACKEND": "portal.cache.PortalRedisCache",
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
             "LOCATION": "redis://127.0.0.1:1/0",  # nothing listens on port 1
         },
     }
