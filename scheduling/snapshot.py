@@ -126,6 +126,8 @@ def build_snapshot() -> engine.Snapshot:
                 mig_capable=node_pool[device.node.name].sharing_mode == SharingMode.MIG,
                 mig_used_mask=mig_mask[key],
                 whole_allocated=key in whole,
+                # The instances the card really offers (inventory, or the admin's layout).
+                mig_layout=tuple(sorted((str(p), int(n)) for p, n in device.mig_layout.items())),
             )
         )
 

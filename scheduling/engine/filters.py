@@ -208,15 +208,40 @@ def mig_value(mask: int) -> int:
     return _MIG_VALUE[mask]
 
 
+def _start_on(st: FleetState, dev: int, profile: str, mask: int, best: bool) -> int:
+    """Start slice for a `profile` instance on `dev` whose used slices are `mask` (-1: none).
+
+    A card with a fixed layout offers only its instances of that profile, the first free one;
+    any other card uses the precomputed tables.
+    """
+    layout = st.mig_layout[dev]
+    if layout is None:
+        return (_BEST_START if best else _FIRST_START)[profile][mask]
+    size = (1 << MIG_PROFILES[profile].slices) - 1
+    for s in layout.get(profile, ()):
+        if not mask & (size << s):
+            return s
+    return -1
+
+
+def mig_fits_on(st: FleetState, dev: int) -> tuple[str, ...]:
+    """Profiles that still fit somewhere on MIG device `dev` (its layout, if it has one)."""
+    if st.mig_layout[dev] is None:
+        return _MIG_FITS[st.mig_mask[dev]]
+    mask = st.mig_mask[dev]
+    return tuple(p for p in MIG_PROFILES if _start_on(st, dev, p, mask, False) >= 0)
+
+
 def mig_start(st: FleetState, dev: int, profile: str, best: bool = True) -> int | None:
     """Start slice for a `profile` instance on `dev`, or None.
 
     With `best`, the start that leaves the most useful free block (see `mig_value`), lowest start
-    on ties; otherwise the first legal start (what a naive placer does).
+    on ties; otherwise the first legal start (what a naive placer does). A card with a fixed
+    layout only offers the instances of its layout.
     """
     if st.dev_mode[dev] != MODE_MIG or st.whole[dev]:
         return None
-    s = (_BEST_START if best else _FIRST_START)[profile][st.mig_mask[dev]]
+    s = _start_on(st, dev, profile, st.mig_mask[dev], best)
     return None if s < 0 else s
 
 
@@ -294,7 +319,6 @@ def fit_shares(
     if p is None or p not in MIG_PROFILES:
         return None
     need = MIG_PROFILES[p].slices
-    best_table = (_BEST_START if best else _FIRST_START)[p]
     masks = {
         d: st.mig_mask[d]
         for d in st.node_devices[node]
@@ -304,7 +328,7 @@ def fit_shares(
     for _ in range(count):
         best_dev, best_key, best_start = -1, MIG_SLICES + 1, -1
         for d, mask in masks.items():
-            s = best_table[mask]
+            s = _start_on(st, d, p, mask, best)
             if s >= 0:
                 free = MIG_SLICES - bin(mask).count("1")
                 if free < best_key:
@@ -329,6 +353,10 @@ def max_shares(st: FleetState, node: int, shape: Shape) -> int:
             and shape.cores_percent <= 100
         )
     if shape.kind == "mig" and shape.mig_profile in MIG_PROFILES:
-        per = len(MIG_PROFILES[shape.mig_profile].starts)  # a profile's starts never overlap
-        return per * sum(1 for d in st.node_devices[node] if st.dev_mode[d] == MODE_MIG)
+        # A profile's starts never overlap, nor do a layout's instances.
+        return sum(
+            len(st.mig_starts_of(d, shape.mig_profile))
+            for d in st.node_devices[node]
+            if st.dev_mode[d] == MODE_MIG
+        )
     return len(st.node_devices[node])

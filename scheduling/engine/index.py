@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .filters import mig_fits
+from .filters import mig_fits_on
 from .state import MODE_MIG, MODE_VGPU, FleetState
 from .types import MIG_PROFILES, MIG_SLICES, Pool
 
@@ -105,7 +105,7 @@ class CapacityIndex:
                     del g.mig[p][s][d]
                 if usable and not st.whole[d]:
                     mask = st.mig_mask[d]
-                    fits = mig_fits(mask)
+                    fits = mig_fits_on(st, d)
                     if fits:
                         free = MIG_SLICES - bin(mask).count("1")
                         for name in fits:

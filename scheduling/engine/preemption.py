@@ -195,7 +195,8 @@ def _could_fit(
         elif shape.mig_profile is not None:
             mask = 0 if whole else st.mig_mask[dev] & ~bits
             prof = MIG_PROFILES[shape.mig_profile]
-            if any(not mask & (((1 << prof.slices) - 1) << s) for s in prof.starts):
+            starts = st.mig_starts_of(dev, prof.name)
+            if any(not mask & (((1 << prof.slices) - 1) << s) for s in starts):
                 return True
     return False
 
@@ -266,5 +267,6 @@ def _shares_after(
                 total += 1
         elif prof is not None and st.dev_mode[dev] == MODE_MIG:
             mask = 0 if whole else st.mig_mask[dev] & ~bits
-            total += sum(1 for s in prof.starts if not mask & (((1 << prof.slices) - 1) << s))
+            starts = st.mig_starts_of(dev, prof.name)
+            total += sum(1 for s in starts if not mask & (((1 << prof.slices) - 1) << s))
     return total

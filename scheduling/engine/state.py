@@ -25,6 +25,7 @@ from .types import (
     Request,
     Snapshot,
     mig_bits,
+    mig_layout_starts,
 )
 
 FULL_MIG_MASK = (1 << MIG_SLICES) - 1
@@ -141,6 +142,9 @@ class FleetState:
         self.cores_free: list[int] = []
         self.dev_mode: list[int] = []
         self.mig_mask: list[int] = []
+        # Per MIG device with a fixed layout: profile → start slices of its instances; None
+        # where any legal start may be used.
+        self.mig_layout: list[dict[str, tuple[int, ...]] | None] = []
         self.whole: list[bool] = []
         for d in devices:
             i = len(self.dev_node)
@@ -157,6 +161,9 @@ class FleetState:
             self.cores_free.append(min(d.cores_free_percent, 100))
             self.dev_mode.append(mode)
             self.mig_mask.append(d.mig_used_mask & FULL_MIG_MASK if mode == MODE_MIG else 0)
+            self.mig_layout.append(
+                mig_layout_starts(d.mig_layout) if mode == MODE_MIG and d.mig_layout else None
+            )
             self.whole.append(d.whole_allocated)
             self.node_devices[node].append(i)
 
@@ -294,6 +301,14 @@ class FleetState:
     def free_whole_count(self, node: int) -> int:
         """Fully free cards on `node` (maintained on every apply/release)."""
         return self.node_free[node]
+
+    def mig_starts_of(self, dev: int, profile: str) -> tuple[int, ...]:
+        """Start slices where an instance of `profile` may sit on `dev`: its layout's, or all
+        legal ones on a card without a fixed layout."""
+        layout = self.mig_layout[dev]
+        if layout is None:
+            return MIG_PROFILES[profile].starts
+        return layout.get(profile, ())
 
     def mig_free_slices(self, dev: int) -> int:
         return MIG_SLICES - bin(self.mig_mask[dev]).count("1")

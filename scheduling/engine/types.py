@@ -82,6 +82,31 @@ def mig_free_by_profile(used_mask: int) -> dict[str, int]:
     return out
 
 
+def mig_layout_starts(layout: tuple[tuple[str, int], ...]) -> dict[str, tuple[int, ...]]:
+    """Where the instances of a fixed MIG layout sit: profile → the start slices of its instances.
+
+    `layout` counts instances per profile, as the device plugin reports them (`(("1g.10gb", 4),
+    ("3g.40gb", 1))`). Larger profiles are laid out first, each at its lowest legal start whose
+    slices are still free; instances that do not fit the 7 slices, and unknown profiles, are left
+    out (the card cannot hold them).
+    """
+    used = 0
+    starts: dict[str, list[int]] = {}
+    known = sorted(
+        ((MIG_PROFILES[p], n) for p, n in layout if p in MIG_PROFILES and n > 0),
+        key=lambda item: (-item[0].slices, item[0].name),
+    )
+    for prof, count in known:
+        for s in prof.starts:
+            if len(starts.get(prof.name, ())) >= count:
+                break
+            bits = mig_bits(prof.name, s)
+            if s + prof.slices <= MIG_SLICES and not used & bits:
+                used |= bits
+                starts.setdefault(prof.name, []).append(s)
+    return {p: tuple(s) for p, s in starts.items()}
+
+
 def vgpu_equivalent(memory_mib: int, cores_percent: int, device_memory_mib: int) -> float:
     """GE weight of a vGPU share: the larger of its memory share and its core share."""
     return max(memory_mib / device_memory_mib, cores_percent / 100.0)
@@ -135,7 +160,10 @@ class GpuDevice:
 
     `mig_used_mask` has bit i set when compute slice i of a MIG-mode GPU is in use; use
     `mig_free_by_profile` to turn it into per-profile free counts.  `whole_allocated` marks a card
-    held exclusively by a whole-GPU allocation.
+    held exclusively by a whole-GPU allocation.  `mig_layout` is the card's fixed partition, as
+    instances per profile (`(("1g.10gb", 7),)`): a MIG instance may only go where the layout has
+    one of its profile (see `mig_layout_starts`).  Empty means any legal placement (a card the
+    engine may partition as it likes).
     """
 
     node_id: str
@@ -146,10 +174,18 @@ class GpuDevice:
     mig_capable: bool = False
     mig_used_mask: int = 0
     whole_allocated: bool = False
+    mig_layout: tuple[tuple[str, int], ...] = ()
 
     @property
     def mig_free(self) -> dict[str, int]:
-        return mig_free_by_profile(self.mig_used_mask) if self.mig_capable else {}
+        if not self.mig_capable:
+            return {}
+        if not self.mig_layout:
+            return mig_free_by_profile(self.mig_used_mask)
+        return {
+            p: sum(1 for s in starts if not self.mig_used_mask & mig_bits(p, s))
+            for p, starts in mig_layout_starts(self.mig_layout).items()
+        }
 
 
 @dataclass(frozen=True, slots=True)
