@@ -22,7 +22,7 @@ memory on the GPU, free MIG slices, first legal MIG start), with no scoring.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 
 from .filters import (
     NODE_FILTERS,
@@ -67,6 +67,7 @@ class Placer:
         }
         self._groups: dict[tuple[object, ...], tuple[list[Group], str | None]] = {}
         self._most: dict[tuple[object, ...], int] = {}
+        self._node_sizes: dict[GroupKeyT, frozenset[int]] = {}
 
     @staticmethod
     def _score_list(items: tuple[tuple[str, float], ...]) -> ScorePlan:
@@ -185,12 +186,18 @@ class Placer:
     ) -> bool:
         st, n, hit = self.st, shape.gpu_count, False
         top = g.max_devices
-        if not shape.allow_shared_node:
-            ks: range = range(top, top + 1)
-        elif g.pool.scoring == "binpack":
-            ks = range(n, top + 1)
+        if g.pool.scoring == "binpack":
+            ks: Iterable[int] = range(n, top + 1)
         else:
             ks = range(top, n - 1, -1)
+        if not shape.allow_shared_node:
+            # A node of its own: an entirely free node of any size that holds n GPUs, so only
+            # the buckets of the group's node sizes (a k-GPU node is entirely free in bucket k).
+            sizes = self._node_sizes.get(g.key)
+            if sizes is None:
+                sizes = frozenset(len(st.node_devices[x]) for x in g.nodes)
+                self._node_sizes[g.key] = sizes
+            ks = [k for k in ks if k in sizes]
         for k in ks:
             for node in g.whole[k]:
                 if not shape.allow_shared_node and len(st.node_devices[node]) != k:
