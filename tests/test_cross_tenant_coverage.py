@@ -1,27 +1,16 @@
-"""Every route that takes an object id must have a cross-tenant test declared with `covers()`."""
+"""Every route that takes an object id must have a cross-tenant test: one declared with
+`covers()`, or an `ApiContract` (tests/support/api_contract.py), which covers its routes."""
 
 from __future__ import annotations
 
 import importlib
 import pkgutil
-import re
-from collections.abc import Iterator, Sequence
 
-from django.urls import URLPattern, URLResolver, get_resolver
+from django.urls import path
 
 import tests
-from tests.support.cross_tenant import COVERED_ROUTES
-
-OBJECT_ROUTE = re.compile(r"<(?:int:|str:)?(?:pk|token_key|[a-z_]+_id)>|\(\?P<")
-UNSCOPED_PREFIXES = ("admin/",)  # Django admin: platform admins only, guarded by is_staff.
-
-
-def _walk(patterns: Sequence[object], prefix: str = "") -> Iterator[tuple[str, str]]:
-    for pattern in patterns:
-        if isinstance(pattern, URLResolver):
-            yield from _walk(pattern.url_patterns, prefix + str(pattern.pattern))
-        elif isinstance(pattern, URLPattern) and pattern.name:
-            yield pattern.name, prefix + str(pattern.pattern)
+from tests.support.cross_tenant import COVERED_ROUTES, uncovered
+from tests.support.routes import object_routes
 
 
 def _import_all_test_modules() -> None:
@@ -31,11 +20,17 @@ def _import_all_test_modules() -> None:
 
 def test_every_object_route_has_a_cross_tenant_test() -> None:
     _import_all_test_modules()
-    object_routes = {
-        name
-        for name, route in _walk(get_resolver().url_patterns)
-        if OBJECT_ROUTE.search(route) and not route.startswith(UNSCOPED_PREFIXES)
-    }
-    assert object_routes, "the resolver walk found no object routes: the walk is broken"
-    missing = sorted(object_routes - COVERED_ROUTES)
+    routes = object_routes()
+    assert routes, "the resolver walk found no object routes: the walk is broken"
+    missing = uncovered(routes)
     assert not missing, f"object routes without a cross-tenant test: {missing}"
+
+
+def test_a_new_object_route_without_a_test_is_reported() -> None:
+    def view() -> None:
+        raise AssertionError("never called")
+
+    routes = object_routes([path("api/v1/gadgets/<int:pk>/", view, name="gadget-detail")])
+    assert [route.name for route in routes] == ["gadget-detail"]
+    assert uncovered(routes) == ["gadget-detail"]
+    assert "gadget-detail" not in COVERED_ROUTES

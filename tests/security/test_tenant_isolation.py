@@ -25,16 +25,10 @@ from scheduling.models import GpuRequest, Quota
 from tenants.models import AuditEvent, Membership, Project, ScopedQuerySet, Team
 from tests.scheduling.conftest import Fleet
 from tests.scheduling.helpers import request_body
-from tests.security.isolation import (
-    KWARG_MODELS,
-    NON_OBJECT_KWARGS,
-    Route,
-    collection_routes,
-    object_routes,
-    route_model,
-)
+from tests.security.isolation import KWARG_MODELS, NON_OBJECT_KWARGS, collection_routes, route_model
 from tests.support.cross_tenant import covers
 from tests.support.personas import Org, api_client
+from tests.support.routes import Route, object_routes
 
 pytestmark = pytest.mark.django_db
 
@@ -118,7 +112,15 @@ def _b_statement(world: World) -> None:
 # Team B's object for a model the world fixture does not create by itself: a new tenant-owned
 # model whose route the walk reports as "shared" gets its factory here.
 B_FACTORIES = {"accounting.Budget": _b_budget, "accounting.Statement": _b_statement}
-SHARED_CATALOG = {"scheduling.Flavor", "scheduling.NodePool"}
+# The catalogue every member sees (`CatalogQuerySet`): no object of it belongs to team B.
+SHARED_CATALOG = {
+    "scheduling.Flavor",
+    "scheduling.NodePool",
+    "scheduling.Tier",
+    "scheduling.ApprovalRule",
+    "scheduling.ReclaimPolicy",
+    "accounting.Price",
+}
 
 
 @pytest.fixture

@@ -1,7 +1,8 @@
 """The shared cross-tenant check every object endpoint reuses.
 
-`covers(*route_names)` declares which routes a test proves isolated; a test walks the URL
-resolver and fails for any object route nobody declared.
+`covers(*route_names)` declares which routes a test proves isolated (an `ApiContract` declares
+its own); tests/test_cross_tenant_coverage.py walks the URL resolver and fails for any object
+route nobody declared.
 """
 
 from __future__ import annotations
@@ -23,6 +24,11 @@ def covers(*route_names: str) -> Callable[[F], F]:
         return test
 
     return mark
+
+
+def uncovered(routes: Iterable[Any]) -> list[str]:
+    """The names of `routes` (tests.support.routes.Route) that no isolation test declares."""
+    return sorted({route.name for route in routes} - COVERED_ROUTES)
 
 
 def result_ids(response: Any) -> set[Any]:
