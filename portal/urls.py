@@ -22,6 +22,7 @@ urlpatterns = [
     path("account/tokens/<str:token_key>/revoke/", views.revoke_api_token, name="api-token-revoke"),
     path("", include("scheduling.urls")),
     path("", include("accounting.urls")),
+    path("manage/", include("portal.manage_urls")),
     path("api/v1/", include(api_v1)),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     # The split view serves its init script as a file: the CSP allows no inline script.

@@ -32,7 +32,7 @@ class ForbiddenError(DomainError):
     status_code = 403
 
 
-def show_on_form(form: forms.Form, error: DomainError) -> None:
+def show_on_form(form: forms.BaseForm, error: DomainError) -> None:
     """A service's refusal on the form fields it names, else above the form.
 
     Pages call the same services as the API; the fields a `DomainError` names are the

@@ -1,0 +1,205 @@
+"""The forms of the fleet settings pages: one ModelForm per object a platform admin manages.
+
+A form validates what the model knows (types, ranges, unique names, named constraints); the
+service it feeds re-checks the role and the rules across rows. Fields that name an object's
+owner (a quota's team and flavor, a project's team, a membership's user and team) are fixed
+once the object exists: the edit form shows them disabled.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from django import forms
+from django.contrib.auth import get_user_model
+
+from accounting.models import Price
+from scheduling.models import ApprovalRule, Flavor, NodePool, Quota, ReclaimPolicy, Tier
+from tenants.errors import DomainError, show_on_form
+from tenants.models import Membership, Project, Team
+
+
+class ManageForm(forms.ModelForm):
+    """Bootstrap classes on every widget, `is-invalid` on failed fields, owners fixed on edit."""
+
+    fixed_on_edit: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.instance.pk is not None:
+            for name in self.fixed_on_edit:
+                self.fields[name].disabled = True
+        for field in self.fields.values():
+            widget = field.widget
+            if isinstance(widget, forms.CheckboxInput):
+                widget.attrs["class"] = "form-check-input"
+            elif isinstance(widget, forms.SelectMultiple):
+                widget.attrs.update({"class": "form-select", "size": "4"})
+            elif isinstance(widget, forms.Select):
+                widget.attrs["class"] = "form-select"
+            else:
+                widget.attrs["class"] = "form-control"
+            if isinstance(widget, forms.Textarea):
+                widget.attrs["rows"] = "2"
+
+    def full_clean(self) -> None:
+        super().full_clean()
+        for name in self.errors:
+            if name in self.fields:
+                self.fields[name].widget.attrs["class"] += " is-invalid"
+
+    def add_domain_error(self, error: DomainError) -> None:
+        show_on_form(self, error)
+
+    def changes(self) -> dict[str, Any]:
+        """The values an update service takes: every field the admin may still change."""
+        return {
+            name: value
+            for name, value in self.cleaned_data.items()
+            if name not in self.fixed_on_edit or self.instance.pk is None
+        }
+
+
+class TierForm(ManageForm):
+    class Meta:
+        model = Tier
+        fields = [
+            "name",
+            "slug",
+            "description",
+            "max_runtime_seconds",
+            "rank",
+            "allowed_teams",
+            "allowed_projects",
+        ]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        projects = self.fields["allowed_projects"]
+        projects.queryset = projects.queryset.select_related("team")  # type: ignore[attr-defined]
+
+
+class NodePoolForm(ManageForm):
+    class Meta:
+        model = NodePool
+        fields = [
+            "name",
+            "slug",
+            "tier",
+            "sharing_mode",
+            "placement",
+            "scoring",
+            "scheduler_name",
+            "node_selector",
+            "taints",
+            "allowed_kinds",
+            "short_reserve_fraction",
+            "short_max_runtime_seconds",
+        ]
+
+
+class FlavorForm(ManageForm):
+    class Meta:
+        model = Flavor
+        fields = [
+            "name",
+            "slug",
+            "pool",
+            "kind",
+            "gpu_model",
+            "gpu_memory_mib",
+            "gpu_cores_percent",
+            "mig_profile",
+            "gpu_equivalent",
+            "is_active",
+        ]
+
+
+class ApprovalRuleForm(ManageForm):
+    fixed_on_edit = ("tier",)
+
+    class Meta:
+        model = ApprovalRule
+        fields = [
+            "tier",
+            "auto_approve_within_guaranteed",
+            "auto_approve_max_priority",
+            "lead_approves_whole_cards",
+            "approval_ttl_hours",
+        ]
+
+
+class ReclaimPolicyForm(ManageForm):
+    """A tier's reclaim policy; the tier comes from the page, so it is not a field."""
+
+    class Meta:
+        model = ReclaimPolicy
+        fields = [
+            "idle_threshold_percent",
+            "idle_window_seconds",
+            "notebook_idle_window_seconds",
+            "idle_warning_seconds",
+            "idle_marks_preemptible",
+            "reclaim_idle",
+            "timeout_warning_seconds",
+            "pending_timeout_seconds",
+            "max_attempts",
+        ]
+
+
+class TeamQuotaForm(ManageForm):
+    """A team's quota of one flavor (projects' parts are split by the team's lead)."""
+
+    fixed_on_edit = ("team", "flavor")
+
+    class Meta:
+        model = Quota
+        fields = ["team", "flavor", "guaranteed", "limit"]
+
+
+class PriceForm(ManageForm):
+    fixed_on_edit = ("flavor",)
+
+    class Meta:
+        model = Price
+        fields = [
+            "flavor",
+            "price_per_hour",
+            "currency",
+            "effective_from",
+            "preemptible_multiplier",
+            "priority_multipliers",
+        ]
+        widgets = {"effective_from": forms.DateTimeInput(attrs={"type": "datetime-local"})}
+
+
+class TeamForm(ManageForm):
+    class Meta:
+        model = Team
+        fields = ["name", "slug", "description"]
+
+
+class ProjectForm(ManageForm):
+    fixed_on_edit = ("team",)
+
+    class Meta:
+        model = Project
+        fields = ["team", "name", "slug", "description"]
+
+
+class _UserChoiceField(forms.ModelChoiceField):
+    def label_from_instance(self, obj: Any) -> str:
+        return str(obj.get_username())
+
+
+class MembershipForm(ManageForm):
+    """A user's role in a team (developer, team lead) or the organisation (no team)."""
+
+    fixed_on_edit = ("user", "team")
+
+    user = _UserChoiceField(queryset=get_user_model().objects.order_by("username"))
+
+    class Meta:
+        model = Membership
+        fields = ["user", "team", "role"]
+        labels = {"team": "Team (empty for an organisation role)"}
