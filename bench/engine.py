@@ -1,25 +1,36 @@
-"""Scheduling-engine benchmark on the synthetic W-GPU-2k workload.
+"""Scheduling-engine benchmark, in memory, on the product-shaped W-GPU-2k (bench/product.py).
 
 Run from the repository root:
 
     .venv/bin/python -m bench.engine            # full fleet, 5 runs
     .venv/bin/python -m bench.engine --quick    # 10% fleet, 5,000 pending, 3 runs
+    .venv/bin/python -m bench.engine --unpinned # the earlier trace shape: requests name no pool
+
+The requests are built as scheduling/snapshot.py builds them (pinned to the flavor's pool and
+GPU model); bench.engine_db checks that the database reads back this very snapshot.  Nothing
+here touches a database: the cycle on PostgreSQL, and engine.decisions_per_second, come from
+bench.engine_db.
 
 Figures (medians over --runs, all in one process on the same seeded workload):
 
-* engine.decisions_per_second  pending requests decided / full-cycle seconds
-* engine.full_cycle_seconds    Scheduler(snapshot) + plan(now): index build plus the whole queue
+* engine.plan_decisions_per_second  pending requests / engine.plan_seconds (in memory only)
+* engine.plan_seconds          Scheduler(snapshot) + plan(now): index build plus the whole queue;
+                               no snapshot read, no writes
 * engine.arrival_decision_ms   Scheduler.place_one for a newly arrived request against the
-                               indexed starting state (60% full, so capacity exists); median of
-                               the admitted arrivals
-* engine.unallocated_vs_best_fit  free GPU-equivalents left after the engine's cycle divided by
-                               those left after the best-fit baseline's cycle (same snapshot, same
-                               queue order, same quota rules; only placement differs)
-* engine.max_fair_share_gap_points  max over teams of |actual - fair| share of fleet capacity, in
-                               percentage points; fair = weighted max-min (water-filling) of the
-                               fleet's GE over the teams' demand (running + pending GE of each
-                               flavor, capped by the flavor's limit), weights = guaranteed-quota
-                               share
+                               indexed starting state; median of the admitted arrivals
+* engine.stranded_ge           free GE after the engine's cycle, summed per pool, that no
+                               request still waiting in that pool can use (it fits no node: pool,
+                               model, labels, taints, shared/exclusive node, N cards / shares /
+                               instances) within quota now; computed by bench/packing.py, not
+                               by the engine; engine.best_fit_stranded_ge the same after the
+                               best-fit baseline's cycle (same snapshot, queue order, quota,
+                               preemption and backfill rules; only placement differs);
+                               engine.stranded_vs_best_fit their ratio; per pool as
+                               engine.pool.<pool>.{engine,best_fit}_stranded_ge
+* engine.max_fair_share_gap_points  priority-blind DRF within each priority class and pool
+                               (bench.engine.class_fair_gap); also printed: the earlier reference
+                               (whole fleet, classes served in turn) and a whole-fleet
+                               priority-blind one
 * engine.quota_breaches        (team, flavor) pairs whose usage after the plan exceeds the limit
                                and grew during the cycle; must be 0
 
@@ -32,13 +43,18 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import os
 import statistics
 import time
 from collections import Counter, defaultdict
 from dataclasses import replace
 
+from bench import product
+from bench.packing import PoolFigures, stranded, total
 from bench.workload import MULTI_SHARE, Workload, generate
 from scheduling.engine import Plan, Policy, Request, Scheduler, Snapshot
+
+POOL_LABEL = product.POOL_LABEL
 
 
 def _emit(metric: str, value: float, unit: str, text: str) -> None:
@@ -159,33 +175,112 @@ def fair_share_gap(
     return gaps[worst], detail
 
 
-def arrivals(w: Workload, n: int, seed: int) -> list[Request]:
-    fresh = generate(
-        seed=seed + 1000,
-        scale=0.02,
-        pending=n,
-        teams=len(w.snapshot.teams),
-        multi_share=w.multi_share,
-    )
+def flavor_pools(snap: Snapshot) -> dict[str, str]:
+    """Flavor -> the pool its requests are pinned to (the pool label of their node selector);
+    every flavor maps to "fleet" when any request names no pool (the unpinned workload)."""
+    out: dict[str, str] = {}
+    for r in snap.pending:
+        pool = dict(r.node_selector).get(POOL_LABEL)
+        if pool is None:
+            return {f.id: "fleet" for f in snap.flavors}
+        out[r.flavor] = pool
+    return {f.id: out.get(f.id, "fleet") for f in snap.flavors}
+
+
+def class_fair_gap(snap: Snapshot, plan: Plan, capacity: float) -> tuple[float, str]:
+    """Priority-blind fairness within each priority class, in points of fleet capacity.
+
+    For each class, highest first, and each pool: the GE the engine admitted in that class and
+    pool is handed out again by weighted water-filling (weights = the team's share of the pool's
+    guaranteed quota) over the teams' demand of that class in the pool (pending GE, capped per
+    flavor by the limit room left), starting from what each team holds in the pool (surviving
+    running work plus what higher classes were actually given).  The gap of a team in a class is
+    |admitted - fair| summed over pools; returned: the largest over classes and teams.
+    """
+    flavors = {f.id: f for f in snap.flavors}
+    pool_of = flavor_pools(snap)
+    teams = sorted(t.name for t in snap.teams)
+    weight_raw: defaultdict[tuple[str, str], float] = defaultdict(float)
+    limit: dict[tuple[str, str], float] = {}
+    for q in snap.quotas:
+        if q.project is None:
+            weight_raw[(pool_of.get(q.flavor, "fleet"), q.team)] += q.guaranteed
+            limit[(q.team, q.flavor)] = max(q.limit, q.guaranteed)
+    pools = sorted(set(pool_of.values()))
+    weight: dict[str, dict[str, float]] = {}
+    for pool in pools:
+        tot = sum(weight_raw[(pool, t)] for t in teams) or 1.0
+        weight[pool] = {t: max(weight_raw[(pool, t)] / tot, 1e-12) for t in teams}
+    victims = {p.victim_id for p in plan.preemptions}
+    held: dict[str, dict[str, float]] = {pool: dict.fromkeys(teams, 0.0) for pool in pools}
+    used_tf: defaultdict[tuple[str, str], float] = defaultdict(float)
+    for a in snap.allocations:
+        if a.request_id not in victims:
+            held[pool_of.get(a.flavor, "fleet")][a.team] += a.gpu_equivalents
+            used_tf[(a.team, a.flavor)] += a.gpu_equivalents
+    admitted = {adm.request_id for adm in plan.admissions}
+    by_class: defaultdict[int, list[Request]] = defaultdict(list)
+    for r in snap.pending:
+        by_class[r.priority].append(r)
+    worst, detail = 0.0, "no admissions"
+    for prio in sorted(by_class, reverse=True):
+        reqs = by_class[prio]
+        demand: defaultdict[tuple[str, str, str], float] = defaultdict(float)
+        got: dict[str, dict[str, float]] = {pool: dict.fromkeys(teams, 0.0) for pool in pools}
+        for r in reqs:
+            ge = r.gpu_count * flavors[r.flavor].gpu_equivalent
+            demand[(pool_of[r.flavor], r.team, r.flavor)] += ge
+            if r.id in admitted:
+                got[pool_of[r.flavor]][r.team] += ge
+        gap: defaultdict[str, float] = defaultdict(float)
+        for pool in pools:
+            budget = sum(got[pool].values())
+            extra = dict.fromkeys(teams, 0.0)
+            for (p, team, flavor), d in sorted(demand.items()):
+                if p == pool:
+                    room = max(0.0, limit.get((team, flavor), 0.0) - used_tf[(team, flavor)])
+                    extra[team] += min(d, room)
+            fair = _water_fill(held[pool], extra, weight[pool], budget)
+            for t in teams:
+                gap[t] += abs(got[pool][t] - (fair[t] - held[pool][t]))
+                held[pool][t] += got[pool][t]
+        for r in reqs:
+            if r.id in admitted:
+                used_tf[(r.team, r.flavor)] += r.gpu_count * flavors[r.flavor].gpu_equivalent
+        team = max(sorted(gap), key=lambda t: gap[t]) if gap else ""
+        if team and gap[team] / capacity * 100 > worst:
+            worst = gap[team] / capacity * 100
+            detail = f"{team} in priority class {prio}: off by {gap[team]:.1f} GE"
+    return worst, detail
+
+
+def arrivals(w: Workload, n: int, seed: int, pinned: bool = True) -> list[Request]:
+    """`n` newly arrived requests spread over all teams, drawn like the queue."""
     team_names = [t.name for t in w.snapshot.teams]
-    out = []
-    for i, r in enumerate(fresh.snapshot.pending):
-        out.append(
-            Request(
-                id=f"arrival-{i:04d}",
-                team=team_names[i % len(team_names)],
-                flavor=r.flavor,
-                submitted_at=w.now,
-                gpu_count=r.gpu_count,
-                kind=r.kind,
-                priority=r.priority,
-                is_preemptible=r.is_preemptible,
-                allow_shared_node=r.allow_shared_node,
-                pinned_model=r.pinned_model,
-                max_runtime_seconds=r.max_runtime_seconds,
-            )
+    if pinned:
+        fleet = product.generate(seed=seed + 1000, scale=0.02, pending=n, teams=len(team_names))
+        source = product.snapshot(fleet).pending
+    else:
+        source = generate(
+            seed=seed + 1000,
+            scale=0.02,
+            pending=n,
+            teams=len(team_names),
+            multi_share=w.multi_share,
+        ).snapshot.pending
+    return [
+        replace(r, id=f"arrival-{i:04d}", team=team_names[i % len(team_names)], submitted_at=w.now)
+        for i, r in enumerate(source)
+    ]
+
+
+def _pool_lines(name: str, figures: dict[str, PoolFigures]) -> None:
+    for pool, f in figures.items():
+        print(
+            f"  {name:8s} {pool:14s} capacity {f.capacity_ge:7.0f} GE, admitted "
+            f"{f.admitted_ge:8.2f}, free after {f.free_ge:7.2f}, stranded {f.stranded_ge:7.2f} "
+            f"(quota-blind {f.stranded_quota_blind_ge:.2f})"
         )
-    return out
 
 
 def main() -> None:
@@ -193,6 +288,17 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=None, help="repetitions (default 5, quick 3)")
     ap.add_argument("--quick", action="store_true", help="10%% fleet, 5,000 pending")
     ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument(
+        "--pending",
+        type=int,
+        default=None,
+        help="pending requests (default 50,000, quick 5,000); about 6,000 matches the free room",
+    )
+    ap.add_argument(
+        "--unpinned",
+        action="store_true",
+        help="the earlier trace-shaped workload whose requests name no pool (not the product)",
+    )
     ap.add_argument(
         "--multi-share",
         type=float,
@@ -207,12 +313,16 @@ def main() -> None:
     )
     args = ap.parse_args()
     runs = args.runs or (3 if args.quick else 5)
-    if args.quick:
-        w = generate(
-            seed=args.seed, scale=0.1, pending=5_000, teams=20, multi_share=args.multi_share
-        )
+    scale: dict[str, float] = dict(scale=0.1, pending=5_000, teams=20) if args.quick else {}
+    if args.pending is not None:
+        scale["pending"] = args.pending
+    if args.unpinned:
+        w = generate(seed=args.seed, multi_share=args.multi_share, **scale)  # type: ignore[arg-type]
     else:
-        w = generate(seed=args.seed, multi_share=args.multi_share)
+        fleet = product.generate(seed=args.seed, multi_share=args.multi_share, **scale)  # type: ignore[arg-type]
+        w = Workload(
+            product.snapshot(fleet), fleet.now, fleet.capacity_ge, args.seed, args.multi_share
+        )
     snap = w.snapshot
     if args.short_reserve:
         pools = tuple(
@@ -221,21 +331,23 @@ def main() -> None:
         )
         snap = replace(snap, pools=pools)
         w = replace(w, snapshot=snap)
-    label = "quick (10% fleet)" if args.quick else "W-GPU-2k"
+    label = "W-GPU-2k" + (" unpinned (earlier trace shape)" if args.unpinned else " product-shaped")
+    if args.quick:
+        label += ", quick (10% fleet)"
     if args.short_reserve:
         label += f", {args.short_reserve:.0%} short-request reserve per pool"
     flavor_kind = {f.id: f.kind for f in snap.flavors}
     multi = sum(1 for r in snap.pending if r.gpu_count > 1 and flavor_kind[r.flavor] != "whole")
     print(
         f"workload {label}: {len(snap.nodes)} nodes, {len(snap.devices)} GPUs, "
-        f"{len(snap.teams)} teams, {len(snap.allocations)} running, {len(snap.pending)} pending "
-        f"({multi} multi-share vGPU/MIG), seed {w.seed}, {runs} runs"
+        f"{len(snap.pools)} pools, {len(snap.teams)} teams, {len(snap.allocations)} running, "
+        f"{len(snap.pending)} pending ({multi} multi-share vGPU/MIG), seed {w.seed}, {runs} runs; "
+        f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs"
     )
 
     cycle: list[float] = []
     plan_only: list[float] = []
     engine_plan: Plan | None = None
-    engine_free = 0.0
     for _ in range(runs):
         sched = None
         gc.collect()  # start each timed run from a clean heap (not timed)
@@ -247,7 +359,7 @@ def main() -> None:
         cycle.append(t2 - t0)
         plan_only.append(t2 - t1)
         if engine_plan is None:
-            engine_plan, engine_free = p, sched.free_gpu_equivalents()
+            engine_plan = p
         else:
             assert p == engine_plan, "plan is not deterministic"
     assert engine_plan is not None
@@ -261,22 +373,20 @@ def main() -> None:
 
     base_times: list[float] = []
     base_plan: Plan | None = None
-    base_free = 0.0
     for _ in range(max(1, runs // 2)):
         gc.collect()
         t0 = time.perf_counter()
-        bs = Scheduler(snap, Policy(placer="best_fit"))
-        bp = bs.plan(w.now)
+        base_plan = Scheduler(snap, Policy(placer="best_fit")).plan(w.now)
         base_times.append(time.perf_counter() - t0)
-        base_plan, base_free = bp, bs.free_gpu_equivalents()
     assert base_plan is not None
 
     # Arrival latency against the indexed starting state (capacity exists).
     lat_all: list[float] = []
     lat_admitted: list[float] = []
+    fresh = arrivals(w, 200, w.seed, pinned=not args.unpinned)
     for _ in range(runs):
         sched = Scheduler(snap, Policy())
-        for r in arrivals(w, 200, w.seed):
+        for r in fresh:
             t0 = time.perf_counter()
             d = sched.place_one(r, w.now)
             dt = (time.perf_counter() - t0) * 1000
@@ -300,17 +410,18 @@ def main() -> None:
         f"preemptions, cycle {statistics.median(base_times):.3f} s"
     )
     _emit(
-        "engine.decisions_per_second",
+        "engine.plan_decisions_per_second",
         len(snap.pending) / full,
         "decisions/s",
-        f"decisions per second: {len(snap.pending) / full:,.0f} "
-        f"({len(snap.pending)} pending / {full:.3f} s)",
+        f"in-memory plan decisions per second: {len(snap.pending) / full:,.0f} "
+        f"({len(snap.pending)} pending / {full:.3f} s; no database read or write, see "
+        "bench.engine_db for engine.decisions_per_second)",
     )
     _emit(
-        "engine.full_cycle_seconds",
+        "engine.plan_seconds",
         full,
         "s",
-        f"full cycle: {full:.3f} s median (index build "
+        f"in-memory plan: {full:.3f} s median (index build "
         f"{statistics.median(c - p for c, p in zip(cycle, plan_only, strict=True)):.3f} s + "
         f"queue {statistics.median(plan_only):.3f} s); runs {[round(c, 3) for c in cycle]}; "
         f"with the GC left running: {gc_on:.3f} s",
@@ -324,21 +435,73 @@ def main() -> None:
         f"arrival decision: {med:.3f} ms median over {len(lat_admitted)} admitted arrivals "
         f"(all {len(lat_all)}: median {statistics.median(lat_all):.3f} ms, p99 {p99:.3f} ms)",
     )
-    ratio = engine_free / base_free if base_free else (0.0 if engine_free == 0 else float("inf"))
+
+    eng = stranded(snap, engine_plan, _usage_after(snap, engine_plan))
+    base = stranded(snap, base_plan, _usage_after(snap, base_plan))
+    print(
+        "per pool after the cycle (GE; stranded = free GE no waiting request of the pool can use):"
+    )
+    _pool_lines("engine", eng)
+    _pool_lines("best-fit", base)
+    for pool in eng:
+        for name, figs in (("engine", eng), ("best_fit", base)):
+            print(
+                json.dumps(
+                    {
+                        "metric": f"engine.pool.{pool}.{name}_stranded_ge",
+                        "value": round(figs[pool].stranded_ge, 6),
+                        "unit": "GE",
+                    }
+                )
+            )
+    e_st, b_st = total(eng.values(), "stranded_ge"), total(base.values(), "stranded_ge")
+    e_blind = total(eng.values(), "stranded_quota_blind_ge")
+    b_blind = total(base.values(), "stranded_quota_blind_ge")
     _emit(
-        "engine.unallocated_vs_best_fit",
+        "engine.stranded_ge",
+        e_st,
+        "GE",
+        f"stranded after the cycle: engine {e_st:.2f} GE, best-fit {b_st:.2f} GE of "
+        f"{w.capacity_ge:.0f} (quota-blind: engine {e_blind:.2f}, best-fit {b_blind:.2f}); "
+        f"free: engine {total(eng.values(), 'free_ge'):.2f}, best-fit "
+        f"{total(base.values(), 'free_ge'):.2f}",
+    )
+    _emit("engine.best_fit_stranded_ge", b_st, "GE", f"best-fit stranded: {b_st:.2f} GE")
+    if b_st > 0:
+        ratio, note = e_st / b_st, ""
+    else:
+        ratio = 0.0 if e_st == 0 else float("inf")
+        ratio, note = (
+            (1.0, " (both strand nothing: no advantage, taken as 1)") if e_st == 0 else (ratio, "")
+        )
+    _emit(
+        "engine.stranded_vs_best_fit",
         ratio,
         "ratio",
-        f"unallocated GPU-eq after the cycle: engine {engine_free:.2f}, best-fit "
-        f"{base_free:.2f} of {w.capacity_ge:.0f} (ratio {ratio:.3f})",
+        f"stranded vs best-fit: {ratio:.3f}{note}",
     )
     gap, detail = fair_share_gap(snap, engine_plan, w.capacity_ge)
     flat_gap, flat_detail = fair_share_gap(snap, engine_plan, w.capacity_ge, by_priority=False)
+    cls_gap, cls_detail = class_fair_gap(snap, engine_plan, w.capacity_ge)
     _emit(
         "engine.max_fair_share_gap_points",
+        cls_gap,
+        "points",
+        f"max fair-share gap, priority-blind DRF within each priority class and pool: "
+        f"{cls_gap:.2f} points ({cls_detail})",
+    )
+    _emit(
+        "engine.fair_share_gap_by_priority_points",
         gap,
         "points",
-        f"max fair-share gap: {gap:.2f} points ({detail}); ignoring priority classes: "
+        f"fair-share gap against the earlier reference (whole fleet, classes served in turn): "
+        f"{gap:.2f} points ({detail})",
+    )
+    _emit(
+        "engine.fair_share_gap_priority_blind_fleet_points",
+        flat_gap,
+        "points",
+        f"fair-share gap against a priority-blind whole-fleet reference (all classes pooled): "
         f"{flat_gap:.2f} points ({flat_detail})",
     )
     breaches = quota_breaches(snap, engine_plan)

@@ -97,7 +97,9 @@ def _zipf_weights(n: int, s: float) -> np.ndarray:
 class _Fill:
     """Mutable device state used only while generating the starting allocations."""
 
-    def __init__(self, n_a100: int, n_h100: int, n_l4: int) -> None:
+    def __init__(
+        self, n_a100: int, n_h100: int, n_l4: int, nodes: list[tuple[str, str, str]] | None = None
+    ) -> None:
         self.nodes: list[tuple[str, str, str]] = []  # (id, pool, model)
         for i in range(n_a100):
             self.nodes.append((f"a100-{i:04d}", "a100-vgpu", "A100-80G"))
@@ -105,6 +107,7 @@ class _Fill:
             self.nodes.append((f"h100-{i:04d}", "h100-mig", "H100-80G"))
         for i in range(n_l4):
             self.nodes.append((f"l4-{i:04d}", "l4", "L4"))
+        self.nodes.extend(nodes or ())
         n = len(self.nodes)
         self.whole = np.zeros((n, 8), dtype=bool)
         self.mem = np.zeros((n, 8), dtype=np.int64)
@@ -299,14 +302,21 @@ def _random_place(
     count: int,
     pinned: str | None,
     shared: bool,
+    candidates: np.ndarray | None = None,
 ) -> tuple[DeviceClaim, ...] | None:
-    """Random feasible placement (aged-cluster fragmentation), or None after a few tries."""
+    """Random feasible placement (aged-cluster fragmentation), or None after a few tries.
+
+    `candidates` (node rows) restricts the placement to one pool, as the product does.
+    """
     for _ in range(8):
-        if f.kind == "whole":
-            model = pinned or str(rng.choice(MODELS, p=[0.6, 0.25, 0.15]))
+        if candidates is not None:
+            cand = candidates
         else:
-            model = f.gpu_model or "A100-80G"
-        cand = fleet.by_model[model]
+            if f.kind == "whole":
+                model = pinned or str(rng.choice(MODELS, p=[0.6, 0.25, 0.15]))
+            else:
+                model = f.gpu_model or "A100-80G"
+            cand = fleet.by_model[model]
         node = int(cand[int(rng.integers(0, len(cand)))])
         if fleet.exclusive[node]:
             continue
