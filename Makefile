@@ -42,8 +42,10 @@ test-only: install
 
 bench: bench-engine bench-pipeline bench-reports bench-api
 
+# The engine in memory, then the real cycle on PostgreSQL (BENCH_DATABASE_URL, recreated).
 bench-engine: install
 	$(BIN)/python -m bench.engine
+	$(BIN)/python -m bench.engine_db
 
 bench-pipeline: install
 	$(BIN)/python -m bench.pipeline
