@@ -45,6 +45,9 @@ MAX_RUNTIME_ANNOTATION = "gpu-portal/max-runtime-seconds"
 SUSPENDED_REPLICAS_ANNOTATION = "gpu-portal/suspended-replicas"
 SUSPENDED_AT_ANNOTATION = "gpu-portal/suspended-at"
 RESUMABLE_KINDS: tuple[WorkloadKind, ...] = ("notebook", "service")
+# On each Job and pod of a gang (a job over several nodes): its rank, and how many ranks it has.
+RANK_LABEL = "gpu-portal/rank"
+GANG_SIZE_LABEL = "gpu-portal/gang-size"
 
 #: A request id becomes part of object names and label values, so it is limited to what both
 #: accept; 40 characters leave room for the prefix and the attempt (a UUID is 36).
@@ -80,6 +83,12 @@ def workload_name(request_id: str, attempt: int) -> str:
     if not 1 <= attempt <= MAX_ATTEMPT:
         raise ValueError(f"attempt must be between 1 and {MAX_ATTEMPT}, not {attempt}")
     return f"gpr-{request_id}-a{attempt}"
+
+
+def gang_member_name(name: str, rank: int) -> str:
+    """The name of one rank of a gang workload `name` (its Job and pod hostname):
+    `gpr-812-a1-r0`. At most 50 + 2 + 4 characters for ranks below 10,000."""
+    return f"{name}-r{rank}"
 
 
 def project_namespace(team_slug: str, project_slug: str) -> str:
@@ -178,6 +187,15 @@ class PrioritySpec:
 
 
 @dataclass(frozen=True, slots=True)
+class GangMember:
+    """One node's share of a gang: the node the portal chose (None: the cluster's scheduler
+    picks within the pool) and how many whole cards the rank's pod takes there."""
+
+    node_name: str | None
+    gpu_count: int
+
+
+@dataclass(frozen=True, slots=True)
 class WorkloadSpec:
     """What to run for one attempt of one GPU request, already placed by the portal.
 
@@ -186,6 +204,12 @@ class WorkloadSpec:
     the GPU model: the pod may only land on nodes whose `nvidia.com/gpu.product` label is one of
     them (see `gpu_models.gpu_products_for`). `gpu_count` counts whole cards (exclusive), vGPU
     shares (vgpu) or MIG instances of `mig_profile` (mig).
+
+    `gang` (two members or more, jobs with whole cards only) runs the job as one pod per member,
+    rank 0 first, each on its member's node with its member's cards; `gpu_count` is their sum.
+    `device_indexes` are the cards the portal chose on `node_name` (vGPU: HAMi is asked for
+    them); `gpu_uuids` and `gpu_types` are those cards as HAMi registered them, filled in by the
+    backend at launch.
     """
 
     request_id: str
@@ -217,9 +241,15 @@ class WorkloadSpec:
     reason: str = ""
     extra_labels: Mapping[str, str] = field(default_factory=dict)
     extra_annotations: Mapping[str, str] = field(default_factory=dict)
+    gang: tuple[GangMember, ...] = ()
+    device_indexes: tuple[int, ...] = ()
+    gpu_uuids: tuple[str, ...] = ()
+    gpu_types: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         workload_name(self.request_id, self.attempt)  # validates both
+        if self.gang:
+            self._check_gang()
         if not is_dns_label(self.namespace):
             raise ValueError(f"namespace {self.namespace!r} is not a DNS-1123 label")
         for slug in (self.team_slug, self.project_slug):
@@ -253,6 +283,19 @@ class WorkloadSpec:
         if self.port is not None and not 1 <= self.port <= 65535:
             raise ValueError(f"port {self.port} is out of range")
 
+    def _check_gang(self) -> None:
+        if len(self.gang) < 2:
+            raise ValueError("a gang has two members or more")
+        if self.kind != "job" or self.sharing != "exclusive":
+            raise ValueError("only jobs on whole cards run as gangs")
+        if sum(m.gpu_count for m in self.gang) != self.gpu_count:
+            raise ValueError("a gang's members must hold gpu_count cards between them")
+        if any(m.gpu_count < 1 for m in self.gang):
+            raise ValueError("every gang member holds at least one card")
+        nodes = [m.node_name for m in self.gang if m.node_name is not None]
+        if len(set(nodes)) != len(nodes):
+            raise ValueError("gang members are on different nodes")
+
     @property
     def name(self) -> str:
         return workload_name(self.request_id, self.attempt)
@@ -274,6 +317,11 @@ class WorkloadStatus:
     reclamation (`suspended_at` says since when); it holds no GPUs and can be resumed. `reason` is
     a short machine word (`Unschedulable`, `ImagePullBackOff`, `DeadlineExceeded`, ...) and
     `message` the human explanation.
+
+    A gang reports `gang_size` ranks and the node of each (`node_names`, rank order; `node_name`
+    is rank 0's). `gpu_uuids` are the cards HAMi assigned to a vGPU pod (its
+    `hami.io/vgpu-devices-allocated` annotation) and `device_indexes` their positions in the
+    node's HAMi registration, the portal's device indexes.
     """
 
     request_id: str
@@ -290,6 +338,10 @@ class WorkloadStatus:
     team_slug: str = ""
     project_slug: str = ""
     suspended_at: datetime | None = None
+    gang_size: int = 1
+    node_names: tuple[str, ...] = ()
+    gpu_uuids: tuple[str, ...] = ()
+    device_indexes: tuple[int, ...] = ()
 
     @property
     def is_finished(self) -> bool:

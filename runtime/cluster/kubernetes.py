@@ -9,9 +9,11 @@ expired list or watch is listed again (410 Gone).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
@@ -44,9 +46,12 @@ from runtime.cluster.base import (
     workload_name,
 )
 from runtime.cluster.kubernetes_status import (
+    gang_status,
+    is_gang,
     node_inventory,
     quantity,
     suspended_since,
+    with_hami_assignment,
     workload_status,
 )
 
@@ -392,10 +397,78 @@ class KubernetesClusterBackend:
         that the portal did not make for this attempt is a permanent error, never adopted. A
         notebook or service first resumes the scaled-to-zero Deployment of an earlier attempt.
         """
+        if spec.sharing == "vgpu" and spec.device_indexes and not spec.gpu_uuids:
+            spec = self._with_hami_cards(spec)
         if spec.kind in RESUMABLE_KINDS:
             resumed = self.resume(spec)
             if resumed is not None:
                 return resumed
+        if spec.gang:
+            return self._launch_gang(spec)
+        self._create_workload(spec, manifests.workload_manifests(spec))
+        return spec.name
+
+    def _launch_gang(self, spec: WorkloadSpec) -> str:
+        """The headless Service and one Job per rank, all or nothing: when any create fails,
+        everything of the attempt made or adopted so far is deleted again before the error is
+        raised, so no rank ever waits alone for peers that will not come."""
+        made: list[tuple[str, str]] = []
+        try:
+            self._create_workload(spec, manifests.workload_manifests(spec), made=made)
+        except ClusterError:
+            deleters = {
+                "Job": self.batch.delete_namespaced_job,
+                "Service": self.core.delete_namespaced_service,
+            }
+            with contextlib.suppress(ClusterError):
+                for kind, name in reversed(made):
+                    try:
+                        self._write(
+                            deleters[kind],
+                            name,
+                            spec.namespace,
+                            propagation_policy="Background",
+                            grace_period_seconds=0,
+                        )
+                    except ClusterError as exc:
+                        if exc.status != 404:
+                            raise
+                self._delete_pods(spec.namespace, spec.request_id, spec.attempt, grace_seconds=0)
+            log.warning("gang %s/%s not launched; rolled back %s", spec.namespace, spec.name, made)
+            raise
+        return spec.name
+
+    def _with_hami_cards(self, spec: WorkloadSpec) -> WorkloadSpec:
+        """`spec` with the UUIDs and types of its cards, read from the node's HAMi
+        registration (the portal's device index is the card's position there). Without a
+        registration for them the spec stays as it is, and HAMi chooses."""
+        if spec.node_name is None:
+            return spec
+        nodes = self._list_all(
+            self.core.list_node, field_selector=f"metadata.name={spec.node_name}"
+        )
+        cards = node_inventory(nodes[0]).hami_devices if nodes else ()
+        if not cards or any(not 0 <= i < len(cards) for i in spec.device_indexes):
+            log.warning(
+                "no HAMi registration for cards %s of %s", spec.device_indexes, spec.node_name
+            )
+            return spec
+        chosen = [cards[i] for i in spec.device_indexes]
+        return replace(
+            spec,
+            gpu_uuids=tuple(card.uuid for card in chosen),
+            gpu_types=tuple(card.model for card in chosen if card.model),
+        )
+
+    def _create_workload(
+        self,
+        spec: WorkloadSpec,
+        bodies: Sequence[dict[str, Any]],
+        *,
+        made: list[tuple[str, str]] | None = None,
+    ) -> None:
+        """Create each object, or adopt it when this attempt made it before; `made` collects
+        (kind, name) of each one that is now the attempt's."""
         creators: dict[str, tuple[Callable[..., Any], Callable[..., Any]]] = {
             "Job": (self.batch.create_namespaced_job, self.batch.read_namespaced_job),
             "Deployment": (
@@ -404,11 +477,14 @@ class KubernetesClusterBackend:
             ),
             "Service": (self.core.create_namespaced_service, self.core.read_namespaced_service),
         }
-        for body in manifests.workload_manifests(spec):
+        for body in bodies:
             create, read = creators[body["kind"]]
             existing = self._create_or_read(create, read, body)
+            name = body["metadata"]["name"]
             if existing is None:
-                log.info("created %s %s/%s", body["kind"], spec.namespace, spec.name)
+                log.info("created %s %s/%s", body["kind"], spec.namespace, name)
+                if made is not None:
+                    made.append((body["kind"], name))
                 continue
             key = _workload_key(existing)
             if _labels_of(existing).get(MANAGED_BY_LABEL) != MANAGED_BY_VALUE or key != (
@@ -417,20 +493,21 @@ class KubernetesClusterBackend:
                 spec.attempt,
             ):
                 raise PermanentClusterError(
-                    f"{body['kind']} {spec.namespace}/{spec.name} exists but does not belong "
+                    f"{body['kind']} {spec.namespace}/{name} exists but does not belong "
                     f"to request {spec.request_id} attempt {spec.attempt}",
                     status=409,
                     reason="AlreadyExists",
                 )
+            if made is not None:
+                made.append((body["kind"], name))
             if existing.metadata is not None and existing.metadata.deletion_timestamp:
                 raise PermanentClusterError(
-                    f"{body['kind']} {spec.namespace}/{spec.name} is being deleted; "
+                    f"{body['kind']} {spec.namespace}/{name} is being deleted; "
                     "launch a new attempt instead",
                     status=409,
                     reason="Terminating",
                 )
-            log.info("adopted existing %s %s/%s", body["kind"], spec.namespace, spec.name)
-        return spec.name
+            log.info("adopted existing %s %s/%s", body["kind"], spec.namespace, name)
 
     def terminate(
         self,
@@ -473,6 +550,33 @@ class KubernetesClusterBackend:
                 self._write(
                     delete,
                     name,
+                    namespace,
+                    propagation_policy="Background",
+                    grace_period_seconds=grace_seconds,
+                )
+            except ClusterError as exc:
+                if exc.status != 404:
+                    raise
+        # A gang's ranks: one Job each, named after the rank (its headless Service went above).
+        ranks = self._list_all(
+            self.batch.list_namespaced_job,
+            namespace,
+            label_selector=manifests.workload_selector(request_id, attempt),
+        )
+        for job in ranks:
+            if job.metadata.name == name:
+                continue
+            try:
+                self._write(
+                    self.batch.patch_namespaced_job,
+                    job.metadata.name,
+                    namespace,
+                    patch,
+                    _content_type="application/merge-patch+json",
+                )
+                self._write(
+                    self.batch.delete_namespaced_job,
+                    job.metadata.name,
                     namespace,
                     propagation_policy="Background",
                     grace_period_seconds=grace_seconds,
@@ -581,7 +685,15 @@ class KubernetesClusterBackend:
             "spec": {
                 "replicas": replicas,
                 "template": {
-                    "metadata": {"labels": attempt_label},
+                    "metadata": {
+                        "labels": attempt_label,
+                        # HAMi's card selection follows the new placement (null: none).
+                        "annotations": {
+                            manifests.HAMI_USE_UUID_ANNOTATION: None,
+                            manifests.HAMI_USE_TYPE_ANNOTATION: None,
+                            **manifests.hami_selection(spec),
+                        },
+                    },
                     "spec": {
                         # Merge patch: keys the new placement drops are removed with null.
                         "nodeSelector": {
@@ -637,7 +749,21 @@ class KubernetesClusterBackend:
             namespace,
             label_selector=manifests.workload_selector(request_id, attempt),
         )
-        return workload_status(
+        if job is None and deployment is None:
+            jobs = self._list_all(
+                self.batch.list_namespaced_job,
+                namespace,
+                label_selector=manifests.workload_selector(request_id, attempt),
+            )
+            if is_gang([*jobs, *pods]):
+                return gang_status(
+                    namespace=namespace,
+                    request_id=request_id,
+                    attempt=attempt,
+                    jobs=jobs,
+                    pods=pods,
+                )
+        status = workload_status(
             namespace=namespace,
             request_id=request_id,
             attempt=attempt,
@@ -645,6 +771,29 @@ class KubernetesClusterBackend:
             deployment=deployment,
             pods=pods,
         )
+        return self._with_device_indexes([with_hami_assignment(status, pods)])[0]
+
+    def _with_device_indexes(self, statuses: list[WorkloadStatus]) -> list[WorkloadStatus]:
+        """Map the cards HAMi assigned (UUIDs) onto the portal's device indexes, their
+        positions in the node's HAMi registration; one node list for all of `statuses`."""
+        names = {s.node_name for s in statuses if s.gpu_uuids and s.node_name}
+        if not names:
+            return statuses
+        # One node by name when a single workload is read (sync reads them one by one).
+        only = {"field_selector": f"metadata.name={next(iter(names))}"} if len(names) == 1 else {}
+        registered = {
+            inventory.name: [card.uuid for card in inventory.hami_devices]
+            for inventory in map(node_inventory, self._list_all(self.core.list_node, **only))
+        }
+        out = []
+        for status in statuses:
+            cards = registered.get(status.node_name or "", [])
+            if status.gpu_uuids and all(uuid in cards for uuid in status.gpu_uuids):
+                status = replace(
+                    status, device_indexes=tuple(cards.index(u) for u in status.gpu_uuids)
+                )
+            out.append(status)
+        return out
 
     def list_workloads(self, namespaces: Sequence[str] | None = None) -> list[WorkloadStatus]:
         """Every portal workload (Jobs, Deployments and their pods), sorted by key."""
@@ -672,13 +821,29 @@ class KubernetesClusterBackend:
                 if key is None:
                     log.warning("ignoring %s with broken portal labels", obj.metadata.name)
                     continue
-                group = groups.setdefault(key, {"job": None, "deployment": None, "pods": []})
+                group = groups.setdefault(
+                    key, {"job": None, "deployment": None, "pods": [], "jobs": []}
+                )
                 if kind == "pods":
                     group["pods"].append(obj)
                 else:
                     group[kind] = obj
-        return [
-            workload_status(
+                if kind == "job":
+                    group["jobs"].append(obj)
+        statuses = []
+        for (ns, request_id, attempt), group in sorted(groups.items()):
+            if is_gang([*group["jobs"], *group["pods"]]):
+                statuses.append(
+                    gang_status(
+                        namespace=ns,
+                        request_id=request_id,
+                        attempt=attempt,
+                        jobs=group["jobs"],
+                        pods=group["pods"],
+                    )
+                )
+                continue
+            status = workload_status(
                 namespace=ns,
                 request_id=request_id,
                 attempt=attempt,
@@ -686,8 +851,8 @@ class KubernetesClusterBackend:
                 deployment=group["deployment"],
                 pods=group["pods"],
             )
-            for (ns, request_id, attempt), group in sorted(groups.items())
-        ]
+            statuses.append(with_hami_assignment(status, group["pods"]))
+        return self._with_device_indexes(statuses)
 
     def _list_all(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> list[Any]:
         """All items of a list call, page by page; restarts once if a continue token expires."""

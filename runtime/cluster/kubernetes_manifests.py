@@ -8,16 +8,19 @@ here and the calls in `kubernetes.py` means every field the portal sets is visib
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from runtime.cluster.base import (
     ATTEMPT_LABEL,
+    GANG_SIZE_LABEL,
     KIND_LABEL,
     MANAGED_BY_LABEL,
     MANAGED_BY_VALUE,
     MAX_RUNTIME_ANNOTATION,
     OWNER_ANNOTATION,
     PROJECT_LABEL,
+    RANK_LABEL,
     REASON_ANNOTATION,
     REQUEST_LABEL,
     TEAM_LABEL,
@@ -27,6 +30,7 @@ from runtime.cluster.base import (
     ProjectSpec,
     Toleration,
     WorkloadSpec,
+    gang_member_name,
 )
 from runtime.cluster.gpu_models import GPU_PRODUCT_LABEL
 
@@ -40,6 +44,15 @@ GPU_RESOURCE = "nvidia.com/gpu"
 VGPU_MEMORY_RESOURCE = "nvidia.com/gpumem"
 VGPU_CORES_RESOURCE = "nvidia.com/gpucores"
 MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
+# HAMi's device selection: the pod asks for these cards (by UUID) and card types, and HAMi's
+# scheduler records what it assigned (`UUID,type,memory,cores:` per card, `;` per container).
+HAMI_USE_UUID_ANNOTATION = "nvidia.com/use-gpuuuid"
+HAMI_USE_TYPE_ANNOTATION = "nvidia.com/use-gputype"
+HAMI_ALLOCATED_ANNOTATION = "hami.io/vgpu-devices-allocated"
+HAMI_TO_ALLOCATE_ANNOTATION = "hami.io/vgpu-devices-to-allocate"
+HAMI_NODE_ANNOTATION = "hami.io/vgpu-node"
+#: The rendezvous port of a gang's rank 0 (torchrun's default `--master-port`).
+GANG_PORT = 29500
 
 #: Finished Jobs stay this long so the sync loop can read their final status before the
 #: ttl-after-finished controller deletes them (and their pods with them).
@@ -255,9 +268,20 @@ def _metadata(spec: WorkloadSpec) -> dict[str, Any]:
     return metadata
 
 
+def hami_selection(spec: WorkloadSpec) -> dict[str, str]:
+    """HAMi's selection annotations for a vGPU pod: the portal's cards by UUID and their type,
+    so HAMi assigns the cards the engine planned with rather than choosing its own."""
+    if spec.sharing != "vgpu" or not spec.gpu_uuids:
+        return {}
+    selection = {HAMI_USE_UUID_ANNOTATION: ",".join(spec.gpu_uuids)}
+    if spec.gpu_types:
+        selection[HAMI_USE_TYPE_ANNOTATION] = ",".join(sorted(set(spec.gpu_types)))
+    return selection
+
+
 def _template_metadata(spec: WorkloadSpec) -> dict[str, Any]:
     metadata: dict[str, Any] = {"labels": workload_labels(spec)}
-    annotations = workload_annotations(spec)
+    annotations = {**workload_annotations(spec), **hami_selection(spec)}
     if annotations:
         metadata["annotations"] = annotations
     return metadata
@@ -320,8 +344,82 @@ def service_manifest(spec: WorkloadSpec) -> Manifest:
     }
 
 
+def gang_env(spec: WorkloadSpec, rank: int) -> dict[str, str]:
+    """What torchrun and MPI launchers read: rank 0's stable DNS name through the headless
+    Service, the port, the world (one process group per node) and this pod's share."""
+    size = len(spec.gang)
+    hosts = [f"{gang_member_name(spec.name, r)}.{spec.name}" for r in range(size)]
+    return {
+        "MASTER_ADDR": f"{hosts[0]}.{spec.namespace}.svc",
+        "MASTER_PORT": str(GANG_PORT),
+        "WORLD_SIZE": str(size),
+        "RANK": str(rank),
+        "NODE_RANK": str(rank),
+        "NNODES": str(size),
+        "NPROC_PER_NODE": str(spec.gang[rank].gpu_count),
+        "GANG_HOSTS": ",".join(hosts),
+    }
+
+
+def gang_service_manifest(spec: WorkloadSpec) -> Manifest:
+    """The headless Service that gives every rank of a gang a DNS name (`<job>.<service>`).
+
+    Not-ready addresses are published: ranks must find rank 0 while they all start.
+    """
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _metadata(spec),
+        "spec": {
+            "clusterIP": "None",
+            "publishNotReadyAddresses": True,
+            "selector": pod_selector(spec),
+            "ports": [
+                {
+                    "name": "rendezvous",
+                    "port": GANG_PORT,
+                    "targetPort": GANG_PORT,
+                    "protocol": "TCP",
+                }
+            ],
+        },
+    }
+
+
+def gang_job_manifest(spec: WorkloadSpec, rank: int) -> Manifest:
+    """The Job of one rank: the member's cards on the member's node, the gang's env, and the
+    pod's hostname and subdomain so that `<job>.<service>` resolves to it."""
+    member = spec.gang[rank]
+    member_spec = replace(
+        spec,
+        gpu_count=member.gpu_count,
+        node_name=member.node_name,
+        env={**spec.env, **gang_env(spec, rank)},
+        gang=(),
+    )
+    body = job_manifest(member_spec)
+    name = gang_member_name(spec.name, rank)
+    body["metadata"]["name"] = name
+    template = body["spec"]["template"]
+    for metadata in (body["metadata"], template["metadata"]):
+        metadata["labels"][RANK_LABEL] = str(rank)
+        metadata["labels"][GANG_SIZE_LABEL] = str(len(spec.gang))
+    template["spec"]["hostname"] = name
+    template["spec"]["subdomain"] = spec.name
+    template["spec"]["containers"][0]["ports"] = [
+        {"name": "rendezvous", "containerPort": GANG_PORT, "protocol": "TCP"}
+    ]
+    return body
+
+
 def workload_manifests(spec: WorkloadSpec) -> list[Manifest]:
-    """Everything one launch creates, in creation order."""
+    """Everything one launch creates, in creation order (a gang's Service first, so its names
+    resolve as soon as the pods start)."""
+    if spec.gang:
+        return [
+            gang_service_manifest(spec),
+            *(gang_job_manifest(spec, rank) for rank in range(len(spec.gang))),
+        ]
     if spec.kind == "job":
         return [job_manifest(spec)]
     return [deployment_manifest(spec), service_manifest(spec)]

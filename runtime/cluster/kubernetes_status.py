@@ -10,14 +10,17 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
 from typing import TYPE_CHECKING, Any
 
 from runtime.cluster import kubernetes_manifests as manifests
 from runtime.cluster.base import (
+    GANG_SIZE_LABEL,
     KIND_LABEL,
     PROJECT_LABEL,
+    RANK_LABEL,
     SUSPENDED_AT_ANNOTATION,
     SUSPENDED_REPLICAS_ANNOTATION,
     TEAM_LABEL,
@@ -319,6 +322,145 @@ def workload_status(
     if waiting is not None:
         return status("pending", str(waiting.reason or "Waiting"), str(waiting.message or ""))
     return status("pending", "Pending", "the pod is waiting to start")
+
+
+# Gangs and HAMi's assignment -----------------------------------------------------------------
+
+
+def _label(obj: Any, key: str) -> str | None:
+    metadata = getattr(obj, "metadata", None)
+    return ((metadata.labels if metadata is not None else None) or {}).get(key)
+
+
+def _rank(obj: Any) -> int | None:
+    value = _label(obj, RANK_LABEL)
+    return int(value) if value is not None and value.isdigit() else None
+
+
+def is_gang(objects: Sequence[Any]) -> bool:
+    """True when any of a workload's Jobs or pods carries a gang rank."""
+    return any(_rank(obj) is not None for obj in objects)
+
+
+def gang_status(
+    *,
+    namespace: str,
+    request_id: str,
+    attempt: int,
+    jobs: Sequence[k8s.V1Job],
+    pods: Sequence[k8s.V1Pod] = (),
+) -> WorkloadStatus:
+    """One status for a gang, from each rank's `workload_status`. The gang is one workload:
+    1. no rank exists → missing;
+    2. any rank failed → failed, with that rank's reason (the portal tears the gang down);
+    3. every rank succeeded → succeeded (finished when the last one did);
+    4. a rank of the gang size without a Job or pod → pending `GangIncomplete`;
+    5. every rank running (or done) → running, from when the last rank started;
+    6. otherwise pending with the first waiting rank's reason.
+    """
+    size = max(
+        [int(v) for v in (_label(o, GANG_SIZE_LABEL) for o in (*jobs, *pods)) if v and v.isdigit()]
+        + [(_rank(o) or 0) + 1 for o in (*jobs, *pods)]
+        + [1]
+    )
+    ranks = [
+        workload_status(
+            namespace=namespace,
+            request_id=request_id,
+            attempt=attempt,
+            job=next((j for j in jobs if _rank(j) == rank), None),
+            pods=[p for p in pods if _rank(p) == rank],
+        )
+        for rank in range(size)
+    ]
+    node_names = tuple(r.node_name or "" for r in ranks)
+    lead = next((r for r in ranks if r.phase != "missing"), ranks[0])
+    gang = replace(
+        lead,
+        name=workload_name(request_id, attempt),
+        gang_size=size,
+        node_names=node_names,
+        node_name=ranks[0].node_name,
+    )
+
+    def at(rank: int, status: WorkloadStatus) -> str:
+        where = f" on {status.node_name}" if status.node_name else ""
+        return f"rank {rank}{where}: {status.message}".rstrip(": ")
+
+    if all(r.phase == "missing" for r in ranks):
+        return gang
+    for rank, status in enumerate(ranks):
+        if status.phase == "failed":
+            return replace(
+                gang,
+                phase="failed",
+                reason=status.reason,
+                message=at(rank, status),
+                finished_at=status.finished_at,
+            )
+    if all(r.phase == "succeeded" for r in ranks):
+        finished = [r.finished_at for r in ranks if r.finished_at is not None]
+        return replace(
+            gang,
+            phase="succeeded",
+            reason="Completed",
+            finished_at=max(finished) if finished else None,
+        )
+    missing = [rank for rank, status in enumerate(ranks) if status.phase == "missing"]
+    if missing:
+        return replace(
+            gang,
+            phase="pending",
+            reason="GangIncomplete",
+            message=f"rank {missing[0]} of {size} has no Job or pod",
+            started_at=None,
+            finished_at=None,
+        )
+    if all(r.phase in ("running", "succeeded") for r in ranks):
+        started = [r.started_at for r in ranks if r.started_at is not None]
+        return replace(
+            gang,
+            phase="running",
+            reason="",
+            message="",
+            started_at=max(started) if started else None,
+        )
+    rank, waiting = next((i, r) for i, r in enumerate(ranks) if r.phase == "pending")
+    return replace(
+        gang,
+        phase="pending",
+        reason=waiting.reason,
+        message=at(rank, waiting),
+        started_at=None,
+        finished_at=None,
+    )
+
+
+def hami_assigned_uuids(pod: k8s.V1Pod) -> tuple[str, ...]:
+    """The cards HAMi's scheduler assigned to a pod, from `hami.io/vgpu-devices-allocated`
+    (`UUID,type,memory,cores:` per card, `;` after each container); () before it decided."""
+    annotations = (pod.metadata.annotations if pod.metadata else None) or {}
+    raw = annotations.get(manifests.HAMI_ALLOCATED_ANNOTATION, "")
+    uuids: list[str] = []
+    for container in raw.split(";"):
+        for device in container.split(":"):
+            uuid = device.split(",")[0].strip()
+            if uuid and uuid not in uuids:
+                uuids.append(uuid)
+    return tuple(uuids)
+
+
+def with_hami_assignment(status: WorkloadStatus, pods: Sequence[k8s.V1Pod]) -> WorkloadStatus:
+    """`status` with the cards HAMi assigned to the workload's newest live pod, if it did."""
+    live = [p for p in pods if not (p.metadata and p.metadata.deletion_timestamp)]
+    for pod in _newest_first(live):
+        uuids = hami_assigned_uuids(pod)
+        if uuids:
+            node = pod.spec.node_name if pod.spec is not None else None
+            annotations = (pod.metadata.annotations if pod.metadata else None) or {}
+            node = node or annotations.get(manifests.HAMI_NODE_ANNOTATION) or status.node_name
+            return replace(status, gpu_uuids=uuids, node_name=node)
+    return status
 
 
 # Inventory -----------------------------------------------------------------------------------
