@@ -170,7 +170,12 @@ class PriceForm(ManageForm):
             "preemptible_multiplier",
             "priority_multipliers",
         ]
-        widgets = {"effective_from": forms.DateTimeInput(attrs={"type": "datetime-local"})}
+        # The browser's date-time picker reads and sends ISO local time, which the field parses.
+        widgets = {
+            "effective_from": forms.DateTimeInput(
+                attrs={"type": "datetime-local"}, format="%Y-%m-%dT%H:%M"
+            )
+        }
 
 
 class TeamForm(ManageForm):

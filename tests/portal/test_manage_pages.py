@@ -21,9 +21,7 @@ from tests.support.personas import Org, make_user
 pytestmark = pytest.mark.django_db
 
 OBJECT_ROUTES = [
-    route
-    for section in SECTIONS.values()
-    for route in (section.edit_route, section.delete_route)
+    route for section in SECTIONS.values() for route in (section.edit_route, section.delete_route)
 ] + ["manage-reclaim-policy-edit"]
 LIST_ROUTES = ["manage", "manage-reclaim-policies"] + [s.list_route for s in SECTIONS.values()]
 
@@ -242,6 +240,8 @@ def test_a_service_refusal_lands_on_the_field_it_names(org: Org, fleet: Fleet) -
     assert admin.post(reverse("manage-prices"), body).status_code == 302
     price = Price.objects.get(flavor=fleet.a100, price_per_hour="3.5")
     assert _audited("price.created", price)
+    edit = admin.get(reverse("manage-prices-edit", kwargs={"pk": price.pk})).content.decode()
+    assert f'value="{body["effective_from"]}"' in edit  # as the date-time picker reads it
 
 
 def test_deleting_what_is_in_use_shows_the_conflict(org: Org, fleet: Fleet) -> None:
