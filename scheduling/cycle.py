@@ -191,7 +191,10 @@ def _after_commit(act: Callable[[int, int], None], request_id: int, attempt: int
 
 
 def _admit(admission: engine.Admission) -> int | None:
-    request = GpuRequest.objects.select_related("flavor").get(pk=int(admission.request_id))
+    # The pool for the allocation, team and project for the audit event: one read, not four.
+    request = GpuRequest.objects.select_related("flavor__pool", "team", "project").get(
+        pk=int(admission.request_id)
+    )
     attempt = request.attempt + 1
     if not transition(
         request,
@@ -218,7 +221,7 @@ def _admit(admission: engine.Admission) -> int | None:
 
 def _preempt(preemption: engine.Preemption) -> int | None:
     """Evict a victim: its allocation ends now and it goes back to the queue with its age."""
-    request = GpuRequest.objects.select_related("flavor__pool", "owner").get(
+    request = GpuRequest.objects.select_related("flavor__pool", "owner", "team", "project").get(
         pk=int(preemption.victim_id)
     )
     allocation = Allocation.objects.active().filter(request=request).first()
