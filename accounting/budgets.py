@@ -42,7 +42,6 @@ from tenants.choices import Role
 from tenants.errors import DomainError, ForbiddenError
 from tenants.models import Project, Team, scope_of
 from tenants.services import record_audit_event
-from tenants.sql import fetch_rows
 
 log = logging.getLogger(__name__)
 AMOUNT: DecimalField[Decimal, Decimal] = DecimalField(max_digits=18, decimal_places=6)
@@ -266,17 +265,12 @@ def _announce(budget: Budget, *, threshold: int, spent: Decimal, month: date) ->
 def exhausted_policy(*, project: Project, month: date | None = None) -> str | None:
     """The strictest policy among the project's budgets used up this month, else None.
 
-    Every submission asks; most teams set no budget, and for them a written-out existence
-    check replaces building the burn query (which costs more to compose than to run).
+    Every submission asks; most teams set no budget, and for them an existence check is all
+    it costs.
     """
-    exists = (
-        f"SELECT EXISTS (SELECT 1 FROM {Budget._meta.db_table} WHERE team_id = %s"
-        " AND (project_id IS NULL OR project_id = %s))"
-    )
-    [(any_budget,)] = fetch_rows(exists, [project.team_id, project.pk])
-    if not any_budget:
-        return None
     budgets = budgets_of_project(project)
+    if not budgets.exists():
+        return None
     exhausted = [
         budget.over_budget_policy
         for budget in with_burn(budgets, month=month)

@@ -187,40 +187,13 @@ def _named_models() -> dict[str, tuple[Any, str]]:
 def _fetch(
     grouped: QuerySet[Any], columns: list[str]
 ) -> tuple[list[dict[str, Any]], dict[str, dict[int, str]]]:
-    """The grouped rows and the names of their ids.
-
-    On PostgreSQL the ORM's SQL is wrapped in one statement that LEFT JOINs the names and runs
-    on a plain cursor (psycopg already returns int/date/Decimal): one round trip instead of one
-    per named key, and no per-row ORM converters — together most of chargeback's time
-    (docs/accounting.md, Benchmark). SQLite takes the ORM path, which its decimals need.
-    """
+    """The grouped rows and the names of their ids (one query per named key)."""
     named = {c: m for c, m in _named_models().items() if c in columns}
-    connection = connections[grouped.db]
-    if connection.vendor != "postgresql":
-        result = list(grouped)
-        return result, {
-            column: _names(model, {r[column] for r in result}, attribute)
-            for column, (model, attribute) in named.items()
-        }
-    sql, params = grouped.query.sql_with_params()
-    selects, joins = ["g.*"], []
-    for i, (column, (model, attribute)) in enumerate(named.items()):
-        opts = model._meta
-        selects.append(f'n{i}."{opts.get_field(attribute).column}" AS "{column}__name"')
-        joins.append(f'LEFT JOIN "{opts.db_table}" n{i} ON n{i}."{opts.pk.column}" = g."{column}"')
-    order = ", ".join(f'g."{column}"' for column in columns)
-    statement = f"SELECT {', '.join(selects)} FROM ({sql}) g {' '.join(joins)} ORDER BY {order}"
-    with connection.cursor() as cursor:
-        cursor.execute(statement, params)
-        keys = [column.name for column in cursor.description]
-        rows = cursor.fetchall()
-    width = len(keys) - len(named)  # the name columns come last
-    result = [dict(zip(keys[:width], row, strict=False)) for row in rows]
-    names: dict[str, dict[int, str]] = {}
-    for offset, column in enumerate(named):
-        at, name_at = keys.index(column), width + offset
-        names[column] = {row[at]: row[name_at] for row in rows if row[name_at] is not None}
-    return result, names
+    result = list(grouped)
+    return result, {
+        column: _names(model, {r[column] for r in result}, attribute)
+        for column, (model, attribute) in named.items()
+    }
 
 
 def usage_rows(*, user: Any, query: UsageQuery) -> list[dict[str, Any]]:

@@ -183,6 +183,7 @@ USAGE_COLUMNS = (
     "cost",
 )
 
+# Raw SQL: the ORM has no temporary tables; COPY fills this one (below).
 _STAGE = """CREATE TEMP TABLE IF NOT EXISTS accounting_usage_stage (
   allocation_id bigint NOT NULL, period date NOT NULL, day date NOT NULL,
   team_id bigint NOT NULL, project_id bigint NOT NULL, flavor_id bigint NOT NULL,
@@ -192,6 +193,7 @@ _STAGE = """CREATE TEMP TABLE IF NOT EXISTS accounting_usage_stage (
   cost numeric NOT NULL
 )"""
 
+# Raw SQL: it reads the temporary staging table, which has no model.
 # The batch's distinct keys (and whether any row is malformed) in one pass over the staging
 # table; each key is then looked up once, not once per row. Counts of offending keys/rows.
 _CHECK = """WITH k AS MATERIALIZED (
@@ -213,6 +215,7 @@ _CHECK = """WITH k AS MATERIALIZED (
     (SELECT count(*) FROM k WHERE malformed)"""
 _CHECKED = ("project", "flavor", "pool", "owner", "amounts")
 
+# Raw SQL: INSERT … SELECT from the staging table, which the ORM cannot express.
 # The usual bulk case: every piece is a new (allocation, month); the unique index refuses the
 # batch otherwise, and `_LEDGER` sums and upserts it.
 _LEDGER_NEW = """INSERT INTO accounting_usagerecord (allocation_id, period, team_id, project_id,
@@ -222,6 +225,7 @@ _LEDGER_NEW = """INSERT INTO accounting_usagerecord (allocation_id, period, team
     is_preemptible, started_at, ended_at, seconds, gpu_hours, cost
   FROM accounting_usage_stage"""
 
+# Raw SQL: an upsert that adds to the existing row (ON CONFLICT … DO UPDATE SET x = x + …).
 # Pieces of one allocation and month add up to its ledger row (created or grown).
 _LEDGER = """INSERT INTO accounting_usagerecord AS r (allocation_id, period, team_id, project_id,
     flavor_id, pool_id, owner_id, gpu_count, is_preemptible, started_at, ended_at, seconds,
@@ -238,6 +242,7 @@ _LEDGER = """INSERT INTO accounting_usagerecord AS r (allocation_id, period, tea
     gpu_hours = r.gpu_hours + excluded.gpu_hours,
     cost = r.cost + excluded.cost"""
 
+# Raw SQL: data-modifying CTEs with additive upserts, which the ORM cannot express.
 # One statement for the three rollups: the batch is summed per day once, months are summed from
 # the days and team-months from the months, so each level reads the smaller one below it.
 _ROLLUPS = """WITH d AS (
@@ -280,6 +285,7 @@ def _keep_stage_in_memory(cursor: Any) -> None:
     PostgreSQL accepts a new `temp_buffers` only before a session's first temporary table;
     a session that already used one keeps what it has (slower, not wrong).
     """
+    # Raw SQL: session settings have no ORM equivalent.
     cursor.execute("SHOW temp_buffers")
     if cursor.fetchone()[0] == STAGE_BUFFERS:
         return
@@ -323,9 +329,11 @@ def ingest_usage_csv(source: IO[str]) -> int:
     with transaction.atomic(), connection.cursor() as cursor:
         _keep_stage_in_memory(cursor)
         cursor.execute(_STAGE)
-        # the per-(allocation, month) sums of a 200,000-row batch stay in memory (no spill)
+        # Raw SQL (a session setting): a 200,000-row batch's per-(allocation, month) sums stay
+        # in memory (no spill)
         cursor.execute("SET LOCAL work_mem = '256MB'")
         columns = ", ".join(USAGE_COLUMNS)
+        # Raw SQL: PostgreSQL COPY, which the ORM cannot issue.
         with cursor.cursor.copy(
             f"COPY accounting_usage_stage ({columns}) FROM STDIN (FORMAT csv)"
         ) as copy:

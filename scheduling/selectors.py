@@ -6,8 +6,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from django.db import connection
-from django.db.models import QuerySet, Sum
+from django.db.models import Count, Exists, Max, OuterRef, Q, QuerySet, Sum
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from scheduling.choices import (
@@ -24,7 +24,6 @@ from scheduling.models import (
     Flavor,
     GpuDevice,
     GpuRequest,
-    Node,
     NodePool,
     Quota,
     ReclaimPolicy,
@@ -33,7 +32,6 @@ from scheduling.models import (
 )
 from scheduling.reclaim_rules import idle_verdict
 from tenants.models import Project, Team, scope_of
-from tenants.sql import fetch_rows, in_list
 
 
 def committed_units(*, flavor: Flavor, team: Team, project: Project | None = None) -> int:
@@ -112,62 +110,46 @@ class QuotaStanding:
 def quota_standing(*, project: Project, flavor: Flavor, lock: bool = False) -> QuotaStanding | None:
     """The quota standing, or None when the team has no quota for the flavor.
 
-    With `lock`, the quota rows are locked (SELECT … FOR UPDATE) until the transaction ends, so
-    concurrent approvals for the same team and flavor are decided one after another.
+    With `lock`, the team's quota rows for the flavor are locked (SELECT … FOR UPDATE) until the
+    transaction ends, so concurrent approvals for the same team and flavor are decided one
+    after another. The committed sums are read after the locks are held, in a second query, so
+    they see what the transactions we waited for committed.
     """
-    # Written out, as the tier check below: every submission and approval runs these two
-    # statements, and compiling them through the ORM cost more CPU than running them.
-    # Two statements, not one: the committed sum must be read after the locks are held, with
-    # a snapshot that sees what the transactions we waited for committed.
-    quota_sql = (
-        f"SELECT project_id, guaranteed, {connection.ops.quote_name('limit')}"
-        f" FROM {Quota._meta.db_table} WHERE team_id = %s AND flavor_id = %s ORDER BY id"
-    )
-    if lock and connection.features.has_select_for_update:
-        quota_sql += " FOR UPDATE"
+    quotas = Quota.objects.filter(team_id=project.team_id, flavor=flavor).order_by("id")
+    if lock:
+        quotas = quotas.select_for_update()
     team_quota = project_quota = None
-    for project_id, guaranteed, limit in fetch_rows(quota_sql, [project.team_id, flavor.pk]):
+    for project_id, guaranteed, limit in quotas.values_list("project_id", "guaranteed", "limit"):
         if project_id is None:
             team_quota = (guaranteed, limit)
         elif project_id == project.pk:
             project_quota = (guaranteed, limit)
     if team_quota is None:
         return None
-    statuses = sorted(COMMITTED_STATUSES)
-    committed_sql = (
-        "SELECT COALESCE(SUM(gpu_count), 0),"
-        " COALESCE(SUM(CASE WHEN project_id = %s THEN gpu_count ELSE 0 END), 0)"
-        f" FROM {GpuRequest._meta.db_table} WHERE flavor_id = %s AND team_id = %s"
-        f" AND status IN ({in_list(statuses)})"
-    )
-    [(team_committed, project_committed)] = fetch_rows(
-        committed_sql, [project.pk, flavor.pk, project.team_id, *statuses]
+    committed = GpuRequest.objects.filter(
+        flavor=flavor, team_id=project.team_id, status__in=COMMITTED_STATUSES
+    ).aggregate(
+        team=Coalesce(Sum("gpu_count"), 0),
+        project=Coalesce(Sum("gpu_count", filter=Q(project=project)), 0),
     )
     return QuotaStanding(
         team_guaranteed=team_quota[0],
         team_limit=team_quota[1],
-        team_committed=int(team_committed),
+        team_committed=int(committed["team"]),
         project_guaranteed=project_quota[0] if project_quota else None,
         project_limit=project_quota[1] if project_quota else None,
-        project_committed=int(project_committed),
+        project_committed=int(committed["project"]),
     )
 
 
 def tier_allowed_for_project(*, tier: Tier, project: Project) -> bool:
-    """A team must be allowed the tier; a project narrows it only if it lists tiers at all.
-
-    One statement on the two link tables, written out: compiling the same test as ORM `Exists`
-    expressions cost more CPU than two round trips, and it runs on every submission.
-    """
-    team_tiers = Tier.allowed_teams.through._meta.db_table
-    project_tiers = Tier.allowed_projects.through._meta.db_table
-    sql = (
-        f"SELECT EXISTS (SELECT 1 FROM {team_tiers} WHERE tier_id = %s AND team_id = %s)"
-        f" AND (NOT EXISTS (SELECT 1 FROM {project_tiers} WHERE project_id = %s)"
-        f" OR EXISTS (SELECT 1 FROM {project_tiers} WHERE project_id = %s AND tier_id = %s))"
+    """A team must be allowed the tier; a project narrows it only if it lists tiers at all."""
+    project_links = Tier.allowed_projects.through.objects.filter(project_id=project.pk)
+    return (
+        Tier.objects.filter(pk=tier.pk, allowed_teams=project.team_id)
+        .filter(~Exists(project_links) | Exists(project_links.filter(tier_id=OuterRef("pk"))))
+        .exists()
     )
-    [(allowed,)] = fetch_rows(sql, [tier.pk, project.team_id, project.pk, project.pk, tier.pk])
-    return bool(allowed)
 
 
 def flavors_for_project(*, project: Project) -> QuerySet[Flavor]:
@@ -196,28 +178,19 @@ class PoolCapacity:
 
 
 def pool_capacity(*, flavor: Flavor) -> PoolCapacity:
-    """Counted in the database, one row back whatever the pool's size: every submission asks,
-    so the count is written out rather than compiled through the ORM each time.
+    """Counted in the database, one row back whatever the pool's size.
 
     Only MIG flavors read the devices' slice layouts, which are JSON and summed here.
     """
-    per_node = (
-        f"SELECT COUNT(*) AS gpus, MAX(device.memory_mib) AS memory"
-        f" FROM {GpuDevice._meta.db_table} device JOIN {Node._meta.db_table} node"
-        " ON node.id = device.node_id"
-        " WHERE node.pool_id = %s AND node.is_schedulable = %s AND node.gpu_model = %s"
-        " GROUP BY device.node_id"
+    devices = GpuDevice.objects.filter(
+        node__pool=flavor.pool_id, node__is_schedulable=True, node__gpu_model=flavor.gpu_model
     )
-    [(busiest, total, memory)] = fetch_rows(
-        f"SELECT MAX(gpus), SUM(gpus), MAX(memory) FROM ({per_node}) AS shape",
-        [flavor.pool_id, True, flavor.gpu_model],
-    )
+    per_node = devices.values("node_id").annotate(gpus=Count("id"), node_memory=Max("memory_mib"))
+    shape = per_node.aggregate(busiest=Max("gpus"), total=Sum("gpus"), memory=Max("node_memory"))
+    busiest, total, memory = shape["busiest"], shape["total"], shape["memory"]
     mig_total: dict[str, int] = {}
     mig_node: dict[tuple[int, str], int] = {}
     if flavor.kind == FlavorKind.MIG:
-        devices = GpuDevice.objects.filter(
-            node__pool=flavor.pool_id, node__is_schedulable=True, node__gpu_model=flavor.gpu_model
-        )
         for node_id, layout in devices.values_list("node_id", "mig_layout"):
             for profile, count in (layout or {}).items():
                 mig_total[profile] = mig_total.get(profile, 0) + int(count)
