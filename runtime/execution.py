@@ -8,8 +8,10 @@ service here takes ids, is safe to run twice, and changes request states only th
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from datetime import timedelta
 from functools import lru_cache
+from typing import Any
 
 from django.conf import settings
 from django.db import transaction
@@ -18,6 +20,7 @@ from django.utils import timezone
 
 from runtime.cluster.base import (
     ClusterBackend,
+    GangMember,
     LimitRangeSpec,
     PrioritySpec,
     ProjectSpec,
@@ -27,9 +30,10 @@ from runtime.cluster.base import (
 )
 from runtime.cluster.base import Taint as ClusterTaint
 from runtime.inventory import gpu_products
+from scheduling import dispatch
 from scheduling.choices import SHARING_MODE_OF_FLAVOR_KIND, RequestStatus
-from scheduling.lifecycle import end_allocation, transition
-from scheduling.models import Allocation, GpuRequest, Quota
+from scheduling.lifecycle import end_allocation, record_request_event, transition
+from scheduling.models import Allocation, GpuRequest, Quota, ReclaimPolicy
 from scheduling.snapshot import POOL_LABEL
 
 log = logging.getLogger(__name__)
@@ -89,12 +93,27 @@ def project_spec(request: GpuRequest) -> ProjectSpec:
     )
 
 
+def gang_members(request: GpuRequest, allocation: Allocation) -> tuple[GangMember, ...]:
+    """A whole-card job the engine spread over several nodes runs as one pod per node, rank 0
+    on the first: each with that node's cards, pinned to it when the portal places."""
+    nodes = [name for name in allocation.node_name.split(",") if name]
+    sharing = SHARING_MODE_OF_FLAVOR_KIND[request.flavor.kind]
+    if len(nodes) < 2 or request.kind != "job" or sharing != "exclusive":
+        return ()
+    cards = Counter(claim["node"] for claim in allocation.claims)
+    if set(cards) != set(nodes):
+        return ()
+    pinned = request.flavor.pool.placement == "portal"
+    return tuple(GangMember(node_name=n if pinned else None, gpu_count=cards[n]) for n in nodes)
+
+
 def workload_spec(request: GpuRequest, allocation: Allocation) -> WorkloadSpec:
     flavor = request.flavor
     pool = flavor.pool
     sharing = SHARING_MODE_OF_FLAVOR_KIND[flavor.kind]
     nodes = [name for name in allocation.node_name.split(",") if name]
     placed_by_portal = pool.placement == "portal" and len(nodes) == 1
+    gang = gang_members(request, allocation)
     return WorkloadSpec(
         request_id=str(request.pk),
         attempt=allocation.attempt,
@@ -124,6 +143,11 @@ def workload_spec(request: GpuRequest, allocation: Allocation) -> WorkloadSpec:
         max_runtime_seconds=request.max_runtime_seconds,
         owner=request.owner.get_username(),
         reason=request.reason[:200],
+        gang=gang,
+        # The cards the engine chose, for HAMi to honour (vGPU, placed by the portal).
+        device_indexes=tuple(c["device_index"] for c in allocation.claims if c["node"] == nodes[0])
+        if sharing == "vgpu" and placed_by_portal
+        else (),
     )
 
 
@@ -164,8 +188,85 @@ def fail_launch(*, request_id: int, attempt: int, reason: str) -> None:
             end_allocation(request, reason="launch failed")
 
 
+def _requeue_gang(request: GpuRequest, status: WorkloadStatus) -> str:
+    """A gang is one piece of work: a rank that failed (or vanished while it ran) takes the
+    whole gang down, and the request goes back to the queue with its age (the engine orders by
+    submission time), up to its tier's attempts, as preempted work does."""
+    request = GpuRequest.objects.select_related("flavor__pool").get(pk=request.pk)
+    policy = ReclaimPolicy.objects.filter(tier_id=request.flavor.pool.tier_id).first()
+    max_attempts = (policy or ReclaimPolicy()).max_attempts
+    detail = f"{status.reason}: {status.message}" if status.reason else status.message
+    reason = f"A rank of the gang stopped ({detail}); the whole gang was stopped"
+    with transaction.atomic():
+        if request.status not in (RequestStatus.ADMITTED, *LIVE_STATUSES):
+            return request.status
+        allocation = end_allocation(request, reason="gang member failed")
+        if allocation is not None:
+            dispatch.request_termination(request.pk, allocation.attempt, "gang member failed")
+        record_request_event(request, actor=None, action="gang.member_failed", message=reason)
+        dispatch.request_scheduling_cycle()
+        if request.attempt < max_attempts:
+            transition(request, RequestStatus.PREEMPTED, actor=None, reason=reason)
+            transition(request, RequestStatus.QUEUED, actor=None, reason=f"Requeued: {reason}")
+            return RequestStatus.QUEUED
+        transition(
+            request,
+            RequestStatus.FAILED,
+            actor=None,
+            reason=f"{reason} — gave up after {request.attempt} attempts.",
+        )
+        return RequestStatus.FAILED
+
+
+def reconcile_placement(request: GpuRequest, status: WorkloadStatus) -> bool:
+    """Make the allocation say where the work really runs, as the cluster reports it.
+
+    HAMi may assign other cards than the engine planned (vGPU: `device_indexes`), and in a
+    `placement=cluster` pool kube-scheduler picks the node: the claims move there, so capacity
+    and lost-node checks follow the real placement. Gangs are pinned node by node and are left
+    as planned. Returns True when the allocation changed (an audit event says from what).
+    """
+    if status.gang_size > 1 or not status.node_name or status.attempt != request.attempt:
+        return False
+    allocation = _live_allocation(request, request.attempt)
+    if allocation is None:
+        return False
+    claims: list[dict[str, Any]] = list(allocation.claims)
+    moved = claims
+    if status.device_indexes and len(status.device_indexes) == len(claims):
+        moved = [
+            {**claim, "node": status.node_name, "device_index": index}
+            for claim, index in zip(claims, status.device_indexes, strict=True)
+        ]
+    elif any(claim["node"] != status.node_name for claim in claims):
+        moved = [{**claim, "node": status.node_name} for claim in claims]
+    if moved == claims and allocation.node_name == status.node_name:
+        return False
+    changed = Allocation.objects.filter(pk=allocation.pk, ended_at__isnull=True).update(
+        claims=moved, node_name=status.node_name
+    )
+    if changed:
+        record_request_event(
+            request,
+            actor=None,
+            action="allocation.reconciled",
+            message=f"The cluster placed it on {status.node_name}"
+            + (f", cards {list(status.device_indexes)}" if status.device_indexes else "")
+            + ".",
+            data={"from": claims, "to": moved, "node": status.node_name},
+        )
+    return bool(changed)
+
+
 def apply_workload_status(request: GpuRequest, status: WorkloadStatus) -> str | None:
     """Map one observed workload onto its request; returns the new status if it moved."""
+    if status.gang_size > 1 and (
+        status.phase == "failed"
+        or (status.reason == "GangIncomplete" and request.status == RequestStatus.RUNNING)
+    ):
+        return _requeue_gang(request, status)
+    if status.phase in ("pending", "running"):
+        reconcile_placement(request, status)
     with transaction.atomic():
         if status.phase == "running" and request.status == RequestStatus.LAUNCHING:
             transition(request, RequestStatus.RUNNING, actor=None, reason="Running.")

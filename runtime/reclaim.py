@@ -273,7 +273,11 @@ def _abnormal_pass(
     for allocation in live:
         request = allocation.request
         policy = policy_for(allocation.pool.tier, policies)
-        nodes = {claim["node"] for claim in allocation.claims}
+        # Where it runs: its claims (moved to the node the cluster chose, see
+        # execution.reconcile_placement), else the node recorded for it.
+        nodes = {claim["node"] for claim in allocation.claims} or {
+            name for name in allocation.node_name.split(",") if name
+        }
         gone = sorted(n for n in nodes if n in lost_nodes or n not in known_nodes)
         if gone:
             reason = f"Node {', '.join(gone)} was lost or cordoned"

@@ -13,6 +13,7 @@ import hashlib
 import random
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import timedelta
 
 from django.conf import settings
@@ -27,6 +28,7 @@ from runtime.cluster.base import (
     WorkloadPhase,
     WorkloadSpec,
     WorkloadStatus,
+    gang_member_name,
 )
 from runtime.models import SimulatedWorkload
 from scheduling.models import GpuDevice, Node
@@ -86,7 +88,8 @@ class SimulatedCluster:
             resumed = self.resume(spec)
             if resumed is not None:
                 return resumed
-        if SimulatedWorkload.objects.filter(namespace=spec.namespace, name=spec.name).exists():
+        first = gang_member_name(spec.name, 0) if spec.gang else spec.name
+        if SimulatedWorkload.objects.filter(namespace=spec.namespace, name=first).exists():
             return spec.name  # a repeated launch adopts the workload it made before
         if settings.SIMULATED_LAUNCH_DELAY_SECONDS:
             time.sleep(settings.SIMULATED_LAUNCH_DELAY_SECONDS)
@@ -98,24 +101,36 @@ class SimulatedCluster:
         run = draw.uniform(low, high) / self.speed
         fails = spec.kind == "job" and draw.random() < FAILURE_RATE
         idle = draw.random() < IDLE_RATE
+        reason = draw.choice(FAILURE_REASONS) if fails else ""
+        utilisation = draw.randint(0, 3) if idle else draw.randint(55, 98)
+        # A gang is one workload per rank, on the rank's node; they start and end together,
+        # and when the work fails, one rank fails (the portal then stops the whole gang).
+        ranks = [(spec.name, spec.node_name)]
+        if spec.gang:
+            ranks = [
+                (gang_member_name(spec.name, rank), member.node_name)
+                for rank, member in enumerate(spec.gang)
+            ]
+        failing = draw.randrange(len(ranks))
         try:
             with transaction.atomic():
-                SimulatedWorkload.objects.create(
-                    namespace=spec.namespace,
-                    name=spec.name,
-                    request_key=spec.request_id,
-                    attempt=spec.attempt,
-                    kind=spec.kind,
-                    team_slug=spec.team_slug,
-                    project_slug=spec.project_slug,
-                    node_name=spec.node_name or "",
-                    created_at=now,
-                    starts_at=now + timedelta(seconds=delay),
-                    ends_at=now + timedelta(seconds=delay + run),
-                    fails=fails,
-                    failure_reason=draw.choice(FAILURE_REASONS) if fails else "",
-                    utilisation_percent=draw.randint(0, 3) if idle else draw.randint(55, 98),
-                )
+                for rank, (name, node_name) in enumerate(ranks):
+                    SimulatedWorkload.objects.create(
+                        namespace=spec.namespace,
+                        name=name,
+                        request_key=spec.request_id,
+                        attempt=spec.attempt,
+                        kind=spec.kind,
+                        team_slug=spec.team_slug,
+                        project_slug=spec.project_slug,
+                        node_name=node_name or "",
+                        created_at=now,
+                        starts_at=now + timedelta(seconds=delay),
+                        ends_at=now + timedelta(seconds=delay + run),
+                        fails=fails and rank == failing,
+                        failure_reason=reason if rank == failing else "",
+                        utilisation_percent=utilisation,
+                    )
         except IntegrityError:
             pass  # launched concurrently by a duplicate task: the other one's object stands
         return spec.name
@@ -180,9 +195,14 @@ class SimulatedCluster:
         return workload.name
 
     def get_workload(self, namespace: str, request_id: str, attempt: int) -> WorkloadStatus:
-        workload = SimulatedWorkload.objects.filter(
-            namespace=namespace, request_key=request_id, attempt=attempt
-        ).first()
+        workloads = list(
+            SimulatedWorkload.objects.filter(
+                namespace=namespace, request_key=request_id, attempt=attempt
+            ).order_by("name")
+        )
+        if len(workloads) > 1:
+            return self._gang_status(workloads)
+        workload = workloads[0] if workloads else None
         if workload is None:
             return WorkloadStatus(
                 request_id=request_id,
@@ -195,10 +215,39 @@ class SimulatedCluster:
         return self._status(workload)
 
     def list_workloads(self, namespaces: Sequence[str] | None = None) -> list[WorkloadStatus]:
-        workloads = SimulatedWorkload.objects.all()
+        workloads = SimulatedWorkload.objects.order_by("created_at", "name")
         if namespaces is not None:
             workloads = workloads.filter(namespace__in=list(namespaces))
-        return [self._status(workload) for workload in workloads]
+        groups: dict[tuple[str, str, int], list[SimulatedWorkload]] = {}
+        for workload in workloads:
+            key = (workload.namespace, workload.request_key, workload.attempt)
+            groups.setdefault(key, []).append(workload)
+        return [
+            self._gang_status(group) if len(group) > 1 else self._status(group[0])
+            for group in groups.values()
+        ]
+
+    def _gang_status(self, workloads: list[SimulatedWorkload]) -> WorkloadStatus:
+        """One status for the ranks of a gang: a failed rank fails it, rank 0 speaks otherwise."""
+        ranks = sorted(workloads, key=lambda w: int(w.name.rpartition("-r")[2] or 0))
+        statuses = [self._status(w) for w in ranks]
+        first = statuses[0]
+        gang = replace(
+            first,
+            name=first.name.rpartition("-r")[0],
+            gang_size=len(statuses),
+            node_names=tuple(s.node_name or "" for s in statuses),
+        )
+        for rank, status in enumerate(statuses):
+            if status.phase == "failed":
+                return replace(
+                    gang,
+                    phase="failed",
+                    reason=status.reason,
+                    message=f"rank {rank} on {status.node_name}: {status.message}",
+                    finished_at=status.finished_at,
+                )
+        return gang
 
     def utilisation_percent(self, namespace: str, request_id: str, attempt: int) -> int | None:
         """GPU activity of a running workload, as a metrics source would report it."""
