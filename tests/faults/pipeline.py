@@ -11,7 +11,7 @@ from typing import Any
 from runtime.models import SimulatedWorkload
 from scheduling.choices import RequestStatus
 from scheduling.models import Allocation, Flavor, GpuRequest
-from scheduling.services import approve_gpu_request, submit_gpu_request
+from tests.support.factories import GpuRequestFactory
 from tests.support.personas import Org
 
 TERMINAL = frozenset({RequestStatus.SUCCEEDED, RequestStatus.FAILED})
@@ -20,22 +20,16 @@ TERMINAL = frozenset({RequestStatus.SUCCEEDED, RequestStatus.FAILED})
 def submit_and_approve(org: Org, flavor: Flavor, count: int) -> list[int]:
     """`count` one-GPU jobs from team A's developer, each approved by the lead (training tier:
     whole cards need a lead), so each one really goes submit → approve → queued."""
-    ids = []
-    for _ in range(count):
-        request = submit_gpu_request(
-            actor=org.dev_a,
-            project=org.project_a,
-            flavor=flavor,
-            gpu_count=1,
-            image="registry.example.com/ml/pytorch:2.4",
-            command=["python", "train.py"],
-            max_runtime_seconds=3600,
-            reason="fault suite",
-        )
-        assert request.status == RequestStatus.PENDING_APPROVAL
-        approve_gpu_request(actor=org.lead_a, request=request)
-        ids.append(request.pk)
-    return ids
+    requests = GpuRequestFactory.create_batch(
+        count,
+        project=org.project_a,
+        flavor=flavor,
+        command=["python", "train.py"],
+        reason="fault suite",
+        to="queued",
+    )
+    assert {(r.owner, r.approved_by) for r in requests} <= {(org.dev_a, org.lead_a)}
+    return [request.pk for request in requests]
 
 
 def status_counts(ids: list[int] | None = None) -> Counter[str]:

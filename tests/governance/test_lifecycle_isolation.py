@@ -18,24 +18,11 @@ from scheduling.models import Allocation, GpuRequest, NodePool
 from scheduling.selectors import fleet_overview
 from tests.governance.conftest import Runner
 from tests.scheduling.conftest import Fleet
+from tests.support.factories import GpuRequestFactory
 from tests.support.personas import Org, api_client
 
 pytestmark = pytest.mark.django_db
 HOUR = 3600
-
-
-def submit(org: Org, fleet: Fleet, *, gpus: int, runtime: int) -> GpuRequest:
-    request = services.submit_gpu_request(
-        actor=org.dev_a,
-        project=org.project_a,
-        flavor=fleet.a100,
-        gpu_count=gpus,
-        image="pytorch:2.4",
-        max_runtime_seconds=runtime,
-    )
-    if request.status == RequestStatus.PENDING_APPROVAL:
-        services.approve_gpu_request(actor=org.lead_a, request=request)
-    return request
 
 
 @pytest.fixture
@@ -51,14 +38,26 @@ def reserved(org: Org, fleet: Fleet) -> NodePool:
 def test_long_request_waits_for_the_reserve_and_a_short_one_runs(
     org: Org, fleet: Fleet, reserved: NodePool, django_capture_on_commit_callbacks: Any
 ) -> None:
-    long = submit(org, fleet, gpus=14, runtime=8 * HOUR)
+    long = GpuRequestFactory(
+        project=org.project_a,
+        flavor=fleet.a100,
+        gpu_count=14,
+        max_runtime_seconds=8 * HOUR,
+        to="queued",
+    )
     with django_capture_on_commit_callbacks(execute=False):
         cycle.run_cycle()
     long.refresh_from_db()
     assert long.status == RequestStatus.QUEUED
     assert "pool a100-training keeps 25% for requests up to 2 h" in long.waiting_reason
 
-    short = submit(org, fleet, gpus=14, runtime=HOUR)
+    short = GpuRequestFactory(
+        project=org.project_a,
+        flavor=fleet.a100,
+        gpu_count=14,
+        max_runtime_seconds=HOUR,
+        to="queued",
+    )
     with django_capture_on_commit_callbacks(execute=False):
         cycle.run_cycle()
     short.refresh_from_db()
@@ -69,7 +68,13 @@ def test_without_a_reserve_the_same_long_request_runs(
     org: Org, fleet: Fleet, reserved: NodePool, django_capture_on_commit_callbacks: Any
 ) -> None:
     NodePool.objects.filter(pk=reserved.pk).update(short_reserve_fraction=0)
-    long = submit(org, fleet, gpus=14, runtime=8 * HOUR)
+    long = GpuRequestFactory(
+        project=org.project_a,
+        flavor=fleet.a100,
+        gpu_count=14,
+        max_runtime_seconds=8 * HOUR,
+        to="queued",
+    )
     with django_capture_on_commit_callbacks(execute=False):
         cycle.run_cycle()
     long.refresh_from_db()

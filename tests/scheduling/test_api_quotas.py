@@ -6,10 +6,30 @@ from django.urls import reverse
 from scheduling.models import Quota
 from tests.scheduling.conftest import Fleet
 from tests.scheduling.helpers import request_body
-from tests.support.cross_tenant import assert_other_tenant_hidden, covers, result_ids
+from tests.support.api_contract import ApiContract, World
 from tests.support.personas import Org, api_client
 
 pytestmark = pytest.mark.django_db
+
+
+def a_project_split_of_team_a(world: World) -> dict[str, int]:
+    """Of another flavor than `team_quota`, which the contract's admin has deleted by then."""
+    org, flavor = world.org, world.fleet.l4_6g
+    return {"team": org.team_a.pk, "project": org.project_a.pk, "flavor": flavor.pk}
+
+
+QUOTAS = ApiContract(
+    basename="quota",
+    subject=lambda world: team_quota(world.org, world.fleet),
+    may_read={"admin", "lead_a", "dev_a"},
+    may_create={"admin", "lead_a"},
+    may_update={"admin"},
+    may_delete={"admin"},
+    create_body=lambda world: {**a_project_split_of_team_a(world), "guaranteed": 1, "limit": 2},
+    update_body={"limit": 20},
+    list_filters=lambda world: [{"team": world.org.team_a.pk}],
+)
+test_quotas_api_contract = QUOTAS.tests()
 
 
 def team_quota(org: Org, fleet: Fleet) -> Quota:
@@ -69,51 +89,8 @@ def test_project_quota_then_bounds_its_requests(org: Org, fleet: Fleet) -> None:
     assert response.json()["error"]["code"] == "quota_exceeded"
 
 
-def test_only_admins_set_team_quotas(org: Org, fleet: Fleet) -> None:
-    url = reverse("quota-detail", kwargs={"pk": team_quota(org, fleet).pk})
-    assert api_client(org.lead_a).patch(url, {"limit": 20}, format="json").status_code == 403
-    response = api_client(org.admin).patch(url, {"limit": 20}, format="json")
-    assert response.status_code == 200
-    assert team_quota(org, fleet).limit == 20
-
-
-def test_developer_cannot_change_quotas(org: Org, fleet: Fleet) -> None:
-    response = api_client(org.dev_a).post(
-        reverse("quota-list"),
-        {
-            "team": org.team_a.pk,
-            "project": org.project_a.pk,
-            "flavor": fleet.a100.pk,
-            "guaranteed": 1,
-            "limit": 1,
-        },
-    )
-    assert response.status_code == 403
-
-
 def test_guaranteed_above_limit_is_400(org: Org, fleet: Fleet) -> None:
     url = reverse("quota-detail", kwargs={"pk": team_quota(org, fleet).pk})
     response = api_client(org.admin).patch(url, {"guaranteed": 9}, format="json")
     assert response.status_code == 400
     assert "guaranteed" in response.json()["error"]["fields"]
-
-
-@covers("quota-detail")
-def test_other_team_quotas_are_404(org: Org, fleet: Fleet) -> None:
-    other = Quota.objects.filter(team=org.team_b).first()
-    assert other is not None
-    assert_other_tenant_hidden(
-        api_client(org.lead_a),
-        detail_route="quota-detail",
-        pk=other.pk,
-        list_route="quota-list",
-        write_payload={"limit": 99},
-        list_filters=[{"team": org.team_b.pk}],
-    )
-    other.refresh_from_db()
-    assert other.limit != 99
-    assert result_ids(api_client(org.finance).get(reverse("quota-list"))) == set()
-
-
-def test_anonymous_cannot_list_quotas(org: Org, fleet: Fleet) -> None:
-    assert api_client(None).get(reverse("quota-list")).status_code == 401

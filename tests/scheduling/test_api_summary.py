@@ -6,10 +6,10 @@ from typing import Any
 
 import pytest
 from django.core.cache import caches
-from django.urls import reverse
 
 from tests.scheduling.conftest import Fleet
 from tests.scheduling.helpers import request_body
+from tests.support.factories import api_submit
 from tests.support.personas import Org, api_client
 
 pytestmark = pytest.mark.django_db
@@ -21,11 +21,6 @@ def _empty_cache() -> None:
     caches["local"].clear()
 
 
-def submit(user: Any, body: dict[str, Any]) -> None:
-    response = api_client(user).post(reverse("gpu-request-list"), body, format="json")
-    assert response.status_code == 201, response.content
-
-
 def summary(user: Any) -> dict[str, Any]:
     response = api_client(user).get(URL)
     assert response.status_code == 200, response.content
@@ -34,9 +29,9 @@ def summary(user: Any) -> dict[str, Any]:
 
 
 def test_summary_counts_only_the_callers_tenant_even_from_the_cache(org: Org, fleet: Fleet) -> None:
-    submit(org.dev_a, request_body(org.project_a, fleet.l4_12g, kind="notebook"))
-    submit(org.dev_a, request_body(org.project_a, fleet.l4_12g, kind="notebook"))
-    submit(org.dev_b, request_body(org.project_b, fleet.l4_12g, kind="notebook"))
+    api_submit(org.dev_a, request_body(org.project_a, fleet.l4_12g, kind="notebook"))
+    api_submit(org.dev_a, request_body(org.project_a, fleet.l4_12g, kind="notebook"))
+    api_submit(org.dev_b, request_body(org.project_b, fleet.l4_12g, kind="notebook"))
     assert summary(org.lead_a)["total"] == 2
     assert summary(org.lead_b)["total"] == 1  # asked after team A's answer was cached
     assert summary(org.dev_b)["by_status"]["queued"] == 1
@@ -49,7 +44,7 @@ def test_a_developer_sees_only_their_own_requests_in_the_summary(org: Org, fleet
     from tests.support.personas import make_user
 
     other = make_user("dev_a2", Role.DEVELOPER, org.team_a)
-    submit(org.dev_a, request_body(org.project_a, fleet.l4_12g, kind="notebook"))
+    api_submit(org.dev_a, request_body(org.project_a, fleet.l4_12g, kind="notebook"))
     assert summary(other)["total"] == 0
     assert summary(org.dev_a)["total"] == 1
     assert summary(org.lead_a)["total"] == 1

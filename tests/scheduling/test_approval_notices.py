@@ -6,13 +6,13 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from django.urls import reverse
 
 from scheduling import dispatch, services
 from scheduling.models import GpuRequest
 from tests.scheduling.conftest import Fleet
 from tests.scheduling.helpers import request_body
-from tests.support.personas import Org, api_client
+from tests.support.factories import api_submit
+from tests.support.personas import Org
 
 pytestmark = pytest.mark.django_db
 
@@ -31,20 +31,11 @@ def queued(monkeypatch: pytest.MonkeyPatch) -> list[tuple[list[str], dict[str, A
     return sent
 
 
-def submit(org: Org, fleet: Fleet, flavor: Any, capture: Any) -> dict[str, Any]:
-    with capture(execute=True):
-        response = api_client(org.dev_a).post(
-            reverse("gpu-request-list"), request_body(org.project_a, flavor), format="json"
-        )
-    assert response.status_code == 201, response.content
-    body: dict[str, Any] = response.json()
-    return body
-
-
 def test_an_approval_at_submission_emails_no_one(
     org: Org, fleet: Fleet, queued: list[Any], django_capture_on_commit_callbacks: Any
 ) -> None:
-    body = submit(org, fleet, fleet.l4_12g, django_capture_on_commit_callbacks)
+    with django_capture_on_commit_callbacks(execute=True):
+        body = api_submit(org.dev_a, request_body(org.project_a, fleet.l4_12g)).json()
     assert body["status"] == "queued"
     assert queued == []
 
@@ -57,14 +48,16 @@ def test_a_webhook_still_hears_an_approval_at_submission(
     django_capture_on_commit_callbacks: Any,
 ) -> None:
     settings.NOTIFICATION_WEBHOOK_URL = "https://hooks.example.com/gpu-portal"
-    body = submit(org, fleet, fleet.l4_12g, django_capture_on_commit_callbacks)
+    with django_capture_on_commit_callbacks(execute=True):
+        body = api_submit(org.dev_a, request_body(org.project_a, fleet.l4_12g)).json()
     assert queued == [([], {"type": "request.approved", "request": body["id"]})]
 
 
 def test_a_leads_approval_emails_the_owner(
     org: Org, fleet: Fleet, queued: list[Any], django_capture_on_commit_callbacks: Any
 ) -> None:
-    body = submit(org, fleet, fleet.a100, django_capture_on_commit_callbacks)
+    with django_capture_on_commit_callbacks(execute=True):
+        body = api_submit(org.dev_a, request_body(org.project_a, fleet.a100)).json()
     assert body["status"] == "pending_approval"
     assert queued == [
         (["lead_a@example.com"], {"type": "request.pending_approval", "request": body["id"]})

@@ -9,30 +9,21 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from scheduling import services
 from scheduling.choices import RequestStatus
 from scheduling.models import Allocation, Flavor, GpuRequest
 from scheduling.selectors import estimated_starts
 from tests.scheduling.conftest import Fleet
+from tests.support.factories import GpuRequestFactory
 from tests.support.personas import Org
 
 pytestmark = pytest.mark.django_db
 
 
-def submit(org: Org, flavor: Flavor, *, runtime_seconds: int = 3600) -> GpuRequest:
-    return services.submit_gpu_request(
-        actor=org.dev_a,
-        project=org.project_a,
-        flavor=flavor,
-        gpu_count=1,
-        image="pytorch:2.4",
-        max_runtime_seconds=runtime_seconds,
-    )
-
-
 def admitted_after(org: Org, flavor: Flavor, wait_seconds: int, *, runtime_seconds: int) -> None:
     """A finished request of the pool that waited `wait_seconds` in the queue."""
-    request = submit(org, flavor, runtime_seconds=runtime_seconds)
+    request = GpuRequestFactory(
+        project=org.project_a, flavor=flavor, max_runtime_seconds=runtime_seconds
+    )
     admitted = timezone.now() - timedelta(hours=1)
     GpuRequest.objects.filter(pk=request.pk).update(
         status=RequestStatus.SUCCEEDED, queued_at=admitted - timedelta(seconds=wait_seconds)
@@ -42,7 +33,9 @@ def admitted_after(org: Org, flavor: Flavor, wait_seconds: int, *, runtime_secon
 
 
 def queued(org: Org, flavor: Flavor, *, waited_seconds: int, runtime_seconds: int) -> GpuRequest:
-    request = submit(org, flavor, runtime_seconds=runtime_seconds)
+    request = GpuRequestFactory(
+        project=org.project_a, flavor=flavor, max_runtime_seconds=runtime_seconds
+    )
     GpuRequest.objects.filter(pk=request.pk).update(
         status=RequestStatus.QUEUED, queued_at=timezone.now() - timedelta(seconds=waited_seconds)
     )
@@ -74,7 +67,7 @@ def test_queued_request_is_expected_after_the_median_wait_of_its_pool_and_length
 def test_an_overdue_estimate_is_now_and_running_work_has_none(org: Org, fleet: Fleet) -> None:
     admitted_after(org, fleet.l4_6g, 60, runtime_seconds=3600)
     late = queued(org, fleet.l4_6g, waited_seconds=900, runtime_seconds=3600)
-    running = submit(org, fleet.l4_6g)
+    running = GpuRequestFactory(project=org.project_a, flavor=fleet.l4_6g)
     GpuRequest.objects.filter(pk=running.pk).update(status=RequestStatus.RUNNING)
     running.refresh_from_db()
     now = timezone.now()

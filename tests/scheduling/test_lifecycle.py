@@ -6,7 +6,6 @@ from __future__ import annotations
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
-from django.urls import reverse
 
 from scheduling import services
 from scheduling.choices import RequestStatus
@@ -16,7 +15,8 @@ from tenants.errors import ConflictError
 from tenants.models import AuditEvent
 from tests.scheduling.conftest import Fleet
 from tests.scheduling.helpers import request_body
-from tests.support.personas import Org, api_client
+from tests.support.factories import api_submit
+from tests.support.personas import Org
 
 pytestmark = pytest.mark.django_db
 
@@ -114,24 +114,17 @@ def test_a_single_move_repeated_is_no_move(org: Org, fleet: Fleet) -> None:
     assert [action for action, _, _ in events(request)] == ["request.cancelled"]
 
 
-def _submit_through_the_api(org: Org, fleet: Fleet) -> tuple[int, list[str]]:
-    client = api_client(org.dev_a)
-    body = request_body(org.project_a, fleet.l4_12g)
-    with CaptureQueriesContext(connection) as captured:
-        response = client.post(reverse("gpu-request-list"), body, format="json")
-    assert response.status_code == 201, response.content
-    return response.json()["id"], [query["sql"] for query in captured]
-
-
 def test_a_submission_reads_the_tiers_approval_rule_with_the_flavor(org: Org, fleet: Fleet) -> None:
-    request_id, statements = _submit_through_the_api(org, fleet)
+    with CaptureQueriesContext(connection) as captured:
+        request_id = api_submit(org.dev_a, request_body(org.project_a, fleet.l4_12g)).json()["id"]
+    statements = [query["sql"] for query in captured]
     assert GpuRequest.objects.get(pk=request_id).status == RequestStatus.QUEUED  # the rule ran
     assert not [sql for sql in statements if 'FROM "scheduling_approvalrule"' in sql]
 
 
 def test_a_tier_without_a_rule_leaves_every_request_to_the_lead(org: Org, fleet: Fleet) -> None:
     ApprovalRule.objects.filter(tier=fleet.l4_12g.pool.tier).delete()
-    request_id, _ = _submit_through_the_api(org, fleet)
+    request_id = api_submit(org.dev_a, request_body(org.project_a, fleet.l4_12g)).json()["id"]
     assert GpuRequest.objects.get(pk=request_id).status == RequestStatus.PENDING_APPROVAL
 
 
@@ -141,7 +134,9 @@ def _all_events(request_id: int) -> list[tuple[str, int | None, dict[str, object
 
 
 def test_a_submission_approved_at_once_is_inserted_queued(org: Org, fleet: Fleet) -> None:
-    request_id, statements = _submit_through_the_api(org, fleet)
+    with CaptureQueriesContext(connection) as captured:
+        request_id = api_submit(org.dev_a, request_body(org.project_a, fleet.l4_12g)).json()["id"]
+    statements = [query["sql"] for query in captured]
 
     request_writes = [
         sql.split()[0]
@@ -167,7 +162,9 @@ def test_a_submission_left_to_the_lead_is_one_insert_with_its_reason(
     org: Org, fleet: Fleet
 ) -> None:
     ApprovalRule.objects.filter(tier=fleet.l4_12g.pool.tier).delete()
-    request_id, statements = _submit_through_the_api(org, fleet)
+    with CaptureQueriesContext(connection) as captured:
+        request_id = api_submit(org.dev_a, request_body(org.project_a, fleet.l4_12g)).json()["id"]
+    statements = [query["sql"] for query in captured]
 
     assert not [sql for sql in statements if sql.startswith('UPDATE "scheduling_gpurequest"')]
     stored = GpuRequest.objects.get(pk=request_id)

@@ -16,18 +16,8 @@ from scheduling.models import ApprovalRule, GpuRequest, Quota
 from scheduling.selectors import committed_units
 from tenants.errors import DomainError
 from tests.scheduling.conftest import Fleet
+from tests.support.factories import GpuRequestFactory
 from tests.support.personas import Org
-
-
-def _submit(org: Org, fleet: Fleet, gpu_count: int) -> GpuRequest:
-    return services.submit_gpu_request(
-        actor=org.dev_a,
-        project=org.project_a,
-        flavor=fleet.l4_12g,
-        gpu_count=gpu_count,
-        image="pytorch:2.4",
-        max_runtime_seconds=600,
-    )
 
 
 @pytest.mark.integration
@@ -38,7 +28,8 @@ def _submit(org: Org, fleet: Fleet, gpu_count: int) -> GpuRequest:
 def test_parallel_approvals_never_pass_the_quota_limit(org: Org, fleet: Fleet) -> None:
     ApprovalRule.objects.update(auto_approve_within_guaranteed=False)
     limit = Quota.objects.get(team=org.team_a, project=None, flavor=fleet.l4_12g).limit
-    pending = [_submit(org, fleet, 4) for _ in range(8)]  # 32 units asked, 16 allowed
+    four_units = {"project": org.project_a, "flavor": fleet.l4_12g, "gpu_count": 4}
+    pending = GpuRequestFactory.create_batch(8, **four_units)  # 32 units asked, 16 allowed
     barrier = threading.Barrier(len(pending))
     outcomes: list[str] = []
 
@@ -95,12 +86,10 @@ def test_any_sequence_of_actions_keeps_states_legal_and_quota_within_limit(
             target: Any = requests[number % len(requests)] if requests else None
             try:
                 if action == "submit":
-                    made = services.submit_gpu_request(
-                        actor=org.dev_a,
+                    made = GpuRequestFactory(
                         project=org.project_a,
                         flavor=fleet.l4_12g,
                         gpu_count=number,
-                        image="pytorch:2.4",
                         max_runtime_seconds=600,
                         priority=priority,
                     )

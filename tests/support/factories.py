@@ -14,12 +14,14 @@ a quota and an approval rule (`ready_flavor`), so a test that cares about none o
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any
 
 import factory
 from django.contrib.auth import get_user_model
 from django.test import TestCase
+from django.urls import reverse
 from factory.django import DjangoModelFactory
 
 from scheduling import services
@@ -236,10 +238,11 @@ STAGES = ("submitted", "queued", "launching", "running")
 
 
 class GpuRequestFactory(factory.Factory[GpuRequest]):
-    """A request submitted through `scheduling.services.submit_gpu_request`.
+    """A request submitted through `scheduling.services.submit_gpu_request`, by `actor` (by
+    default the first developer of the project's team; `make_org`'s team A: `dev_a`).
 
     `to` says how far it goes from there: "submitted" (as the tier's rule left it: queued, or
-    pending a lead), "queued" (a lead of the team approves it if needed), "launching" (one
+    pending a lead), "queued" (the team's first lead approves it if needed), "launching" (one
     scheduling cycle admits it and the simulated cluster is asked to start it) or "running".
     """
 
@@ -302,3 +305,14 @@ def admit_and_launch(request: GpuRequest, *, running: bool) -> None:
             name=name,
         )
         assert execution.apply_workload_status(request, seen) == RequestStatus.RUNNING
+
+
+def api_submit(user: Any, body: Mapping[str, Any], *, status: int | None = 201) -> Any:
+    """POST a request (see tests.scheduling.helpers.request_body) to the API as `user`; the
+    answer, whose status is checked unless `status` is None."""
+    from tests.support.personas import api_client  # personas builds on these factories
+
+    response = api_client(user).post(reverse("gpu-request-list"), body, format="json")
+    if status is not None:
+        assert response.status_code == status, response.content
+    return response

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from django.contrib.auth import get_user_model
 from django.contrib.auth.models import User
 from knox.models import AuthToken
 from rest_framework.test import APIClient
 
 from tenants.choices import Role
-from tenants.models import Membership, Project, Team
+from tenants.models import Project, Team
+from tests.support.factories import UserFactory
 
 
 @dataclass
@@ -32,11 +32,8 @@ class Org:
 
 
 def make_user(username: str, role: str | None = None, team: Team | None = None) -> User:
-    user: User = get_user_model().objects.create_user(
-        username=username, password="pw-" + username, email=f"{username}@example.com"
-    )
-    if role is not None:
-        Membership.objects.create(user=user, team=team, role=role)
+    """A user whose password is `pw-<username>`, with `role` (in `team`) if given."""
+    user: User = UserFactory(username=username, role=role, role__team=team)
     return user
 
 
