@@ -27,6 +27,8 @@ class SimulatedWorkload(models.Model):
     created_at = models.DateTimeField()
     starts_at = models.DateTimeField()
     ends_at = models.DateTimeField()
+    # A job's activeDeadlineSeconds, as a moment: past it, unfinished work fails DeadlineExceeded.
+    deadline_at = models.DateTimeField(null=True, blank=True)
     fails = models.BooleanField(default=False)
     failure_reason = models.CharField(max_length=60, blank=True)
     utilisation_percent = models.PositiveSmallIntegerField(default=80)

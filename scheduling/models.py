@@ -140,6 +140,17 @@ class Node(models.Model):
         help_text="When the node stopped taking work (lost, NotReady, cordoned).",
     )
     synced_at = models.DateTimeField(null=True, blank=True)
+    held_back_reason = models.TextField(
+        blank=True,
+        help_text="Why the engine places nothing here although the node is up: it does not "
+        "advertise the resources of its pool's sharing mode (inventory's access check).",
+    )
+    foreign_usage = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="GPU resources held by pods the portal did not create, e.g. "
+        '{"nvidia.com/gpu": 2}; subtracted from what the engine sees free.',
+    )
 
     objects = CatalogQuerySet.as_manager()
 
