@@ -37,7 +37,7 @@ from accounting.choices import (
 from accounting.models import Budget, BudgetAlert, MonthlyUsage
 from accounting.selectors import current_month
 from scheduling.notifications import notify
-from scheduling.services import SubmissionAdjustment
+from scheduling.services.requests import SubmissionAdjustment
 from tenants.choices import Role
 from tenants.errors import DomainError, ForbiddenError
 from tenants.models import Project, Team, scope_of

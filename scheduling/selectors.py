@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from django.contrib.auth import get_user_model
 from django.db.models import Count, Exists, Max, OuterRef, Q, QuerySet, Sum
 from django.db.models.functions import Coalesce
 from django.utils import timezone
@@ -31,6 +32,7 @@ from scheduling.models import (
     UtilisationSample,
 )
 from scheduling.reclaim_rules import idle_verdict
+from tenants.choices import Role
 from tenants.models import Project, Team, scope_of
 
 
@@ -204,6 +206,15 @@ def pool_capacity(*, flavor: Flavor) -> PoolCapacity:
         max_device_memory_mib=int(memory or 0),
         mig_slices_total=mig_total,
         mig_slices_per_node_max=mig_node_max,
+    )
+
+
+def team_leads(*, team: Team) -> list[Any]:
+    """The active leads of a team: whom approvals and asks are sent to."""
+    return list(
+        get_user_model().objects.filter(
+            memberships__team=team, memberships__role=Role.TEAM_LEAD, is_active=True
+        )
     )
 
 

@@ -1,0 +1,38 @@
+"""Writes of the scheduling app, by sub-domain.
+
+- `requests`: a request's life — submit, approve, reject, cancel, expire, resume;
+- `quotas`: team quotas and their split over projects;
+- `governance`: the lead's oversight of running work — asks, idle exemptions, longer runtimes.
+
+The public services are re-exported here, so `scheduling.services.submit_gpu_request` is the
+name other apps and the views use, as for every app's `services`.
+"""
+
+from scheduling.services.governance import ask_lead, extend_runtime, grant_idle_exemption
+from scheduling.services.quotas import delete_quota, set_quota
+from scheduling.services.requests import (
+    SubmissionAdjustment,
+    approve_gpu_request,
+    cancel_gpu_request,
+    expire_stale_approvals,
+    gpu_request_submitting,
+    reject_gpu_request,
+    resume_gpu_request,
+    submit_gpu_request,
+)
+
+__all__ = [
+    "SubmissionAdjustment",
+    "approve_gpu_request",
+    "ask_lead",
+    "cancel_gpu_request",
+    "delete_quota",
+    "expire_stale_approvals",
+    "extend_runtime",
+    "gpu_request_submitting",
+    "grant_idle_exemption",
+    "reject_gpu_request",
+    "resume_gpu_request",
+    "set_quota",
+    "submit_gpu_request",
+]

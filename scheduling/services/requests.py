@@ -1,0 +1,439 @@
+"""Writes of a request's life: submit, approve, reject, cancel, expire, resume.
+
+Each service validates completely before it writes, runs in one transaction, moves the request
+only through `lifecycle.transition()` and leaves audit events behind.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from django.db import transaction
+from django.dispatch import Signal
+from django.utils import timezone
+
+from scheduling import approval, dispatch
+from scheduling.choices import (
+    CANCELLABLE_STATUSES,
+    RESUMABLE_KINDS,
+    FlavorKind,
+    Priority,
+    RequestStatus,
+    WorkloadKind,
+)
+from scheduling.lifecycle import (
+    Move,
+    create_through,
+    end_allocation,
+    transition,
+    transition_through,
+)
+from scheduling.models import ApprovalRule, Flavor, GpuRequest, gpu_equivalent_of
+from scheduling.notifications import notify
+from scheduling.selectors import (
+    PoolCapacity,
+    pool_capacity,
+    quota_standing,
+    team_leads,
+    tier_allowed_for_project,
+)
+from scheduling.services.common import invalid_field, require_decider
+from tenants.errors import ConflictError, ForbiddenError
+from tenants.models import Project, scope_of
+
+IMAGE_REFERENCE = re.compile(
+    r"^(?:(?:[a-zA-Z0-9-]+\.)*[a-zA-Z0-9-]+(?::[0-9]+)?/)?"
+    r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*"
+    r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@sha256:[a-f0-9]{64})?$"
+)
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
+MAX_COMMAND_ARGS = 256
+MAX_ENV_VARS = 128
+
+
+def _validate_workload(
+    *, image: str, command: list[str], env: dict[str, str], kind: str, flavor: Flavor
+) -> None:
+    if not IMAGE_REFERENCE.match(image) or len(image) > 255:
+        raise invalid_field(
+            "image", f"'{image}' is not a valid image reference (e.g. pytorch:2.4)."
+        )
+    if len(command) > MAX_COMMAND_ARGS:
+        raise invalid_field("command", f"At most {MAX_COMMAND_ARGS} arguments.")
+    if len(env) > MAX_ENV_VARS:
+        raise invalid_field("env", f"At most {MAX_ENV_VARS} variables.")
+    for name in env:
+        if not ENV_NAME.match(name):
+            raise invalid_field("env", f"'{name}' is not a valid environment variable name.")
+    if not flavor.pool.allows_kind(kind):
+        allowed = ", ".join(flavor.pool.allowed_kinds)
+        raise invalid_field("kind", f"Pool {flavor.pool} runs only {allowed} workloads.")
+
+
+def _validate_shape(
+    *,
+    flavor: Flavor,
+    capacity: PoolCapacity,
+    gpu_count: int,
+    kind: str,
+    memory_mib: int,
+    cores_percent: int,
+) -> None:
+    """The request must fit the pool's hardware, or it would wait forever."""
+    if flavor.kind == FlavorKind.MIG:
+        available = capacity.mig_slices_total.get(flavor.mig_profile, 0)
+        if gpu_count > available:
+            raise invalid_field(
+                "gpu_count",
+                f"Pool {flavor.pool} has {available} {flavor.mig_profile} slices in all; "
+                f"{gpu_count} can never be given.",
+            )
+        return
+    # Batch jobs may span nodes (all-or-nothing); notebooks and services live on one node.
+    most = capacity.total_gpus if kind == WorkloadKind.JOB else capacity.max_gpus_per_node
+    if gpu_count > most:
+        where = "in all" if kind == WorkloadKind.JOB else "on any one node"
+        raise invalid_field(
+            "gpu_count",
+            f"Pool {flavor.pool} has at most {most} {flavor.gpu_model} GPUs {where}; "
+            f"{gpu_count} can never be given.",
+        )
+    if flavor.kind == FlavorKind.VGPU:
+        if memory_mib > capacity.max_device_memory_mib:
+            raise invalid_field(
+                "gpu_memory_mib",
+                f"No {flavor.gpu_model} in pool {flavor.pool} has {memory_mib} MiB; "
+                f"the largest has {capacity.max_device_memory_mib} MiB.",
+            )
+        if not 1 <= cores_percent <= 100:
+            raise invalid_field("gpu_cores_percent", "Cores are a percentage between 1 and 100.")
+
+
+def _approval_settings(flavor: Flavor) -> tuple[approval.RuleSettings, timedelta]:
+    """The tier's approval rule (loaded with the flavor by the API) and how long approval waits."""
+    try:
+        rule: ApprovalRule | None = flavor.pool.tier.approval_rule
+    except ApprovalRule.DoesNotExist:
+        rule = None
+    if rule is None:  # no rule configured: the lead decides everything
+        return approval.RuleSettings(False, Priority.NORMAL, True), timedelta(hours=72)
+    settings = approval.RuleSettings(
+        rule.auto_approve_within_guaranteed,
+        rule.auto_approve_max_priority,
+        rule.lead_approves_whole_cards,
+    )
+    return settings, timedelta(hours=rule.approval_ttl_hours)
+
+
+@dataclass(frozen=True, slots=True)
+class SubmissionAdjustment:
+    """What a policy of a higher layer asks of a new request (e.g. a team past its budget)."""
+
+    force_preemptible: bool = False
+    lead_approval_reason: str = ""
+    note: str = ""
+
+
+gpu_request_submitting = Signal()
+"""Sent by `submit_gpu_request` before it writes, with `project`, `flavor`, `gpu_count`, `actor`.
+
+Receivers return a `SubmissionAdjustment` or None. Accounting's budget policy connects here:
+the layering lets accounting import scheduling, never the other way round, so scheduling
+offers the hook and knows nothing of budgets. Receivers run inside the submit transaction.
+"""
+
+
+def _submission_adjustments(**facts: Any) -> list[SubmissionAdjustment]:
+    replies: list[tuple[Any, object]] = list(
+        gpu_request_submitting.send(sender=GpuRequest, **facts)
+    )
+    return [reply for _, reply in replies if isinstance(reply, SubmissionAdjustment)]
+
+
+@transaction.atomic
+def submit_gpu_request(
+    *,
+    actor: Any,
+    project: Project,
+    flavor: Flavor,
+    gpu_count: int,
+    image: str,
+    max_runtime_seconds: int,
+    kind: str = WorkloadKind.JOB,
+    command: list[str] | None = None,
+    env: dict[str, str] | None = None,
+    priority: str = Priority.NORMAL,
+    is_preemptible: bool = False,
+    allow_shared_node: bool = True,
+    reason: str = "",
+    gpu_memory_mib: int | None = None,
+    gpu_cores_percent: int | None = None,
+) -> GpuRequest:
+    """Validate and record a request; approve it at once when the tier's rule allows."""
+    scope = scope_of(actor)
+    if not (scope.is_member_of(project.team_id) or scope.is_platform_admin):
+        raise ForbiddenError("forbidden", "Only members of the project's team may request GPUs.")
+    command = command or []
+    env = env or {}
+    tier = flavor.pool.tier
+    if not flavor.is_active:
+        raise invalid_field("flavor", f"Flavor {flavor} is retired.")
+    if not tier_allowed_for_project(tier=tier, project=project):
+        raise invalid_field("flavor", f"Project {project} may not use the {tier} tier.")
+    if max_runtime_seconds > tier.max_runtime_seconds:
+        raise invalid_field(
+            "max_runtime_seconds",
+            f"The {tier} tier allows at most {tier.max_runtime_seconds} seconds.",
+        )
+    _validate_workload(image=image, command=command, env=env, kind=kind, flavor=flavor)
+    if flavor.kind == FlavorKind.VGPU:
+        memory_mib = gpu_memory_mib or flavor.gpu_memory_mib
+        cores_percent = gpu_cores_percent or flavor.gpu_cores_percent
+    else:
+        if gpu_memory_mib is not None or gpu_cores_percent is not None:
+            field = "gpu_memory_mib" if gpu_memory_mib is not None else "gpu_cores_percent"
+            raise invalid_field(field, "Memory and cores are chosen only for vGPU flavors.")
+        memory_mib, cores_percent = flavor.gpu_memory_mib, flavor.gpu_cores_percent
+    capacity = pool_capacity(flavor=flavor)
+    _validate_shape(
+        flavor=flavor,
+        capacity=capacity,
+        gpu_count=gpu_count,
+        kind=kind,
+        memory_mib=memory_mib,
+        cores_percent=cores_percent,
+    )
+
+    standing = quota_standing(project=project, flavor=flavor, lock=True)
+    if standing is None:
+        raise invalid_field("flavor", f"Team {project.team} has no quota for {flavor}.", "no_quota")
+    if gpu_count > standing.max_ever:
+        raise invalid_field(
+            "gpu_count",
+            f"The quota limit for {flavor} is {standing.max_ever}; "
+            f"{gpu_count} can never be approved.",
+            "quota_exceeded",
+        )
+    adjustments = _submission_adjustments(
+        project=project, flavor=flavor, gpu_count=gpu_count, actor=actor
+    )
+    is_preemptible = is_preemptible or any(a.force_preemptible for a in adjustments)
+    card_memory = capacity.max_device_memory_mib or flavor.gpu_memory_mib
+    rule, approval_ttl = _approval_settings(flavor)
+    unit_equivalent = gpu_equivalent_of(
+        kind=flavor.kind,
+        card_memory_mib=card_memory,
+        memory_mib=memory_mib,
+        cores_percent=cores_percent,
+        mig_profile=flavor.mig_profile,
+    )
+    request = GpuRequest(
+        project=project,
+        team=project.team,
+        owner=actor,
+        flavor=flavor,
+        gpu_count=gpu_count,
+        gpu_memory_mib=memory_mib if flavor.kind == FlavorKind.VGPU else None,
+        gpu_cores_percent=cores_percent if flavor.kind == FlavorKind.VGPU else None,
+        kind=kind,
+        image=image,
+        command=command,
+        env=env,
+        max_runtime_seconds=max_runtime_seconds,
+        priority=priority,
+        is_preemptible=is_preemptible,
+        allow_shared_node=allow_shared_node,
+        reason=reason,
+        gpu_equivalent=unit_equivalent * gpu_count,
+        approval_expires_at=timezone.now() + approval_ttl,
+    )
+    notes = [a.note for a in adjustments if a.note]
+    submitted_data = {"policy": notes} if notes else {}
+    facts = approval.ApprovalFacts(
+        priority=priority,
+        flavor_kind=flavor.kind,
+        within_guaranteed=standing.fits_guaranteed(gpu_count),
+        within_limit=standing.fits_limit(gpu_count),
+    )
+    lead_reasons = approval.reasons_for_lead_approval(facts, rule)
+    lead_reasons += [a.lead_approval_reason for a in adjustments if a.lead_approval_reason]
+    if lead_reasons:
+        request.needs_lead_approval_because = "; ".join(lead_reasons)
+        request.status_reason = f"Waiting for a team lead: {request.needs_lead_approval_because}."
+        create_through(request, actor=actor, data=submitted_data)
+        notify(
+            users=team_leads(team=project.team),
+            subject=f"GPU request {request.pk} needs your approval",
+            body=f"{actor} asks for {gpu_count} × {flavor} in {project}: {request.status_reason}",
+            event={"type": "request.pending_approval", "request": request.pk},
+        )
+    else:
+        # Approved as it is recorded: the row is inserted queued, its three events at once.
+        # The submitter is not emailed: the answer to the submission already says "queued".
+        reason = "Approved automatically: within guaranteed quota."
+        create_through(
+            request,
+            _approval_moves(actor=None, reason=reason),
+            actor=actor,
+            data=submitted_data,
+        )
+        _announce_approval(request, reason=reason, email_owner=False)
+    return request
+
+
+def _approval_moves(*, actor: Any, reason: str) -> list[Move]:
+    return [
+        Move(RequestStatus.APPROVED, reason, actor),
+        Move(RequestStatus.QUEUED, "Waiting for the scheduler."),
+    ]
+
+
+def _approve(request: GpuRequest, *, actor: Any, reason: str, comment: str = "") -> None:
+    """Approve and queue; the caller holds the quota lock and has checked the limit."""
+    transition_through(
+        request,
+        _approval_moves(actor=actor, reason=reason),
+        approved_by=actor,
+        decision_comment=comment,
+    )
+    _announce_approval(request, reason=reason, comment=comment)
+
+
+def _announce_approval(
+    request: GpuRequest, *, reason: str, comment: str = "", email_owner: bool = True
+) -> None:
+    dispatch.request_scheduling_cycle()
+    notify(
+        users=[request.owner] if email_owner else [],
+        subject=f"GPU request {request.pk} approved",
+        body=reason + (f"\n\n{comment}" if comment else ""),
+        event={"type": "request.approved", "request": request.pk},
+    )
+
+
+@transaction.atomic
+def approve_gpu_request(*, actor: Any, request: GpuRequest, comment: str = "") -> GpuRequest:
+    """A lead's approval; refused (409) if it would take the project past its quota limit."""
+    require_decider(actor, request)
+    request = GpuRequest.objects.select_for_update().get(pk=request.pk)
+    if request.status != RequestStatus.PENDING_APPROVAL:
+        if request.status in (RequestStatus.APPROVED, RequestStatus.QUEUED):
+            return request  # approved already: a repeated click changes nothing
+        raise ConflictError(
+            "illegal_transition",
+            f"Request {request.pk} is {request.status}; only pending requests can be approved.",
+            fields={"status": request.status},
+        )
+    standing = quota_standing(project=request.project, flavor=request.flavor, lock=True)
+    if standing is None or not standing.fits_limit(request.gpu_count):
+        left = standing.left_limit if standing else 0
+        raise ConflictError(
+            "quota_exceeded",
+            f"Approving would exceed the {request.flavor} quota limit: {left} left, "
+            f"{request.gpu_count} asked.",
+        )
+    _approve(request, actor=actor, reason=f"Approved by {actor}.", comment=comment)
+    return request
+
+
+@transaction.atomic
+def reject_gpu_request(*, actor: Any, request: GpuRequest, comment: str) -> GpuRequest:
+    require_decider(actor, request)
+    if not comment.strip():
+        raise invalid_field("comment", "Say why the request is rejected.")
+    transition(
+        request,
+        RequestStatus.REJECTED,
+        actor=actor,
+        reason=f"Rejected by {actor}: {comment}",
+        approved_by=actor,
+        decision_comment=comment,
+    )
+    notify(
+        users=[request.owner],
+        subject=f"GPU request {request.pk} rejected",
+        body=comment,
+        event={"type": "request.rejected", "request": request.pk},
+    )
+    return request
+
+
+@transaction.atomic
+def cancel_gpu_request(*, actor: Any, request: GpuRequest, reason: str = "") -> GpuRequest:
+    """The owner (or their lead) withdraws a request; a cancelled one stays cancelled."""
+    scope = scope_of(actor)
+    if request.owner_id != actor.pk and not scope.is_lead_of(request.team_id):
+        raise ForbiddenError("forbidden", "Only the owner or the team lead may cancel a request.")
+    if request.status not in CANCELLABLE_STATUSES and request.status != RequestStatus.CANCELLED:
+        raise ConflictError(
+            "illegal_transition",
+            f"Request {request.pk} is {request.status}; it can no longer be cancelled.",
+            fields={"status": request.status},
+        )
+    if transition(
+        request,
+        RequestStatus.CANCELLED,
+        actor=actor,
+        reason=reason or f"Cancelled by {actor}.",
+    ):
+        allocation = end_allocation(request, reason="cancelled")
+        if allocation is not None:
+            dispatch.request_termination(request.pk, allocation.attempt, "cancelled by the owner")
+            dispatch.request_scheduling_cycle()
+    return request
+
+
+def expire_stale_approvals(*, now: Any = None) -> int:
+    """Pending requests nobody decided on within their tier's approval time expire."""
+    now = now or timezone.now()
+    expired = 0
+    stale = GpuRequest.objects.filter(
+        status=RequestStatus.PENDING_APPROVAL, approval_expires_at__lt=now
+    )
+    for request in stale.select_related("team", "project", "owner"):
+        with transaction.atomic():
+            if transition(
+                request, RequestStatus.EXPIRED, actor=None, reason="Nobody approved it in time."
+            ):
+                expired += 1
+                notify(
+                    users=[request.owner],
+                    subject=f"GPU request {request.pk} expired",
+                    body="No team lead approved the request in time; submit it again if needed.",
+                    event={"type": "request.expired", "request": request.pk},
+                )
+    return expired
+
+
+@transaction.atomic
+def resume_gpu_request(*, actor: Any, request: GpuRequest) -> GpuRequest:
+    """A reclaimed notebook or service goes back to the queue with the same settings."""
+    scope = scope_of(actor)
+    if request.owner_id != actor.pk and not scope.is_lead_of(request.team_id):
+        raise ForbiddenError("forbidden", "Only the owner or the team lead may resume a request.")
+    if request.status != RequestStatus.RECLAIMED or request.kind not in RESUMABLE_KINDS:
+        raise ConflictError(
+            "illegal_transition",
+            f"Request {request.pk} is a {request.kind} in state {request.status}; only reclaimed "
+            "notebooks and services can be resumed.",
+            fields={"status": request.status},
+        )
+    standing = quota_standing(project=request.project, flavor=request.flavor, lock=True)
+    if standing is None or not standing.fits_limit(request.gpu_count):
+        raise ConflictError(
+            "quota_exceeded", f"Resuming would exceed the {request.flavor} quota limit."
+        )
+    transition(
+        request,
+        RequestStatus.QUEUED,
+        actor=actor,
+        reason=f"Resumed by {actor}.",
+        idle_warned_at=None,
+        idle_exempt_until=None,
+        timeout_warned_at=None,
+    )
+    dispatch.request_scheduling_cycle()
+    return request
