@@ -52,6 +52,9 @@ def celery_runs_tasks_inline(request: pytest.FixtureRequest) -> Iterator[None]:
         return
     from portal.celery import app
 
+    # Domain code queues tasks by name (scheduling.dispatch); a worker imports the tasks modules
+    # at start-up, and so must the process that runs them inline.
+    app.loader.import_default_modules()
     app.conf.task_always_eager = True
     app.conf.task_eager_propagates = True
     yield
