@@ -176,6 +176,8 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "SCHEMA_PATH_PREFIX": "/api/v1",
+    # Request priorities and an approval rule's highest auto-approved one are the same choices.
+    "ENUM_NAME_OVERRIDES": {"PriorityEnum": "scheduling.choices.Priority"},
 }
 
 # Rate limits count in the cache: shared through Redis when there is one, per process otherwise.

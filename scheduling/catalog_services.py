@@ -271,6 +271,14 @@ def save_reclaim_policy(*, actor: Any, tier: Tier, **fields: Any) -> ReclaimPoli
     return policy
 
 
+@transaction.atomic
+def delete_reclaim_policy(*, actor: Any, policy: ReclaimPolicy) -> None:
+    """Remove a tier's reclaim policy: the tier then follows the built-in defaults."""
+    require_platform_admin(actor, "delete reclaim policies")
+    _audit(actor, "reclaim_policy.deleted", policy, {"tier": policy.tier_id})
+    policy.delete()
+
+
 # Team quotas (the team lead splits them over projects: scheduling.services.set_quota)
 
 

@@ -10,8 +10,9 @@ from rest_framework import serializers
 
 from accounting.budgets import percent_used, spent_of
 from accounting.efficiency import EFFICIENCY_KEYS
-from accounting.models import Budget, Statement, StatementLine
+from accounting.models import Budget, Price, Statement, StatementLine
 from accounting.selectors import GROUP_KEYS, UsageQuery, current_month
+from scheduling.models import Flavor
 from tenants.api.base import ScopedPrimaryKeyRelatedField
 from tenants.models import Project, Team
 
@@ -190,3 +191,25 @@ class EfficiencyQuerySerializer(serializers.Serializer):
 
     group_by = serializers.ChoiceField(choices=list(EFFICIENCY_KEYS), default="project")
     days = serializers.IntegerField(min_value=1, max_value=90, default=14)
+
+
+class PriceSerializer(serializers.ModelSerializer):
+    """A flavor's hourly price from `effective_from` on (now when left out)."""
+
+    flavor = ScopedPrimaryKeyRelatedField(queryset=Flavor.objects.all())
+    effective_from = serializers.DateTimeField(required=False, allow_null=True, default=None)
+
+    class Meta:
+        model = Price
+        fields = [
+            "id",
+            "flavor",
+            "price_per_hour",
+            "currency",
+            "effective_from",
+            "preemptible_multiplier",
+            "priority_multipliers",
+        ]
+        read_only_fields = ["id"]
+        # One price per flavor and start: the service checks it with the constraint's message.
+        validators: list[Any] = []

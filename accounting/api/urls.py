@@ -7,6 +7,7 @@ from accounting.api import views
 
 router = SimpleRouter()
 router.register("budgets", views.BudgetViewSet, basename="budget")
+router.register("prices", views.PriceViewSet, basename="price")
 router.register("statements", views.StatementViewSet, basename="statement")
 
 urlpatterns = [

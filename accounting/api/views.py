@@ -11,7 +11,7 @@ from django.http import HttpResponse
 from django.shortcuts import get_object_or_404
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema
-from rest_framework import status
+from rest_framework import permissions, status
 from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -19,12 +19,13 @@ from rest_framework.serializers import BaseSerializer
 from rest_framework.throttling import UserRateThrottle
 from rest_framework.views import APIView
 
-from accounting import budgets
+from accounting import budgets, price_services
 from accounting.api.serializers import (
     BudgetSerializer,
     ChargebackQuerySerializer,
     EfficiencyQuerySerializer,
     ExportSerializer,
+    PriceSerializer,
     StatementCloseSerializer,
     StatementSerializer,
     UsageQuerySerializer,
@@ -32,11 +33,12 @@ from accounting.api.serializers import (
 from accounting.budgets import with_burn
 from accounting.efficiency import efficiency_rows, request_efficiency
 from accounting.exports import XLSX_CONTENT_TYPE, rows_to_csv, rows_to_xlsx
-from accounting.models import Budget, Statement
+from accounting.models import Budget, Price, Statement
 from accounting.selectors import UsageQuery, chargeback, check_filters, totals, usage_rows
 from accounting.statements import STATEMENT_COLUMNS, close_statement, statement_rows
 from scheduling.models import GpuRequest
 from tenants.api.base import ScopedModelViewSet, ScopedReadOnlyViewSet
+from tenants.api.permissions import PlatformAdminWrites
 
 
 class ExportRateThrottle(UserRateThrottle):
@@ -173,6 +175,31 @@ class BudgetViewSet(ScopedModelViewSet):
 
     def perform_destroy(self, instance: Budget) -> None:
         budgets.delete_budget(actor=self.request.user, budget=instance)
+
+
+class PriceViewSet(ScopedModelViewSet):
+    """The price list: everyone with a role reads it; platform admins add prices ahead of time."""
+
+    permission_classes = [permissions.IsAuthenticated, PlatformAdminWrites]
+    queryset = Price.objects.select_related("flavor")
+    serializer_class = PriceSerializer
+    filterset_fields = ["flavor", "currency"]
+    ordering_fields = ["effective_from"]
+
+    def perform_create(self, serializer: BaseSerializer) -> None:
+        serializer.instance = price_services.create_price(
+            actor=self.request.user, **serializer.validated_data
+        )
+
+    def perform_update(self, serializer: BaseSerializer) -> None:
+        serializer.instance = price_services.update_price(
+            actor=self.request.user,
+            price=cast(Price, serializer.instance),
+            **serializer.validated_data,
+        )
+
+    def perform_destroy(self, instance: Price) -> None:
+        price_services.delete_price(actor=self.request.user, price=instance)
 
 
 class StatementViewSet(ScopedReadOnlyViewSet):

@@ -5,14 +5,47 @@ from typing import Any
 from rest_framework import serializers
 
 from scheduling.choices import Priority, WorkloadKind
-from scheduling.models import Flavor, GpuRequest, NodePool, Quota
+from scheduling.models import (
+    ApprovalRule,
+    Flavor,
+    GpuRequest,
+    NodePool,
+    Quota,
+    ReclaimPolicy,
+    Tier,
+)
 from tenants.api.base import ScopedPrimaryKeyRelatedField
 from tenants.models import Project, Team
 
 
+class TierSerializer(serializers.ModelSerializer):
+    """A tier; its allowed teams and projects are ids (both empty: open to every team)."""
+
+    allowed_teams = ScopedPrimaryKeyRelatedField(
+        queryset=Team.objects.all(), many=True, required=False
+    )
+    allowed_projects = ScopedPrimaryKeyRelatedField(
+        queryset=Project.objects.all(), many=True, required=False
+    )
+
+    class Meta:
+        model = Tier
+        fields = [
+            "id",
+            "name",
+            "slug",
+            "description",
+            "max_runtime_seconds",
+            "rank",
+            "allowed_teams",
+            "allowed_projects",
+        ]
+        read_only_fields = ["id"]
+
+
 class NodePoolSerializer(serializers.ModelSerializer):
     tier: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
-        slug_field="slug", read_only=True
+        slug_field="slug", queryset=Tier.objects.all()
     )
     node_count = serializers.IntegerField(read_only=True)
     gpu_count = serializers.IntegerField(read_only=True)
@@ -40,12 +73,12 @@ class NodePoolSerializer(serializers.ModelSerializer):
             "node_count",
             "gpu_count",
         ]
-        read_only_fields = fields
+        read_only_fields = ["id", "short_reserve_label", "node_count", "gpu_count"]
 
 
 class FlavorSerializer(serializers.ModelSerializer):
     pool: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
-        slug_field="slug", read_only=True
+        slug_field="slug", queryset=NodePool.objects.all()
     )
     tier = serializers.CharField(source="pool.tier.slug", read_only=True)
     resource_names = serializers.ListField(child=serializers.CharField(), read_only=True)
@@ -67,7 +100,58 @@ class FlavorSerializer(serializers.ModelSerializer):
             "resource_names",
             "is_active",
         ]
-        read_only_fields = fields
+        read_only_fields = ["id", "tier", "resource_names"]
+
+
+class TierRuleSerializer(serializers.ModelSerializer):
+    """A rule that belongs to one tier: the tier is named by slug and fixed once created."""
+
+    tier: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
+        slug_field="slug", queryset=Tier.objects.all()
+    )
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.instance is not None and not isinstance(self.instance, list | tuple):
+            self.fields["tier"].read_only = True
+
+    def validate_tier(self, tier: Tier) -> Tier:
+        if self.Meta.model.objects.filter(tier=tier).exists():  # type: ignore[attr-defined]
+            raise serializers.ValidationError(f"Tier {tier.slug} already has one: change it.")
+        return tier
+
+
+class ApprovalRuleSerializer(TierRuleSerializer):
+    class Meta:
+        model = ApprovalRule
+        fields = [
+            "id",
+            "tier",
+            "auto_approve_within_guaranteed",
+            "auto_approve_max_priority",
+            "lead_approves_whole_cards",
+            "approval_ttl_hours",
+        ]
+        read_only_fields = ["id"]
+
+
+class ReclaimPolicySerializer(TierRuleSerializer):
+    class Meta:
+        model = ReclaimPolicy
+        fields = [
+            "id",
+            "tier",
+            "idle_threshold_percent",
+            "idle_window_seconds",
+            "notebook_idle_window_seconds",
+            "idle_warning_seconds",
+            "idle_marks_preemptible",
+            "reclaim_idle",
+            "timeout_warning_seconds",
+            "pending_timeout_seconds",
+            "max_attempts",
+        ]
+        read_only_fields = ["id"]
 
 
 class QuotaSerializer(serializers.ModelSerializer):

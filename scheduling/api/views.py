@@ -6,16 +6,17 @@ from typing import Any, cast
 from django.core.cache import caches
 from django.db.models import Count, QuerySet, Sum
 from drf_spectacular.utils import extend_schema
-from rest_framework import mixins, status, viewsets
+from rest_framework import mixins, permissions, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.serializers import BaseSerializer
 from rest_framework.throttling import ScopedRateThrottle
 
-from scheduling import services
+from scheduling import catalog_services, services
 from scheduling.api.filters import FlavorFilter, GpuRequestFilter, QuotaFilter
 from scheduling.api.serializers import (
+    ApprovalRuleSerializer,
     AskLeadSerializer,
     CancelSerializer,
     DecisionSerializer,
@@ -25,19 +26,25 @@ from scheduling.api.serializers import (
     GpuRequestSerializer,
     NodePoolSerializer,
     QuotaSerializer,
+    ReclaimPolicySerializer,
     RequestSummarySerializer,
+    TierSerializer,
     UtilisationPointSerializer,
 )
 from scheduling.choices import COMMITTED_STATUSES, RequestStatus
 from scheduling.models import (
+    ApprovalRule,
     Flavor,
     GpuRequest,
     NodePool,
     Quota,
+    ReclaimPolicy,
+    Tier,
     UtilisationSample,
 )
 from scheduling.selectors import committed_by_quota_key
-from tenants.api.base import ScopedModelViewSet, ScopedReadOnlyViewSet, ScopedViewSetMixin
+from tenants.api.base import ScopedModelViewSet, ScopedViewSetMixin
+from tenants.api.permissions import PlatformAdminWrites
 from tenants.models import Scope, scope_of
 
 SUMMARY_CACHE_SECONDS = 5
@@ -85,8 +92,37 @@ def _request_summary(requests: QuerySet[GpuRequest]) -> dict[str, Any]:
     }
 
 
-class NodePoolViewSet(ScopedReadOnlyViewSet):
-    """GPU node pools: tier, sharing mode, how work is placed; admins edit them in the admin."""
+class CatalogViewSet(ScopedModelViewSet):
+    """The catalogue: everyone with a role reads it, platform admins write it through services."""
+
+    permission_classes = [permissions.IsAuthenticated, PlatformAdminWrites]
+
+
+class TierViewSet(CatalogViewSet):
+    """Scenario tiers: what they are for, how long work may run, which teams may use them."""
+
+    queryset = Tier.objects.prefetch_related("allowed_teams", "allowed_projects")
+    serializer_class = TierSerializer
+    filterset_fields = ["slug"]
+
+    def perform_create(self, serializer: BaseSerializer) -> None:
+        serializer.instance = catalog_services.create_tier(
+            actor=self.request.user, **serializer.validated_data
+        )
+
+    def perform_update(self, serializer: BaseSerializer) -> None:
+        serializer.instance = catalog_services.update_tier(
+            actor=self.request.user,
+            tier=cast(Tier, serializer.instance),
+            **serializer.validated_data,
+        )
+
+    def perform_destroy(self, instance: Tier) -> None:
+        catalog_services.delete_tier(actor=self.request.user, tier=instance)
+
+
+class NodePoolViewSet(CatalogViewSet):
+    """GPU node pools: tier, sharing mode, how work is placed."""
 
     queryset = (
         NodePool.objects.select_related("tier")
@@ -96,13 +132,90 @@ class NodePoolViewSet(ScopedReadOnlyViewSet):
     serializer_class = NodePoolSerializer
     filterset_fields = ["sharing_mode", "tier__slug"]
 
+    def perform_create(self, serializer: BaseSerializer) -> None:
+        pool = catalog_services.create_node_pool(
+            actor=self.request.user, **serializer.validated_data
+        )
+        serializer.instance = self.get_queryset().get(pk=pool.pk)  # with its node counts
 
-class FlavorViewSet(ScopedReadOnlyViewSet):
+    def perform_update(self, serializer: BaseSerializer) -> None:
+        serializer.instance = catalog_services.update_node_pool(
+            actor=self.request.user,
+            node_pool=cast(NodePool, serializer.instance),
+            **serializer.validated_data,
+        )
+
+    def perform_destroy(self, instance: NodePool) -> None:
+        catalog_services.delete_node_pool(actor=self.request.user, node_pool=instance)
+
+
+class FlavorViewSet(CatalogViewSet):
     """What can be requested, and the GPU-equivalent weight quotas and prices count in."""
 
     queryset = Flavor.objects.select_related("pool", "pool__tier")
     serializer_class = FlavorSerializer
     filterset_class = FlavorFilter
+
+    def perform_create(self, serializer: BaseSerializer) -> None:
+        serializer.instance = catalog_services.create_flavor(
+            actor=self.request.user, **serializer.validated_data
+        )
+
+    def perform_update(self, serializer: BaseSerializer) -> None:
+        serializer.instance = catalog_services.update_flavor(
+            actor=self.request.user,
+            flavor=cast(Flavor, serializer.instance),
+            **serializer.validated_data,
+        )
+
+    def perform_destroy(self, instance: Flavor) -> None:
+        catalog_services.delete_flavor(actor=self.request.user, flavor=instance)
+
+
+class ApprovalRuleViewSet(CatalogViewSet):
+    """When a tier's requests are approved at once and when they wait for the team lead."""
+
+    queryset = ApprovalRule.objects.select_related("tier").order_by("tier__name")
+    serializer_class = ApprovalRuleSerializer
+    filterset_fields = ["tier__slug"]
+
+    def perform_create(self, serializer: BaseSerializer) -> None:
+        serializer.instance = catalog_services.create_approval_rule(
+            actor=self.request.user, **serializer.validated_data
+        )
+
+    def perform_update(self, serializer: BaseSerializer) -> None:
+        serializer.instance = catalog_services.update_approval_rule(
+            actor=self.request.user,
+            approval_rule=cast(ApprovalRule, serializer.instance),
+            **serializer.validated_data,
+        )
+
+    def perform_destroy(self, instance: ApprovalRule) -> None:
+        catalog_services.delete_approval_rule(actor=self.request.user, approval_rule=instance)
+
+
+class ReclaimPolicyViewSet(CatalogViewSet):
+    """How a tier reclaims idle, overrunning and stuck work; a tier without one uses defaults."""
+
+    queryset = ReclaimPolicy.objects.select_related("tier").order_by("tier__name")
+    serializer_class = ReclaimPolicySerializer
+    filterset_fields = ["tier__slug"]
+
+    def perform_create(self, serializer: BaseSerializer) -> None:
+        fields = dict(serializer.validated_data)
+        serializer.instance = catalog_services.save_reclaim_policy(
+            actor=self.request.user, tier=fields.pop("tier"), **fields
+        )
+
+    def perform_update(self, serializer: BaseSerializer) -> None:
+        policy = cast(ReclaimPolicy, serializer.instance)
+        serializer.instance = catalog_services.save_reclaim_policy(
+            actor=self.request.user, tier=policy.tier, **serializer.validated_data
+        )
+
+    def perform_destroy(self, instance: ReclaimPolicy) -> None:
+        catalog_services.delete_reclaim_policy(actor=self.request.user, policy=instance)
 
 
 class QuotaViewSet(ScopedModelViewSet):
@@ -123,6 +236,15 @@ class QuotaViewSet(ScopedModelViewSet):
 
     def perform_create(self, serializer: BaseSerializer) -> None:
         data = serializer.validated_data
+        if data.get("project") is None:
+            serializer.instance = catalog_services.set_team_quota(
+                actor=self.request.user,
+                team=data["team"],
+                flavor=data["flavor"],
+                guaranteed=data["guaranteed"],
+                limit=data["limit"],
+            )
+            return
         serializer.instance = services.set_quota(
             actor=self.request.user,
             team=data["team"],
@@ -146,6 +268,9 @@ class QuotaViewSet(ScopedModelViewSet):
         )
 
     def perform_destroy(self, instance: Quota) -> None:
+        if instance.project_id is None:
+            catalog_services.delete_team_quota(actor=self.request.user, quota=instance)
+            return
         services.delete_quota(actor=self.request.user, quota=instance)
 
 
