@@ -24,27 +24,12 @@ from scheduling.models import Allocation, GpuRequest, Node, NodePool, ReclaimPol
 from scheduling.snapshot import build_snapshot
 from tenants.models import AuditEvent
 from tests.scheduling.conftest import Fleet
+from tests.support.factories import GpuRequestFactory
 from tests.support.personas import Org
 
 pytestmark = pytest.mark.django_db
 FAST = SimulatedCluster(speed=100_000)
 SLOW = SimulatedCluster(speed=0.001)  # starts after hours: stays launching
-
-
-def submit(org: Org, flavor: Any, **kwargs: Any) -> GpuRequest:
-    arguments: dict[str, Any] = {
-        "actor": org.dev_a,
-        "project": org.project_a,
-        "flavor": flavor,
-        "gpu_count": 1,
-        "image": "pytorch:2.4",
-        "max_runtime_seconds": 3600,
-    }
-    arguments.update(kwargs)
-    request = services.submit_gpu_request(**arguments)
-    if request.status == RequestStatus.PENDING_APPROVAL:
-        services.approve_gpu_request(actor=org.lead_a, request=request)
-    return request
 
 
 @pytest.fixture
@@ -64,7 +49,7 @@ def admit(django_capture_on_commit_callbacks: Any) -> Callable[..., list[tuple[i
 
 def gang_request(org: Org, fleet: Fleet) -> GpuRequest:
     services.set_quota(actor=org.admin, team=org.team_a, flavor=fleet.a100, guaranteed=16, limit=32)
-    return submit(org, fleet.a100, gpu_count=16)
+    return GpuRequestFactory(to="queued", project=org.project_a, flavor=fleet.a100, gpu_count=16)
 
 
 def test_a_16_card_job_runs_as_one_pinned_workload_per_node(
@@ -178,7 +163,7 @@ def status_of(request: GpuRequest, **fields: Any) -> WorkloadStatus:
 def test_hami_cards_replace_the_engine_cards_in_the_allocation(
     org: Org, fleet: Fleet, admit: Callable[..., list[tuple[int, int]]]
 ) -> None:
-    request = submit(org, fleet.l4_6g)
+    request = GpuRequestFactory(to="queued", project=org.project_a, flavor=fleet.l4_6g)
     admit(SLOW)
     request.refresh_from_db()
     allocation = Allocation.objects.get(request=request)
@@ -201,7 +186,7 @@ def test_the_node_kube_scheduler_chose_moves_the_claims_in_a_cluster_placed_pool
     pool = NodePool.objects.get(slug="h100-mig")
     assert pool.placement == "cluster"
     Node.objects.create(pool=pool, name="h100-mig-2", gpu_model="H100-80G")
-    request = submit(org, fleet.mig_1g)
+    request = GpuRequestFactory(to="queued", project=org.project_a, flavor=fleet.mig_1g)
     admit(SLOW)
     request.refresh_from_db()
     allocation = Allocation.objects.get(request=request)

@@ -15,21 +15,14 @@ from tenants.errors import ConflictError
 from tenants.models import AuditEvent
 from tests.scheduling.conftest import Fleet
 from tests.scheduling.helpers import request_body
-from tests.support.factories import api_submit
+from tests.support.factories import GpuRequestFactory, api_submit
 from tests.support.personas import Org
 
 pytestmark = pytest.mark.django_db
 
 
 def pending(org: Org, fleet: Fleet) -> GpuRequest:
-    request = services.submit_gpu_request(
-        actor=org.dev_a,
-        project=org.project_a,
-        flavor=fleet.a100,
-        gpu_count=1,
-        image="registry.example.com/train:1",
-        max_runtime_seconds=3600,
-    )
+    request = GpuRequestFactory(project=org.project_a, flavor=fleet.a100)
     assert request.status == RequestStatus.PENDING_APPROVAL
     return request
 

@@ -6,11 +6,11 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
-from scheduling import services
 from scheduling.models import GpuRequest, Quota
 from tenants.models import Project
 from tests.scheduling.conftest import Fleet
 from tests.support.cross_tenant import covers
+from tests.support.factories import GpuRequestFactory
 from tests.support.personas import Org
 
 pytestmark = pytest.mark.django_db
@@ -41,14 +41,7 @@ def form_data(org: Org, fleet: Fleet, **overrides: object) -> dict[str, object]:
 
 
 def pending_a100(org: Org, fleet: Fleet) -> GpuRequest:
-    return services.submit_gpu_request(
-        actor=org.dev_a,
-        project=org.project_a,
-        flavor=fleet.a100,
-        gpu_count=2,
-        image="pytorch:2.4",
-        max_runtime_seconds=3600,
-    )
+    return GpuRequestFactory(project=org.project_a, flavor=fleet.a100, gpu_count=2)
 
 
 def test_request_form_offers_only_flavors_the_project_may_use(org: Org, fleet: Fleet) -> None:
@@ -200,14 +193,7 @@ def test_quota_page_queries_do_not_grow_with_projects_and_it_shows_what_is_in_us
         client.get(reverse("quotas-page"))
     for number in range(5):
         Project.objects.create(team=org.team_a, slug=f"extra-{number}", name=f"Extra {number}")
-    services.submit_gpu_request(
-        actor=org.dev_a,
-        project=org.project_a,
-        flavor=fleet.l4_6g,
-        gpu_count=3,
-        image="registry.example.com/train:1",
-        max_runtime_seconds=3600,
-    )
+    GpuRequestFactory(project=org.project_a, flavor=fleet.l4_6g, gpu_count=3)
     with CaptureQueriesContext(connection) as after:
         page = client.get(reverse("quotas-page"))
 

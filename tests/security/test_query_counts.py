@@ -10,9 +10,9 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
-from scheduling import services
 from tenants.models import Membership, Project
 from tests.scheduling.conftest import Fleet
+from tests.support.factories import GpuRequestFactory
 from tests.support.personas import Org, api_client, make_user
 
 pytestmark = pytest.mark.django_db
@@ -26,15 +26,7 @@ def queries_for(client: Any, url: str) -> int:
 
 
 def grow_requests(org: Org, fleet: Fleet, n: int) -> None:
-    for _ in range(n):
-        services.submit_gpu_request(
-            actor=org.dev_a,
-            project=org.project_a,
-            flavor=fleet.l4_6g,
-            gpu_count=1,
-            image="pytorch:2.4",
-            max_runtime_seconds=600,
-        )
+    GpuRequestFactory.create_batch(n, project=org.project_a, flavor=fleet.l4_6g)
 
 
 def grow_projects(org: Org, fleet: Fleet, n: int) -> None:
