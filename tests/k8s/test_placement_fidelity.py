@@ -1,0 +1,303 @@
+"""The engine's placement reaches the real cluster, and the cluster's answer reaches the portal.
+
+- A 12-card job on three 4-card nodes runs as a gang: one Job per node, every pod bound by
+  kube-scheduler to the engine's node for its rank, a headless Service; when one pod fails the
+  whole gang is stopped and the request requeued.
+- MIG: the engine admits only the 1g.10gb instances the H100 node advertises (28), the cluster
+  binds all 28, and a 29th pod is Unschedulable.
+- vGPU: the pod asks HAMi for the engine's card by UUID; HAMi's answer (its allocation
+  annotation) moves the allocation's claim to the card HAMi chose.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from dataclasses import replace
+from decimal import Decimal
+from typing import Any
+
+import pytest
+from django.contrib.auth import get_user_model
+
+from runtime import execution
+from runtime.inventory import apply_inventory
+from scheduling import cycle, services
+from scheduling.choices import FlavorKind, RequestStatus, SharingMode
+from scheduling.demo import GPU_TAINT, seed_demo_fleet
+from scheduling.lifecycle import transition
+from scheduling.models import Allocation, Flavor, GpuRequest, NodePool, Quota
+from scripts.testbed.cluster import whole_card_node
+from tenants.models import AuditEvent, Project
+from tenants.services import seed_demo_organisation
+from tests.k8s.conftest import Admin, eventually
+from tests.k8s.helpers import FAIL_LABEL, FAIL_PREFIX, runs_for
+
+pytestmark = [pytest.mark.k8s, pytest.mark.django_db]
+GANG_POOL = "gang-test"
+GANG_NODES = [f"{GANG_POOL}-{i}" for i in (1, 2, 3)]
+
+
+@pytest.fixture(scope="module")
+def gang_nodes(k8s_testbed: Any) -> list[str]:
+    """Three 4-card A100 nodes of a pool of their own, so no other test's pods take part."""
+    k8s_testbed.add_nodes([whole_card_node(name, pool=GANG_POOL, gpus=4) for name in GANG_NODES])
+    return GANG_NODES
+
+
+@pytest.fixture
+def portal(k8s_backend: Any, portal_priorities: None) -> Iterator[dict[str, Any]]:
+    """The demo organisation and fleet, the portal's PriorityClasses, a project of its own."""
+    teams = seed_demo_organisation(password="x")
+    seed_demo_fleet(teams=teams)
+    project = Project.objects.create(
+        team=teams["vision"], slug=f"k{uuid.uuid4().hex[:8]}", name="Test bed"
+    )
+    users = get_user_model().objects
+    yield {
+        "teams": teams,
+        "project": project,
+        "dev": users.get(username="alice"),
+        "lead": users.get(username="bob"),
+    }
+
+
+def submit(portal: dict[str, Any], flavor: Flavor, **fields: Any) -> GpuRequest:
+    request = services.submit_gpu_request(
+        actor=portal["dev"],
+        project=portal["project"],
+        flavor=flavor,
+        image="registry.example.com/ml/train:1.0",
+        command=["python", "train.py"],
+        max_runtime_seconds=3600,
+        **{"gpu_count": 1, **fields},
+    )
+    if request.status == RequestStatus.PENDING_APPROVAL:
+        services.approve_gpu_request(actor=portal["lead"], request=request)
+    return request
+
+
+def admit(capture: Any) -> list[tuple[int, int]]:
+    admitted: list[tuple[int, int]] = []
+    with capture(execute=True):
+        cycle.run_cycle(on_admit=lambda r, a: admitted.append((r, a)))
+    return admitted
+
+
+def pods_of(admin: Admin, namespace: str, request: GpuRequest) -> list[Any]:
+    return list(
+        admin.core.list_namespaced_pod(
+            namespace, label_selector=f"gpu-portal/request={request.pk}"
+        ).items
+    )
+
+
+def test_a_three_node_gang_runs_pinned_and_is_stopped_whole_when_a_pod_fails(
+    k8s_backend: Any,
+    k8s_admin: Admin,
+    gang_nodes: list[str],
+    portal: dict[str, Any],
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    a100 = NodePool.objects.get(slug="a100-training")
+    pool = NodePool.objects.create(
+        name="Gang test",
+        slug=GANG_POOL,
+        tier=a100.tier,
+        sharing_mode=SharingMode.EXCLUSIVE,
+        node_selector={"gpu-portal/pool": GANG_POOL},
+        taints=[GPU_TAINT],
+    )
+    flavor = Flavor.objects.create(
+        name="Gang A100",
+        slug="gang-a100",
+        pool=pool,
+        kind=FlavorKind.WHOLE,
+        gpu_model="A100-80G",
+        gpu_memory_mib=81920,
+        gpu_cores_percent=100,
+        gpu_equivalent=Decimal(1),
+    )
+    Quota.objects.create(team=portal["teams"]["vision"], flavor=flavor, guaranteed=12, limit=12)
+    apply_inventory(k8s_backend.sync_inventory())
+    namespace = portal["project"].namespace
+    request = submit(portal, flavor, gpu_count=12)
+    try:
+        assert admit(django_capture_on_commit_callbacks) == [(request.pk, 1)]
+        allocation = Allocation.objects.get(request=request)
+        nodes = allocation.node_name.split(",")
+        assert sorted(nodes) == gang_nodes
+        # Keep the ranks running: the Jobs are created from the portal's spec with kwok's knob.
+        spec = execution.workload_spec(
+            GpuRequest.objects.select_related("project__team", "team", "flavor__pool", "owner").get(
+                pk=request.pk
+            ),
+            allocation,
+        )
+        k8s_backend.ensure_project(execution.project_spec(request))
+        request.refresh_from_db()
+        transition(request, RequestStatus.LAUNCHING, actor=None, reason="t")
+        k8s_backend.launch(replace(spec, extra_annotations=runs_for("1h")))
+
+        def all_running() -> list[Any]:
+            pods = pods_of(k8s_admin, namespace, request)
+            running = [p for p in pods if p.status.phase == "Running"]
+            return running if len(running) == 3 else []
+
+        pods = eventually(all_running, what="three ranks running")
+        by_rank = {int(p.metadata.labels["gpu-portal/rank"]): p for p in pods}
+        for rank, node in enumerate(nodes):
+            pod = by_rank[rank]
+            assert pod.spec.node_name == node, "kube-scheduler bound each rank to its node"
+            assert pod.spec.hostname == f"{spec.name}-r{rank}"
+            assert pod.spec.subdomain == spec.name
+            env = {e.name: e.value for e in pod.spec.containers[0].env}
+            assert env["MASTER_ADDR"] == f"{spec.name}-r0.{spec.name}.{namespace}.svc"
+            assert (env["RANK"], env["WORLD_SIZE"], env["NPROC_PER_NODE"]) == (str(rank), "3", "4")
+            assert pod.spec.containers[0].resources.limits["nvidia.com/gpu"] == "4"
+        service = k8s_admin.core.read_namespaced_service(spec.name, namespace)
+        assert service.spec.cluster_ip == "None"
+        jobs = k8s_admin.batch.list_namespaced_job(namespace).items
+        assert sorted(j.metadata.name for j in jobs) == [f"{spec.name}-r{r}" for r in range(3)]
+
+        execution.sync_workloads(backend=k8s_backend)
+        request.refresh_from_db()
+        assert request.status == RequestStatus.RUNNING
+
+        # Rank 1 crashes (kwok's container-failed stage).
+        k8s_admin.core.patch_namespaced_pod(
+            by_rank[1].metadata.name,
+            namespace,
+            {
+                "metadata": {
+                    "labels": {FAIL_LABEL: "true"},
+                    "annotations": {
+                        f"{FAIL_PREFIX}exit-code": "3",
+                        f"{FAIL_PREFIX}reason": "Error",
+                    },
+                }
+            },
+        )
+        eventually(
+            lambda: k8s_backend.get_workload(namespace, str(request.pk), 1).phase == "failed",
+            what="the gang failed",
+        )
+        with django_capture_on_commit_callbacks(execute=False):
+            assert execution.sync_workloads(backend=k8s_backend) == {RequestStatus.QUEUED: 1}
+        request.refresh_from_db()
+        assert request.status == RequestStatus.QUEUED
+        assert "rank 1 on" in request.status_reason
+        assert not Allocation.objects.active().filter(request=request).exists()
+        # What the termination task then does: every rank, its pods and the Service go.
+        execution.terminate_request_workload(
+            request_id=request.pk, attempt=1, reason="gang member failed", backend=k8s_backend
+        )
+        eventually(
+            lambda: (
+                not pods_of(k8s_admin, namespace, request)
+                and not k8s_admin.batch.list_namespaced_job(namespace).items
+            ),
+            what="the gang gone",
+        )
+        services_left = k8s_admin.core.list_namespaced_service(namespace).items
+        assert not [s for s in services_left if s.metadata.name == spec.name]
+    finally:
+        k8s_admin.core.delete_namespace(namespace, _preload_content=False)
+
+
+def test_mig_admissions_never_exceed_the_instances_the_node_advertises(
+    k8s_backend: Any,
+    k8s_admin: Admin,
+    portal: dict[str, Any],
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    apply_inventory(k8s_backend.sync_inventory())
+    mig_1g = Flavor.objects.get(slug="h100-1g10gb")
+    Quota.objects.filter(team=portal["teams"]["vision"], flavor=mig_1g).update(
+        guaranteed=40, limit=40
+    )
+    namespace = portal["project"].namespace
+    requests = [submit(portal, mig_1g) for _ in range(32)]
+    try:
+        admitted = admit(django_capture_on_commit_callbacks)
+        assert len(admitted) == 28, "the node advertises 28 nvidia.com/mig-1g.10gb"
+        waiting = GpuRequest.objects.filter(pk__in=[r.pk for r in requests], status="queued")
+        assert waiting.count() == 4
+        k8s_backend.ensure_priority_classes(list(execution.PRIORITY_CLASSES.values()))
+        k8s_backend.ensure_project(execution.project_spec(requests[0]))
+        related = ("project__team", "team", "flavor__pool", "owner")
+        specs = []
+        for request_id, attempt in admitted:
+            request = GpuRequest.objects.select_related(*related).get(pk=request_id)
+            allocation = Allocation.objects.get(request=request, attempt=attempt)
+            specs.append(execution.workload_spec(request, allocation))
+        for spec in specs:
+            k8s_backend.launch(replace(spec, extra_annotations=runs_for("1h")))
+
+        def bound() -> list[Any]:
+            pods = k8s_admin.core.list_namespaced_pod(namespace).items
+            on_node = [p for p in pods if p.spec.node_name == "h100-mig-1"]
+            return on_node if len(on_node) == 28 else []
+
+        eventually(bound, timeout=120, what="all 28 admitted pods bound to h100-mig-1")
+        # One more than the engine admitted: the cluster has no room for it either.
+        extra = replace(specs[0], request_id=str(requests[0].pk + 100000), attempt=1)
+        k8s_backend.launch(replace(extra, extra_annotations=runs_for("1h")))
+        status = eventually(
+            lambda: (
+                (s := k8s_backend.get_workload(namespace, extra.request_id, 1)).reason
+                == "Unschedulable"
+                and s
+            ),
+            what="the 29th instance unschedulable",
+        )
+        assert "nvidia.com/mig-1g.10gb" in status.message
+    finally:
+        k8s_admin.core.delete_namespace(namespace, _preload_content=False)
+
+
+def test_a_vgpu_pod_carries_the_engine_card_and_follows_hamis_answer(
+    k8s_backend: Any,
+    k8s_admin: Admin,
+    portal: dict[str, Any],
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    # The test bed has no HAMi scheduler: kube-scheduler binds the pod, the test plays HAMi.
+    NodePool.objects.filter(slug="l4-vgpu").update(scheduler_name="default-scheduler")
+    apply_inventory(k8s_backend.sync_inventory())
+    namespace = portal["project"].namespace
+    request = submit(portal, Flavor.objects.get(slug="l4-6g"))
+    try:
+        assert admit(django_capture_on_commit_callbacks) == [(request.pk, 1)]
+        allocation = Allocation.objects.get(request=request)
+        (claim,) = allocation.claims
+        execution.launch_request(request_id=request.pk, attempt=1, backend=k8s_backend)
+        (pod,) = eventually(
+            lambda: [p for p in pods_of(k8s_admin, namespace, request) if p.spec.node_name],
+            what="the vGPU pod bound",
+        )
+        assert pod.spec.node_name == claim["node"]
+        annotations = pod.metadata.annotations
+        assert annotations["nvidia.com/use-gpuuuid"] == f"GPU-testbed-{claim['device_index']}"
+        assert annotations["nvidia.com/use-gputype"] == "NVIDIA-NVIDIA L4"
+
+        other = (claim["device_index"] + 2) % 4
+        k8s_admin.core.patch_namespaced_pod(
+            pod.metadata.name,
+            namespace,
+            {
+                "metadata": {
+                    "annotations": {
+                        "hami.io/vgpu-devices-allocated": f"GPU-testbed-{other},NVIDIA,6144,25:;",
+                        "hami.io/vgpu-devices-to-allocate": ";",
+                        "hami.io/vgpu-node": claim["node"],
+                    }
+                }
+            },
+        )
+        execution.sync_workloads(backend=k8s_backend)
+        allocation.refresh_from_db()
+        assert allocation.claims == [{**claim, "device_index": other}]
+        assert AuditEvent.objects.filter(action="allocation.reconciled").exists()
+    finally:
+        k8s_admin.core.delete_namespace(namespace, _preload_content=False)
