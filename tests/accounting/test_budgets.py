@@ -36,6 +36,7 @@ def make_budget(org: Org, **fields: Any) -> Budget:
 BUDGETS = ApiContract(
     basename="budget",
     subject=lambda world: make_budget(world.org),
+    audit="budget",
     may_read={"admin", "finance", "lead_a"},  # dev_a: team budgets are for leads
     may_create={"admin", "lead_a"},
     may_update={"admin", "lead_a"},

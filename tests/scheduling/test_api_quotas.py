@@ -21,6 +21,7 @@ def a_project_split_of_team_a(world: World) -> dict[str, int]:
 QUOTAS = ApiContract(
     basename="quota",
     subject=lambda world: team_quota(world.org, world.fleet),
+    audit="quota",
     may_read={"admin", "lead_a", "dev_a"},
     may_create={"admin", "lead_a"},
     may_update={"admin"},

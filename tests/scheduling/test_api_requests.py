@@ -27,6 +27,7 @@ def a_request_waiting_for_lead_a(world: World) -> GpuRequest:
 REQUESTS = ApiContract(
     basename="gpu-request",
     subject=a_request_waiting_for_lead_a,
+    audit="request",
     may_read={"admin", "lead_a", "dev_a"},
     may_create={"admin", "lead_a", "dev_a"},
     create_body=lambda world: request_body(world.org.project_a, world.fleet.l4_6g),

@@ -20,6 +20,7 @@ def a_newcomer_joins_team_a(world: World) -> dict[str, object]:
 MEMBERS = ApiContract(
     basename="membership",
     subject=lambda world: Membership.objects.get(user=world.org.dev_a),
+    audit="membership",
     may_read={"admin", "lead_a", "dev_a"},
     may_create={"admin", "lead_a"},
     may_update={"admin", "lead_a"},

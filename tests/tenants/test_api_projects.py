@@ -13,6 +13,7 @@ pytestmark = pytest.mark.django_db
 PROJECTS = ApiContract(
     basename="project",
     subject=lambda world: world.org.project_a2,
+    audit="project",
     may_read={"admin", "finance", "lead_a", "dev_a"},
     may_create={"admin", "lead_a"},
     may_update={"admin", "lead_a"},

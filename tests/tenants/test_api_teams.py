@@ -19,6 +19,7 @@ def a_team_without_projects(world: World) -> Team:
 TEAMS = ApiContract(
     basename="team",
     subject=a_team_without_projects,
+    audit="team",
     may_read={"admin", "finance", "lead_a", "dev_a"},
     may_create={"admin"},
     may_update={"admin"},
