@@ -1,10 +1,15 @@
+"""The accounting app's data in the Django admin, read-only (see tenants.admin)."""
+
+from __future__ import annotations
+
 from django.contrib import admin
 
 from accounting.models import Price
+from tenants.admin import ReadOnlyAdmin
 
 
 @admin.register(Price)
-class PriceAdmin(admin.ModelAdmin):
+class PriceAdmin(ReadOnlyAdmin):
     list_display = [
         "flavor",
         "price_per_hour",

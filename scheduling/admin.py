@@ -1,9 +1,9 @@
-from typing import Any
+"""The scheduling app's data in the Django admin, read-only (see tenants.admin)."""
+
+from __future__ import annotations
 
 from django.contrib import admin
-from django.http import HttpRequest
 
-from scheduling import dispatch
 from scheduling.models import (
     ApprovalRule,
     Flavor,
@@ -12,24 +12,25 @@ from scheduling.models import (
     Node,
     NodePool,
     Quota,
+    ReclaimPolicy,
     Tier,
 )
+from tenants.admin import ReadOnlyAdmin, ReadOnlyInline
 
 
 @admin.register(Tier)
-class TierAdmin(admin.ModelAdmin):
+class TierAdmin(ReadOnlyAdmin):
     list_display = ["name", "slug", "max_runtime_seconds"]
     filter_horizontal = ["allowed_teams", "allowed_projects"]
 
 
-class NodeInline(admin.TabularInline):
+class NodeInline(ReadOnlyInline):
     model = Node
-    extra = 0
     fields = ["name", "gpu_model", "is_schedulable"]
 
 
 @admin.register(NodePool)
-class NodePoolAdmin(admin.ModelAdmin):
+class NodePoolAdmin(ReadOnlyAdmin):
     list_display = [
         "name",
         "tier",
@@ -44,36 +45,31 @@ class NodePoolAdmin(admin.ModelAdmin):
     inlines = [NodeInline]
 
 
-class GpuDeviceInline(admin.TabularInline):
+class GpuDeviceInline(ReadOnlyInline):
     model = GpuDevice
-    extra = 0
 
 
 @admin.register(Node)
-class NodeAdmin(admin.ModelAdmin):
+class NodeAdmin(ReadOnlyAdmin):
     list_display = ["name", "pool", "gpu_model", "is_schedulable", "synced_at"]
     list_filter = ["pool", "is_schedulable"]
     inlines = [GpuDeviceInline]
 
-    def save_model(self, request: HttpRequest, obj: Node, form: Any, change: bool) -> None:
-        super().save_model(request, obj, form, change)
-        dispatch.request_scheduling_cycle()  # more or fewer GPUs: let the queue move
-
 
 @admin.register(Flavor)
-class FlavorAdmin(admin.ModelAdmin):
+class FlavorAdmin(ReadOnlyAdmin):
     list_display = ["name", "pool", "kind", "gpu_model", "gpu_equivalent", "is_active"]
     list_filter = ["kind", "pool"]
 
 
 @admin.register(Quota)
-class QuotaAdmin(admin.ModelAdmin):
+class QuotaAdmin(ReadOnlyAdmin):
     list_display = ["team", "project", "flavor", "guaranteed", "limit"]
     list_filter = ["team", "flavor"]
 
 
 @admin.register(ApprovalRule)
-class ApprovalRuleAdmin(admin.ModelAdmin):
+class ApprovalRuleAdmin(ReadOnlyAdmin):
     list_display = [
         "tier",
         "auto_approve_within_guaranteed",
@@ -84,14 +80,20 @@ class ApprovalRuleAdmin(admin.ModelAdmin):
 
 
 @admin.register(GpuRequest)
-class GpuRequestAdmin(admin.ModelAdmin):
-    """Read-only: requests change state only through the lifecycle services."""
+class GpuRequestAdmin(ReadOnlyAdmin):
+    """Requests change state only through the lifecycle services."""
 
     list_display = ["id", "owner", "project", "flavor", "gpu_count", "status", "created_at"]
     list_filter = ["status", "team", "flavor"]
 
-    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
-        return False
 
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
+@admin.register(ReclaimPolicy)
+class ReclaimPolicyAdmin(ReadOnlyAdmin):
+    list_display = [
+        "tier",
+        "idle_threshold_percent",
+        "idle_window_seconds",
+        "reclaim_idle",
+        "pending_timeout_seconds",
+        "max_attempts",
+    ]

@@ -315,6 +315,7 @@ DEMO_USERS = [
     ("fiona", "Fiona", "Finance", Role.FINANCE, None),
     ("root", "Root", "Admin", Role.PLATFORM_ADMIN, None),
 ]
+DEMO_STAFF = frozenset({"root"})  # may open the (read-only) Django admin
 
 
 @transaction.atomic
@@ -334,8 +335,12 @@ def seed_demo_organisation(*, password: str) -> dict[str, Team]:
             username=username,
             defaults={"first_name": first, "last_name": last, "email": f"{username}@example.com"},
         )
-        if created or not user.check_password(password):
+        stale = created or not user.check_password(password)
+        if stale:
             user.set_password(password)
+        is_staff = username in DEMO_STAFF
+        if stale or (user.is_staff, user.is_superuser) != (is_staff, is_staff):
+            user.is_staff = user.is_superuser = is_staff
             user.save()
         member_team = teams[team_slug] if team_slug else None
         Membership.objects.get_or_create(user=user, team=member_team, role=role)

@@ -62,9 +62,13 @@ def test_home_shows_only_own_team(org: Org) -> None:
     assert "gpu-team-b-b-one" not in page
 
 
-def test_admin_navigation_has_administration_link_developer_not(org: Org) -> None:
-    assert "Administration" in login(org, "admin").get(reverse("home")).content.decode()
+def test_administration_link_shows_only_to_staff_who_can_open_it(org: Org) -> None:
+    """The Django admin opens for staff only: a platform admin who is not staff gets no link."""
+    assert "Administration" not in login(org, "admin").get(reverse("home")).content.decode()
     assert "Administration" not in login(org, "dev_a").get(reverse("home")).content.decode()
+    org.admin.is_staff = org.admin.is_superuser = True
+    org.admin.save()
+    assert "Administration" in login(org, "admin").get(reverse("home")).content.decode()
 
 
 def test_token_page_creates_token_shown_once_via_htmx(org: Org) -> None:
