@@ -15,6 +15,7 @@ a quota and an approval rule (`ready_flavor`), so a test that cares about none o
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -22,8 +23,10 @@ import factory
 from django.contrib.auth import get_user_model
 from django.test import TestCase
 from django.urls import reverse
+from django.utils import timezone
 from factory.django import DjangoModelFactory
 
+from accounting.models import Price
 from scheduling import services
 from scheduling.choices import (
     SHARING_MODE_OF_FLAVOR_KIND,
@@ -39,6 +42,7 @@ from scheduling.models import (
     Node,
     NodePool,
     Quota,
+    ReclaimPolicy,
     Tier,
 )
 from tenants.choices import ORGANISATION_ROLES, Role
@@ -138,6 +142,13 @@ class ApprovalRuleFactory(DjangoModelFactory[ApprovalRule]):
     auto_approve_within_guaranteed = True
 
 
+class ReclaimPolicyFactory(DjangoModelFactory[ReclaimPolicy]):
+    class Meta:
+        model = ReclaimPolicy
+
+    tier = factory.SubFactory(TierFactory)
+
+
 class NodePoolFactory(DjangoModelFactory[NodePool]):
     class Meta:
         model = NodePool
@@ -212,6 +223,17 @@ class QuotaFactory(DjangoModelFactory[Quota]):
     flavor = factory.SubFactory(FlavorFactory)
     guaranteed = 4
     limit = 8
+
+
+class PriceFactory(DjangoModelFactory[Price]):
+    """A price that starts in a week: not in effect yet, so it may still change or go."""
+
+    class Meta:
+        model = Price
+
+    flavor = factory.SubFactory(FlavorFactory)
+    price_per_hour = Decimal("2.5000")
+    effective_from = factory.LazyFunction(lambda: timezone.now() + timedelta(days=7))
 
 
 def ready_flavor(*, team: Team, gpus: int = 8, **flavor_fields: Any) -> Flavor:
