@@ -31,7 +31,10 @@ REQUESTS = ApiContract(
     may_read={"admin", "lead_a", "dev_a"},
     may_create={"admin", "lead_a", "dev_a"},
     create_body=lambda world: request_body(world.org.project_a, world.fleet.l4_6g),
-    actions=("approve", "reject", "cancel"),
+    actions=(
+        *("approve", "reject", "cancel", "resume", "utilisation"),
+        *("ask-idle-exemption", "ask-extension", "idle-exemption", "extend"),
+    ),
     list_filters=lambda world: [{"team": world.org.team_a.pk}, {"project": world.org.project_a.pk}],
 )
 test_requests_api_contract = REQUESTS.tests()

@@ -13,7 +13,7 @@
 
 `subject` is an object of team A. For each persona of `tests.support.personas.Org` and for an
 anonymous caller, one test makes every call the router offers on `<basename>-list` and
-`<basename>-detail` (and POSTs each of `actions`) and checks the answer:
+`<basename>-detail` (and on each of `actions`) and checks the answer:
 
 - anonymous: 401 to everything;
 - a persona in `may_read` reads the object (200) and finds it listed; anyone else gets 404 and
@@ -84,7 +84,7 @@ class ApiContract:
     update_body: Body = field(default_factory=dict)
     list_refused: frozenset[str] | set[str] = frozenset()
     list_filters: Callable[[World], Iterable[Mapping[str, Any]]] = lambda world: ()
-    actions: tuple[str, ...] = ()  # detail routes `<basename>-<action>`: 404 to non-readers
+    actions: tuple[str, ...] = ()  # `<basename>-<action>` routes: 404 to non-readers
     audit: str = ""  # allowed writes record an audit event "<audit>.…" by the caller
 
     def __post_init__(self) -> None:
@@ -166,8 +166,10 @@ def check(contract: ApiContract, world: World, persona: str) -> None:
     if not reads:
         for action in contract.actions:
             url = reverse(f"{contract.basename}-{action}", kwargs={"pk": subject.pk})
-            response = client.post(url, {}, format="json")
-            assert response.status_code == (401 if user is None else 404), f"{where}: {action}"
+            for method in _offered(url):
+                response = getattr(client, method)(url, {}, format="json")
+                status = response.status_code
+                assert status == (401 if user is None else 404), f"{where}: {action} {status}"
         assert _state(subject) == before, f"{where}: an action changed it"
 
     # 3. Update, then delete.
