@@ -117,9 +117,11 @@ class UsageQuerySet(ScopedQuerySet):
 class UsageRecord(models.Model):
     """What one allocation ran in one billing month: GPU-equivalent hours and their cost.
 
-    Unique per (allocation, period), and grown only by the meter from its cursor, so an interval
-    is never counted twice. The allocation reference has no database constraint: billing history
-    outlives deleted requests.
+    Unique per (allocation, period), and grown only by the meter from its cursor (or by
+    `import_usage`), so an interval is never counted twice. Team, project, flavor, pool and owner
+    are real foreign keys that PROTECT: history cannot lose them. The allocation reference has
+    no database constraint: billing history outlives deleted requests, and imported usage names
+    allocations of other clusters.
     """
 
     allocation = models.ForeignKey(
@@ -130,30 +132,22 @@ class UsageRecord(models.Model):
         related_name="usage_records",
     )
     period = models.DateField(help_text="First day of the billing month (billing time zone).")
-    # No database foreign keys and only the indexes the reports use: per-row deferred FK checks
-    # cost more than the insert itself (docs/accounting.md, Benchmark). Keys come from the
-    # request (meter) or are checked once per batch (bulk ingest); PROTECT is enforced by Django.
     team = models.ForeignKey(
-        Team, on_delete=models.PROTECT, related_name="+", db_constraint=False, db_index=False
+        Team,
+        on_delete=models.PROTECT,
+        related_name="+",
+        db_index=False,  # usage_record_team_idx (team, period) leads with it
     )
-    # No index of its own either: the rollups (written in the same transaction, so every project
-    # with ledger rows has rollup rows) PROTECT the project. Deleting a project is rare; its
-    # check reads the daily rollup without a project-leading index, which ingest pays for less.
-    project = models.ForeignKey(
-        Project, on_delete=models.DO_NOTHING, related_name="+", db_constraint=False, db_index=False
-    )
-    flavor = models.ForeignKey(
-        Flavor, on_delete=models.PROTECT, related_name="+", db_constraint=False, db_index=False
-    )
-    pool = models.ForeignKey(
-        NodePool, on_delete=models.PROTECT, related_name="+", db_constraint=False, db_index=False
-    )
+    # Project, flavor and pool keep their own index: deleting one (refused while usage exists)
+    # looks the ledger up by that column alone, and so does the database's foreign-key check.
+    project = models.ForeignKey(Project, on_delete=models.PROTECT, related_name="+")
+    flavor = models.ForeignKey(Flavor, on_delete=models.PROTECT, related_name="+")
+    pool = models.ForeignKey(NodePool, on_delete=models.PROTECT, related_name="+")
     owner = models.ForeignKey(
         settings.AUTH_USER_MODEL,
         on_delete=models.PROTECT,
         related_name="+",
-        db_constraint=False,
-        db_index=False,
+        db_index=False,  # usage_record_owner_idx (owner, period) leads with it
     )
     gpu_count = models.PositiveIntegerField()
     is_preemptible = models.BooleanField(default=False)
@@ -201,23 +195,14 @@ class LeadScopedQuerySet(ScopedQuerySet):
 class UsageRollup(models.Model):
     """Sums of usage per team × project × flavor × pool over one bucket (month or day).
 
-    Derived from the ledger, whose keys are checked: no database foreign keys and no
-    single-column indexes (the composite indexes below serve the reports), so that keeping the
-    rollups current at ingest stays cheap.
+    Derived from the ledger in the same transaction; its keys are real foreign keys that
+    PROTECT, each the leading column of some index (a delete looks them up by that column).
     """
 
-    team = models.ForeignKey(
-        Team, on_delete=models.PROTECT, related_name="+", db_constraint=False, db_index=False
-    )
-    project = models.ForeignKey(
-        Project, on_delete=models.PROTECT, related_name="+", db_constraint=False, db_index=False
-    )
-    flavor = models.ForeignKey(
-        Flavor, on_delete=models.PROTECT, related_name="+", db_constraint=False, db_index=False
-    )
-    pool = models.ForeignKey(
-        NodePool, on_delete=models.PROTECT, related_name="+", db_constraint=False, db_index=False
-    )
+    team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="+")
+    project = models.ForeignKey(Project, on_delete=models.PROTECT, related_name="+")
+    flavor = models.ForeignKey(Flavor, on_delete=models.PROTECT, related_name="+")
+    pool = models.ForeignKey(NodePool, on_delete=models.PROTECT, related_name="+")
     gpu_hours = models.DecimalField(max_digits=18, decimal_places=6)
     cost = models.DecimalField(max_digits=18, decimal_places=6)
 
@@ -251,14 +236,19 @@ class DailyUsage(UsageRollup):
     """Usage per team × project × flavor × pool and day (billing time zone): chart series."""
 
     day = models.DateField()
+    team = models.ForeignKey(
+        Team,
+        on_delete=models.PROTECT,
+        related_name="+",
+        db_index=False,  # daily_usage_one_per_key (team, project, day, …) leads with it
+    )
 
     class Meta:
         ordering = ["-day", "team_id", "project_id", "flavor_id"]
-        # One index serves the key and the reads: a team's days (budget burn-down, a lead's
-        # series) and a project's days (the series filter adds the project's team). Every
-        # ingested piece of usage adds or grows a row here, and each further B-tree cost bulk
-        # ingest ~10 % (docs/accounting.md). Day ranges over all teams read a BRIN index on
-        # `day` (PostgreSQL only, migration 0007).
+        # The key serves the reads: a team's days (budget burn-down, a lead's series) and a
+        # project's days (the series filter adds the project's team). The project, flavor and
+        # pool indexes serve only deletes (refused while usage exists). Day ranges over all
+        # teams read a BRIN index on `day` (PostgreSQL only, migration 0007).
         constraints = [
             models.UniqueConstraint(
                 fields=["team", "project", "day", "flavor", "pool"],
@@ -281,15 +271,9 @@ class TeamMonthlyUsage(models.Model):
     """
 
     period = models.DateField(help_text="First day of the billing month.")
-    team = models.ForeignKey(
-        Team, on_delete=models.PROTECT, related_name="+", db_constraint=False, db_index=False
-    )
-    flavor = models.ForeignKey(
-        Flavor, on_delete=models.PROTECT, related_name="+", db_constraint=False, db_index=False
-    )
-    pool = models.ForeignKey(
-        NodePool, on_delete=models.PROTECT, related_name="+", db_constraint=False, db_index=False
-    )
+    team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="+")
+    flavor = models.ForeignKey(Flavor, on_delete=models.PROTECT, related_name="+")
+    pool = models.ForeignKey(NodePool, on_delete=models.PROTECT, related_name="+")
     gpu_hours = models.DecimalField(max_digits=18, decimal_places=6)
     cost = models.DecimalField(max_digits=18, decimal_places=6)
 
