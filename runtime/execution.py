@@ -30,6 +30,7 @@ from runtime.cluster.base import (
 )
 from runtime.cluster.base import Taint as ClusterTaint
 from runtime.inventory import gpu_products
+from runtime.relocation import relocated_claims
 from scheduling import dispatch
 from scheduling.choices import SHARING_MODE_OF_FLAVOR_KIND, RequestStatus
 from scheduling.lifecycle import end_allocation, record_request_event, transition
@@ -239,7 +240,7 @@ def reconcile_placement(request: GpuRequest, status: WorkloadStatus) -> bool:
             for claim, index in zip(claims, status.device_indexes, strict=True)
         ]
     elif any(claim["node"] != status.node_name for claim in claims):
-        moved = [{**claim, "node": status.node_name} for claim in claims]
+        moved = relocated_claims(allocation, status.node_name)
     if moved == claims and allocation.node_name == status.node_name:
         return False
     changed = Allocation.objects.filter(pk=allocation.pk, ended_at__isnull=True).update(
