@@ -15,13 +15,12 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Q
 from django.utils import timezone
 
+from runtime import propagation, verdicts
 from runtime.cluster.base import (
     ClusterBackend,
     GangMember,
-    LimitRangeSpec,
     PrioritySpec,
     ProjectSpec,
     Toleration,
@@ -34,7 +33,7 @@ from runtime.relocation import relocated_claims
 from scheduling import dispatch
 from scheduling.choices import SHARING_MODE_OF_FLAVOR_KIND, RequestStatus
 from scheduling.lifecycle import end_allocation, record_request_event, transition
-from scheduling.models import Allocation, GpuRequest, Quota, ReclaimPolicy
+from scheduling.models import Allocation, GpuRequest, ReclaimPolicy
 from scheduling.snapshot import POOL_LABEL
 
 log = logging.getLogger(__name__)
@@ -48,11 +47,6 @@ PRIORITY_CLASSES = {
     "critical": PrioritySpec("gpu-portal-critical", 100000, description="GPU Portal: critical"),
 }
 LIVE_STATUSES = (RequestStatus.LAUNCHING, RequestStatus.RUNNING)
-# Containers that state no CPU or memory get these, so one workload cannot starve a node.
-PROJECT_LIMIT_RANGE = LimitRangeSpec(
-    default_requests={"cpu": "1", "memory": "4Gi"},
-    default_limits={"cpu": "8", "memory": "64Gi"},
-)
 
 
 @lru_cache(maxsize=1)
@@ -70,28 +64,8 @@ def cluster_backend() -> ClusterBackend:
 
 
 def project_spec(request: GpuRequest) -> ProjectSpec:
-    """The project's namespace with a ResourceQuota mirroring the portal's quota limits."""
-    project = request.project
-    quota: dict[str, int] = {}
-    rows = Quota.objects.filter(
-        Q(project__isnull=True) | Q(project=project), team=project.team
-    ).select_related("flavor")
-    own = {q.flavor_id for q in rows if q.project_id == project.pk}
-    for row in rows:
-        if row.project_id is None and row.flavor_id in own:
-            continue  # the project's own split is tighter than the team's
-        for name in row.flavor.resource_names:
-            if name in ("nvidia.com/gpumem", "nvidia.com/gpucores"):
-                continue  # per-card shares, not countable against a namespace total
-            key = f"requests.{name}"
-            quota[key] = quota.get(key, 0) + row.limit
-    return ProjectSpec(
-        team_slug=project.team.slug,
-        project_slug=project.slug,
-        namespace=project.namespace,
-        quota=quota,
-        limit_range=PROJECT_LIMIT_RANGE,
-    )
+    """The request's project namespace and the ResourceQuota mirroring its quotas."""
+    return propagation.project_spec(request.project)
 
 
 def gang_members(request: GpuRequest, allocation: Allocation) -> tuple[GangMember, ...]:
@@ -261,6 +235,10 @@ def reconcile_placement(request: GpuRequest, status: WorkloadStatus) -> bool:
 
 def apply_workload_status(request: GpuRequest, status: WorkloadStatus) -> str | None:
     """Map one observed workload onto its request; returns the new status if it moved."""
+    settled = verdicts.settle(request, status)  # deadline reached, crash loop
+    if settled is not None:
+        return settled
+    verdicts.record_wait(request, status)
     if status.gang_size > 1 and (
         status.phase == "failed"
         or (status.reason == "GangIncomplete" and request.status == RequestStatus.RUNNING)

@@ -11,8 +11,8 @@ from django.utils import timezone
 
 from runtime.cluster.base import NodeInventory
 from runtime.cluster.gpu_models import gpu_products_for, merged_aliases, normalise_gpu_model
-from scheduling.choices import SharingMode
-from scheduling.models import GpuDevice, Node, NodePool
+from scheduling.choices import FlavorKind, SharingMode
+from scheduling.models import Flavor, GpuDevice, Node, NodePool
 from tenants.services import record_audit_event
 
 DEFAULT_GPU_MEMORY_MIB = 81920
@@ -54,6 +54,67 @@ def _device_layouts(node: NodeInventory, pool: NodePool) -> list[tuple[int, dict
     return [(memory, layout) for layout in layouts]
 
 
+def access_problem(node: NodeInventory, pool: NodePool, mig_profiles: Sequence[str]) -> str:
+    """Why the node cannot serve its pool's sharing mode, or "" when it can.
+
+    The engine places work of the pool's mode on every node of the pool, and the workload asks
+    the cluster for that mode's resources; a node that does not advertise them would leave the
+    work pending forever. vGPU nodes need HAMi's `nvidia.com/gpumem` and `nvidia.com/gpucores`,
+    MIG nodes the `nvidia.com/mig-<profile>` instances of the pool's flavors (any, when it has
+    none yet), whole-card nodes `nvidia.com/gpu`, and not as HAMi's shares.
+    """
+    have = {name for name, amount in node.allocatable.items() if _positive(amount)}
+    if pool.sharing_mode == SharingMode.VGPU:
+        missing = [r for r in ("nvidia.com/gpumem", "nvidia.com/gpucores") if r not in have]
+        if missing:
+            return (
+                f"Pool {pool.slug} shares cards through HAMi, but the node advertises no "
+                f"{' or '.join(missing)} (is HAMi's device plugin running there?)."
+            )
+        return ""
+    if pool.sharing_mode == SharingMode.MIG:
+        offered = sorted(node.mig_devices)
+        wanted = [p for p in mig_profiles if p in node.mig_devices and node.mig_devices[p] > 0]
+        if not any(node.mig_devices.values()):
+            return (
+                f"Pool {pool.slug} runs MIG instances, but the node advertises no "
+                "nvidia.com/mig-* resources (MIG mode off, or the device plugin's strategy "
+                "is not mixed?)."
+            )
+        if mig_profiles and not wanted:
+            return (
+                f"Pool {pool.slug} offers {', '.join(mig_profiles)}, but the node advertises "
+                f"only {', '.join(offered)}."
+            )
+        return ""
+    if "nvidia.com/gpu" not in have:
+        return (
+            f"Pool {pool.slug} gives whole cards, but the node advertises no nvidia.com/gpu "
+            "(is the NVIDIA device plugin running there?)."
+        )
+    if node.hami_devices:
+        return (
+            f"Pool {pool.slug} gives whole cards, but the node's nvidia.com/gpu are HAMi's "
+            "vGPU shares; move it to a vGPU pool."
+        )
+    return ""
+
+
+def _positive(amount: str) -> bool:
+    try:
+        return float(amount) > 0
+    except ValueError:
+        return amount not in ("", "0")
+
+
+def _mig_profiles_by_pool() -> dict[int, list[str]]:
+    profiles: dict[int, list[str]] = {}
+    flavors = Flavor.objects.filter(kind=FlavorKind.MIG).exclude(mig_profile="")
+    for pool_id, profile in flavors.values_list("pool_id", "mig_profile").order_by("mig_profile"):
+        profiles.setdefault(pool_id, []).append(profile)
+    return profiles
+
+
 @transaction.atomic
 def apply_inventory(inventory: Sequence[NodeInventory]) -> dict[str, int]:
     """Bring Node and GpuDevice rows in line with the cluster; nodes that vanished stop taking work.
@@ -63,13 +124,18 @@ def apply_inventory(inventory: Sequence[NodeInventory]) -> dict[str, int]:
     pools = list(NodePool.objects.order_by("slug"))
     aliases = gpu_model_aliases()
     now = timezone.now()
-    counts = {"added": 0, "updated": 0, "lost": 0}
+    counts = {"added": 0, "updated": 0, "lost": 0, "held_back": 0}
+    mig_profiles = _mig_profiles_by_pool()
     seen: set[str] = set()
     for reported in inventory:
         pool = pool_for(reported, pools)
         if pool is None or reported.gpu_count == 0:
             continue
         seen.add(reported.name)
+        problem = access_problem(reported, pool, mig_profiles.get(pool.pk, []))
+        before = list(
+            Node.objects.filter(name=reported.name).values_list("held_back_reason", flat=True)
+        )
         node, created = Node.objects.update_or_create(
             name=reported.name,
             defaults={
@@ -78,10 +144,16 @@ def apply_inventory(inventory: Sequence[NodeInventory]) -> dict[str, int]:
                 "gpu_model": normalise_gpu_model(reported.gpu_model, aliases) or "unknown",
                 "labels": dict(reported.labels),
                 "is_schedulable": reported.ready and reported.schedulable,
+                "held_back_reason": problem,
+                "foreign_usage": dict(reported.foreign_usage),
                 "synced_at": now,
             },
         )
         counts["added" if created else "updated"] += 1
+        if problem:
+            counts["held_back"] += 1
+        if problem and (created or problem not in before):
+            record_audit_event(actor=None, action="node.held_back", target=node, message=problem)
         layouts = _device_layouts(reported, pool)
         for index, (memory, layout) in enumerate(layouts):
             GpuDevice.objects.update_or_create(

@@ -20,9 +20,9 @@ from django.utils import timezone
 from runtime.cluster.base import ClusterBackend, WorkloadStatus
 from runtime.execution import cluster_backend
 from runtime.inventory import stamp_unschedulable_nodes
-from scheduling import dispatch
+from runtime.outcomes import reclaim_request, requeue_or_fail
 from scheduling.choices import RESUMABLE_KINDS, RequestStatus, WorkloadKind
-from scheduling.lifecycle import end_allocation, record_request_event, transition
+from scheduling.lifecycle import record_request_event
 from scheduling.models import (
     Allocation,
     GpuRequest,
@@ -48,43 +48,6 @@ def _epoch(moment: datetime | None) -> float | None:
     return moment.timestamp() if moment else None
 
 
-def reclaim_request(
-    request: GpuRequest, *, reason: str, code: str, evidence: dict[str, Any]
-) -> bool:
-    """Stop running work: reclaimed, with the reason and the data behind it.
-
-    A job's workload is deleted. A notebook's or service's is scaled to zero instead (its
-    Deployment and Service stay, its pods and GPUs go), so that resuming brings the same
-    workload back; zombie cleanup deletes it once SUSPENDED_WORKLOAD_RETENTION_SECONDS pass
-    without a resume.
-    """
-    with transaction.atomic():
-        if not transition(
-            request, RequestStatus.RECLAIMED, actor=None, reason=reason, idle_warned_at=None
-        ):
-            return False
-        allocation = end_allocation(request, reason=f"reclaimed: {code}")
-        record_request_event(
-            request,
-            actor=None,
-            action=f"reclaim.{code}",
-            message=reason,
-            data=evidence,
-        )
-        if allocation is not None and request.kind in RESUMABLE_KINDS:
-            dispatch.request_scale_to_zero(request.pk, allocation.attempt, f"reclaimed: {code}")
-        elif allocation is not None:
-            dispatch.request_termination(request.pk, allocation.attempt, f"reclaimed: {code}")
-        notify(
-            users=[request.owner],
-            subject=f"GPU request {request.pk} was reclaimed",
-            body=reason,
-            event={"type": f"reclaim.{code}", "request": request.pk, "evidence": evidence},
-        )
-        dispatch.request_scheduling_cycle()
-    return True
-
-
 def scale_request_workload_to_zero(
     *, request_id: int, attempt: int, reason: str, backend: ClusterBackend | None = None
 ) -> bool:
@@ -92,43 +55,6 @@ def scale_request_workload_to_zero(
     backend = backend or cluster_backend()
     request = GpuRequest.objects.select_related("project__team").get(pk=request_id)
     return backend.scale_to_zero(request.project.namespace, str(request.pk), attempt, reason=reason)
-
-
-def requeue_or_fail(request: GpuRequest, *, reason: str, code: str, max_attempts: int) -> str:
-    """Work lost through no fault of its own goes back to the queue, up to `max_attempts` tries."""
-    with transaction.atomic():
-        allocation = end_allocation(request, reason=code)
-        if allocation is not None:
-            dispatch.request_termination(request.pk, allocation.attempt, code)
-        record_request_event(
-            request,
-            actor=None,
-            action=f"reclaim.{code}",
-            message=reason,
-        )
-        if request.attempt < max_attempts and request.status in (
-            RequestStatus.LAUNCHING,
-            RequestStatus.RUNNING,
-            RequestStatus.ADMITTED,
-        ):
-            transition(request, RequestStatus.PREEMPTED, actor=None, reason=reason)
-            transition(request, RequestStatus.QUEUED, actor=None, reason=f"Requeued: {reason}")
-            dispatch.request_scheduling_cycle()
-            return "requeued"
-        transition(
-            request,
-            RequestStatus.FAILED,
-            actor=None,
-            reason=f"{reason} — gave up after {request.attempt} attempts.",
-        )
-        notify(
-            users=[request.owner],
-            subject=f"GPU request {request.pk} failed",
-            body=f"{reason}. It was tried {request.attempt} times.",
-            event={"type": f"reclaim.{code}", "request": request.pk},
-        )
-        dispatch.request_scheduling_cycle()
-        return "failed"
 
 
 def _idle_pass(now: datetime, policies: dict[int, ReclaimPolicy], outcome: Counter[str]) -> None:

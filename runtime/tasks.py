@@ -12,7 +12,7 @@ from celery import Task, shared_task
 from django.conf import settings
 from django.utils import timezone
 
-from runtime import execution, inventory, monitoring, reclaim
+from runtime import execution, inventory, monitoring, propagation, reclaim
 from runtime.cluster.base import PermanentClusterError, TransientClusterError
 from scheduling.dispatch import request_launch, request_scheduling_cycle
 from scheduling.models import GpuRequest
@@ -69,6 +69,23 @@ def scale_workload_to_zero(request_id: int, attempt: int, reason: str) -> bool:
     """A reclaimed notebook or service keeps its objects at zero replicas, to be resumed."""
     return reclaim.scale_request_workload_to_zero(
         request_id=request_id, attempt=attempt, reason=reason
+    )
+
+
+@shared_task(base=ClusterTask)
+def set_workload_deadline(request_id: int, attempt: int) -> bool:
+    """A lead's extension reaches the running Job: its deadline becomes the new max runtime."""
+    return propagation.set_request_deadline(
+        request_id=request_id, attempt=attempt, backend=execution.cluster_backend()
+    )
+
+
+@shared_task(base=ClusterTask)
+def push_project_quotas(team_id: int, project_id: int | None) -> int:
+    """A quota changed: converge the namespace ResourceQuota of every project it covers."""
+    return propagation.push_project_quotas(
+        project_ids=propagation.affected_projects(team_id=team_id, project_id=project_id),
+        backend=execution.cluster_backend(),
     )
 
 

@@ -23,6 +23,8 @@ SEND_NOTIFICATION = "scheduling.tasks.send_notification"
 LAUNCH_WORKLOAD = "runtime.tasks.launch_workload"
 TERMINATE_WORKLOAD = "runtime.tasks.terminate_workload"
 SCALE_WORKLOAD_TO_ZERO = "runtime.tasks.scale_workload_to_zero"
+SET_WORKLOAD_DEADLINE = "runtime.tasks.set_workload_deadline"
+PUSH_PROJECT_QUOTAS = "runtime.tasks.push_project_quotas"
 
 
 def send(task_name: str, *args: Any) -> None:
@@ -52,6 +54,16 @@ def request_termination(request_id: int, attempt: int, reason: str) -> None:
 
 def request_scale_to_zero(request_id: int, attempt: int, reason: str) -> None:
     enqueue_after_commit(SCALE_WORKLOAD_TO_ZERO, request_id, attempt, reason)
+
+
+def request_deadline_change(request_id: int, attempt: int) -> None:
+    """A lead extended the runtime: the running Job's deadline moves with it."""
+    enqueue_after_commit(SET_WORKLOAD_DEADLINE, request_id, attempt)
+
+
+def request_quota_push(*, team_id: int, project_id: int | None) -> None:
+    """A quota changed: the namespace ResourceQuotas of the projects it covers follow."""
+    enqueue_after_commit(PUSH_PROJECT_QUOTAS, team_id, project_id)
 
 
 def request_notification(

@@ -12,6 +12,7 @@ from typing import Any
 from scheduling import engine
 from scheduling.choices import FlavorKind, Priority, RequestStatus, SharingMode, WorkloadKind
 from scheduling.engine.types import MIG_PROFILES, mig_bits
+from scheduling.foreign_usage import subtract_foreign_usage
 from scheduling.models import Allocation, Flavor, GpuDevice, GpuRequest, Node, NodePool, Quota
 
 POOL_LABEL = "gpu-portal/pool"
@@ -131,6 +132,13 @@ def build_snapshot() -> engine.Snapshot:
             )
         )
 
+    # GPUs that pods the portal did not create hold (inventory) are not free either.
+    devices = subtract_foreign_usage(
+        devices,
+        {node.name: node.foreign_usage for node in nodes if node.foreign_usage},
+        {name: pool.sharing_mode for name, pool in node_pool.items()},
+    )
+
     flavors = list(Flavor.objects.select_related("pool").order_by("pk"))
     unit_equivalent = {flavor.pk: float(flavor.gpu_equivalent) for flavor in flavors}
     teams = sorted({q.team.slug for q in Quota.objects.select_related("team")})
@@ -163,7 +171,8 @@ def build_snapshot() -> engine.Snapshot:
                     sorted({**node.labels, POOL_LABEL: node_pool[node.name].slug}.items())
                 ),
                 taints=_taints(node_pool[node.name].taints),
-                schedulable=node.is_schedulable,
+                # A node held back by inventory's access check takes no new work.
+                schedulable=node.is_schedulable and not node.held_back_reason,
             )
             for node in nodes
         ),

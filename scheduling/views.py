@@ -14,6 +14,7 @@ from django.views.decorators.http import require_POST
 
 from scheduling import services
 from scheduling.choices import CANCELLABLE_STATUSES, RESUMABLE_KINDS, RequestStatus
+from scheduling.fleet_nodes import nodes_needing_attention
 from scheduling.forms import DecisionForm, GpuRequestForm, ProjectQuotaForm
 from scheduling.models import Flavor, GpuRequest, Quota, UtilisationSample
 from scheduling.selectors import (
@@ -287,4 +288,8 @@ def fleet(request: HttpRequest) -> HttpResponse:
     """Platform admins: allocated vs capacity, activity, stranded capacity and waits per pool."""
     if not scope_of(request.user).is_platform_admin:
         raise Http404
-    return render(request, "scheduling/fleet.html", {"pools": fleet_overview()})
+    return render(
+        request,
+        "scheduling/fleet.html",
+        {"pools": fleet_overview(), "node_notes": nodes_needing_attention()},
+    )

@@ -385,6 +385,9 @@ class NodeInventory:
     vgpu_slots: int = 0
     cpu_millicores: int = 0
     memory_mib: int = 0
+    # GPU resources held by running pods the portal did not create (no portal labels), e.g.
+    # `{"nvidia.com/gpu": 2}`; HAMi's per-card gpumem/gpucores are totalled over the cards.
+    foreign_usage: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -462,6 +465,14 @@ class ClusterBackend(Protocol):
         grace_seconds: int = 30,
     ) -> None:
         """Delete the workload and its pods; already gone counts as success."""
+        ...
+
+    def set_deadline(
+        self, namespace: str, request_id: str, attempt: int, *, max_runtime_seconds: int
+    ) -> None:
+        """Give a running workload a new max runtime, counted from its start as at launch: a
+        Job's `activeDeadlineSeconds` (every rank of a gang) is patched, so the cluster stops
+        it at the new deadline, not the first; gone counts as done."""
         ...
 
     def scale_to_zero(self, namespace: str, request_id: str, attempt: int, *, reason: str) -> bool:

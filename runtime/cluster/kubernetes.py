@@ -28,6 +28,7 @@ from runtime.cluster.base import (
     ATTEMPT_LABEL,
     MANAGED_BY_LABEL,
     MANAGED_BY_VALUE,
+    MAX_RUNTIME_ANNOTATION,
     REASON_ANNOTATION,
     REQUEST_LABEL,
     RESUMABLE_KINDS,
@@ -46,11 +47,13 @@ from runtime.cluster.base import (
     workload_name,
 )
 from runtime.cluster.kubernetes_status import (
+    foreign_gpu_usage,
     gang_status,
     is_gang,
     node_inventory,
     quantity,
     suspended_since,
+    with_failed_create,
     with_hami_assignment,
     workload_status,
 )
@@ -266,8 +269,20 @@ class KubernetesClusterBackend:
     # Inventory and cluster-wide objects ------------------------------------------------------
 
     def sync_inventory(self) -> list[NodeInventory]:
+        """Every node, with the GPU resources that pods the portal did not create hold on it
+        (bound, unfinished pods without the portal's label, from every namespace)."""
         nodes = self._list_all(self.core.list_node)
-        return sorted((node_inventory(n) for n in nodes), key=lambda n: n.name)
+        others = self._list_all(
+            self.core.list_pod_for_all_namespaces,
+            label_selector=f"{MANAGED_BY_LABEL}!={MANAGED_BY_VALUE}",
+            field_selector="spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed",
+        )
+        foreign = foreign_gpu_usage(others)
+        inventory = (
+            replace(node, foreign_usage=foreign.get(node.name, {}))
+            for node in map(node_inventory, nodes)
+        )
+        return sorted(inventory, key=lambda n: n.name)
 
     def ensure_priority_classes(self, specs: Sequence[PrioritySpec]) -> None:
         """Create the classes; converge one whose value or policy drifted by re-creating it.
@@ -601,6 +616,54 @@ class KubernetesClusterBackend:
         )
         return taken_over[0] if taken_over else None
 
+    def set_deadline(
+        self, namespace: str, request_id: str, attempt: int, *, max_runtime_seconds: int
+    ) -> None:
+        """Merge-patch `activeDeadlineSeconds` (mutable on a Job) and the max-runtime
+        annotation onto the attempt's Jobs, every rank of a gang; a Deployment has no deadline
+        and only its annotation changes. The Job controller counts the deadline from the Job's
+        `startTime`, so the work now ends at start + `max_runtime_seconds`."""
+        annotations = {MAX_RUNTIME_ANNOTATION: str(max_runtime_seconds)}
+        jobs = self._list_all(
+            self.batch.list_namespaced_job,
+            namespace,
+            label_selector=manifests.workload_selector(request_id, attempt),
+        )
+        for job in jobs:
+            try:
+                self._write(
+                    self.batch.patch_namespaced_job,
+                    job.metadata.name,
+                    namespace,
+                    {
+                        "metadata": {"annotations": annotations},
+                        "spec": {"activeDeadlineSeconds": max_runtime_seconds},
+                    },
+                    _content_type="application/merge-patch+json",
+                )
+            except ClusterError as exc:
+                if exc.status != 404:
+                    raise
+        deployment = None if jobs else self._find_deployment(namespace, request_id, attempt)
+        if deployment is not None:
+            try:
+                self._write(
+                    self.apps.patch_namespaced_deployment,
+                    str(deployment.metadata.name),
+                    namespace,
+                    {"metadata": {"annotations": annotations}},
+                    _content_type="application/merge-patch+json",
+                )
+            except ClusterError as exc:
+                if exc.status != 404:
+                    raise
+        log.info(
+            "max runtime of %s/%s is now %s s",
+            namespace,
+            workload_name(request_id, attempt),
+            max_runtime_seconds,
+        )
+
     def scale_to_zero(self, namespace: str, request_id: str, attempt: int, *, reason: str) -> bool:
         """Scale a notebook's or service's Deployment to zero, keeping it and its Service; a
         Job (or nothing) is terminated instead. Pods are deleted at once, as in `terminate`,
@@ -771,6 +834,15 @@ class KubernetesClusterBackend:
             deployment=deployment,
             pods=pods,
         )
+        if job is not None and status.reason == "NoPod":
+            # Why the Job controller made no pod is only said in an event (quota refusals).
+            events = self._list_all(
+                self.core.list_namespaced_event,
+                namespace,
+                field_selector=f"involvedObject.kind=Job,involvedObject.name={name},"
+                "reason=FailedCreate",
+            )
+            status = with_failed_create(status, events)
         return self._with_device_indexes([with_hami_assignment(status, pods)])[0]
 
     def _with_device_indexes(self, statuses: list[WorkloadStatus]) -> list[WorkloadStatus]:

@@ -19,6 +19,8 @@ from runtime.cluster import kubernetes_manifests as manifests
 from runtime.cluster.base import (
     GANG_SIZE_LABEL,
     KIND_LABEL,
+    MANAGED_BY_LABEL,
+    MANAGED_BY_VALUE,
     PROJECT_LABEL,
     RANK_LABEL,
     SUSPENDED_AT_ANNOTATION,
@@ -324,6 +326,21 @@ def workload_status(
     return status("pending", "Pending", "the pod is waiting to start")
 
 
+def with_failed_create(status: WorkloadStatus, events: Sequence[k8s.CoreV1Event]) -> WorkloadStatus:
+    """A Job without a pod says why its controller could not create one: the newest
+    `FailedCreate` event (a ResourceQuota's "exceeded quota: ..."). The Job records no condition
+    for it, so `workload_status` alone can only say `NoPod`."""
+    if status.phase != "pending" or status.reason != "NoPod" or not events:
+        return status
+
+    def when(event: k8s.CoreV1Event) -> str:
+        stamp = event.last_timestamp or event.event_time or event.first_timestamp
+        return stamp.isoformat() if stamp else ""
+
+    newest = max(events, key=when)
+    return replace(status, reason="FailedCreate", message=str(newest.message or "").strip())
+
+
 # Gangs and HAMi's assignment -----------------------------------------------------------------
 
 
@@ -582,3 +599,47 @@ def node_inventory(node: k8s.V1Node) -> NodeInventory:
         cpu_millicores=int(quantity(cpu) * 1000) if cpu else 0,
         memory_mib=int(quantity(memory) / (1 << 20)) if memory else 0,
     )
+
+
+# GPUs taken by others --------------------------------------------------------------------
+
+
+def _gpu_amounts(resources: Any) -> dict[str, int]:
+    """`nvidia.com/*` amounts of a container's limits or requests (quantity strings)."""
+    return {
+        name: _int_quantity(str(amount))
+        for name, amount in (resources or {}).items()
+        if name.startswith("nvidia.com/")
+    }
+
+
+def foreign_gpu_usage(pods: Sequence[k8s.V1Pod]) -> dict[str, dict[str, int]]:
+    """node → GPU resources held by the pods on it that the portal did not create.
+
+    A pod counts while it is bound and not finished; its containers' `nvidia.com/*` limits
+    (requests when no limit: extended resources cannot be overcommitted) are added up. HAMi's
+    `gpumem`/`gpucores` are per card, so they count once per `nvidia.com/gpu` of the
+    container. Portal pods (the managed-by label) are left out: the portal's own allocations
+    already hold their GPUs.
+    """
+    usage: dict[str, dict[str, int]] = {}
+    for pod in pods:
+        labels = (pod.metadata.labels if pod.metadata else None) or {}
+        if labels.get(MANAGED_BY_LABEL) == MANAGED_BY_VALUE:
+            continue
+        node = pod.spec.node_name if pod.spec is not None else None
+        phase = pod.status.phase if pod.status is not None else None
+        if not node or phase in ("Succeeded", "Failed"):
+            continue
+        for container in (pod.spec.containers if pod.spec is not None else None) or []:
+            limits = container.resources.limits if container.resources else None
+            requests = container.resources.requests if container.resources else None
+            amounts = {**_gpu_amounts(requests), **_gpu_amounts(limits)}
+            cards = max(1, amounts.get(manifests.GPU_RESOURCE, 0))
+            for name, amount in amounts.items():
+                if name in (manifests.VGPU_MEMORY_RESOURCE, manifests.VGPU_CORES_RESOURCE):
+                    amount *= cards
+                if amount > 0:
+                    held = usage.setdefault(node, {})
+                    held[name] = held.get(name, 0) + amount
+    return usage

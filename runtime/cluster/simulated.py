@@ -127,6 +127,10 @@ class SimulatedCluster:
                         created_at=now,
                         starts_at=now + timedelta(seconds=delay),
                         ends_at=now + timedelta(seconds=delay + run),
+                        # A Job's activeDeadlineSeconds, counted from its creation.
+                        deadline_at=now + timedelta(seconds=spec.max_runtime_seconds)
+                        if spec.kind == "job" and spec.max_runtime_seconds
+                        else None,
                         fails=fails and rank == failing,
                         failure_reason=reason if rank == failing else "",
                         utilisation_percent=utilisation,
@@ -147,6 +151,16 @@ class SimulatedCluster:
         SimulatedWorkload.objects.filter(
             namespace=namespace, request_key=request_id, attempt=attempt
         ).delete()
+
+    def set_deadline(
+        self, namespace: str, request_id: str, attempt: int, *, max_runtime_seconds: int
+    ) -> None:
+        """Move a job's deadline (each rank of a gang) to its creation + the new max runtime."""
+        for workload in SimulatedWorkload.objects.filter(
+            namespace=namespace, request_key=request_id, attempt=attempt, kind="job"
+        ):
+            deadline = workload.created_at + timedelta(seconds=max_runtime_seconds)
+            SimulatedWorkload.objects.filter(pk=workload.pk).update(deadline_at=deadline)
 
     def scale_to_zero(self, namespace: str, request_id: str, attempt: int, *, reason: str) -> bool:
         """Notebooks and services stop running but are kept, marked; jobs are deleted."""
@@ -266,6 +280,13 @@ class SimulatedCluster:
         if workload.failure_reason == SCALED_TO_ZERO:
             phase, reason, message = "suspended", SCALED_TO_ZERO, "Scaled to zero by reclamation."
             suspended_at = workload.ends_at
+        elif workload.deadline_at is not None and workload.deadline_at <= min(
+            now, workload.ends_at
+        ):
+            # The Job controller stops work at its deadline, whether it ran or still waited.
+            phase, reason = "failed", "DeadlineExceeded"
+            message = "Job was active longer than specified deadline"
+            finished_at = workload.deadline_at
         elif now < workload.starts_at:
             phase, reason, message = "pending", "ContainerCreating", "Pulling the image."
         elif now < workload.ends_at:

@@ -8,6 +8,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
+from scheduling import dispatch
 from scheduling.choices import RequestStatus
 from scheduling.lifecycle import record_request_event
 from scheduling.models import GpuRequest
@@ -100,6 +101,7 @@ def extend_runtime(
         message=comment,
         data={"added_seconds": seconds, "max_runtime_seconds": new_total},
     )
+    dispatch.request_deadline_change(request.pk, request.attempt)
     notify(
         users=[request.owner],
         subject=f"GPU request {request.pk} may run longer",

@@ -6,6 +6,7 @@ from typing import Any
 
 from django.db import transaction
 
+from scheduling import dispatch
 from scheduling.models import Flavor, Quota
 from scheduling.services.common import invalid_field
 from tenants.errors import ConflictError, ForbiddenError
@@ -91,6 +92,7 @@ def set_quota(
         project=project,
         data={"flavor": flavor.pk, "before": before, "after": [guaranteed, limit]},
     )
+    dispatch.request_quota_push(team_id=team.pk, project_id=project.pk if project else None)
     return quota
 
 
@@ -107,4 +109,5 @@ def delete_quota(*, actor: Any, quota: Quota) -> None:
     record_audit_event(
         actor=actor, action="quota.deleted", target=quota, team=quota.team, project=quota.project
     )
+    dispatch.request_quota_push(team_id=quota.team_id, project_id=quota.project_id)
     quota.delete()

@@ -84,6 +84,7 @@ PORTAL_RBAC_RULES: list[dict[str, Any]] = [
     },
     {"apiGroups": [""], "resources": ["services"], "verbs": ["create", "get", "delete"]},
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch", "deletecollection"]},
+    {"apiGroups": [""], "resources": ["events"], "verbs": ["list"]},
 ]
 
 

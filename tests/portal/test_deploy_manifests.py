@@ -149,12 +149,13 @@ PLURALS = {
     "job": "jobs",
     "deployment": "deployments",
     "priority_class": "priorityclasses",
+    "event": "events",
 }
 
 
 def backend_permissions() -> set[tuple[str, str, str]]:
     """(group, resource, verb) for every client call in the kubernetes backend's source."""
-    source = (ROOT / "scheduling" / "cluster" / "kubernetes.py").read_text()
+    source = (ROOT / "runtime" / "cluster" / "kubernetes.py").read_text()
     needed: set[tuple[str, str, str]] = set()
     for api, method in re.findall(r"self\.(core|batch|apps|scheduling)\.([a-z_]+)", source):
         verb_word = next(v for v in VERBS if method.startswith(v + "_"))
