@@ -9,7 +9,7 @@ from typing import Any
 
 from django.db import transaction
 
-from scheduling import services
+from scheduling import dispatch, services
 from scheduling.models import ApprovalRule, Flavor, NodePool, Quota, ReclaimPolicy, Tier
 from tenants.errors import ConflictError, DomainError
 from tenants.models import Team
@@ -138,6 +138,8 @@ def update_tier(*, actor: Any, tier: Tier, **fields: Any) -> Tier:
     save_valid(tier)
     changes.update(_set_tier_relations(tier, relations))
     _audit(actor, "tier.updated", tier, {"changes": changes})
+    if changes:  # the change may unblock waiting work
+        dispatch.request_scheduling_cycle()
     return tier
 
 
@@ -169,6 +171,8 @@ def update_node_pool(*, actor: Any, node_pool: NodePool, **fields: Any) -> NodeP
     changes = apply_changes(node_pool, _only(fields, NODE_POOL_FIELDS))
     save_valid(node_pool)
     _audit(actor, "node_pool.updated", node_pool, {"changes": changes})
+    if changes:
+        dispatch.request_scheduling_cycle()
     return node_pool
 
 
@@ -206,6 +210,8 @@ def update_flavor(*, actor: Any, flavor: Flavor, **fields: Any) -> Flavor:
     changes = apply_changes(flavor, _only(fields, FLAVOR_FIELDS))
     save_valid(flavor)
     _audit(actor, "flavor.updated", flavor, {"changes": changes})
+    if changes:
+        dispatch.request_scheduling_cycle()
     return flavor
 
 
