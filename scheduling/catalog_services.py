@@ -178,7 +178,7 @@ def update_node_pool(*, actor: Any, node_pool: NodePool, **fields: Any) -> NodeP
 
 @transaction.atomic
 def delete_node_pool(*, actor: Any, node_pool: NodePool) -> None:
-    """Delete an empty pool: one with nodes, flavors or allocations is refused (409)."""
+    """Delete an empty pool: one with nodes, flavors, allocations or usage is refused (409)."""
     require_platform_admin(actor, "delete node pools")
     if node_pool.nodes.exists():
         raise ConflictError(
@@ -188,7 +188,7 @@ def delete_node_pool(*, actor: Any, node_pool: NodePool) -> None:
     delete_unused(
         node_pool,
         code="node_pool_in_use",
-        message=f"Pool {node_pool} still has flavors or allocations.",
+        message=f"Pool {node_pool} still has flavors, allocations or usage.",
     )
 
 

@@ -211,7 +211,7 @@ def update_project(*, actor: Any, project: Project, **fields: Any) -> Project:
 
 @transaction.atomic
 def delete_project(*, actor: Any, project: Project) -> None:
-    """Delete a project without requests (its quotas go with it); one with requests is a 409."""
+    """Delete a project without requests or usage (its quotas go with it); else a 409."""
     _require_lead(actor, project.team, "delete projects")
     record_audit_event(
         actor=actor,
@@ -220,7 +220,7 @@ def delete_project(*, actor: Any, project: Project) -> None:
         team=project.team,
         message=str(project),
     )
-    delete_unused(project, code="project_in_use", message="The project still has requests.")
+    delete_unused(project, code="project_in_use", message="The project still has requests or usage.")
 
 
 def _check_role_fits_team(role: str, team: Team | None) -> None:
