@@ -17,6 +17,7 @@ from tenants.errors import ConflictError, DomainError
 from tenants.services import (
     apply_changes,
     audit_value,
+    known_fields,
     record_audit_event,
     require_platform_admin,
     save_valid,
@@ -32,17 +33,6 @@ PRICE_FIELDS = frozenset(
         "priority_multipliers",
     }
 )
-
-
-def _only(fields: dict[str, Any]) -> dict[str, Any]:
-    unknown = sorted(set(fields) - PRICE_FIELDS)
-    if unknown:
-        raise DomainError(
-            "invalid",
-            f"Unknown fields: {', '.join(unknown)}.",
-            fields=dict.fromkeys(unknown, "unknown field"),
-        )
-    return fields
 
 
 def _check_starts_ahead(effective_from: datetime, now: datetime) -> None:
@@ -68,7 +58,7 @@ def create_price(*, actor: Any, **fields: Any) -> Price:
     """A new price of a flavor from `effective_from` on (now when left out)."""
     require_platform_admin(actor, "set prices")
     now = timezone.now()
-    fields = _only(fields)
+    fields = known_fields(fields, PRICE_FIELDS)
     if fields.get("effective_from") is None:
         fields["effective_from"] = now
     else:
@@ -87,7 +77,7 @@ def update_price(*, actor: Any, price: Price, **fields: Any) -> Price:
     require_platform_admin(actor, "change prices")
     now = timezone.now()
     _check_not_in_effect(price, now, "changed")
-    fields = _only(fields)
+    fields = known_fields(fields, PRICE_FIELDS)
     if "effective_from" in fields:
         _check_starts_ahead(fields["effective_from"], now)
     changes = apply_changes(price, fields)

@@ -5,6 +5,7 @@ with the fields it changed. Deleting what is still in use is refused (409), neve
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from django.db import transaction
@@ -17,6 +18,7 @@ from tenants.services import (
     apply_changes,
     audit_value,
     delete_unused,
+    known_fields,
     record_audit_event,
     require_platform_admin,
     save_valid,
@@ -57,6 +59,8 @@ FLAVOR_FIELDS = frozenset(
         "is_active",
     }
 )
+# What a request of the flavor asked for: fixed once there are requests.
+FLAVOR_SHAPE_FIELDS = frozenset({"pool", "kind", "gpu_model", "gpu_memory_mib", "mig_profile"})
 APPROVAL_RULE_FIELDS = frozenset(
     {
         "tier",
@@ -81,15 +85,9 @@ RECLAIM_POLICY_FIELDS = frozenset(
 )
 
 
-def _only(fields: dict[str, Any], allowed: frozenset[str]) -> dict[str, Any]:
-    unknown = sorted(set(fields) - allowed)
-    if unknown:
-        raise DomainError(
-            "invalid",
-            f"Unknown fields: {', '.join(unknown)}.",
-            fields=dict.fromkeys(unknown, "unknown field"),
-        )
-    return fields
+def _differs(instance: Any, fields: dict[str, Any], names: Iterable[str]) -> bool:
+    """Whether `fields` would change any of `names` on `instance` (checked before any is set)."""
+    return any(name in fields and getattr(instance, name) != fields[name] for name in names)
 
 
 def _audit(actor: Any, action: str, target: Any, data: dict[str, Any], message: str = "") -> None:
@@ -122,7 +120,7 @@ def _set_tier_relations(tier: Tier, relations: dict[str, list[Any]]) -> dict[str
 def create_tier(*, actor: Any, **fields: Any) -> Tier:
     """A new tier; `allowed_teams` and `allowed_projects` take lists of objects."""
     require_platform_admin(actor, "create tiers")
-    plain, relations = _split_relations(_only(fields, TIER_FIELDS))
+    plain, relations = _split_relations(known_fields(fields, TIER_FIELDS))
     tier = Tier(**plain)
     save_valid(tier)
     _set_tier_relations(tier, relations)
@@ -133,7 +131,7 @@ def create_tier(*, actor: Any, **fields: Any) -> Tier:
 @transaction.atomic
 def update_tier(*, actor: Any, tier: Tier, **fields: Any) -> Tier:
     require_platform_admin(actor, "change tiers")
-    plain, relations = _split_relations(_only(fields, TIER_FIELDS))
+    plain, relations = _split_relations(known_fields(fields, TIER_FIELDS))
     changes = apply_changes(tier, plain)
     save_valid(tier)
     changes.update(_set_tier_relations(tier, relations))
@@ -159,7 +157,7 @@ def delete_tier(*, actor: Any, tier: Tier) -> None:
 @transaction.atomic
 def create_node_pool(*, actor: Any, **fields: Any) -> NodePool:
     require_platform_admin(actor, "create node pools")
-    pool = NodePool(**_only(fields, NODE_POOL_FIELDS))
+    pool = NodePool(**known_fields(fields, NODE_POOL_FIELDS))
     save_valid(pool)
     _audit(actor, "node_pool.created", pool, {"fields": audit_value(fields)})
     return pool
@@ -168,7 +166,13 @@ def create_node_pool(*, actor: Any, **fields: Any) -> NodePool:
 @transaction.atomic
 def update_node_pool(*, actor: Any, node_pool: NodePool, **fields: Any) -> NodePool:
     require_platform_admin(actor, "change node pools")
-    changes = apply_changes(node_pool, _only(fields, NODE_POOL_FIELDS))
+    fields = known_fields(fields, NODE_POOL_FIELDS)
+    if _differs(node_pool, fields, {"sharing_mode"}) and node_pool.flavors.exists():
+        raise ConflictError(
+            "node_pool_in_use",
+            f"Pool {node_pool} has flavors of its sharing mode: remove them first.",
+        )
+    changes = apply_changes(node_pool, fields)
     save_valid(node_pool)
     _audit(actor, "node_pool.updated", node_pool, {"changes": changes})
     if changes:
@@ -198,7 +202,7 @@ def delete_node_pool(*, actor: Any, node_pool: NodePool) -> None:
 @transaction.atomic
 def create_flavor(*, actor: Any, **fields: Any) -> Flavor:
     require_platform_admin(actor, "create flavors")
-    flavor = Flavor(**_only(fields, FLAVOR_FIELDS))
+    flavor = Flavor(**known_fields(fields, FLAVOR_FIELDS))
     save_valid(flavor)
     _audit(actor, "flavor.created", flavor, {"fields": audit_value(fields)})
     return flavor
@@ -207,7 +211,13 @@ def create_flavor(*, actor: Any, **fields: Any) -> Flavor:
 @transaction.atomic
 def update_flavor(*, actor: Any, flavor: Flavor, **fields: Any) -> Flavor:
     require_platform_admin(actor, "change flavors")
-    changes = apply_changes(flavor, _only(fields, FLAVOR_FIELDS))
+    fields = known_fields(fields, FLAVOR_FIELDS)
+    if _differs(flavor, fields, FLAVOR_SHAPE_FIELDS) and flavor.gpu_requests.exists():
+        raise ConflictError(
+            "flavor_in_use",
+            f"Requests were made for {flavor} as it is: add a new flavor for another shape.",
+        )
+    changes = apply_changes(flavor, fields)
     save_valid(flavor)
     _audit(actor, "flavor.updated", flavor, {"changes": changes})
     if changes:
@@ -236,7 +246,7 @@ def delete_flavor(*, actor: Any, flavor: Flavor) -> None:
 def create_approval_rule(*, actor: Any, **fields: Any) -> ApprovalRule:
     """The approval rule of a tier (one per tier)."""
     require_platform_admin(actor, "create approval rules")
-    rule = ApprovalRule(**_only(fields, APPROVAL_RULE_FIELDS))
+    rule = ApprovalRule(**known_fields(fields, APPROVAL_RULE_FIELDS))
     save_valid(rule)
     _audit(actor, "approval_rule.created", rule, {"fields": audit_value(fields)})
     return rule
@@ -245,7 +255,7 @@ def create_approval_rule(*, actor: Any, **fields: Any) -> ApprovalRule:
 @transaction.atomic
 def update_approval_rule(*, actor: Any, approval_rule: ApprovalRule, **fields: Any) -> ApprovalRule:
     require_platform_admin(actor, "change approval rules")
-    changes = apply_changes(approval_rule, _only(fields, APPROVAL_RULE_FIELDS))
+    changes = apply_changes(approval_rule, known_fields(fields, APPROVAL_RULE_FIELDS))
     save_valid(approval_rule)
     _audit(actor, "approval_rule.updated", approval_rule, {"changes": changes})
     return approval_rule
@@ -270,7 +280,7 @@ def save_reclaim_policy(*, actor: Any, tier: Tier, **fields: Any) -> ReclaimPoli
     created = policy is None
     if policy is None:
         policy = ReclaimPolicy(tier=tier)
-    changes = apply_changes(policy, _only(fields, RECLAIM_POLICY_FIELDS))
+    changes = apply_changes(policy, known_fields(fields, RECLAIM_POLICY_FIELDS))
     save_valid(policy)
     action = "reclaim_policy.created" if created else "reclaim_policy.updated"
     _audit(actor, action, policy, {"tier": tier.pk, "changes": changes})

@@ -123,7 +123,8 @@ TEAM_FIELDS = frozenset({"name", "slug", "description"})
 PROJECT_FIELDS = frozenset({"name", "slug", "description"})
 
 
-def _only(fields: dict[str, Any], allowed: frozenset[str]) -> dict[str, Any]:
+def known_fields(fields: dict[str, Any], allowed: frozenset[str]) -> dict[str, Any]:
+    """`fields`, or a `DomainError` naming those a service does not write."""
     unknown = sorted(set(fields) - allowed)
     if unknown:
         raise DomainError(
@@ -138,7 +139,7 @@ def _only(fields: dict[str, Any], allowed: frozenset[str]) -> dict[str, Any]:
 def create_team(*, actor: Any, **fields: Any) -> Team:
     """A new team (platform admins): name, slug and description."""
     require_platform_admin(actor, "create teams")
-    team = Team(**_only(fields, TEAM_FIELDS))
+    team = Team(**known_fields(fields, TEAM_FIELDS))
     save_valid(team)
     record_audit_event(
         actor=actor,
@@ -153,7 +154,7 @@ def create_team(*, actor: Any, **fields: Any) -> Team:
 @transaction.atomic
 def update_team(*, actor: Any, team: Team, **fields: Any) -> Team:
     require_platform_admin(actor, "change teams")
-    changes = apply_changes(team, _only(fields, TEAM_FIELDS))
+    changes = apply_changes(team, known_fields(fields, TEAM_FIELDS))
     save_valid(team)
     record_audit_event(
         actor=actor, action="team.updated", target=team, team=team, data={"changes": changes}
@@ -175,7 +176,7 @@ def delete_team(*, actor: Any, team: Team) -> None:
 def create_project(*, actor: Any, team: Team, **fields: Any) -> Project:
     """A new project of `team` (its lead or a platform admin): name, slug and description."""
     _require_lead(actor, team, "create projects")
-    project = Project(team=team, **_only(fields, PROJECT_FIELDS))
+    project = Project(team=team, **known_fields(fields, PROJECT_FIELDS))
     save_valid(project)
     record_audit_event(
         actor=actor,
@@ -196,7 +197,7 @@ def update_project(*, actor: Any, project: Project, **fields: Any) -> Project:
             "project_team_fixed", "A project cannot move to another team.", fields={"team": ""}
         )
     fields.pop("team", None)
-    changes = apply_changes(project, _only(fields, PROJECT_FIELDS))
+    changes = apply_changes(project, known_fields(fields, PROJECT_FIELDS))
     save_valid(project)
     record_audit_event(
         actor=actor,
@@ -220,7 +221,9 @@ def delete_project(*, actor: Any, project: Project) -> None:
         team=project.team,
         message=str(project),
     )
-    delete_unused(project, code="project_in_use", message="The project still has requests or usage.")
+    delete_unused(
+        project, code="project_in_use", message="The project still has requests or usage."
+    )
 
 
 def _check_role_fits_team(role: str, team: Team | None) -> None:
