@@ -3,7 +3,7 @@ kube-scheduler and kwok on free loopback ports, with generated TLS certificates,
 authentication and RBAC, plus fake GPU nodes shaped like the demo pools.
 
 Used by `tests/k8s/conftest.py` (one cluster per pytest session), by `make testbed`
-(`python -m scripts.testbed`) and by the peer benchmark (`bench/peer.py`).
+(`python -m scripts.testbed`) and by the end-to-end benchmark (`bench/e2e.py`).
 """
 
 from __future__ import annotations
@@ -434,6 +434,7 @@ class Testbed:
         controller_qps: int = 500,
         verbosity: int = 1,
         start_scheduler: bool = True,
+        stages_file: Path = STAGES_FILE,
     ) -> None:
         self.binaries = binaries or bin_dir()
         missing = missing_binaries(self.binaries)
@@ -450,6 +451,7 @@ class Testbed:
         self.controller_qps = controller_qps
         self.verbosity = verbosity
         self.start_scheduler_at_boot = start_scheduler
+        self.stages_file = stages_file
         self.etcd_port = free_port()
         self.etcd_peer_port = free_port()
         self.api_port = free_port()
@@ -684,7 +686,7 @@ class Testbed:
             [
                 str(self.binaries / "kwok"),
                 f"--kubeconfig={kubeconfig}",
-                f"--config={STAGES_FILE}",
+                f"--config={self.stages_file}",
                 "--manage-all-nodes=false",
                 f"--manage-nodes-with-annotation-selector={KWOK_NODE_ANNOTATION}=fake",
                 "--manage-nodes-with-label-selector=",
