@@ -11,10 +11,11 @@
    broker. Neither the product nor the baseline keeps responses in a cache.
 3. Checks that the product's list and the baseline's answer the same page with the same JSON,
    then builds the load generator (`bench/loadgen`, Go, standard library only) and runs one
-   scenario at a time, 16 clients each by default: after a warm-up of both lists, the product's
-   list and the baseline's list each alone, before anything writes; then the 70/20/10 mix
-   (list, detail, create) on the product and on the baseline; then create alone on the product,
-   the baseline and the floor. It prints one JSON line per figure.
+   scenario at a time, 16 clients each by default, after a warm-up of both lists: the product's
+   list and the baseline's list, before anything writes; the 70/20/10 mix (list, detail, create)
+   on the product and on the baseline; create alone on the product, the baseline and the floor.
+   The scenarios of each group take turns (`--slices`), so that a change in the machine's load
+   falls on all of them. It prints one JSON line per figure, with the server's CPU per call.
 
 The load generator runs on the same 2 cores as the server: every figure is what the server
 reaches while sharing the machine with its client, and the product and its references are
@@ -306,10 +307,10 @@ def run_load(
     scenario: str,
     host: str,
     clients: int,
-    seconds: int,
+    seconds: float,
     fixture: list[dict[str, Any]],
-) -> dict[str, dict[str, float]]:
-    """One run of a scenario; returns per-call counts, rps, failures, p50 and p99."""
+) -> dict[str, dict[str, Any]]:
+    """One run of a scenario: per call and in aggregate, counts, failures, seconds, latencies."""
     calls = [
         {
             "name": name,
@@ -331,6 +332,7 @@ def run_load(
                 str(clients),
                 "-seconds",
                 str(seconds),
+                "-raw",
             ],
             check=True,
             capture_output=True,
@@ -338,23 +340,130 @@ def run_load(
         )
     for line in completed.stderr.splitlines():
         print(f"# {scenario}: {line}", file=sys.stderr)
-    result: dict[str, dict[str, float]] = json.loads(completed.stdout)
+    result: dict[str, dict[str, Any]] = json.loads(completed.stdout)
     return result
 
 
-def run_scenario(scenario: str, seconds: int, common: dict[str, Any]) -> dict[str, Any]:
-    """One scenario: its figures per call, and its failures printed when there were any."""
-    figures = run_load(scenario=scenario, seconds=seconds, **common)
-    failures = figures["Aggregated"]["failures"]
-    if failures:
-        emit(f"api.{scenario}_failures", failures, "requests")
+class ServerMeter:
+    """CPU seconds spent so far by the gunicorn workers and the database's PostgreSQL backends.
+
+    Read from /proc (the server runs on this machine), so that the CPU a call costs can be told
+    apart from the load other processes put on a shared machine. Redis (shared with others) and
+    PostgreSQL's own background processes are left out; a backend that reconnects during a
+    slice (`CONN_MAX_AGE`) takes its share of that slice with it.
+    """
+
+    def __init__(self, server_pid: int, database_url: str) -> None:
+        import psycopg
+
+        self.server_pid = server_pid
+        self.database = database_url.rsplit("/", 1)[1]
+        admin_url = database_url.rsplit("/", 1)[0] + "/postgres"
+        self.admin = psycopg.connect(admin_url, autocommit=True)
+        self.tick = os.sysconf("SC_CLK_TCK")
+
+    def close(self) -> None:
+        self.admin.close()
+
+    @staticmethod
+    def _stat(pid: int | str) -> list[str] | None:
+        try:
+            text = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            return None
+        return text[text.rindex(")") + 2 :].split()  # the fields after the command name
+
+    def _pids(self) -> set[int]:
+        workers = set()
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                fields = self._stat(entry.name)
+                if fields is not None and int(fields[1]) == self.server_pid:
+                    workers.add(int(entry.name))
+        backends = self.admin.execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname = %s", [self.database]
+        ).fetchall()
+        return workers | {int(row[0]) for row in backends}
+
+    def read(self) -> dict[int, float]:
+        used = {}
+        for pid in self._pids():
+            fields = self._stat(pid)
+            if fields is not None:  # utime and stime, fields 14 and 15 of stat(5)
+                used[pid] = (int(fields[11]) + int(fields[12])) / self.tick
+        return used
+
+
+def percentile(latencies_us: list[int], q: float) -> float:
+    """As the load generator takes it: the value at rank q of the sorted latencies, in ms."""
+    if not latencies_us:
+        return 0.0
+    return sorted(latencies_us)[int(q * (len(latencies_us) - 1))] / 1000
+
+
+def measure(
+    scenarios: tuple[str, ...],
+    *,
+    seconds: float,
+    slices: int,
+    common: dict[str, Any],
+    meter: ServerMeter,
+) -> dict[str, dict[str, dict[str, float]]]:
+    """Run each scenario for `seconds` in all, in `slices` turns taken in rotation.
+
+    On a shared machine the load of other processes changes from one second to the next;
+    taking turns puts the product and its reference under the same changes. Each scenario's
+    turns are merged: counts and seconds summed, percentiles over every latency, and the
+    server's CPU (workers and database backends) per call.
+    """
+    latencies: dict[str, dict[str, list[int]]] = {name: {} for name in scenarios}
+    failures: dict[str, dict[str, int]] = {name: {} for name in scenarios}
+    elapsed = dict.fromkeys(scenarios, 0.0)
+    cpu = dict.fromkeys(scenarios, 0.0)
+    for _ in range(slices):
+        for scenario in scenarios:
+            before = meter.read()
+            result = run_load(scenario=scenario, seconds=seconds / slices, **common)
+            after = meter.read()
+            cpu[scenario] += sum(used - before.get(pid, 0.0) for pid, used in after.items())
+            elapsed[scenario] += result["Aggregated"]["seconds"]
+            for call, stats in result.items():
+                if call != "Aggregated":
+                    latencies[scenario].setdefault(call, []).extend(stats.get("latencies_us", []))
+                    failures[scenario][call] = failures[scenario].get(call, 0) + stats["failures"]
+
+    figures: dict[str, dict[str, dict[str, float]]] = {}
+    for scenario in scenarios:
+        every = [latency for call in latencies[scenario].values() for latency in call]
+        calls = {**latencies[scenario], "Aggregated": every}
+        figures[scenario] = {
+            call: {
+                "count": len(values),
+                "failures": (
+                    sum(failures[scenario].values())
+                    if call == "Aggregated"
+                    else failures[scenario][call]
+                ),
+                "rps": len(values) / elapsed[scenario],
+                "p50_ms": percentile(values, 0.50),
+                "p99_ms": percentile(values, 0.99),
+                "cpu_ms": 1000 * cpu[scenario] / max(len(every), 1),
+            }
+            for call, values in calls.items()
+        }
+        if figures[scenario]["Aggregated"]["failures"]:
+            emit(
+                f"api.{scenario}_failures", figures[scenario]["Aggregated"]["failures"], "requests"
+            )
     return figures
 
 
-def emit_call(prefix: str, stats: dict[str, float]) -> None:
+def emit_call(prefix: str, stats: dict[str, float], *, cpu: bool = False) -> None:
     emit(f"{prefix}_rps", stats["rps"], "req/s")
     emit(f"{prefix}_p50_ms", stats["p50_ms"], "ms")
     emit(f"{prefix}_p99_ms", stats["p99_ms"], "ms")
+    if cpu:
+        emit(f"{prefix}_cpu_ms", stats["cpu_ms"], "ms/call")
 
 
 def main() -> None:
@@ -366,6 +475,12 @@ def main() -> None:
         type=int,
         default=os.cpu_count() or 2,
         help="gunicorn sync workers (default: one per core, the fastest here; see docs)",
+    )
+    parser.add_argument(
+        "--slices",
+        type=int,
+        default=4,
+        help="turns each scenario's time is cut into, taken in rotation with its references",
     )
     options = parser.parse_args()
 
@@ -417,45 +532,37 @@ def main() -> None:
         }
         for warm_up in ("list", "baseline_list"):
             run_load(scenario=warm_up, seconds=5, **common)
-        runs = {
-            scenario: run_scenario(scenario, options.seconds, common)
-            for scenario in (
-                "list",
-                "baseline_list",
-                "mixed",
-                "baseline_mixed",
-                "create",
-                "baseline_create",
-                "floor_create",
+        meter = ServerMeter(server.pid, url)
+        runs: dict[str, dict[str, dict[str, float]]] = {}
+        for group in (
+            ("list", "baseline_list"),
+            ("mixed", "baseline_mixed"),
+            ("create", "baseline_create", "floor_create"),
+        ):
+            runs |= measure(
+                group, seconds=options.seconds, slices=options.slices, common=common, meter=meter
             )
-        }
+        meter.close()
+        emit("api.load_average_after", os.getloadavg()[0], "runnable")
 
         for scenario in ("mixed", "baseline_mixed"):
             for name, stats in runs[scenario].items():
                 if name != "Aggregated":
                     emit_call(f"api.{scenario}.{name.removeprefix('baseline_')}", stats)
-            emit_call(f"api.{scenario}", runs[scenario]["Aggregated"])
+            emit_call(f"api.{scenario}", runs[scenario]["Aggregated"], cpu=True)
         for scenario in ("list", "baseline_list", "create", "baseline_create", "floor_create"):
-            emit_call(f"api.{scenario}", runs[scenario][scenario])
+            emit_call(f"api.{scenario}", runs[scenario][scenario], cpu=True)
 
-        emit("api.load_average_after", os.getloadavg()[0], "runnable")
+        def ratio(name: str, scenario: str, reference: str) -> None:
+            ours, theirs = runs[scenario]["Aggregated"], runs[reference]["Aggregated"]
+            emit(f"api.{name}_ratio", ours["rps"] / max(theirs["rps"], 1e-9), "ratio")
+            # The same ratio from the server's CPU per call: steadier on a shared machine.
+            emit(f"api.{name}_cpu_ratio", theirs["cpu_ms"] / max(ours["cpu_ms"], 1e-9), "ratio")
 
-        def rps(scenario: str) -> float:
-            return float(runs[scenario][scenario]["rps"])
-
-        emit("api.list_vs_baseline_ratio", rps("list") / max(rps("baseline_list"), 1e-9), "ratio")
-        emit(
-            "api.mixed_vs_baseline_ratio",
-            runs["mixed"]["Aggregated"]["rps"]
-            / max(runs["baseline_mixed"]["Aggregated"]["rps"], 1e-9),
-            "ratio",
-        )
-        emit("api.create_vs_floor_ratio", rps("create") / max(rps("floor_create"), 1e-9), "ratio")
-        emit(
-            "api.create_vs_baseline_ratio",
-            rps("create") / max(rps("baseline_create"), 1e-9),
-            "ratio",
-        )
+        ratio("list_vs_baseline", "list", "baseline_list")
+        ratio("mixed_vs_baseline", "mixed", "baseline_mixed")
+        ratio("create_vs_floor", "create", "floor_create")
+        ratio("create_vs_baseline", "create", "baseline_create")
     finally:
         server.terminate()
         server.wait(timeout=30)

@@ -3,7 +3,8 @@
 // It reads a scenario (JSON, from the file named by -scenario) of weighted calls, each with
 // concrete variants (URL, body, headers: one per user, page or id), runs -clients clients back
 // to back for -seconds, and prints one JSON object: per call name and in aggregate, the count,
-// failures, requests per second and latency percentiles. A compiled client takes a small share
+// failures, requests per second and latency percentiles (with -raw, every latency too, so that
+// several short runs can be merged). A compiled client takes a small share
 // of the two cores the server also runs on, so the figures say more about the server than a
 // Python client's would.
 package main
@@ -43,17 +44,20 @@ type outcome struct {
 }
 
 type figures struct {
-	Count    int     `json:"count"`
-	Failures int     `json:"failures"`
-	RPS      float64 `json:"rps"`
-	P50ms    float64 `json:"p50_ms"`
-	P99ms    float64 `json:"p99_ms"`
+	Count     int     `json:"count"`
+	Failures  int     `json:"failures"`
+	Seconds   float64 `json:"seconds"`
+	RPS       float64 `json:"rps"`
+	P50ms     float64 `json:"p50_ms"`
+	P99ms     float64 `json:"p99_ms"`
+	Latencies []int64 `json:"latencies_us,omitempty"`
 }
 
 func main() {
 	scenarioPath := flag.String("scenario", "", "scenario JSON file")
 	clients := flag.Int("clients", 16, "concurrent clients")
 	seconds := flag.Float64("seconds", 20, "duration")
+	rawLatencies := flag.Bool("raw", false, "also print every latency, in microseconds")
 	flag.Parse()
 
 	raw, err := os.ReadFile(*scenarioPath)
@@ -109,7 +113,7 @@ func main() {
 	var all []outcome
 	shown := 0
 	for i, c := range calls {
-		report[c.Name] = summarise(results[i], elapsed)
+		report[c.Name] = summarise(results[i], elapsed, *rawLatencies)
 		all = append(all, results[i]...)
 		for _, o := range results[i] {
 			if o.failed && shown < 5 {
@@ -118,7 +122,7 @@ func main() {
 			}
 		}
 	}
-	report["Aggregated"] = summarise(all, elapsed)
+	report["Aggregated"] = summarise(all, elapsed, false)
 	if err := json.NewEncoder(os.Stdout).Encode(report); err != nil {
 		fail(err)
 	}
@@ -150,7 +154,7 @@ func do(client *http.Client, c call, v variant) outcome {
 	return outcome{latency: latency}
 }
 
-func summarise(outcomes []outcome, elapsed float64) figures {
+func summarise(outcomes []outcome, elapsed float64, raw bool) figures {
 	latencies := make([]time.Duration, 0, len(outcomes))
 	failures := 0
 	for _, o := range outcomes {
@@ -166,13 +170,21 @@ func summarise(outcomes []outcome, elapsed float64) figures {
 		}
 		return float64(latencies[int(q*float64(len(latencies)-1))].Microseconds()) / 1000
 	}
-	return figures{
+	result := figures{
 		Count:    len(outcomes),
 		Failures: failures,
+		Seconds:  elapsed,
 		RPS:      float64(len(outcomes)) / elapsed,
 		P50ms:    percentile(0.50),
 		P99ms:    percentile(0.99),
 	}
+	if raw {
+		result.Latencies = make([]int64, len(latencies))
+		for i, latency := range latencies {
+			result.Latencies[i] = latency.Microseconds()
+		}
+	}
+	return result
 }
 
 func fail(err error) {
