@@ -46,7 +46,7 @@ def test_inventory_reads_nodes_labels_taints_and_gpu_capacities(k8s_backend: Any
 def test_inventory_sync_maps_the_cluster_onto_the_demo_pools(k8s_backend: Any) -> None:
     seed_demo_fleet(teams=seed_demo_organisation(password="x"))
     counts = apply_inventory(k8s_backend.sync_inventory())
-    assert counts == {"added": 0, "updated": 5, "lost": 0}
+    assert counts == {"added": 0, "updated": 5, "lost": 0, "held_back": 0}
     nodes = {n.name: n for n in Node.objects.select_related("pool")}
     assert {name: n.pool.slug for name, n in nodes.items()} == {
         "a100-training-1": "a100-training",

@@ -171,13 +171,21 @@ def test_resource_quota_rejects_gpus_beyond_the_quota_even_when_the_portal_is_by
         k8s_admin.core.create_namespaced_pod(k8s_namespace, _bare_pod("one-more", 1))
     assert full.value.status == 403
 
-    # Through the backend: the Job exists, but the Job controller cannot create its pod.
+    # Through the backend: the Job exists, but the Job controller cannot create its pod; it
+    # says why only in a FailedCreate event, which the backend reads for a Job without a pod.
     spec = job(k8s_namespace, gpu_count=1)
     k8s_backend.launch(spec)
-    import time
-
-    time.sleep(3)
-    status = k8s_backend.get_workload(k8s_namespace, spec.request_id, spec.attempt)
-    assert (status.phase, status.reason) == ("pending", "NoPod")
+    status = eventually(
+        lambda: (
+            s
+            if (s := k8s_backend.get_workload(k8s_namespace, spec.request_id, spec.attempt)).reason
+            == "FailedCreate"
+            else None
+        ),
+        timeout=15,
+        what="the quota's refusal",
+    )
+    assert status.phase == "pending"
+    assert "exceeded quota" in status.message and "requests.nvidia.com/gpu" in status.message
     events = k8s_admin.core.list_namespaced_event(k8s_namespace).items
     assert any(e.reason == "FailedCreate" and "exceeded quota" in e.message for e in events)
