@@ -7,6 +7,7 @@ from datetime import UTC, date, datetime
 from decimal import Decimal
 
 import pytest
+from django.contrib.auth.models import User
 from django.urls import reverse
 
 from accounting.models import DailyUsage, MonthlyUsage, TeamMonthlyUsage, UsageRecord
@@ -19,7 +20,7 @@ pytestmark = pytest.mark.django_db
 MONTH = date(2026, 1, 1)
 
 
-def record_usage(*, project: Project, flavor: Flavor, pool: NodePool, owner: object) -> None:
+def record_usage(*, project: Project, flavor: Flavor, pool: NodePool, owner: User) -> None:
     """One ledger row and its rollups, as the meter or `import_usage` would leave them."""
     key = {"team": project.team, "project": project, "flavor": flavor, "pool": pool}
     amounts = {"gpu_hours": Decimal(2), "cost": Decimal(5)}
