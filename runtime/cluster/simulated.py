@@ -1,7 +1,8 @@
 """The simulated cluster: the embedded default backend, a fleet held in the database.
 
-Work starts after a short delay, runs for a time drawn from its kind (scaled by
-SIMULATION_SPEED, sometimes past the request's max runtime), fails now and then and reports a
+Work starts after a short delay; a job runs for a drawn time (scaled by SIMULATION_SPEED,
+sometimes past the request's max runtime) and fails now and then, while notebooks and services
+run until the portal stops them. Every workload reports a
 GPU utilisation — some of it idle, so reclamation can be seen. Draws are seeded by the
 workload's name, so the same launch always behaves the same way and a retried launch cannot
 change its fate.
@@ -12,9 +13,9 @@ from __future__ import annotations
 import hashlib
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
@@ -22,6 +23,8 @@ from django.utils import timezone
 
 from runtime.cluster.base import (
     RESUMABLE_KINDS,
+    ClusterEvent,
+    LogLine,
     NodeInventory,
     PrioritySpec,
     ProjectSpec,
@@ -39,9 +42,56 @@ INTERACTIVE_RUN_SECONDS = (180, 600)
 FAILURE_RATE = 0.1
 IDLE_RATE = 0.25
 FAILURE_REASONS = ("Error", "OOMKilled", "ImagePullBackOff")
+EXIT_CODES = {"Error": 1, "OOMKilled": 137}
+# A simulated container writes one log line this often (in simulated seconds).
+LOG_LINE_SECONDS = 5.0
 # A reclaimed notebook or service scaled to zero is kept with this marker in `failure_reason`
 # and the moment it was scaled down in `ends_at` (the simulation has no replica count to keep).
 SCALED_TO_ZERO = "ScaledToZero"
+
+
+def pod_name(workload: SimulatedWorkload) -> str:
+    """The name the Job or ReplicaSet controller would give the workload's pod."""
+    digest = hashlib.sha256(f"{workload.namespace}/{workload.name}".encode()).hexdigest()
+    return f"{workload.name}-{digest[:5]}"
+
+
+def _log_text(workload: SimulatedWorkload, index: int) -> str:
+    """Line `index` of a simulated container, shaped like what such work prints."""
+    draw = random.Random(f"{workload.name}/{index}")
+    if workload.kind == "notebook":
+        if index == 0:
+            return f"[I ServerApp] Jupyter Server is running at: http://{pod_name(workload)}:8888/"
+        return draw.choice(
+            (
+                "[I ServerApp] Kernel started: python3",
+                "[I ServerApp] Saving file at /workspace/analysis.ipynb",
+                "[I ServerApp] Kernel restarted",
+                f"[I ServerApp] 200 GET /api/kernels ({draw.randint(1, 20)} ms)",
+            )
+        )
+    if workload.kind == "service":
+        if index == 0:
+            return "INFO:     Uvicorn running on http://0.0.0.0:8080 (Press CTRL+C to quit)"
+        return (
+            f'INFO:     10.128.0.{draw.randint(2, 250)} - "POST /v1/completions HTTP/1.1" 200 OK'
+            f" ({draw.randint(40, 900)} ms)"
+        )
+    loss = 2.5 * 0.97**index + draw.uniform(0, 0.05)
+    return (
+        f"step {index * 50:>6}  loss {loss:.4f}  lr 3.0e-04  "
+        f"throughput {draw.randint(900, 1400)} samples/s"
+    )
+
+
+def _last_words(status: WorkloadStatus) -> str:
+    if status.phase == "succeeded":
+        return "training finished; checkpoint written to /workspace/checkpoints/final.pt"
+    if status.reason == "OOMKilled":
+        return "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
+    if status.reason == "DeadlineExceeded":
+        return "Terminated: the job reached its max runtime"
+    return f"Traceback (most recent call last): ... RuntimeError: {status.reason or 'error'}"
 
 
 class SimulatedCluster:
@@ -289,7 +339,9 @@ class SimulatedCluster:
             finished_at = workload.deadline_at
         elif now < workload.starts_at:
             phase, reason, message = "pending", "ContainerCreating", "Pulling the image."
-        elif now < workload.ends_at:
+        elif now < workload.ends_at or workload.kind in RESUMABLE_KINDS:
+            # Only jobs end by themselves; notebooks and services run until the portal stops
+            # them (cancel, reclaim, timeout), as a Deployment would.
             phase = "running"
         elif workload.fails:
             phase, reason = "failed", workload.failure_reason
@@ -297,6 +349,11 @@ class SimulatedCluster:
             finished_at = workload.ends_at
         else:
             phase, finished_at = "succeeded", workload.ends_at
+        exit_code = None
+        if phase == "succeeded":
+            exit_code = 0
+        elif phase == "failed":
+            exit_code = EXIT_CODES.get(reason)
         return WorkloadStatus(
             request_id=workload.request_key,
             attempt=workload.attempt,
@@ -312,4 +369,132 @@ class SimulatedCluster:
             team_slug=workload.team_slug,
             project_slug=workload.project_slug,
             suspended_at=suspended_at,
+            pod_names=() if phase == "suspended" else (pod_name(workload),),
+            exit_code=exit_code,
         )
+
+    # Logs and events -------------------------------------------------------------------------
+
+    def read_logs(
+        self,
+        namespace: str,
+        request_id: str,
+        attempt: int,
+        *,
+        tail: int = 100,
+        follow: bool = False,
+        since: datetime | None = None,
+    ) -> Iterator[LogLine]:
+        """Lines written as a function of the clock: one every LOG_LINE_SECONDS of simulated
+        time from the start, shaped by the kind (training steps, Jupyter, an HTTP server)."""
+        workloads = list(self._attempt_workloads(namespace, request_id, attempt))
+        lines = sorted(
+            (line for w in workloads for line in self._log_lines(w, tail=tail, since=since)),
+            key=lambda line: (line.at or timezone.now(), line.pod),
+        )
+        yield from lines[-tail:] if tail else lines
+        last = lines[-1].at if lines else since
+        while follow and any(self._status(w).phase in ("pending", "running") for w in workloads):
+            time.sleep(min(1.0, LOG_LINE_SECONDS / self.speed))
+            workloads = list(self._attempt_workloads(namespace, request_id, attempt))
+            fresh = sorted(
+                (line for w in workloads for line in self._log_lines(w, tail=0, since=last)),
+                key=lambda line: (line.at or timezone.now(), line.pod),
+            )
+            yield from fresh
+            last = fresh[-1].at if fresh else last
+
+    def list_events(self, namespace: str, request_id: str, attempt: int) -> list[ClusterEvent]:
+        now = timezone.now()
+        events: list[ClusterEvent] = []
+        for workload in self._attempt_workloads(namespace, request_id, attempt):
+            events.extend(e for e in self._events(workload) if e.at is not None and e.at <= now)
+        return sorted(events, key=lambda e: (e.at or now, e.object_name))
+
+    def _attempt_workloads(
+        self, namespace: str, request_id: str, attempt: int
+    ) -> list[SimulatedWorkload]:
+        return list(
+            SimulatedWorkload.objects.filter(
+                namespace=namespace, request_key=request_id, attempt=attempt
+            ).order_by("name")
+        )
+
+    def _log_lines(
+        self, workload: SimulatedWorkload, *, tail: int, since: datetime | None
+    ) -> list[LogLine]:
+        status = self._status(workload)
+        if status.phase in ("pending", "suspended") or status.started_at is None:
+            return []
+        step = timedelta(seconds=LOG_LINE_SECONDS / self.speed)
+        end = status.finished_at or timezone.now()
+        count = int((end - workload.starts_at) / step) + 1
+        first = max(0, count - tail) if tail else 0
+        if since is not None:
+            first = max(first, int((since - workload.starts_at) / step) + 1)
+        pod = pod_name(workload)
+        lines = [
+            LogLine(pod=pod, text=_log_text(workload, i), at=workload.starts_at + i * step)
+            for i in range(first, count)
+        ]
+        if status.phase in ("succeeded", "failed") and (since is None or end > since):
+            lines.append(LogLine(pod=pod, text=_last_words(status), at=end))
+        return lines
+
+    def _events(self, workload: SimulatedWorkload) -> list[ClusterEvent]:
+        status = self._status(workload)
+        pod = pod_name(workload)
+        owner = "Job" if workload.kind == "job" else "ReplicaSet"
+        start = workload.starts_at
+        events = [
+            ClusterEvent(
+                workload.created_at,
+                "Normal",
+                "SuccessfulCreate",
+                f"Created pod: {pod}",
+                owner,
+                workload.name,
+            ),
+            ClusterEvent(
+                workload.created_at,
+                "Normal",
+                "Scheduled",
+                f"Successfully assigned {workload.namespace}/{pod} to "
+                f"{workload.node_name or 'a node'}",
+                "Pod",
+                pod,
+            ),
+            ClusterEvent(workload.created_at, "Normal", "Pulling", "Pulling image", "Pod", pod),
+            ClusterEvent(start, "Normal", "Pulled", "Successfully pulled image", "Pod", pod),
+            ClusterEvent(start, "Normal", "Created", "Created container: main", "Pod", pod),
+            ClusterEvent(start, "Normal", "Started", "Started container main", "Pod", pod),
+        ]
+        if status.phase == "succeeded":
+            events.append(
+                ClusterEvent(
+                    status.finished_at, "Normal", "Completed", "Job completed", "Job", workload.name
+                )
+            )
+        elif status.phase == "failed":
+            events.append(
+                ClusterEvent(
+                    status.finished_at,
+                    "Warning",
+                    status.reason or "Failed",
+                    status.message,
+                    "Job",
+                    workload.name,
+                )
+            )
+        elif status.phase == "suspended":
+            events.append(
+                ClusterEvent(
+                    status.suspended_at,
+                    "Normal",
+                    "ScalingReplicaSet",
+                    f"Scaled down replica set {workload.name} to 0",
+                    "Deployment",
+                    workload.name,
+                )
+            )
+        return events

@@ -40,7 +40,7 @@ def pipeline(django_capture_on_commit_callbacks: Any) -> Callable[[], cycle.Cycl
 def test_queued_request_is_admitted_placed_launched_and_finishes(
     org: Org, fleet: Fleet, pipeline: Callable[[], cycle.CycleResult]
 ) -> None:
-    request = GpuRequestFactory(project=org.project_a, flavor=fleet.l4_12g, kind="notebook")
+    request = GpuRequestFactory(project=org.project_a, flavor=fleet.l4_12g, kind="job")
     result = pipeline()
     assert result.ran and result.admitted == [request.pk]
     request.refresh_from_db()
