@@ -196,6 +196,54 @@ class GangMember:
 
 
 @dataclass(frozen=True, slots=True)
+class WorkloadRoute:
+    """How people reach a notebook or service: one Ingress whose external auth asks the portal.
+
+    `host` ("" for any host) and `path` (`/w/812/`) are where it is served; `auth_url` is the
+    portal's check for this request (`.../auth/workloads/812/`: 200 lets the call through, 401
+    sends the browser to `signin_url`). `strip_prefix` removes `path` before the call reaches
+    the pod (services); notebooks keep it, they are started with it as their base URL.
+    """
+
+    path: str
+    auth_url: str
+    signin_url: str
+    host: str = ""
+    ingress_class: str | None = None
+    tls_secret: str | None = None
+    strip_prefix: bool = False
+
+    def __post_init__(self) -> None:
+        if not (self.path.startswith("/") and self.path.endswith("/")):
+            raise ValueError(f"route path {self.path!r} must start and end with '/'")
+        if not self.auth_url.startswith(("http://", "https://")):
+            raise ValueError(f"auth URL {self.auth_url!r} must be absolute")
+
+
+@dataclass(frozen=True, slots=True)
+class LogLine:
+    """One line a workload's container wrote: when (None if the cluster did not say), from
+    which pod, and the text without its line break."""
+
+    pod: str
+    text: str
+    at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterEvent:
+    """An event the cluster recorded about one of a workload's objects (pod, Job, ...)."""
+
+    at: datetime | None
+    type: str  # Normal or Warning
+    reason: str
+    message: str
+    object_kind: str
+    object_name: str
+    count: int = 1
+
+
+@dataclass(frozen=True, slots=True)
 class WorkloadSpec:
     """What to run for one attempt of one GPU request, already placed by the portal.
 
@@ -245,9 +293,12 @@ class WorkloadSpec:
     device_indexes: tuple[int, ...] = ()
     gpu_uuids: tuple[str, ...] = ()
     gpu_types: tuple[str, ...] = ()
+    route: WorkloadRoute | None = None
 
     def __post_init__(self) -> None:
         workload_name(self.request_id, self.attempt)  # validates both
+        if self.route is not None and self.kind not in RESUMABLE_KINDS:
+            raise ValueError("only notebooks and services get a route")
         if self.gang:
             self._check_gang()
         if not is_dns_label(self.namespace):
@@ -321,7 +372,8 @@ class WorkloadStatus:
     A gang reports `gang_size` ranks and the node of each (`node_names`, rank order; `node_name`
     is rank 0's). `gpu_uuids` are the cards HAMi assigned to a vGPU pod (its
     `hami.io/vgpu-devices-allocated` annotation) and `device_indexes` their positions in the
-    node's HAMi registration, the portal's device indexes.
+    node's HAMi registration, the portal's device indexes. `pod_names` are the live pods (rank
+    order for a gang) and `exit_code` the main container's last exit, once it has exited.
     """
 
     request_id: str
@@ -342,6 +394,8 @@ class WorkloadStatus:
     node_names: tuple[str, ...] = ()
     gpu_uuids: tuple[str, ...] = ()
     device_indexes: tuple[int, ...] = ()
+    pod_names: tuple[str, ...] = ()
+    exit_code: int | None = None
 
     @property
     def is_finished(self) -> bool:
@@ -498,6 +552,26 @@ class ClusterBackend(Protocol):
 
     def list_workloads(self, namespaces: Sequence[str] | None = None) -> list[WorkloadStatus]:
         """Every workload carrying the portal's labels (all namespaces when `None`)."""
+        ...
+
+    def read_logs(
+        self,
+        namespace: str,
+        request_id: str,
+        attempt: int,
+        *,
+        tail: int = 100,
+        follow: bool = False,
+        since: datetime | None = None,
+    ) -> Iterator[LogLine]:
+        """The last `tail` lines of every pod of the attempt (only those after `since` when
+        given), oldest first; with `follow`, keep yielding new lines until the pods end or the
+        caller stops iterating. No pod yet is no lines, not an error."""
+        ...
+
+    def list_events(self, namespace: str, request_id: str, attempt: int) -> list[ClusterEvent]:
+        """The cluster's events about the attempt's objects (Job, Deployment, pods), oldest
+        first."""
         ...
 
 

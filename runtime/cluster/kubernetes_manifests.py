@@ -229,8 +229,9 @@ def pod_spec(spec: WorkloadSpec, *, restart_policy: str) -> dict[str, Any]:
         container["command"] = list(spec.command)
     if spec.args:
         container["args"] = list(spec.args)
-    if spec.env:
-        container["env"] = [{"name": k, "value": v} for k, v in sorted(spec.env.items())]
+    env = {**spec.env, **route_env(spec)}
+    if env:
+        container["env"] = [{"name": k, "value": v} for k, v in sorted(env.items())]
     if spec.kind != "job":
         container["ports"] = [
             {"name": "http", "containerPort": spec.service_port, "protocol": "TCP"}
@@ -344,6 +345,77 @@ def service_manifest(spec: WorkloadSpec) -> Manifest:
     }
 
 
+def route_env(spec: WorkloadSpec) -> dict[str, str]:
+    """What a routed notebook or service reads to serve under its path, with no token of its
+    own (the Ingress's auth check is the only door): `NB_PREFIX` (Kubeflow notebook images),
+    `NOTEBOOK_ARGS` (Jupyter docker-stacks' start-notebook), `WORKLOAD_BASE_PATH` (anything).
+    The portal's keys win over the user's."""
+    if spec.route is None:
+        return {}
+    path = spec.route.path
+    env = {"WORKLOAD_BASE_PATH": path}
+    if spec.kind == "notebook":
+        env["NB_PREFIX"] = path.rstrip("/")
+        env["NOTEBOOK_ARGS"] = (
+            f"--ServerApp.base_url={path} --ServerApp.token= --ServerApp.password= "
+            "--ServerApp.allow_remote_access=True"
+        )
+    return env
+
+
+def ingress_manifest(spec: WorkloadSpec) -> Manifest:
+    """The networking.k8s.io/v1 Ingress that publishes a notebook or service at its route,
+    behind ingress-nginx's external auth: every call is first checked by the portal
+    (`auth-url`; 2xx passes, 401 redirects to `auth-signin`, 403 refuses)."""
+    route = spec.route
+    if route is None:
+        raise ValueError("the workload has no route")
+    metadata = _metadata(spec)
+    annotations = {
+        **metadata.get("annotations", {}),
+        "nginx.ingress.kubernetes.io/auth-url": route.auth_url,
+        "nginx.ingress.kubernetes.io/auth-signin": route.signin_url,
+        # Notebooks hold kernels open over websockets for hours.
+        "nginx.ingress.kubernetes.io/proxy-read-timeout": "3600",
+        "nginx.ingress.kubernetes.io/proxy-send-timeout": "3600",
+        "nginx.ingress.kubernetes.io/proxy-body-size": "100m",
+    }
+    path = route.path
+    path_type = "Prefix"
+    if route.strip_prefix:
+        annotations["nginx.ingress.kubernetes.io/use-regex"] = "true"
+        annotations["nginx.ingress.kubernetes.io/rewrite-target"] = "/$2"
+        path = f"{route.path.rstrip('/')}(/|$)(.*)"
+        path_type = "ImplementationSpecific"
+    metadata["annotations"] = annotations
+    rule: dict[str, Any] = {
+        "http": {
+            "paths": [
+                {
+                    "path": path,
+                    "pathType": path_type,
+                    "backend": {
+                        "service": {"name": spec.name, "port": {"number": spec.service_port}}
+                    },
+                }
+            ]
+        }
+    }
+    if route.host:
+        rule["host"] = route.host
+    ingress_spec: dict[str, Any] = {"rules": [rule]}
+    if route.ingress_class:
+        ingress_spec["ingressClassName"] = route.ingress_class
+    if route.tls_secret and route.host:
+        ingress_spec["tls"] = [{"hosts": [route.host], "secretName": route.tls_secret}]
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "Ingress",
+        "metadata": metadata,
+        "spec": ingress_spec,
+    }
+
+
 def gang_env(spec: WorkloadSpec, rank: int) -> dict[str, str]:
     """What torchrun and MPI launchers read: rank 0's stable DNS name through the headless
     Service, the port, the world (one process group per node) and this pod's share."""
@@ -422,7 +494,8 @@ def workload_manifests(spec: WorkloadSpec) -> list[Manifest]:
         ]
     if spec.kind == "job":
         return [job_manifest(spec)]
-    return [deployment_manifest(spec), service_manifest(spec)]
+    routed = [ingress_manifest(spec)] if spec.route is not None else []
+    return [deployment_manifest(spec), service_manifest(spec), *routed]
 
 
 def namespace_manifest(spec: ProjectSpec) -> Manifest:

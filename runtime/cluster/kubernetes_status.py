@@ -147,6 +147,20 @@ def pod_termination(pod: k8s.V1Pod) -> tuple[str, str] | None:
     return None
 
 
+def pod_exit_code(pod: k8s.V1Pod | None) -> int | None:
+    """The exit code of the pod's main container once it has exited (now or last time)."""
+    if pod is None:
+        return None
+    for container in _container_statuses(pod):
+        if container.name != "main":
+            continue
+        for state in (container.state, container.last_state):
+            terminated = state.terminated if state is not None else None
+            if terminated is not None and terminated.exit_code is not None:
+                return int(terminated.exit_code)
+    return None
+
+
 def pod_unschedulable(pod: k8s.V1Pod) -> str | None:
     """The scheduler's message when it could not place a pending pod."""
     for condition in _conditions(pod):
@@ -270,6 +284,8 @@ def workload_status(
             team_slug=labels.get(TEAM_LABEL, ""),
             project_slug=labels.get(PROJECT_LABEL, ""),
             suspended_at=suspended if phase == "suspended" else None,
+            pod_names=tuple(str(p.metadata.name) for p in pods if p.metadata is not None),
+            exit_code=pod_exit_code(source),
         )
 
     if owner is None and pod is None:
@@ -398,6 +414,7 @@ def gang_status(
         gang_size=size,
         node_names=node_names,
         node_name=ranks[0].node_name,
+        pod_names=tuple(name for r in ranks for name in r.pod_names),
     )
 
     def at(rank: int, status: WorkloadStatus) -> str:

@@ -84,6 +84,12 @@ PORTAL_RBAC_RULES: list[dict[str, Any]] = [
     },
     {"apiGroups": [""], "resources": ["services"], "verbs": ["create", "get", "delete"]},
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch", "deletecollection"]},
+    {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
+    {
+        "apiGroups": ["networking.k8s.io"],
+        "resources": ["ingresses"],
+        "verbs": ["create", "get", "delete"],
+    },
     {"apiGroups": [""], "resources": ["events"], "verbs": ["list"]},
 ]
 

@@ -138,7 +138,13 @@ VERBS = {
     "delete": "delete",
     "list": "list",
 }
-GROUPS = {"core": "", "batch": "batch", "apps": "apps", "scheduling": "scheduling.k8s.io"}
+GROUPS = {
+    "core": "",
+    "batch": "batch",
+    "apps": "apps",
+    "scheduling": "scheduling.k8s.io",
+    "networking": "networking.k8s.io",
+}
 PLURALS = {
     "namespace": "namespaces",
     "node": "nodes",
@@ -146,6 +152,8 @@ PLURALS = {
     "limit_range": "limitranges",
     "service": "services",
     "pod": "pods",
+    "pod_log": "pods/log",
+    "ingress": "ingresses",
     "job": "jobs",
     "deployment": "deployments",
     "priority_class": "priorityclasses",
@@ -157,7 +165,9 @@ def backend_permissions() -> set[tuple[str, str, str]]:
     """(group, resource, verb) for every client call in the kubernetes backend's source."""
     source = (ROOT / "runtime" / "cluster" / "kubernetes.py").read_text()
     needed: set[tuple[str, str, str]] = set()
-    for api, method in re.findall(r"self\.(core|batch|apps|scheduling)\.([a-z_]+)", source):
+    for api, method in re.findall(
+        r"self\.(core|batch|apps|scheduling|networking)\.([a-z_]+)", source
+    ):
         verb_word = next(v for v in VERBS if method.startswith(v + "_"))
         kind = method.removeprefix(verb_word + "_").removeprefix("namespaced_")
         kind = kind.removesuffix("_for_all_namespaces")
