@@ -2,9 +2,9 @@
 
     python -m bench.reports [--rows N]      (make bench-reports; PostgreSQL at BENCH_DATABASE_URL)
 
-Generates usage rows (200 teams, 2,000 projects, 10 flavors, 6 months by default) as CSV text and
-ingests them through the product's bulk path (`accounting.services.ingest_usage_csv`, one
-200,000-row batch per call, rollups current when it returns), then times the selectors the API
+Generates usage rows (200 teams, 2,000 projects, 10 flavors, 6 months by default) as CSV files
+of 200,000 rows and imports each with the product's command (`manage.py import_usage FILE.csv`:
+COPY into a staging table, rollups current when it returns), then times the selectors the API
 uses (`accounting.selectors.usage_rows`) against the plain GROUP BY over the ledger in the same
 run. Prints one JSON line per figure.
 """
@@ -12,11 +12,11 @@ run. Prints one JSON line per figure.
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import os
 import random
 import statistics
+import tempfile
 import time
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
@@ -131,22 +131,28 @@ def generate(
 
 
 def ingest(rows: int, catalogue: dict[str, Any], first_day: date, days: int) -> float:
-    """Rows arrive in time order (a batch covers a few days) as CSV text and go through the
-    product's bulk path, `accounting.services.ingest_usage_csv`; returns rows per second
-    (generating the text is not timed)."""
-    from accounting.services import ingest_usage_csv
+    """Rows arrive in time order (a file covers a few days) as CSV files and go through the
+    product's command, `manage.py import_usage FILE.csv`; returns rows per second (generating
+    and writing the files is not timed)."""
+    from django.core.management import call_command
+
+    from accounting.services import USAGE_COLUMNS
 
     rng = random.Random(8)
     per_day = max(rows // days, 1)
     elapsed = 0.0
     done = 0
-    while done < rows:
-        size = min(BATCH, rows - done)
-        text = generate(done, size, per_day, days, first_day, catalogue, rng)
-        began = time.perf_counter()
-        ingest_usage_csv(io.StringIO(text))
-        elapsed += time.perf_counter() - began
-        done += size
+    with tempfile.TemporaryDirectory(prefix="bench-reports-") as folder:
+        path = os.path.join(folder, "usage.csv")
+        while done < rows:
+            size = min(BATCH, rows - done)
+            with open(path, "w", encoding="utf-8") as file:
+                file.write(",".join(USAGE_COLUMNS) + "\n")
+                file.write(generate(done, size, per_day, days, first_day, catalogue, rng))
+            began = time.perf_counter()
+            call_command("import_usage", path, verbosity=0)
+            elapsed += time.perf_counter() - began
+            done += size
     from django.db import connection
 
     # Not timed: settle the database before the reports are timed, so that they measure the

@@ -83,4 +83,5 @@ class Command(BaseCommand):
             raise CommandError(f"Cannot read {file}: {error.strerror}.") from error
         except DomainError as error:
             raise CommandError(f"{file}: {error.message}") from error
-        self.stdout.write(self.style.SUCCESS(f"Imported {count:,} usage rows from {file}."))
+        if options["verbosity"] > 0:
+            self.stdout.write(self.style.SUCCESS(f"Imported {count:,} usage rows from {file}."))
