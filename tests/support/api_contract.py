@@ -74,6 +74,8 @@ Body = Mapping[str, Any] | Callable[[World], Mapping[str, Any]]
 
 @dataclass(frozen=True)
 class ApiContract:
+    """Who may do what to `subject` (an object of team A's) through the router's `basename`."""
+
     basename: str
     subject: Callable[[World], models.Model]
     may_read: frozenset[str] | set[str]
