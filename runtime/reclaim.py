@@ -20,7 +20,7 @@ from django.utils import timezone
 from runtime.cluster.base import ClusterBackend, WorkloadStatus
 from runtime.execution import cluster_backend
 from runtime.inventory import stamp_unschedulable_nodes
-from runtime.outcomes import reclaim_request, requeue_or_fail
+from runtime.outcomes import reclaim_request, reclaim_timed_out, requeue_or_fail
 from scheduling.choices import RESUMABLE_KINDS, RequestStatus, WorkloadKind
 from scheduling.lifecycle import record_request_event
 from scheduling.models import (
@@ -166,15 +166,8 @@ def _timeout_pass(now: datetime, policies: dict[int, ReclaimPolicy], outcome: Co
                 event={"type": "reclaim.timeout_warning", "request": request.pk},
             )
             outcome["timeout_warned"] += 1
-        elif stage == "stop":
-            hours = request.max_runtime_seconds / 3600
-            evidence = {
-                "started_at": request.started_at.isoformat(),
-                "max_runtime_seconds": request.max_runtime_seconds,
-            }
-            reason = f"Stopped: it reached its max runtime of {hours:g} h."
-            if reclaim_request(request, reason=reason, code="timeout", evidence=evidence):
-                outcome["timeout_stopped"] += 1
+        elif stage == "stop" and reclaim_timed_out(request):
+            outcome["timeout_stopped"] += 1
 
 
 def _abnormal_pass(
