@@ -3,7 +3,8 @@ transaction, (4) act after commit (launches and terminations go to Celery).
 
 Exactly one cycle acts at a time across all workers and replicas: a cycle first takes the
 `scheduling-cycle` lease with a compare-and-set UPDATE; a second cycle that finds the lease held
-returns at once. The lease expires by itself, so a killed worker cannot block scheduling.
+returns at once. The lease expires by itself, so a killed worker cannot block scheduling; a
+cycle renews it before it writes and drops its plan if the lease was taken over meanwhile.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from django.utils import timezone
 
 from scheduling import engine
 from scheduling.choices import RequestStatus
-from scheduling.lifecycle import transition
+from scheduling.lifecycle import Move, transition, transition_many
 from scheduling.models import Allocation, GpuRequest, ReclaimPolicy, SchedulerLease
 from scheduling.notifications import notify
 from scheduling.snapshot import build_snapshot, claims_as_json
@@ -96,6 +97,14 @@ def acquire_lease(*, name: str = LEASE_NAME, seconds: int = LEASE_SECONDS) -> st
     return holder if taken else None
 
 
+def renew_lease(holder: str, *, name: str = LEASE_NAME, seconds: int = LEASE_SECONDS) -> bool:
+    """Extend the lease if `holder` still has it; inside a transaction its row stays locked."""
+    renewed = SchedulerLease.objects.filter(name=name, holder=holder).update(
+        expires_at=timezone.now() + timedelta(seconds=seconds)
+    )
+    return bool(renewed)
+
+
 def release_lease(holder: str, *, name: str = LEASE_NAME, cycle_seconds: float = 0.0) -> None:
     SchedulerLease.objects.filter(name=name, holder=holder).update(
         holder="",
@@ -165,18 +174,22 @@ def run_cycle(
             plan_seconds=plan_done - read_done,
         )
         with transaction.atomic():
+            # The plan is only as good as the lease: renew it (its row stays locked until
+            # commit, so no other cycle can take it over meanwhile), or write nothing if another
+            # cycle took it over while this one read and planned.
+            if not renew_lease(holder):
+                log.warning("the scheduling lease expired during planning; the plan is dropped")
+                return CycleResult(ran=False)
             for preemption in plan.preemptions:
                 attempt = _preempt(preemption)
                 if attempt is not None:
                     result.preempted.append(int(preemption.victim_id))
                     if on_preempt:
                         _after_commit(on_preempt, int(preemption.victim_id), attempt)
-            for admission in plan.admissions:
-                attempt = _admit(admission)
-                if attempt is not None:
-                    result.admitted.append(int(admission.request_id))
-                    if on_admit:
-                        _after_commit(on_admit, int(admission.request_id), attempt)
+            for request_id, attempt in _admit(plan.admissions):
+                result.admitted.append(request_id)
+                if on_admit:
+                    _after_commit(on_admit, request_id, attempt)
             _record_waiting(plan.waiting)
         result.write_seconds = time.perf_counter() - plan_done
         # 4. Act: the on_commit callbacks above enqueue launches and terminations.
@@ -190,33 +203,50 @@ def _after_commit(act: Callable[[int, int], None], request_id: int, attempt: int
     transaction.on_commit(lambda: act(request_id, attempt))
 
 
-def _admit(admission: engine.Admission) -> int | None:
-    # The pool for the allocation, team and project for the audit event: one read, not four.
-    request = GpuRequest.objects.select_related("flavor__pool", "team", "project").get(
-        pk=int(admission.request_id)
+def _admit(admissions: tuple[engine.Admission, ...]) -> list[tuple[int, int]]:
+    """Admit the plan's requests that are still queued, each with its allocation, in batches.
+
+    Returns (request id, attempt) of each admitted request, in the plan's order.
+    """
+    by_id = {int(admission.request_id): admission for admission in admissions}
+    # The pool for the allocation, team and project for the audit events: one read.
+    requests = GpuRequest.objects.select_related("flavor__pool", "team", "project").in_bulk(
+        list(by_id)
     )
-    attempt = request.attempt + 1
-    if not transition(
-        request,
-        RequestStatus.ADMITTED,
-        actor=None,
-        reason="Admitted: capacity reserved, launching."
-        + (" Runs on borrowed quota and may be preempted." if admission.borrowed else ""),
-        attempt=attempt,
-        waiting_reason="",
-        queue_position=None,
-    ):
-        return None
-    Allocation.objects.create(
-        request=request,
-        attempt=attempt,
-        pool=request.flavor.pool,
-        claims=claims_as_json(admission.placement),
-        is_borrowed=admission.borrowed,
-        is_preemptible=admission.preemptible or request.is_preemptible,
-        node_name=",".join(admission.node_ids),
+    admitted: list[GpuRequest] = []
+    for borrowed in (False, True):
+        group = [
+            request
+            for pk, request in requests.items()
+            if by_id[pk].borrowed is borrowed and request.status == RequestStatus.QUEUED
+        ]
+        reason = "Admitted: capacity reserved, launching." + (
+            " Runs on borrowed quota and may be preempted." if borrowed else ""
+        )
+        admitted += transition_many(
+            group,
+            Move(RequestStatus.ADMITTED, reason),
+            next_attempt=True,
+            waiting_reason="",
+            queue_position=None,
+        )
+    Allocation.objects.bulk_create(
+        [
+            Allocation(
+                request=request,
+                attempt=request.attempt,
+                pool=request.flavor.pool,
+                claims=claims_as_json(by_id[request.pk].placement),
+                is_borrowed=by_id[request.pk].borrowed,
+                is_preemptible=by_id[request.pk].preemptible or request.is_preemptible,
+                node_name=",".join(by_id[request.pk].node_ids),
+            )
+            for request in admitted
+        ],
+        batch_size=500,
     )
-    return attempt
+    attempts = {request.pk: request.attempt for request in admitted}
+    return [(pk, attempts[pk]) for pk in by_id if pk in attempts]
 
 
 def _preempt(preemption: engine.Preemption) -> int | None:
@@ -255,15 +285,19 @@ def _max_attempts(request: GpuRequest) -> int:
 
 
 def _record_waiting(waiting: tuple[engine.Waiting, ...]) -> None:
-    """Store why each still-queued request waits and where it stands, in batched UPDATEs."""
-    queued = set(
-        GpuRequest.objects.filter(
+    """Store why each still-queued request waits and where it stands, in batched UPDATEs.
+
+    Only rows whose reason or position changed are written: a quiet cycle writes nothing.
+    """
+    stored = {
+        pk: (reason, position)
+        for pk, reason, position in GpuRequest.objects.filter(
             pk__in=[int(w.request_id) for w in waiting], status=RequestStatus.QUEUED
-        ).values_list("pk", flat=True)
-    )
+        ).values_list("pk", "waiting_reason", "queue_position")
+    }
     changed = [
         GpuRequest(pk=int(w.request_id), waiting_reason=w.reason, queue_position=w.position)
         for w in waiting
-        if int(w.request_id) in queued
+        if int(w.request_id) in stored and stored[int(w.request_id)] != (w.reason, w.position)
     ]
     GpuRequest.objects.bulk_update(changed, ["waiting_reason", "queue_position"], batch_size=500)

@@ -1,5 +1,6 @@
 """The request lifecycle: every status change goes through `transition()` (or, for several
-moves made at once, `transition_through()`), and only them.
+moves made at once, `transition_through()`; for one move of many requests, `transition_many()`),
+and only them.
 
 A transition is a compare-and-set UPDATE (… WHERE status = <expected>), so two workers racing
 for the same move cannot both make it; repeating a move that already happened changes nothing.
@@ -12,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from django.db.models import F
 from django.utils import timezone
 
 from scheduling.choices import FINISHED_STATUSES, TRANSITIONS, RequestStatus
@@ -66,6 +68,53 @@ def transition_through(request: GpuRequest, moves: Sequence[Move], **fields: Any
         setattr(request, field, value)
     AuditEvent.objects.bulk_create(_move_events(request, current, moves))
     return True
+
+
+def transition_many(
+    requests: Sequence[GpuRequest],
+    move: Move,
+    *,
+    next_attempt: bool = False,
+    batch_size: int = 500,
+    **fields: Any,
+) -> list[GpuRequest]:
+    """Make one move for many requests that share a status, in batched compare-and-set UPDATEs.
+
+    The cycle admits thousands of requests at once; one UPDATE per batch replaces one per
+    request. Each batch (1) locks the rows still in the status they were read in (a request
+    cancelled meanwhile is left alone, as `transition` would find it), (2) updates them, and
+    (3) files one audit event per request, as if each moved alone. `next_attempt` counts a new
+    attempt. Returns the requests that moved, their fields updated in memory.
+    """
+    moved: list[GpuRequest] = []
+    for start in range(0, len(requests), batch_size):
+        batch = {request.pk: request for request in requests[start : start + batch_size]}
+        statuses = {request.status for request in batch.values()}
+        if len(statuses) != 1:
+            raise ValueError(f"requests moved together must share a status, not {statuses}")
+        current = statuses.pop()
+        changes = _planned_changes(next(iter(batch.values())), [move], **fields)
+        # 1. Lock the rows still where they were read.
+        still = list(
+            GpuRequest.objects.select_for_update()
+            .filter(pk__in=list(batch), status=current)
+            .values_list("pk", flat=True)
+        )
+        # 2. Move them.
+        update = {**changes, "attempt": F("attempt") + 1} if next_attempt else changes
+        GpuRequest.objects.filter(pk__in=still).update(**update)
+        events = []
+        for pk in still:
+            request = batch[pk]
+            for field, value in changes.items():
+                setattr(request, field, value)
+            if next_attempt:
+                request.attempt += 1
+            moved.append(request)
+            events.extend(_move_events(request, current, [move]))
+        # 3. Audit each move.
+        AuditEvent.objects.bulk_create(events)
+    return moved
 
 
 def create_through(
