@@ -25,6 +25,7 @@ def test_a_request_from_nothing_is_submitted_and_queued_by_the_tiers_rule() -> N
     ("to", "status"),
     [
         ("queued", RequestStatus.QUEUED),
+        ("admitted", RequestStatus.ADMITTED),
         ("launching", RequestStatus.LAUNCHING),
         ("running", RequestStatus.RUNNING),
     ],

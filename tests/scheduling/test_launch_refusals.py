@@ -12,10 +12,10 @@ from runtime import execution
 from runtime.cluster.base import PermanentClusterError, ProjectSpec, TransientClusterError
 from runtime.cluster.simulated import SimulatedCluster
 from runtime.tasks import AUTHORIZATION_RETRIES, launch_workload
-from scheduling import cycle, services
 from scheduling.choices import RequestStatus
 from scheduling.models import Allocation, GpuRequest
 from tests.scheduling.conftest import Fleet
+from tests.support.factories import GpuRequestFactory
 from tests.support.personas import Org
 
 pytestmark = pytest.mark.django_db
@@ -44,16 +44,7 @@ class RefusingCluster(SimulatedCluster):
 
 
 def admitted(org: Org, fleet: Fleet) -> GpuRequest:
-    request = services.submit_gpu_request(
-        actor=org.dev_a,
-        project=org.project_a,
-        flavor=fleet.l4_12g,
-        gpu_count=1,
-        image="pytorch:2.4",
-        max_runtime_seconds=3600,
-    )
-    assert cycle.run_cycle().admitted == [request.pk]
-    request.refresh_from_db()
+    request = GpuRequestFactory(project=org.project_a, flavor=fleet.l4_12g, to="admitted")
     assert (request.status, request.attempt) == (RequestStatus.ADMITTED, 1)
     return request
 

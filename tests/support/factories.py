@@ -35,6 +35,7 @@ from scheduling.choices import (
     SharingMode,
 )
 from scheduling.models import (
+    Allocation,
     ApprovalRule,
     Flavor,
     GpuDevice,
@@ -256,7 +257,7 @@ def _team_member(project: Project, role: str) -> Any:
 
 
 # How far a request is moved after its submission; each step goes through the product's code.
-STAGES = ("submitted", "queued", "launching", "running")
+STAGES = ("submitted", "queued", "admitted", "launching", "running")
 
 
 class GpuRequestFactory(factory.Factory[GpuRequest]):
@@ -264,8 +265,9 @@ class GpuRequestFactory(factory.Factory[GpuRequest]):
     default the first developer of the project's team; `make_org`'s team A: `dev_a`).
 
     `to` says how far it goes from there: "submitted" (as the tier's rule left it: queued, or
-    pending a lead), "queued" (the team's first lead approves it if needed), "launching" (one
-    scheduling cycle admits it and the simulated cluster is asked to start it) or "running".
+    pending a lead), "queued" (the team's first lead approves it if needed), "admitted" (by one
+    scheduling cycle), "launching" (the simulated cluster is asked to start it) or "running"
+    (the cluster reports it started).
     """
 
     class Meta:
@@ -289,44 +291,58 @@ class GpuRequestFactory(factory.Factory[GpuRequest]):
         if to not in STAGES:
             raise ValueError(f"to={to!r}: one of {STAGES}")
         request = services.submit_gpu_request(**kwargs)
-        if to == "submitted":
-            return request
-        if request.status == RequestStatus.PENDING_APPROVAL:
+        stage = STAGES.index(to)
+        if stage >= STAGES.index("queued") and request.status == RequestStatus.PENDING_APPROVAL:
             lead = _team_member(request.project, Role.TEAM_LEAD)
             services.approve_gpu_request(actor=lead, request=request)
-        if to != "queued":
-            admit_and_launch(request, running=to == "running")
+        if stage >= STAGES.index("admitted"):
+            admit(request)
+        if stage >= STAGES.index("launching"):
+            launch(request)
+        if stage >= STAGES.index("running"):
+            report_running(request)
         request.refresh_from_db()
         return request
 
 
-def admit_and_launch(request: GpuRequest, *, running: bool) -> None:
-    """One scheduling cycle, then the launch it queues, on the simulated cluster; `running` then
-    applies what the workload sync applies when the cluster reports the pod running."""
-    from runtime import execution
-    from runtime.cluster.base import WorkloadStatus
-    from runtime.cluster.simulated import SimulatedCluster
+def admit(request: GpuRequest) -> None:
+    """One scheduling cycle, which must admit `request`; the launch it queues is not made."""
     from scheduling import cycle
 
-    with TestCase.captureOnCommitCallbacks(execute=False):  # the launch is made below
+    with TestCase.captureOnCommitCallbacks(execute=False):
         result = cycle.run_cycle()
     request.refresh_from_db()
     if request.pk not in result.admitted:
         raise AssertionError(
             f"the cycle left request {request.pk} waiting: {request.waiting_reason}"
         )
+
+
+def launch(request: GpuRequest) -> None:
+    """The launch of the admitted attempt, on the simulated cluster."""
+    from runtime import execution
+    from runtime.cluster.simulated import SimulatedCluster
+
+    request.refresh_from_db()
     backend = SimulatedCluster(speed=1.0)
-    name = execution.launch_request(request_id=request.pk, attempt=request.attempt, backend=backend)
-    if running:
-        request.refresh_from_db()
-        seen = WorkloadStatus(
-            request_id=str(request.pk),
-            attempt=request.attempt,
-            phase="running",
-            namespace=request.project.namespace,
-            name=name,
-        )
-        assert execution.apply_workload_status(request, seen) == RequestStatus.RUNNING
+    execution.launch_request(request_id=request.pk, attempt=request.attempt, backend=backend)
+
+
+def report_running(request: GpuRequest) -> None:
+    """What the workload sync applies when the cluster reports the pod running."""
+    from runtime import execution
+    from runtime.cluster.base import WorkloadStatus
+
+    request.refresh_from_db()
+    allocation = Allocation.objects.get(request=request, attempt=request.attempt)
+    seen = WorkloadStatus(
+        request_id=str(request.pk),
+        attempt=request.attempt,
+        phase="running",
+        namespace=request.project.namespace,
+        name=allocation.workload_name,
+    )
+    assert execution.apply_workload_status(request, seen) == RequestStatus.RUNNING
 
 
 def api_submit(user: Any, body: Mapping[str, Any], *, status: int | None = 201) -> Any:
