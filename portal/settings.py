@@ -223,6 +223,23 @@ KUBE_CONTEXT = env.str("KUBE_CONTEXT", default="") or None
 # Extra or overriding GPU product → model names (runtime/cluster/gpu_models.py), a JSON
 # object, e.g. {"NVIDIA-A100-SXM4-80GB": "A100-80G"}.
 GPU_MODEL_ALIASES: dict[str, str] = env.json("GPU_MODEL_ALIASES", default={})
+# Connecting to notebooks and services (docs/kubernetes-backend.md, "Connect"): each one is
+# served at WORKLOAD_BASE_URL + "<request id>/" behind the portal's own sign-in. A path ("/w/")
+# means the portal's own host. WORKLOAD_ROUTE "ingress" makes one Ingress per workload whose
+# external auth asks PORTAL_INTERNAL_URL + /auth/workloads/<id>/ (default: the base URL's
+# origin); "none" makes no route (the URL is still shown, e.g. for a route made by hand).
+WORKLOAD_BASE_URL = env.str("WORKLOAD_BASE_URL", default="/w/").rstrip("/") + "/"
+WORKLOAD_ROUTE = env.str("WORKLOAD_ROUTE", default="ingress")
+if WORKLOAD_ROUTE not in {"ingress", "none"}:
+    raise environ.ImproperlyConfigured("WORKLOAD_ROUTE must be 'ingress' or 'none'")
+WORKLOAD_INGRESS_CLASS = env.str("WORKLOAD_INGRESS_CLASS", default="nginx")
+WORKLOAD_TLS_SECRET = env.str("WORKLOAD_TLS_SECRET", default="")
+PORTAL_INTERNAL_URL = env.str("PORTAL_INTERNAL_URL", default="").rstrip("/")
+# Logs through the worker (CLUSTER_BACKEND=kubernetes): how long the web waits for a read, how
+# often `follow` asks again, and how long one followed stream may last.
+WORKLOAD_LOG_WAIT_SECONDS = env.float("WORKLOAD_LOG_WAIT_SECONDS", default=10.0)
+WORKLOAD_LOG_POLL_SECONDS = env.float("WORKLOAD_LOG_POLL_SECONDS", default=2.0)
+WORKLOAD_LOG_FOLLOW_SECONDS = env.float("WORKLOAD_LOG_FOLLOW_SECONDS", default=300.0)
 # Simulated cluster: how much faster than real time simulated work starts and runs.
 SIMULATION_SPEED = env.float("SIMULATION_SPEED", default=1.0)
 # Fault injection for the tests: how long a simulated launch takes before the object exists.

@@ -11,6 +11,7 @@ from portal import health, views
 api_v1 = [
     path("", include("tenants.api.urls")),
     path("", include("scheduling.api.urls")),
+    path("", include("runtime.api.urls")),
     path("", include("accounting.api.urls")),
 ]
 
@@ -22,6 +23,7 @@ urlpatterns = [
     path("account/tokens/<str:token_key>/revoke/", views.revoke_api_token, name="api-token-revoke"),
     path("", include("scheduling.urls")),
     path("", include("accounting.urls")),
+    path("", include("runtime.urls")),
     path("manage/", include("portal.manage_urls")),
     path("api/v1/", include(api_v1)),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),

@@ -28,7 +28,9 @@ from runtime.cluster.base import (
     WorkloadStatus,
 )
 from runtime.cluster.base import Taint as ClusterTaint
+from runtime.connect import workload_route
 from runtime.inventory import gpu_products
+from runtime.observed import record_observation
 from runtime.relocation import relocated_claims
 from scheduling import dispatch
 from scheduling.choices import SHARING_MODE_OF_FLAVOR_KIND, RequestStatus
@@ -123,6 +125,7 @@ def workload_spec(request: GpuRequest, allocation: Allocation) -> WorkloadSpec:
         device_indexes=tuple(c["device_index"] for c in allocation.claims if c["node"] == nodes[0])
         if sharing == "vgpu" and placed_by_portal
         else (),
+        route=workload_route(request),
     )
 
 
@@ -235,6 +238,7 @@ def reconcile_placement(request: GpuRequest, status: WorkloadStatus) -> bool:
 
 def apply_workload_status(request: GpuRequest, status: WorkloadStatus) -> str | None:
     """Map one observed workload onto its request; returns the new status if it moved."""
+    record_observation(request, status)  # pods, exit code, termination reason
     settled = verdicts.settle(request, status)  # deadline reached, crash loop
     if settled is not None:
         return settled

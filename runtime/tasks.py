@@ -12,7 +12,7 @@ from celery import Task, shared_task
 from django.conf import settings
 from django.utils import timezone
 
-from runtime import execution, inventory, monitoring, propagation, reclaim
+from runtime import execution, inspect, inventory, monitoring, propagation, reclaim
 from runtime.cluster.base import PermanentClusterError, TransientClusterError
 from scheduling.dispatch import request_launch, request_scheduling_cycle
 from scheduling.models import GpuRequest
@@ -126,3 +126,26 @@ def sweep_stuck_requests() -> int:
         GpuRequest.objects.filter(pk=request_id).update(updated_at=timezone.now())
         request_launch(request_id, attempt)
     return len(stuck)
+
+
+# Reads for the web tier, which holds no cluster credentials (runtime/inspect.py): not retried,
+# not re-delivered (the web stops waiting after a few seconds), answered through the cache.
+
+
+@shared_task(acks_late=False, ignore_result=True)
+def read_workload_logs(
+    reply_key: str, *, request_id: int, attempt: int, tail: int, since: str | None = None
+) -> None:
+    inspect.answer(
+        reply_key,
+        lambda: inspect.collect_logs(
+            request_id=request_id, attempt=attempt, tail=tail, since=since
+        ),
+    )
+
+
+@shared_task(acks_late=False, ignore_result=True)
+def list_workload_events(reply_key: str, *, request_id: int, attempt: int) -> None:
+    inspect.answer(
+        reply_key, lambda: inspect.collect_events(request_id=request_id, attempt=attempt)
+    )

@@ -451,6 +451,11 @@ class Allocation(models.Model):
     started_at = models.DateTimeField(null=True, blank=True)
     ended_at = models.DateTimeField(null=True, blank=True, db_index=True)
     end_reason = models.CharField(max_length=200, blank=True)
+    # What workload sync last saw of the attempt's pods: their names, the main container's exit
+    # code and the last termination reason ("OOMKilled: container main exited with code 137").
+    pod_names = models.JSONField(default=list, blank=True)
+    exit_code = models.IntegerField(null=True, blank=True)
+    termination_reason = models.CharField(max_length=500, blank=True)
 
     objects = AllocationQuerySet.as_manager()
 

@@ -2,9 +2,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from scheduling.choices import Priority, WorkloadKind
+from scheduling.connect import connect_url, current_allocation
 from scheduling.models import (
     ApprovalRule,
     Flavor,
@@ -223,6 +225,17 @@ REQUEST_READ_ONLY_FIELDS = [
 ]
 
 
+# Read from the current attempt's allocation (what workload sync last saw) or computed; not
+# columns of the request.
+REQUEST_WORKLOAD_FIELDS = [
+    "connect_url",
+    "node_names",
+    "pod_names",
+    "exit_code",
+    "termination_reason",
+]
+
+
 class GpuRequestSerializer(serializers.ModelSerializer):
     """What a developer may write, and everything they may read back; status is read-only."""
 
@@ -257,10 +270,50 @@ class GpuRequestSerializer(serializers.ModelSerializer):
         min_value=1, max_value=100, required=False, allow_null=True, default=None
     )
 
+    connect_url = serializers.SerializerMethodField(
+        help_text="Where to open a running notebook or service; null for jobs and until running."
+    )
+    node_names = serializers.SerializerMethodField(help_text="The nodes the attempt runs on.")
+    pod_names = serializers.SerializerMethodField(help_text="The attempt's pods, as sync saw.")
+    exit_code = serializers.SerializerMethodField(
+        help_text="The main container's last exit code; null until it exits."
+    )
+    termination_reason = serializers.SerializerMethodField(
+        help_text='Why the container last ended, e.g. "OOMKilled: ..."; "" until it ends.'
+    )
+
     class Meta:
         model = GpuRequest
-        fields = [*REQUEST_WRITABLE_FIELDS, *REQUEST_READ_ONLY_FIELDS]
-        read_only_fields = REQUEST_READ_ONLY_FIELDS
+        fields = [*REQUEST_WRITABLE_FIELDS, *REQUEST_READ_ONLY_FIELDS, *REQUEST_WORKLOAD_FIELDS]
+        read_only_fields = [*REQUEST_READ_ONLY_FIELDS, *REQUEST_WORKLOAD_FIELDS]
+
+    @extend_schema_field(serializers.CharField(allow_null=True))
+    def get_connect_url(self, gpu_request: GpuRequest) -> str | None:
+        url = connect_url(gpu_request)
+        request = self.context.get("request")
+        if url is not None and url.startswith("/") and request is not None:
+            return str(request.build_absolute_uri(url))
+        return url
+
+    @extend_schema_field(serializers.ListField(child=serializers.CharField()))
+    def get_node_names(self, gpu_request: GpuRequest) -> list[str]:
+        allocation = current_allocation(gpu_request)
+        return [n for n in allocation.node_name.split(",") if n] if allocation else []
+
+    @extend_schema_field(serializers.ListField(child=serializers.CharField()))
+    def get_pod_names(self, gpu_request: GpuRequest) -> list[str]:
+        allocation = current_allocation(gpu_request)
+        return list(allocation.pod_names) if allocation else []
+
+    @extend_schema_field(serializers.IntegerField(allow_null=True))
+    def get_exit_code(self, gpu_request: GpuRequest) -> int | None:
+        allocation = current_allocation(gpu_request)
+        return allocation.exit_code if allocation else None
+
+    @extend_schema_field(serializers.CharField())
+    def get_termination_reason(self, gpu_request: GpuRequest) -> str:
+        allocation = current_allocation(gpu_request)
+        return allocation.termination_reason if allocation else ""
 
 
 class DecisionSerializer(serializers.Serializer):

@@ -4,7 +4,7 @@ from decimal import Decimal
 from typing import Any, cast
 
 from django.core.cache import caches
-from django.db.models import Count, QuerySet, Sum
+from django.db.models import Count, Prefetch, QuerySet, Sum
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, permissions, status, viewsets
 from rest_framework.decorators import action
@@ -16,6 +16,7 @@ from rest_framework.throttling import ScopedRateThrottle
 from scheduling import catalog_services, services
 from scheduling.api.filters import FlavorFilter, GpuRequestFilter, QuotaFilter
 from scheduling.api.serializers import (
+    REQUEST_WORKLOAD_FIELDS,
     ApprovalRuleSerializer,
     AskLeadSerializer,
     CancelSerializer,
@@ -33,6 +34,7 @@ from scheduling.api.serializers import (
 )
 from scheduling.choices import COMMITTED_STATUSES, RequestStatus
 from scheduling.models import (
+    Allocation,
     ApprovalRule,
     Flavor,
     GpuRequest,
@@ -50,8 +52,22 @@ from tenants.models import Scope, scope_of
 SUMMARY_CACHE_SECONDS = 5
 # What a request's page shows: its own columns and its owner's username.
 REQUEST_COLUMNS_SHOWN = [
-    *(name for name in GpuRequestSerializer.Meta.fields if name != "owner"),
+    *(
+        name
+        for name in GpuRequestSerializer.Meta.fields
+        if name != "owner" and name not in REQUEST_WORKLOAD_FIELDS
+    ),
     "owner__username",
+]
+# What the request's workload fields read from its allocations (prefetched, one query).
+ALLOCATION_COLUMNS_SHOWN = [
+    "id",
+    "request_id",
+    "attempt",
+    "node_name",
+    "pod_names",
+    "exit_code",
+    "termination_reason",
 ]
 
 
@@ -298,7 +314,16 @@ class GpuRequestViewSet(
         queryset = super().get_queryset()
         if self.action in ("list", "retrieve"):
             queryset = (
-                queryset.select_related(None).select_related("owner").only(*REQUEST_COLUMNS_SHOWN)
+                queryset.select_related(None)
+                .select_related("owner")
+                .only(*REQUEST_COLUMNS_SHOWN)
+                .prefetch_related(
+                    Prefetch(
+                        "allocations",
+                        queryset=Allocation.objects.only(*ALLOCATION_COLUMNS_SHOWN),
+                        to_attr="observed_allocations",
+                    )
+                )
             )
         return queryset
 

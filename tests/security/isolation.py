@@ -34,7 +34,14 @@ ROUTE_MODELS: dict[str, type[models.Model]] = {
     "api-token-revoke": AuthToken,
     "budget-edit": Budget,
     "budget-delete": Budget,
+    "workload-auth": GpuRequest,
+    "simulated-workload": GpuRequest,
+    "gpu-request-inspect-page": GpuRequest,
 }
+# The external auth check of workload Ingresses answers 403 to anyone who may not open the
+# workload, existing or not (ingress-nginx turns a 404 into a 500 for the browser); the 403
+# tells nothing about other tenants (tests/runtime/test_connect.py).
+FORWARD_AUTH_ROUTES = {"workload-auth"}
 # The fleet settings pages: a section's edit and delete routes name an object of its model.
 ROUTE_MODELS |= {
     route: section.model

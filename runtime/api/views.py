@@ -1,0 +1,93 @@
+"""A request's logs and events: `GET /api/v1/requests/{id}/logs/` and `.../events/`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.http import HttpResponse, StreamingHttpResponse
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import serializers
+from rest_framework.exceptions import APIException
+from rest_framework.generics import GenericAPIView
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from runtime import inspect
+from scheduling.models import GpuRequest
+from tenants.api.base import ScopedViewSetMixin
+
+DEFAULT_TAIL = 200
+
+
+class ClusterUnavailable(APIException):
+    status_code = 503
+    default_detail = "The cluster cannot be read now."
+    default_code = "cluster_unavailable"
+
+
+class WorkloadEventSerializer(serializers.Serializer):
+    at = serializers.DateTimeField(allow_null=True)
+    source = serializers.ChoiceField(choices=["portal", "cluster"])  # type: ignore[assignment]
+    type = serializers.CharField()
+    reason = serializers.CharField()
+    message = serializers.CharField()
+    object = serializers.CharField()
+    actor = serializers.CharField(allow_null=True)
+    count = serializers.IntegerField()
+
+
+class WorkloadEventsSerializer(serializers.Serializer):
+    results = WorkloadEventSerializer(many=True)
+    cluster_error = serializers.CharField(allow_null=True)
+
+
+class RequestInspectView(ScopedViewSetMixin, GenericAPIView):
+    """Base for reads about one request the caller may see (another tenant's is 404)."""
+
+    queryset = GpuRequest.objects.select_related("project")
+    serializer_class = WorkloadEventsSerializer  # for the schema; views answer directly
+
+
+def _tail(request: Request) -> int:
+    raw = request.query_params.get("tail", str(DEFAULT_TAIL))
+    if not raw.isdigit():
+        raise serializers.ValidationError({"tail": "A whole number of lines, 0 or more."})
+    return min(int(raw), inspect.MAX_TAIL)
+
+
+class RequestLogsView(RequestInspectView):
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("tail", int, description="How many last lines (default 200)."),
+            OpenApiParameter("follow", bool, description="1: keep streaming new lines."),
+        ],
+        responses={(200, "text/plain"): OpenApiTypes.STR},
+    )
+    def get(self, request: Request, pk: str | None = None) -> Any:
+        """The current attempt's log as text, oldest line first; lines carry `[pod]` when the
+        attempt has several pods. `follow=1` streams new lines until the work stops."""
+        gpu_request = self.get_object()
+        tail = _tail(request)
+        if request.query_params.get("follow") in ("1", "true", "yes"):
+            response = StreamingHttpResponse(
+                inspect.follow_log(gpu_request, tail=tail), content_type="text/plain"
+            )
+            response["X-Accel-Buffering"] = "no"  # proxies pass lines on as they come
+            response["Cache-Control"] = "no-store"
+            return response
+        try:
+            lines = inspect.log_lines(gpu_request, tail=tail)
+        except inspect.InspectUnavailable as error:
+            raise ClusterUnavailable(str(error)) from error
+        with_pod = len({line["pod"] for line in lines}) > 1
+        body = "".join(inspect.format_line(line, with_pod=with_pod) for line in lines)
+        return HttpResponse(body, content_type="text/plain; charset=utf-8")
+
+
+class RequestEventsView(RequestInspectView):
+    @extend_schema(responses=WorkloadEventsSerializer)
+    def get(self, request: Request, pk: str | None = None) -> Response:
+        """The cluster's events about the current attempt and the portal's audit events about
+        the request, merged by time."""
+        return Response(inspect.request_events(self.get_object()))

@@ -1,0 +1,11 @@
+from __future__ import annotations
+
+from django.urls import path
+
+from runtime import views
+
+urlpatterns = [
+    path("auth/workloads/<int:pk>/", views.workload_auth, name="workload-auth"),
+    path("w/<int:pk>/", views.simulated_workload, name="simulated-workload"),
+    path("requests/<int:pk>/inspect/", views.request_inspect, name="gpu-request-inspect-page"),
+]
