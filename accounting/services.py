@@ -584,7 +584,7 @@ def import_usage_file(source: IO[str], *, batch_rows: int = IMPORT_BATCH_ROWS) -
     imported."""
     header = source.readline()
     expected = ",".join(USAGE_COLUMNS)
-    if header.strip().replace(" ", "") != expected:
+    if header.lstrip("\ufeff").strip().replace(" ", "") != expected:  # a spreadsheet's BOM
         raise DomainError(
             "invalid",
             f"Line 1: the header must name the columns in this order: {expected}. "

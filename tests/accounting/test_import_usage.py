@@ -222,3 +222,12 @@ def test_import_usage_help_documents_every_column() -> None:
     assert ",".join(USAGE_COLUMNS) in help_text
     for column in USAGE_COLUMNS:
         assert f"\n  {column} " in help_text
+
+
+def test_import_usage_reads_a_spreadsheet_export_with_a_byte_order_mark(
+    tmp_path: Path, org: Org, fleet: Fleet
+) -> None:
+    path = write(tmp_path, line(1, "2026-01-30", org, fleet, "2", "5"), header="\ufeff" + HEADER)
+
+    assert "Imported 1 usage rows" in import_usage(path)
+    assert UsageRecord.objects.get().gpu_hours == Decimal(2)
