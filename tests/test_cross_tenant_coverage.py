@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
+from django.http import HttpRequest, HttpResponse
 from django.urls import path
 
 import tests
@@ -27,7 +28,7 @@ def test_every_object_route_has_a_cross_tenant_test() -> None:
 
 
 def test_a_new_object_route_without_a_test_is_reported() -> None:
-    def view() -> None:
+    def view(request: HttpRequest) -> HttpResponse:
         raise AssertionError("never called")
 
     routes = object_routes([path("api/v1/gadgets/<int:pk>/", view, name="gadget-detail")])

@@ -14,7 +14,7 @@ pytestmark = pytest.mark.django_db
 
 
 def test_a_request_from_nothing_is_submitted_and_queued_by_the_tiers_rule() -> None:
-    request = GpuRequestFactory()
+    request = GpuRequestFactory.create()
     assert request.status == RequestStatus.QUEUED
     events = AuditEvent.objects.filter(target_id=str(request.pk)).order_by("id")
     actions = list(events.values_list("action", flat=True))
@@ -31,7 +31,7 @@ def test_a_request_from_nothing_is_submitted_and_queued_by_the_tiers_rule() -> N
     ],
 )
 def test_a_request_is_moved_on_through_the_cycle_and_the_cluster(to: str, status: str) -> None:
-    request = GpuRequestFactory(priority="high", to=to)  # high priority: a lead approves
+    request = GpuRequestFactory.create(priority="high", to=to)  # high priority: a lead approves
     assert request.status == status
     assert request.approved_by is not None
     if to != "queued":
@@ -40,8 +40,8 @@ def test_a_request_is_moved_on_through_the_cycle_and_the_cluster(to: str, status
 
 
 def test_users_get_the_role_they_are_made_with() -> None:
-    lead = MembershipFactory(lead=True)
-    admin = UserFactory(role=Role.PLATFORM_ADMIN)
+    lead = MembershipFactory.create(lead=True)
+    admin = UserFactory.create(role=Role.PLATFORM_ADMIN)
     assert (lead.role, lead.team is not None) == (Role.TEAM_LEAD, True)
     assert admin.memberships.get().team is None
     assert admin.check_password(f"pw-{admin.username}")

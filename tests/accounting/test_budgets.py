@@ -181,13 +181,13 @@ def test_alerts_fire_once_per_threshold_and_month(
 
 def test_within_budget_work_is_unchanged(org: Org, fleet: Fleet, usage: Any) -> None:
     make_budget(org, amount=Decimal("100"), over_budget_policy=OverBudgetPolicy.APPROVAL)
-    request = GpuRequestFactory(project=org.project_a, flavor=fleet.l4_6g)
+    request = GpuRequestFactory.create(project=org.project_a, flavor=fleet.l4_6g)
     assert request.status == RequestStatus.QUEUED and not request.is_preemptible
 
 
 def test_over_budget_notify_policy_changes_nothing(org: Org, fleet: Fleet, usage: Any) -> None:
     make_budget(org, amount=Decimal("5"))
-    request = GpuRequestFactory(project=org.project_a, flavor=fleet.l4_6g)
+    request = GpuRequestFactory.create(project=org.project_a, flavor=fleet.l4_6g)
     assert request.status == RequestStatus.QUEUED and not request.is_preemptible
 
 
@@ -195,7 +195,7 @@ def test_over_budget_preemptible_only_forces_preemptible(
     org: Org, fleet: Fleet, usage: Any
 ) -> None:
     make_budget(org, amount=Decimal("5"), over_budget_policy=OverBudgetPolicy.PREEMPTIBLE_ONLY)
-    request = GpuRequestFactory(project=org.project_a, flavor=fleet.l4_6g)
+    request = GpuRequestFactory.create(project=org.project_a, flavor=fleet.l4_6g)
     assert request.is_preemptible
     event = AuditEvent.objects.get(action="request.submitted", target_id=str(request.pk))
     assert event.data["policy"] == ["over budget: submitted as preemptible"]
@@ -212,7 +212,7 @@ def test_over_budget_approval_policy_waits_for_the_lead(org: Org, fleet: Fleet, 
     make_budget(org, amount=Decimal("5"), over_budget_policy=OverBudgetPolicy.PREEMPTIBLE_ONLY)
     assert exhausted_policy(project=org.project_a) == OverBudgetPolicy.APPROVAL  # strictest
     assert exhausted_policy(project=org.project_a2) == OverBudgetPolicy.PREEMPTIBLE_ONLY
-    request = GpuRequestFactory(project=org.project_a, flavor=fleet.l4_6g)
+    request = GpuRequestFactory.create(project=org.project_a, flavor=fleet.l4_6g)
     assert request.status == RequestStatus.PENDING_APPROVAL
     assert "budget is used up" in request.needs_lead_approval_because
 
@@ -225,7 +225,7 @@ def test_only_the_teams_own_and_the_projects_budgets_bind_a_submission(
     make_budget(org, team=org.team_b, **exhausted)  # another team's
     make_budget(org, team=org.team_b, project=org.project_b, unit="gpu_hours", **exhausted)
     assert exhausted_policy(project=org.project_a) is None
-    request = GpuRequestFactory(project=org.project_a, flavor=fleet.l4_6g)
+    request = GpuRequestFactory.create(project=org.project_a, flavor=fleet.l4_6g)
     assert request.status == RequestStatus.QUEUED
 
 

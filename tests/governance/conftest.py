@@ -29,7 +29,7 @@ def running(org: Org, fleet: Fleet) -> Runner:  # noqa: F811 — the fixture imp
 
     def make(*, minutes_ago: float = 0, **overrides: Any) -> GpuRequest:
         fields = {"project": org.project_a, "flavor": fleet.l4_6g, "max_runtime_seconds": 4 * 3600}
-        request = GpuRequestFactory(to="running", **{**fields, **overrides})
+        request = GpuRequestFactory.create(to="running", **{**fields, **overrides})
         started = timezone.now() - timedelta(minutes=minutes_ago)
         GpuRequest.objects.filter(pk=request.pk).update(started_at=started)
         Allocation.objects.filter(request=request).update(started_at=started)

@@ -204,20 +204,27 @@ def admins_write(
 
 TIER, POOL, FLAVOR, APPROVAL_RULE, RECLAIM_POLICY, PRICE = ENDPOINTS
 test_tiers_api_contract = admins_write(
-    TIER, TierFactory, lambda: {"name": "Batch", "slug": "batch", "max_runtime_seconds": 3600}
+    TIER,
+    TierFactory.create,
+    lambda: {"name": "Batch", "slug": "batch", "max_runtime_seconds": 3600},
 )
 test_pools_api_contract = admins_write(
     POOL,
-    NodePoolFactory,
-    lambda: {"name": "B200", "slug": "b200", "tier": TierFactory().slug, "sharing_mode": "mig"},
+    NodePoolFactory.create,
+    lambda: {
+        "name": "B200",
+        "slug": "b200",
+        "tier": TierFactory.create().slug,
+        "sharing_mode": "mig",
+    },
 )
 test_flavors_api_contract = admins_write(
     FLAVOR,
-    FlavorFactory,
+    FlavorFactory.create,
     lambda: {
         "name": "A100 40G",
         "slug": "a100-40g",
-        "pool": NodePoolFactory().slug,
+        "pool": NodePoolFactory.create().slug,
         "kind": "whole",
         "gpu_model": "A100-40G",
         "gpu_memory_mib": 40960,
@@ -226,16 +233,22 @@ test_flavors_api_contract = admins_write(
 )
 test_approval_rules_api_contract = admins_write(
     APPROVAL_RULE,
-    ApprovalRuleFactory,
-    lambda: {"tier": TierFactory(approval_rule=None).slug, "approval_ttl_hours": 24},
+    ApprovalRuleFactory.create,
+    lambda: {"tier": TierFactory.create(approval_rule=None).slug, "approval_ttl_hours": 24},
 )
 test_reclaim_policies_api_contract = admins_write(
-    RECLAIM_POLICY, ReclaimPolicyFactory, lambda: {"tier": TierFactory().slug, "max_attempts": 2}
+    RECLAIM_POLICY,
+    ReclaimPolicyFactory.create,
+    lambda: {"tier": TierFactory.create().slug, "max_attempts": 2},
 )
 test_prices_api_contract = admins_write(
     PRICE,
-    PriceFactory,
-    lambda: {"flavor": FlavorFactory().pk, "price_per_hour": "2.7500", "effective_from": _later()},
+    PriceFactory.create,
+    lambda: {
+        "flavor": FlavorFactory.create().pk,
+        "price_per_hour": "2.7500",
+        "effective_from": _later(),
+    },
 )
 
 
@@ -273,13 +286,13 @@ def test_admin_creates_changes_and_deletes_with_audit(
 
     response = admin.delete(detail)
     assert response.status_code == 204, response.content
-    assert not endpoint.model.objects.filter(pk=pk).exists()
+    assert not endpoint.model._default_manager.filter(pk=pk).exists()
     assert _audit(f"{endpoint.audit}.deleted", pk).actor == org.admin
 
 
 @pytest.mark.parametrize("endpoint", ENDPOINTS, ids=str)
 def test_invalid_input_is_400_naming_the_field(org: Org, priced: Fleet, endpoint: Endpoint) -> None:
-    before = endpoint.model.objects.count()
+    before = endpoint.model._default_manager.count()
     response = api_client(org.admin).post(
         reverse(f"{endpoint.basename}-list"), endpoint.invalid(priced), format="json"
     )
@@ -288,7 +301,7 @@ def test_invalid_input_is_400_naming_the_field(org: Org, priced: Fleet, endpoint
     assert error["message"]
     if endpoint.invalid_field is not None:
         assert endpoint.invalid_field in error["fields"], error
-    assert endpoint.model.objects.count() == before
+    assert endpoint.model._default_manager.count() == before
 
 
 @pytest.mark.parametrize(
@@ -302,7 +315,7 @@ def test_deleting_what_is_in_use_is_409(org: Org, priced: Fleet, endpoint: Endpo
     )
     assert response.status_code == 409, response.content
     assert response.json()["error"]["code"] == endpoint.in_use_code
-    assert endpoint.model.objects.filter(pk=obj.pk).exists()
+    assert endpoint.model._default_manager.filter(pk=obj.pk).exists()
     assert not AuditEvent.objects.filter(action=f"{endpoint.audit}.deleted").exists()
 
 

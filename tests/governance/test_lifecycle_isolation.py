@@ -38,7 +38,7 @@ def reserved(org: Org, fleet: Fleet) -> NodePool:
 def test_long_request_waits_for_the_reserve_and_a_short_one_runs(
     org: Org, fleet: Fleet, reserved: NodePool, django_capture_on_commit_callbacks: Any
 ) -> None:
-    long = GpuRequestFactory(
+    long = GpuRequestFactory.create(
         project=org.project_a,
         flavor=fleet.a100,
         gpu_count=14,
@@ -51,7 +51,7 @@ def test_long_request_waits_for_the_reserve_and_a_short_one_runs(
     assert long.status == RequestStatus.QUEUED
     assert "pool a100-training keeps 25% for requests up to 2 h" in long.waiting_reason
 
-    short = GpuRequestFactory(
+    short = GpuRequestFactory.create(
         project=org.project_a,
         flavor=fleet.a100,
         gpu_count=14,
@@ -68,7 +68,7 @@ def test_without_a_reserve_the_same_long_request_runs(
     org: Org, fleet: Fleet, reserved: NodePool, django_capture_on_commit_callbacks: Any
 ) -> None:
     NodePool.objects.filter(pk=reserved.pk).update(short_reserve_fraction=0)
-    long = GpuRequestFactory(
+    long = GpuRequestFactory.create(
         project=org.project_a,
         flavor=fleet.a100,
         gpu_count=14,
@@ -97,12 +97,18 @@ def test_pool_api_shows_the_reserve_to_every_member(org: Org, reserved: NodePool
     assert pools["l4-vgpu"]["short_reserve_label"] == ""
 
 
-def test_pool_api_is_read_only(org: Org, reserved: NodePool) -> None:
+def test_admin_sets_the_reserve_through_the_api_within_zero_to_one(
+    org: Org, reserved: NodePool
+) -> None:
     url = reverse("pool-detail", args=[reserved.pk])
-    response = api_client(org.admin).patch(url, {"short_reserve_fraction": 0}, format="json")
-    assert response.status_code == 405
+    admin = api_client(org.admin)
+    response = admin.patch(url, {"short_reserve_fraction": 1.5}, format="json")
+    assert response.status_code == 400
+    assert "short_reserve_fraction" in response.json()["error"]["fields"]
+    response = admin.patch(url, {"short_reserve_fraction": 0.5}, format="json")
+    assert response.status_code == 200, response.content
     reserved.refresh_from_db()
-    assert reserved.short_reserve_fraction == 0.25
+    assert reserved.short_reserve_fraction == 0.5
 
 
 def test_request_form_names_the_reserve_of_the_flavor_pool(org: Org, reserved: NodePool) -> None:

@@ -19,7 +19,9 @@ pytestmark = pytest.mark.django_db
 
 def a_request_waiting_for_lead_a(world: World) -> GpuRequest:
     org = world.org
-    request = GpuRequestFactory(actor=org.dev_a, project=org.project_a, flavor=world.fleet.a100)
+    request = GpuRequestFactory.create(
+        actor=org.dev_a, project=org.project_a, flavor=world.fleet.a100
+    )
     assert request.status == "pending_approval"
     return request
 

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.django_db
 
 def admitted_after(org: Org, flavor: Flavor, wait_seconds: int, *, runtime_seconds: int) -> None:
     """A finished request of the pool that waited `wait_seconds` in the queue."""
-    request = GpuRequestFactory(
+    request = GpuRequestFactory.create(
         project=org.project_a, flavor=flavor, max_runtime_seconds=runtime_seconds
     )
     admitted = timezone.now() - timedelta(hours=1)
@@ -33,7 +33,7 @@ def admitted_after(org: Org, flavor: Flavor, wait_seconds: int, *, runtime_secon
 
 
 def queued(org: Org, flavor: Flavor, *, waited_seconds: int, runtime_seconds: int) -> GpuRequest:
-    request = GpuRequestFactory(
+    request = GpuRequestFactory.create(
         project=org.project_a, flavor=flavor, max_runtime_seconds=runtime_seconds
     )
     GpuRequest.objects.filter(pk=request.pk).update(
@@ -67,7 +67,7 @@ def test_queued_request_is_expected_after_the_median_wait_of_its_pool_and_length
 def test_an_overdue_estimate_is_now_and_running_work_has_none(org: Org, fleet: Fleet) -> None:
     admitted_after(org, fleet.l4_6g, 60, runtime_seconds=3600)
     late = queued(org, fleet.l4_6g, waited_seconds=900, runtime_seconds=3600)
-    running = GpuRequestFactory(project=org.project_a, flavor=fleet.l4_6g)
+    running = GpuRequestFactory.create(project=org.project_a, flavor=fleet.l4_6g)
     GpuRequest.objects.filter(pk=running.pk).update(status=RequestStatus.RUNNING)
     running.refresh_from_db()
     now = timezone.now()

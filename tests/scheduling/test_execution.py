@@ -40,7 +40,7 @@ def pipeline(django_capture_on_commit_callbacks: Any) -> Callable[[], cycle.Cycl
 def test_queued_request_is_admitted_placed_launched_and_finishes(
     org: Org, fleet: Fleet, pipeline: Callable[[], cycle.CycleResult]
 ) -> None:
-    request = GpuRequestFactory(project=org.project_a, flavor=fleet.l4_12g, kind="job")
+    request = GpuRequestFactory.create(project=org.project_a, flavor=fleet.l4_12g, kind="job")
     result = pipeline()
     assert result.ran and result.admitted == [request.pk]
     request.refresh_from_db()
@@ -61,14 +61,14 @@ def test_queued_request_is_admitted_placed_launched_and_finishes(
 def test_a_second_launch_of_the_same_attempt_creates_nothing_new(
     org: Org, fleet: Fleet, pipeline: Callable[[], cycle.CycleResult]
 ) -> None:
-    request = GpuRequestFactory(project=org.project_a, flavor=fleet.l4_6g)
+    request = GpuRequestFactory.create(project=org.project_a, flavor=fleet.l4_6g)
     pipeline()
     execution.launch_request(request_id=request.pk, attempt=1, backend=FAST)
     assert SimulatedWorkload.objects.count() == 1
 
 
 def test_launch_of_a_cancelled_request_is_stale(org: Org, fleet: Fleet) -> None:
-    request = GpuRequestFactory(project=org.project_a, flavor=fleet.l4_6g)
+    request = GpuRequestFactory.create(project=org.project_a, flavor=fleet.l4_6g)
     admitted: list[tuple[int, int]] = []
     cycle.run_cycle(on_admit=lambda r, a: admitted.append((r, a)))
     services.cancel_gpu_request(actor=org.dev_a, request=GpuRequest.objects.get(pk=request.pk))
@@ -81,9 +81,9 @@ def test_full_pool_leaves_work_waiting_with_a_reason_and_position(
     org: Org, fleet: Fleet, pipeline: Callable[[], cycle.CycleResult]
 ) -> None:
     services.set_quota(actor=org.admin, team=org.team_a, flavor=fleet.a100, guaranteed=16, limit=32)
-    first = GpuRequestFactory(project=org.project_a, flavor=fleet.a100, gpu_count=16)
+    first = GpuRequestFactory.create(project=org.project_a, flavor=fleet.a100, gpu_count=16)
     services.approve_gpu_request(actor=org.lead_a, request=first)
-    second = GpuRequestFactory(project=org.project_a, flavor=fleet.a100, gpu_count=8)
+    second = GpuRequestFactory.create(project=org.project_a, flavor=fleet.a100, gpu_count=8)
     services.approve_gpu_request(actor=org.lead_a, request=second)
     pipeline()
     second.refresh_from_db()
@@ -107,7 +107,7 @@ def test_an_expired_lease_is_taken_over(org: Org, fleet: Fleet) -> None:
 
 
 def test_stuck_launches_are_found(org: Org, fleet: Fleet) -> None:
-    request = GpuRequestFactory(project=org.project_a, flavor=fleet.l4_6g)
+    request = GpuRequestFactory.create(project=org.project_a, flavor=fleet.l4_6g)
     cycle.run_cycle()
     assert execution.stuck_requests(older_than_seconds=3600) == []
     GpuRequest.objects.filter(pk=request.pk).update(
@@ -119,7 +119,7 @@ def test_stuck_launches_are_found(org: Org, fleet: Fleet) -> None:
 def test_project_spec_mirrors_quota_limits_and_sets_default_container_limits(
     org: Org, fleet: Fleet
 ) -> None:
-    request = GpuRequestFactory(project=org.project_a, flavor=fleet.l4_6g)
+    request = GpuRequestFactory.create(project=org.project_a, flavor=fleet.l4_6g)
     spec = execution.project_spec(request)
     assert spec.namespace == "gpu-team-a-a-one"
     # Team A's limits: A100 8, L4 12G 16 + L4 6G 16 (both nvidia.com/gpu), MIG 1g 14 and 3g 4.

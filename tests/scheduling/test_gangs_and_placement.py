@@ -49,7 +49,9 @@ def admit(django_capture_on_commit_callbacks: Any) -> Callable[..., list[tuple[i
 
 def gang_request(org: Org, fleet: Fleet) -> GpuRequest:
     services.set_quota(actor=org.admin, team=org.team_a, flavor=fleet.a100, guaranteed=16, limit=32)
-    return GpuRequestFactory(to="queued", project=org.project_a, flavor=fleet.a100, gpu_count=16)
+    return GpuRequestFactory.create(
+        to="queued", project=org.project_a, flavor=fleet.a100, gpu_count=16
+    )
 
 
 def test_a_16_card_job_runs_as_one_pinned_workload_per_node(
@@ -163,7 +165,7 @@ def status_of(request: GpuRequest, **fields: Any) -> WorkloadStatus:
 def test_hami_cards_replace_the_engine_cards_in_the_allocation(
     org: Org, fleet: Fleet, admit: Callable[..., list[tuple[int, int]]]
 ) -> None:
-    request = GpuRequestFactory(to="queued", project=org.project_a, flavor=fleet.l4_6g)
+    request = GpuRequestFactory.create(to="queued", project=org.project_a, flavor=fleet.l4_6g)
     admit(SLOW)
     request.refresh_from_db()
     allocation = Allocation.objects.get(request=request)
@@ -186,7 +188,7 @@ def test_the_node_kube_scheduler_chose_moves_the_claims_in_a_cluster_placed_pool
     pool = NodePool.objects.get(slug="h100-mig")
     assert pool.placement == "cluster"
     Node.objects.create(pool=pool, name="h100-mig-2", gpu_model="H100-80G")
-    request = GpuRequestFactory(to="queued", project=org.project_a, flavor=fleet.mig_1g)
+    request = GpuRequestFactory.create(to="queued", project=org.project_a, flavor=fleet.mig_1g)
     admit(SLOW)
     request.refresh_from_db()
     allocation = Allocation.objects.get(request=request)

@@ -44,7 +44,7 @@ class RefusingCluster(SimulatedCluster):
 
 
 def admitted(org: Org, fleet: Fleet) -> GpuRequest:
-    request = GpuRequestFactory(project=org.project_a, flavor=fleet.l4_12g, to="admitted")
+    request = GpuRequestFactory.create(project=org.project_a, flavor=fleet.l4_12g, to="admitted")
     assert (request.status, request.attempt) == (RequestStatus.ADMITTED, 1)
     return request
 

@@ -22,7 +22,7 @@ pytestmark = pytest.mark.django_db
 
 
 def pending(org: Org, fleet: Fleet) -> GpuRequest:
-    request = GpuRequestFactory(project=org.project_a, flavor=fleet.a100)
+    request = GpuRequestFactory.create(project=org.project_a, flavor=fleet.a100)
     assert request.status == RequestStatus.PENDING_APPROVAL
     return request
 

@@ -41,7 +41,7 @@ def form_data(org: Org, fleet: Fleet, **overrides: object) -> dict[str, object]:
 
 
 def pending_a100(org: Org, fleet: Fleet) -> GpuRequest:
-    return GpuRequestFactory(project=org.project_a, flavor=fleet.a100, gpu_count=2)
+    return GpuRequestFactory.create(project=org.project_a, flavor=fleet.a100, gpu_count=2)
 
 
 def test_request_form_offers_only_flavors_the_project_may_use(org: Org, fleet: Fleet) -> None:
@@ -193,7 +193,7 @@ def test_quota_page_queries_do_not_grow_with_projects_and_it_shows_what_is_in_us
         client.get(reverse("quotas-page"))
     for number in range(5):
         Project.objects.create(team=org.team_a, slug=f"extra-{number}", name=f"Extra {number}")
-    GpuRequestFactory(project=org.project_a, flavor=fleet.l4_6g, gpu_count=3)
+    GpuRequestFactory.create(project=org.project_a, flavor=fleet.l4_6g, gpu_count=3)
     with CaptureQueriesContext(connection) as after:
         page = client.get(reverse("quotas-page"))
 

@@ -86,7 +86,7 @@ def test_any_sequence_of_actions_keeps_states_legal_and_quota_within_limit(
             target: Any = requests[number % len(requests)] if requests else None
             try:
                 if action == "submit":
-                    made = GpuRequestFactory(
+                    made = GpuRequestFactory.create(
                         project=org.project_a,
                         flavor=fleet.l4_12g,
                         gpu_count=number,

@@ -4,9 +4,11 @@ The catalogue and org factories write rows. A `GpuRequest` is never written raw:
 submits it through `submit_gpu_request` and moves it on through the same services and cycle the
 product uses, so its status, events and quota standing are real::
 
-    GpuRequestFactory(actor=org.dev_a, project=org.project_a, flavor=fleet.l4_12g)
-    GpuRequestFactory(..., to="queued")    # a lead approves it if the tier's rule did not
-    GpuRequestFactory(..., to="running")   # and the cycle admits it, the cluster launches it
+    GpuRequestFactory.create(actor=org.dev_a, project=org.project_a, flavor=fleet.l4_12g)
+    GpuRequestFactory.create(..., to="queued")   # a lead approves it if the rule did not
+    GpuRequestFactory.create(..., to="running")  # and the cycle admits it, the cluster runs it
+
+(`create()` rather than calling the factory: it is typed as returning the model.)
 
 Without arguments every factory builds what it needs, down to a pool with a node and cards,
 a quota and an approval rule (`ready_flavor`), so a test that cares about none of it says so.
@@ -87,7 +89,7 @@ class UserFactory(DjangoModelFactory[Any]):
     @factory.post_generation
     def role(user: Any, create: bool, extracted: str | None, **kwargs: Any) -> None:
         if extracted is not None:
-            MembershipFactory(user=user, role=extracted, team=kwargs.get("team"))
+            MembershipFactory.create(user=user, role=extracted, team=kwargs.get("team"))
 
     @classmethod
     def _after_postgeneration(cls, instance: Any, create: bool, results: Any = None) -> None:
@@ -240,19 +242,19 @@ class PriceFactory(DjangoModelFactory[Price]):
 def ready_flavor(*, team: Team, gpus: int = 8, **flavor_fields: Any) -> Flavor:
     """A whole-card flavor `team` may use: its tier allows the team, its pool has one node with
     `gpus` cards, and the team has a quota of `gpus // 2` guaranteed, `gpus` at most."""
-    tier = TierFactory(allowed_teams=[team])
-    flavor: Flavor = FlavorFactory(pool__tier=tier, **flavor_fields)
-    node = NodeFactory(pool=flavor.pool, gpu_model=flavor.gpu_model)
+    tier = TierFactory.create(allowed_teams=[team])
+    flavor: Flavor = FlavorFactory.create(pool__tier=tier, **flavor_fields)
+    node = NodeFactory.create(pool=flavor.pool, gpu_model=flavor.gpu_model)
     for index in range(gpus):
-        GpuDeviceFactory(node=node, index=index, memory_mib=flavor.gpu_memory_mib)
-    QuotaFactory(team=team, flavor=flavor, guaranteed=gpus // 2, limit=gpus)
+        GpuDeviceFactory.create(node=node, index=index, memory_mib=flavor.gpu_memory_mib)
+    QuotaFactory.create(team=team, flavor=flavor, guaranteed=gpus // 2, limit=gpus)
     return flavor
 
 
 def _team_member(project: Project, role: str) -> Any:
     membership = Membership.objects.filter(team=project.team, role=role).order_by("pk").first()
     if membership is None:
-        membership = MembershipFactory(team=project.team, role=role)
+        membership = MembershipFactory.create(team=project.team, role=role)
     return membership.user
 
 

@@ -33,7 +33,7 @@ class Org:
 
 def make_user(username: str, role: str | None = None, team: Team | None = None) -> User:
     """A user whose password is `pw-<username>`, with `role` (in `team`) if given."""
-    user: User = UserFactory(username=username, role=role, role__team=team)
+    user: User = UserFactory.create(username=username, role=role, role__team=team)
     return user
 
 

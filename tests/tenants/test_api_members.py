@@ -13,7 +13,7 @@ pytestmark = pytest.mark.django_db
 
 
 def a_newcomer_joins_team_a(world: World) -> dict[str, object]:
-    newcomer = UserFactory(username="newcomer")
+    newcomer = UserFactory.create(username="newcomer")
     return {"user": newcomer.username, "team": world.org.team_a.pk, "role": "developer"}
 
 
