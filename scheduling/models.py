@@ -348,6 +348,9 @@ class GpuRequest(models.Model):
         settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="gpu_requests"
     )
     flavor = models.ForeignKey(Flavor, on_delete=models.PROTECT, related_name="gpu_requests")
+    name = models.CharField(
+        max_length=80, blank=True, help_text="A short label shown in lists; optional."
+    )
     gpu_count = models.PositiveIntegerField(validators=[MinValueValidator(1)])
     gpu_memory_mib = models.PositiveIntegerField(null=True, blank=True)
     gpu_cores_percent = models.PositiveSmallIntegerField(null=True, blank=True)
@@ -419,6 +422,64 @@ class GpuRequest(models.Model):
 
     def as_audit_data(self) -> dict[str, Any]:
         return {"status": self.status, "flavor": self.flavor_id, "gpu_count": self.gpu_count}
+
+
+class RequestTemplateQuerySet(ScopedQuerySet):
+    """Templates, scoped: one's own and one's teams' shared ones; admins see all."""
+
+    def for_scope(self, scope: Scope) -> RequestTemplateQuerySet:
+        if scope.is_platform_admin:
+            return self.all()
+        return self.filter(team_id__in=scope.team_ids).filter(
+            Q(is_shared=True) | Q(owner_id=scope.user_id)
+        )
+
+
+class RequestTemplate(models.Model):
+    """A saved request body (like a KubeSpawner profile): a user's own, or a team's shared one.
+
+    A shared template is the team's: its lead (or a platform admin) writes it and every member
+    sees it. A personal one is its owner's alone. Choosing one fills the request form; it holds
+    no project, which the requester picks.
+    """
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="request_templates")
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="request_templates"
+    )
+    is_shared = models.BooleanField(
+        default=False, help_text="Shared with the whole team (written by its lead)."
+    )
+    name = models.CharField(max_length=80)
+    description = models.CharField(max_length=255, blank=True)
+    flavor = models.ForeignKey(
+        Flavor, on_delete=models.SET_NULL, null=True, blank=True, related_name="templates"
+    )
+    gpu_count = models.PositiveIntegerField(default=1, validators=[MinValueValidator(1)])
+    gpu_memory_mib = models.PositiveIntegerField(null=True, blank=True)
+    gpu_cores_percent = models.PositiveSmallIntegerField(null=True, blank=True)
+    kind = models.CharField(max_length=10, choices=WorkloadKind.choices, default=WorkloadKind.JOB)
+    image = models.CharField(max_length=255)
+    command = models.JSONField(default=list, blank=True)
+    env = models.JSONField(default=dict, blank=True)
+    max_runtime_seconds = models.PositiveIntegerField(default=7200)
+    priority = models.CharField(max_length=10, choices=Priority.choices, default=Priority.NORMAL)
+    is_preemptible = models.BooleanField(default=False)
+    allow_shared_node = models.BooleanField(default=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = RequestTemplateQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-is_shared", "name", "id"]
+        indexes = [models.Index(fields=["team", "is_shared"], name="request_template_team_idx")]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def as_audit_data(self) -> dict[str, Any]:
+        return {"team": self.team_id, "is_shared": self.is_shared, "name": self.name}
 
 
 class AllocationQuerySet(ScopedQuerySet):

@@ -14,6 +14,7 @@ from scheduling.models import (
     NodePool,
     Quota,
     ReclaimPolicy,
+    RequestTemplate,
     Tier,
 )
 from tenants.api.base import ScopedPrimaryKeyRelatedField
@@ -184,6 +185,7 @@ class QuotaSerializer(serializers.ModelSerializer):
 
 
 REQUEST_WRITABLE_FIELDS = [
+    "name",
     "project",
     "flavor",
     "gpu_count",
@@ -249,6 +251,7 @@ class GpuRequestSerializer(serializers.ModelSerializer):
     team: serializers.PrimaryKeyRelatedField[Any] = serializers.PrimaryKeyRelatedField(
         read_only=True
     )
+    name = serializers.CharField(max_length=80, required=False, allow_blank=True, default="")
     gpu_count = serializers.IntegerField(min_value=1, max_value=1024)
     kind = serializers.ChoiceField(choices=WorkloadKind.choices, default=WorkloadKind.JOB)
     image = serializers.CharField(max_length=255)
@@ -314,6 +317,58 @@ class GpuRequestSerializer(serializers.ModelSerializer):
     def get_termination_reason(self, gpu_request: GpuRequest) -> str:
         allocation = current_allocation(gpu_request)
         return allocation.termination_reason if allocation else ""
+
+
+class RequestTemplateSerializer(serializers.ModelSerializer):
+    """A saved request body: the caller's own, or (`is_shared`) the whole team's."""
+
+    team = ScopedPrimaryKeyRelatedField(queryset=Team.objects.all())
+    owner = serializers.CharField(source="owner.username", read_only=True)
+    flavor = ScopedPrimaryKeyRelatedField(
+        queryset=Flavor.objects.all(), required=False, allow_null=True
+    )
+    kind = serializers.ChoiceField(choices=WorkloadKind.choices, default=WorkloadKind.JOB)
+    command = serializers.ListField(
+        child=serializers.CharField(max_length=4096, allow_blank=True), required=False
+    )
+    env = serializers.DictField(
+        child=serializers.CharField(max_length=4096, allow_blank=True), required=False
+    )
+    gpu_count = serializers.IntegerField(min_value=1, max_value=1024, required=False)
+    max_runtime_seconds = serializers.IntegerField(
+        min_value=60, max_value=90 * 24 * 3600, required=False
+    )
+
+    class Meta:
+        model = RequestTemplate
+        fields = [
+            "id",
+            "name",
+            "description",
+            "team",
+            "is_shared",
+            "owner",
+            "flavor",
+            "gpu_count",
+            "gpu_memory_mib",
+            "gpu_cores_percent",
+            "kind",
+            "image",
+            "command",
+            "env",
+            "max_runtime_seconds",
+            "priority",
+            "is_preemptible",
+            "allow_shared_node",
+            "created_at",
+            "updated_at",
+        ]
+        read_only_fields = ["id", "owner", "created_at", "updated_at"]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.instance is not None and not isinstance(self.instance, list | tuple):
+            self.fields["team"].read_only = True
 
 
 class DecisionSerializer(serializers.Serializer):

@@ -12,5 +12,6 @@ router.register("approval-rules", views.ApprovalRuleViewSet, basename="approval-
 router.register("reclaim-policies", views.ReclaimPolicyViewSet, basename="reclaim-policy")
 router.register("quotas", views.QuotaViewSet, basename="quota")
 router.register("requests", views.GpuRequestViewSet, basename="gpu-request")
+router.register("templates", views.RequestTemplateViewSet, basename="request-template")
 
 urlpatterns = router.urls

@@ -29,6 +29,7 @@ from scheduling.api.serializers import (
     QuotaSerializer,
     ReclaimPolicySerializer,
     RequestSummarySerializer,
+    RequestTemplateSerializer,
     TierSerializer,
     UtilisationPointSerializer,
 )
@@ -41,6 +42,7 @@ from scheduling.models import (
     NodePool,
     Quota,
     ReclaimPolicy,
+    RequestTemplate,
     Tier,
     UtilisationSample,
 )
@@ -290,6 +292,29 @@ class QuotaViewSet(ScopedModelViewSet):
         services.delete_quota(actor=self.request.user, quota=instance)
 
 
+class RequestTemplateViewSet(ScopedModelViewSet):
+    """Saved request bodies: one's own, and the team's shared ones (written by its lead)."""
+
+    queryset = RequestTemplate.objects.select_related("owner", "team")
+    serializer_class = RequestTemplateSerializer
+    filterset_fields = ["team", "is_shared", "kind"]
+
+    def perform_create(self, serializer: BaseSerializer) -> None:
+        serializer.instance = services.create_request_template(
+            actor=self.request.user, **serializer.validated_data
+        )
+
+    def perform_update(self, serializer: BaseSerializer) -> None:
+        serializer.instance = services.update_request_template(
+            actor=self.request.user,
+            template=cast(RequestTemplate, serializer.instance),
+            **serializer.validated_data,
+        )
+
+    def perform_destroy(self, instance: RequestTemplate) -> None:
+        services.delete_request_template(actor=self.request.user, template=instance)
+
+
 class GpuRequestViewSet(
     ScopedViewSetMixin,
     mixins.CreateModelMixin,
@@ -328,7 +353,7 @@ class GpuRequestViewSet(
         return queryset
 
     def get_throttles(self) -> list[Any]:
-        if self.action == "create":
+        if self.action in ("create", "resubmit"):
             self.throttle_scope = "request-create"
             return [ScopedRateThrottle()]
         return []
@@ -416,6 +441,13 @@ class GpuRequestViewSet(
             data = _request_summary(GpuRequest.objects.visible_to(request.user))
             local.set(key, data, SUMMARY_CACHE_SECONDS)
         return Response(data)
+
+    @extend_schema(request=None, responses={201: GpuRequestSerializer})
+    @action(detail=True, methods=["post"])
+    def resubmit(self, request: Request, pk: str | None = None) -> Response:
+        """Submit a finished request's body again as a new request (201, the new request)."""
+        created = services.resubmit_gpu_request(actor=request.user, request=self.get_object())
+        return Response(self.get_serializer(created).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(request=CancelSerializer, responses=GpuRequestSerializer)
     @action(detail=True, methods=["post"])

@@ -2,7 +2,8 @@
 
 - `requests`: a request's life — submit, approve, reject, cancel, expire, resume;
 - `quotas`: team quotas and their split over projects;
-- `governance`: the lead's oversight of running work — asks, idle exemptions, longer runtimes.
+- `governance`: the lead's oversight of running work — asks, idle exemptions, longer runtimes;
+- `templates`: saved request templates, and submitting a finished request again.
 
 The public services are re-exported here, so `scheduling.services.submit_gpu_request` is the
 name other apps and the views use, as for every app's `services`.
@@ -20,19 +21,31 @@ from scheduling.services.requests import (
     resume_gpu_request,
     submit_gpu_request,
 )
+from scheduling.services.templates import (
+    create_request_template,
+    delete_request_template,
+    request_body_of,
+    resubmit_gpu_request,
+    update_request_template,
+)
 
 __all__ = [
     "SubmissionAdjustment",
     "approve_gpu_request",
     "ask_lead",
     "cancel_gpu_request",
+    "create_request_template",
+    "delete_request_template",
     "delete_quota",
     "expire_stale_approvals",
     "extend_runtime",
     "gpu_request_submitting",
     "grant_idle_exemption",
     "reject_gpu_request",
+    "request_body_of",
+    "resubmit_gpu_request",
     "resume_gpu_request",
     "set_quota",
     "submit_gpu_request",
+    "update_request_template",
 ]

@@ -171,6 +171,7 @@ def submit_gpu_request(
     reason: str = "",
     gpu_memory_mib: int | None = None,
     gpu_cores_percent: int | None = None,
+    name: str = "",
 ) -> GpuRequest:
     """Validate and record a request; approve it at once when the tier's rule allows."""
     scope = scope_of(actor)
@@ -235,6 +236,7 @@ def submit_gpu_request(
         team=project.team,
         owner=actor,
         flavor=flavor,
+        name=name.strip(),
         gpu_count=gpu_count,
         gpu_memory_mib=memory_mib if flavor.kind == FlavorKind.VGPU else None,
         gpu_cores_percent=cores_percent if flavor.kind == FlavorKind.VGPU else None,
