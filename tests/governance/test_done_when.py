@@ -25,6 +25,7 @@ from scheduling.choices import RequestStatus
 from scheduling.models import Allocation, GpuRequest, ReclaimPolicy, Tier, UtilisationSample
 from tests.governance.conftest import Runner
 from tests.scheduling.conftest import Fleet
+from tests.support.factories import GpuRequestFactory
 from tests.support.personas import Org, api_client
 
 pytestmark = pytest.mark.django_db
@@ -78,11 +79,6 @@ def page(username: str, name: str, *args: Any) -> str:
 
 def metrics() -> str:
     return Client(REMOTE_ADDR="127.0.0.1").get(reverse("metrics")).content.decode()
-
-
-def approve(org: Org, request: GpuRequest, lead: Any) -> None:
-    if request.status == RequestStatus.PENDING_APPROVAL:
-        services.approve_gpu_request(actor=lead, request=request)
 
 
 def test_idle_timeout_and_zombie_are_reclaimed_with_evidence_visible(
@@ -143,16 +139,14 @@ def borrow_then_preempt(
     Tier.objects.get(slug="training").allowed_teams.add(org.team_b)
     services.set_quota(actor=org.admin, team=org.team_a, flavor=fleet.a100, guaranteed=4, limit=16)
     services.set_quota(actor=org.admin, team=org.team_b, flavor=fleet.a100, guaranteed=12, limit=16)
-    borrower = services.submit_gpu_request(
-        actor=org.dev_a,
+    borrower = GpuRequestFactory.create(
         project=org.project_a,
         flavor=fleet.a100,
         gpu_count=12,
-        image="pytorch:2.4",
         max_runtime_seconds=6 * 3600,
         priority="low",
+        to="queued",
     )
-    approve(org, borrower, org.lead_a)
     assert drive().admitted == [borrower.pk]
     SimulatedWorkload.objects.update(ends_at=timezone.now() + timedelta(hours=1))  # keeps running
     execution.sync_workloads(backend=FAST)
@@ -160,15 +154,9 @@ def borrow_then_preempt(
     assert borrower.status == RequestStatus.RUNNING
     assert Allocation.objects.active().get(request=borrower).is_borrowed
 
-    owner = services.submit_gpu_request(
-        actor=org.dev_b,
-        project=org.project_b,
-        flavor=fleet.a100,
-        gpu_count=8,
-        image="pytorch:2.4",
-        max_runtime_seconds=3600,
+    owner = GpuRequestFactory.create(
+        project=org.project_b, flavor=fleet.a100, gpu_count=8, to="queued"
     )
-    approve(org, owner, org.lead_b)
     result = drive()
     assert result.preempted == [borrower.pk] and result.admitted == [owner.pk]
     return borrower, owner
