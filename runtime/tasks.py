@@ -12,7 +12,7 @@ from celery import Task, shared_task
 from django.conf import settings
 from django.utils import timezone
 
-from runtime import execution, inspect, inventory, monitoring, propagation, reclaim
+from runtime import execution, inspection, inventory, monitoring, propagation, reclaim
 from runtime.cluster.base import PermanentClusterError, TransientClusterError
 from scheduling.dispatch import request_launch, request_scheduling_cycle
 from scheduling.models import GpuRequest
@@ -128,7 +128,7 @@ def sweep_stuck_requests() -> int:
     return len(stuck)
 
 
-# Reads for the web tier, which holds no cluster credentials (runtime/inspect.py): not retried,
+# Reads for the web tier, which holds no cluster credentials (runtime/inspection.py): not retried,
 # not re-delivered (the web stops waiting after a few seconds), answered through the cache.
 
 
@@ -136,9 +136,9 @@ def sweep_stuck_requests() -> int:
 def read_workload_logs(
     reply_key: str, *, request_id: int, attempt: int, tail: int, since: str | None = None
 ) -> None:
-    inspect.answer(
+    inspection.answer(
         reply_key,
-        lambda: inspect.collect_logs(
+        lambda: inspection.collect_logs(
             request_id=request_id, attempt=attempt, tail=tail, since=since
         ),
     )
@@ -146,6 +146,6 @@ def read_workload_logs(
 
 @shared_task(acks_late=False, ignore_result=True)
 def list_workload_events(reply_key: str, *, request_id: int, attempt: int) -> None:
-    inspect.answer(
-        reply_key, lambda: inspect.collect_events(request_id=request_id, attempt=attempt)
+    inspection.answer(
+        reply_key, lambda: inspection.collect_events(request_id=request_id, attempt=attempt)
     )

@@ -6,10 +6,11 @@ from django.conf import settings
 from django.contrib.auth.views import redirect_to_login
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
+from django.utils.dateparse import parse_datetime
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_safe
 
-from runtime import inspect
+from runtime import inspection
 from runtime.execution import LIVE_STATUSES
 from scheduling.connect import connectable_request, current_allocation
 from scheduling.models import GpuRequest
@@ -67,10 +68,10 @@ def request_inspect(request: HttpRequest, pk: int) -> HttpResponse:
     )
     error = ""
     try:
-        lines = inspect.log_lines(gpu_request, tail=PAGE_TAIL)
-    except inspect.InspectUnavailable as unavailable:
+        lines = inspection.log_lines(gpu_request, tail=PAGE_TAIL)
+    except inspection.InspectUnavailable as unavailable:
         lines, error = [], str(unavailable)
-    events = inspect.request_events(gpu_request)
+    events = inspection.request_events(gpu_request)
     return render(
         request,
         "runtime/_inspect.html",
@@ -80,7 +81,10 @@ def request_inspect(request: HttpRequest, pk: int) -> HttpResponse:
             "lines": lines,
             "with_pod": len({line["pod"] for line in lines}) > 1,
             "log_error": error,
-            "events": events["results"],
+            "events": [
+                {**event, "when": parse_datetime(event["at"]) if event["at"] else None}
+                for event in events["results"]
+            ],
             "cluster_error": events["cluster_error"],
             "is_live": gpu_request.status in LIVE_STATUSES,
             "poll_seconds": PAGE_POLL_SECONDS,

@@ -13,7 +13,7 @@ from rest_framework.generics import GenericAPIView
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from runtime import inspect
+from runtime import inspection
 from scheduling.models import GpuRequest
 from tenants.api.base import ScopedViewSetMixin
 
@@ -50,16 +50,20 @@ class RequestInspectView(ScopedViewSetMixin, GenericAPIView):
 
 
 def _tail(request: Request) -> int:
-    raw = request.query_params.get("tail", str(DEFAULT_TAIL))
-    if not raw.isdigit():
+    raw = request.query_params.get("tail") or str(DEFAULT_TAIL)
+    if not (raw.isascii() and raw.isdigit()):
         raise serializers.ValidationError({"tail": "A whole number of lines, 0 or more."})
-    return min(int(raw), inspect.MAX_TAIL)
+    return min(int(raw), inspection.MAX_TAIL)
 
 
 class RequestLogsView(RequestInspectView):
     @extend_schema(
         parameters=[
-            OpenApiParameter("tail", int, description="How many last lines (default 200)."),
+            OpenApiParameter(
+                "tail",
+                {"type": "integer", "minimum": 0},
+                description="How many last lines (default 200; capped at the most kept).",
+            ),
             OpenApiParameter("follow", bool, description="1: keep streaming new lines."),
         ],
         responses={(200, "text/plain"): OpenApiTypes.STR},
@@ -71,17 +75,17 @@ class RequestLogsView(RequestInspectView):
         tail = _tail(request)
         if request.query_params.get("follow") in ("1", "true", "yes"):
             response = StreamingHttpResponse(
-                inspect.follow_log(gpu_request, tail=tail), content_type="text/plain"
+                inspection.follow_log(gpu_request, tail=tail), content_type="text/plain"
             )
             response["X-Accel-Buffering"] = "no"  # proxies pass lines on as they come
             response["Cache-Control"] = "no-store"
             return response
         try:
-            lines = inspect.log_lines(gpu_request, tail=tail)
-        except inspect.InspectUnavailable as error:
+            lines = inspection.log_lines(gpu_request, tail=tail)
+        except inspection.InspectUnavailable as error:
             raise ClusterUnavailable(str(error)) from error
         with_pod = len({line["pod"] for line in lines}) > 1
-        body = "".join(inspect.format_line(line, with_pod=with_pod) for line in lines)
+        body = "".join(inspection.format_line(line, with_pod=with_pod) for line in lines)
         return HttpResponse(body, content_type="text/plain; charset=utf-8")
 
 
@@ -90,4 +94,4 @@ class RequestEventsView(RequestInspectView):
     def get(self, request: Request, pk: str | None = None) -> Response:
         """The cluster's events about the current attempt and the portal's audit events about
         the request, merged by time."""
-        return Response(inspect.request_events(self.get_object()))
+        return Response(inspection.request_events(self.get_object()))

@@ -11,7 +11,7 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from runtime import execution, inspect
+from runtime import execution, inspection
 from runtime.cluster.simulated import LOG_LINE_SECONDS, SimulatedCluster
 from runtime.models import SimulatedWorkload
 from scheduling.choices import RequestStatus
@@ -153,7 +153,7 @@ def test_logs_and_events_go_through_the_worker_for_a_real_cluster(
         asked.append("backend")
         return simulated
 
-    monkeypatch.setattr(inspect, "cluster_backend", backend)
+    monkeypatch.setattr(inspection, "cluster_backend", backend)
     client = api_client(org.dev_a)
     text = client.get(logs_url(request, tail=3)).content.decode()
     assert len(text.splitlines()) == 3
@@ -176,7 +176,7 @@ def test_an_unanswered_read_is_503_and_events_still_show_the_portals(
         def apply_async(self, **kwargs: Any) -> None:
             return None
 
-    monkeypatch.setattr(inspect, "current_app", Silent())
+    monkeypatch.setattr(inspection, "current_app", Silent())
     client = api_client(org.dev_a)
     response = client.get(logs_url(request))
     assert response.status_code == 503
