@@ -60,7 +60,7 @@ bench-api: install
 clean:
 	rm -rf $(VENV) node_modules staticfiles var .mypy_cache .ruff_cache .pytest_cache
 
-.PHONY: testbed testbed-build bench-peer
+.PHONY: testbed testbed-build bench-e2e
 
 # The real Kubernetes test bed (docs/testbed.md): build the binaries once per version into
 # ~/.cache/gpu-portal-testbed/<version>/bin, then start etcd, the control plane and kwok.
@@ -71,5 +71,7 @@ testbed: testbed-build
 testbed-build: install
 	GOFLAGS=-p=1 bash scripts/testbed/build.sh
 
-bench-peer: testbed-build
-	$(BIN)/python -m bench.peer
+# The portal end to end on the test bed (API, PostgreSQL BENCH_E2E_DATABASE_URL recreated, Redis
+# db 12, a Celery worker) against the same pods created straight through the API server.
+bench-e2e: testbed-build
+	$(BIN)/python -m bench.e2e $(if $(REQUESTS),--requests $(REQUESTS),)

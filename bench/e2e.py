@@ -37,7 +37,6 @@ the watch (pod created, bound, running) and the worker log (task durations).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import math
 import os
@@ -485,13 +484,12 @@ def portal_side(
     watch = PodWatch(core, namespace=None, selector=MANAGED)
     try:
         # 3. Submit and approve; wait until every pod runs.
+        load = os.getloadavg()[0]
         started, approved = submit_and_approve(
             host, ids, options.requests, options.clients, auto_approve=options.auto_approve
         )
-        log(
-            f"portal: {len(approved)} requests submitted and approved "
-            f"in {time.time() - started:.1f}s"
-        )
+        submit_seconds = time.time() - started
+        log(f"portal: {len(approved)} requests submitted and approved in {submit_seconds:.1f}s")
         done = watch.wait_running(options.requests, timeout=options.timeout)
         log(
             f"portal: {len(watch.running)} of {options.requests} pods running "
@@ -555,7 +553,8 @@ def portal_side(
         "p99": percentile(latencies, 0.99),
         "sync_lag": sync_lag,
         "seen_running": seen_running,
-        "cycles": len(task_durations(worker_log).get("scheduling.tasks.run_scheduling_cycle", [])),
+        "submit_seconds": submit_seconds,
+        "load": load,
     }
     assert watch.first_pod is not None
     return result, watch.first_pod
@@ -633,6 +632,7 @@ def direct_side(
         created[f"{DIRECT_NAMESPACE}/{name}"] = now = time.time()
         calls.append(now - t0)
 
+    load = os.getloadavg()[0]
     try:
         started = time.time()
         with ThreadPoolExecutor(max_workers=options.clients) as pool:
@@ -659,6 +659,7 @@ def direct_side(
         "rate": len(watch.running) / (last - started),
         "p50": statistics.median(latencies),
         "p99": percentile(latencies, 0.99),
+        "load": load,
     }
 
 
@@ -697,8 +698,24 @@ def main() -> int:
     finally:
         bed.stop()
     approval = "rule" if options.auto_approve else "lead"
-    emit("e2e.portal_pods_per_second", portal["rate"], "pods/s", approval=approval, **shape)
-    emit("e2e.direct_pods_per_second", direct["rate"], "pods/s", **shape)
+    emit(
+        "e2e.portal_pods_per_second",
+        portal["rate"],
+        "pods/s",
+        approval=approval,
+        seconds=round(portal["seconds"], 1),
+        submit_seconds=round(portal["submit_seconds"], 1),
+        load_average=round(portal["load"], 1),
+        **shape,
+    )
+    emit(
+        "e2e.direct_pods_per_second",
+        direct["rate"],
+        "pods/s",
+        seconds=round(direct["seconds"], 1),
+        load_average=round(direct["load"], 1),
+        **shape,
+    )
     emit("e2e.ratio", portal["rate"] / direct["rate"], "x", target=0.8, **shape)
     emit(
         "e2e.approval_to_running_p99_seconds",
@@ -714,10 +731,8 @@ def main() -> int:
     emit("e2e.portal_status_sync_lag_seconds", portal["sync_lag"], "s",
          running_in_database=portal["seen_running"])  # fmt: skip
     emit("e2e.load_average_after", os.getloadavg()[0], "runnable")
-    print(json.dumps({"note": NOTE, "portal_seconds": round(portal["seconds"], 1),
-                      "direct_seconds": round(direct["seconds"], 1)}))  # fmt: skip
-    with contextlib.suppress(OSError):
-        log(f"worker log: {workdir / 'worker.log'}")
+    print(json.dumps({"note": NOTE}), flush=True)
+    log(f"worker log: {workdir / 'worker.log'}")
     return 0
 
 
