@@ -330,6 +330,9 @@ if not DEBUG:
     SESSION_COOKIE_SECURE = env.bool("SESSION_COOKIE_SECURE", default=True)
     CSRF_COOKIE_SECURE = env.bool("CSRF_COOKIE_SECURE", default=True)
     SECURE_SSL_REDIRECT = env.bool("SECURE_SSL_REDIRECT", default=True)
+    # ingress-nginx calls the workload auth check inside the cluster over plain HTTP (TLS ended
+    # at the proxy); a redirect there would be an error for the browser. It answers no body.
+    SECURE_REDIRECT_EXEMPT = [r"^auth/workloads/\d+/$"]
     SECURE_HSTS_SECONDS = env.int("SECURE_HSTS_SECONDS", default=31536000)
     SECURE_HSTS_INCLUDE_SUBDOMAINS = True
     SECURE_HSTS_PRELOAD = env.bool("SECURE_HSTS_PRELOAD", default=False)
