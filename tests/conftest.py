@@ -6,6 +6,39 @@ from typing import Any
 
 import pytest
 
+SKIPPED: list[str] = []
+
+
+def _skip_reason(report: pytest.CollectReport | pytest.TestReport) -> str:
+    longrepr = report.longrepr
+    if isinstance(longrepr, tuple) and len(longrepr) == 3:
+        return str(longrepr[2]).removeprefix("Skipped: ")
+    return str(longrepr)
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.skipped and not hasattr(report, "wasxfail"):
+        SKIPPED.append(f"{report.nodeid}: {_skip_reason(report)}")
+
+
+def pytest_collectreport(report: pytest.CollectReport) -> None:
+    if report.skipped:
+        SKIPPED.append(f"{report.nodeid}: {_skip_reason(report)}")
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """On CI (CI=true) a skipped test fails the run: a missing PostgreSQL, Redis, browser or
+    test bed must not pass silently. Locally skips stay skips."""
+    if os.environ.get("CI") == "true" and SKIPPED and exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if os.environ.get("CI") == "true" and SKIPPED:
+        terminalreporter.section("skipped on CI (this fails the run)", red=True)
+        for line in SKIPPED:
+            terminalreporter.line(line)
+
 
 @pytest.fixture
 def org(db: None) -> Any:

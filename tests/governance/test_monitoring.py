@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlparse
@@ -17,6 +17,8 @@ from runtime.models import SimulatedWorkload
 from runtime.monitoring import PrometheusMetrics, SimulatedMetrics, record_samples
 from scheduling.models import Allocation, UtilisationSample
 from tests.governance.conftest import Runner
+from tests.support.services import free_port
+from tests.support.worker import use_broker
 
 pytestmark = pytest.mark.django_db
 
@@ -162,22 +164,48 @@ def test_metrics_need_the_internal_network_or_the_token(running: Runner, setting
     assert outside.get(reverse("metrics"), HTTP_AUTHORIZATION="Bearer nope").status_code == 403
 
 
-def test_readyz_reports_each_dependency(settings: Any) -> None:
+@pytest.fixture
+def broker_at(redis_url: str) -> Iterator[Callable[[str], None]]:
+    """Point the Celery app at a broker URL for one test (a real Redis unless told otherwise);
+    the suite's own broker setting is back afterwards."""
+    from portal.celery import app
+
+    previous = app.conf.broker_url
+    use_broker(app, redis_url)
+    yield lambda url: use_broker(app, url)
+    use_broker(app, previous)
+
+
+def test_readyz_is_ready_with_the_database_and_a_real_redis_broker(
+    broker_at: Callable[[str], None], settings: Any
+) -> None:
+    settings.CLUSTER_BACKEND = "simulated"
     response = Client(REMOTE_ADDR="127.0.0.1").get(reverse("readyz"))
-    body = response.json()
-    assert set(body["checks"]) == {"database", "broker", "cluster"}
-    assert body["checks"]["database"] == "ok"
-    assert response.status_code == (200 if body["ready"] else 503)
+    assert response.status_code == 200, response.content
+    assert response.json() == {
+        "ready": True,
+        "checks": {"database": "ok", "broker": "ok", "cluster": "ok"},
+    }
+
+
+def test_readyz_answers_503_and_names_the_broker_when_it_is_unreachable(
+    broker_at: Callable[[str], None], settings: Any
+) -> None:
+    broker_at(f"redis://127.0.0.1:{free_port()}/0")  # nothing listens there
+    response = Client(REMOTE_ADDR="127.0.0.1").get(reverse("readyz"))
+    assert response.status_code == 503
+    checks = response.json()["checks"]
+    assert checks["database"] == "ok" and checks["broker"].startswith("failed: ")
 
 
 def test_readyz_of_a_tier_without_cluster_credentials_leaves_the_cluster_out(
-    settings: Any,
+    broker_at: Callable[[str], None], settings: Any
 ) -> None:
     settings.READYZ_CHECKS_CLUSTER = False
     settings.CLUSTER_BACKEND = "kubernetes"  # no credentials here: checking would fail
-    body = Client(REMOTE_ADDR="127.0.0.1").get(reverse("readyz")).json()
-    assert set(body["checks"]) == {"database", "broker"}
-    assert body["checks"]["database"] == "ok"
+    response = Client(REMOTE_ADDR="127.0.0.1").get(reverse("readyz"))
+    assert response.status_code == 200, response.content
+    assert response.json() == {"ready": True, "checks": {"database": "ok", "broker": "ok"}}
 
 
 def test_task_failures_are_counted_for_metrics(settings: Any) -> None:

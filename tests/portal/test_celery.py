@@ -1,4 +1,7 @@
-"""The Celery app, its schedule and a real worker process on a real Redis."""
+"""The Celery app: its beat schedule, delivery settings and a task safe to run twice.
+
+Run inline here; a real worker process on a real Redis is `tests/scheduling/test_worker_e2e.py`.
+"""
 
 from __future__ import annotations
 
