@@ -101,7 +101,9 @@ def test_worker_killed_mid_launch_still_runs_the_request_exactly_once(
             worker=worker,
             what="launching",
         )
-        worker.kill()
+        # The kill must land inside the launch: the task had started and not ended, and the
+        # workload did not exist yet.
+        assert "runtime.tasks.launch_workload" in worker.kill(), worker.output()[-4000:]
         assert not SimulatedWorkload.objects.exists()
         worker.start()
         wait_for(

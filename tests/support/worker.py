@@ -41,6 +41,7 @@ class WorkerProcess:
         self.log_path = Path(tempfile.mkdtemp()) / "worker.log"
         self.log_path.touch()
         self.beat_file = Path(tempfile.mkdtemp()) / "beat-schedule"
+        self.marks_dir = Path(tempfile.mkdtemp())  # see tests/support/task_marks.py
         self.env = {
             **os.environ,
             "DATABASE_URL": test_database_url(),
@@ -54,6 +55,7 @@ class WorkerProcess:
             "STUCK_TRANSITION_SECONDS": "3",
             "CELERY_VISIBILITY_TIMEOUT_SECONDS": "5",
             **(extra_env or {}),
+            "TASK_MARKS_DIR": str(self.marks_dir),
         }
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -64,7 +66,10 @@ class WorkerProcess:
             *(["--beat", "--schedule", str(self.beat_file)] if self.beat else []),
             "--loglevel", "info", "--concurrency", "2",
             "--without-gossip", "--without-mingle",
+            "--include", "tests.support.task_marks",
         ]  # fmt: skip
+        for mark in self.marks_dir.iterdir():  # left by a killed run: none of them runs now
+            mark.unlink()
         offset = self.ready_offset = self.log_path.stat().st_size
         self.started_at = time.monotonic()
         with self.log_path.open("ab") as log:
@@ -93,11 +98,20 @@ class WorkerProcess:
             log.seek(self.ready_offset)
             return b" ready." in log.read()
 
-    def kill(self) -> None:
-        """SIGKILL the worker and its pool, as a node failure would."""
+    def running_tasks(self) -> list[str]:
+        """Names of the tasks this worker's pool is executing now (started, not ended)."""
+        return sorted(mark.name.partition("@")[0] for mark in self.marks_dir.iterdir())
+
+    def kill(self) -> list[str]:
+        """SIGKILL the worker and its pool, as a node failure would.
+
+        Returns the names of the tasks the kill cut short: a SIGKILLed process runs no further
+        code, so the marks left behind are exactly the tasks that had started and not ended.
+        """
         if self.process and self.process.poll() is None:
             os.killpg(self.process.pid, signal.SIGKILL)
             self.process.wait(timeout=10)
+        return self.running_tasks()
 
     def stop(self) -> None:
         if self.process and self.process.poll() is None:
