@@ -1,0 +1,220 @@
+"""gpuctl end to end: a live portal (pytest-django's `live_server`), gpuctl in its own process.
+
+The scheduling cycle, the launch and the running report are run in the test's process (the
+same steps as the worker's tasks, on the simulated cluster) while `gpuctl wait` polls the API.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from gpuctl.cli import cli
+from scheduling import services
+from scheduling.models import GpuRequest
+from tests.cli.conftest import GPUCTL_TIMEOUT_SECONDS, Gpuctl, gpuctl_command
+from tests.support.factories import admit, launch, report_running
+from tests.support.fleet import Fleet
+from tests.support.personas import Org
+
+pytestmark = pytest.mark.integration
+
+REQUEST_YAML = """\
+name: resnet notebook
+project: a-one        # a slug: gpuctl looks up the id
+flavor: l4-12g
+gpu_count: 1
+kind: notebook
+image: registry.example.com/ml/notebook:2.4
+env:
+  EPOCHS: "3"
+max_runtime_seconds: 3600
+reason: trying gpuctl
+"""
+
+
+def write(path: Path, text: str) -> str:
+    path.write_text(text, encoding="utf-8")
+    return str(path)
+
+
+def test_every_command_has_help() -> None:
+    runner = CliRunner()
+    top = runner.invoke(cli, ["--help"])
+    assert top.exit_code == 0 and "Commands:" in top.output
+    expected = {"login", "submit", "ls", "get", "logs", "events", "wait", "cancel", "open"}
+    assert expected | {"quota", "templates", "resubmit"} <= set(cli.commands)
+    for name in cli.commands:
+        answer = runner.invoke(cli, [name, "--help"])
+        assert answer.exit_code == 0, name
+        assert answer.output.startswith(f"Usage: cli {name}"), answer.output
+
+
+def test_gpuctl_is_installed_with_the_project() -> None:
+    assert Path(gpuctl_command()[0]).name == "gpuctl", "pip install -e . puts gpuctl on the path"
+
+
+def test_login_keeps_a_token_readable_by_the_owner_only(gpuctl: Gpuctl, org: Org) -> None:
+    done = gpuctl("login", "--url", gpuctl.url, input="dev_a\npw-dev_a\n")
+    assert done.returncode == 0, done.stderr
+    assert "as dev_a" in done.stdout
+    assert stat.S_IMODE(os.stat(gpuctl.config).st_mode) == 0o600
+    assert "token = " in gpuctl.config.read_text()
+    refused = gpuctl("login", "--url", gpuctl.url, input="dev_a\nwrong\n")
+    assert refused.returncode == 1
+    assert "Unable to log in" in refused.stderr or "credentials" in refused.stderr.lower()
+
+
+def test_a_developer_drives_a_notebook_through_gpuctl(
+    logged_in: Callable[[str], Gpuctl], fleet: Fleet, tmp_path: Path
+) -> None:
+    gpuctl = logged_in("dev_a")
+
+    # Submit from a YAML file, find it listed.
+    submitted = gpuctl("submit", "-f", write(tmp_path / "request.yaml", REQUEST_YAML))
+    assert submitted.returncode == 0, submitted.stderr
+    request = GpuRequest.objects.get()
+    assert submitted.stdout.startswith(f"request {request.pk} submitted: queued")
+    assert request.name == "resnet notebook" and request.flavor == fleet.l4_12g
+    listed = gpuctl("ls")
+    assert listed.stdout.splitlines()[0].split()[:4] == ["ID", "NAME", "STATUS", "KIND"]
+    row = listed.stdout.splitlines()[1].split()
+    assert row[:3] == [str(request.pk), "resnet", "notebook"] and row[5:7] == ["l4-12g", "1"]
+
+    # Read it back three ways.
+    as_json = json.loads(gpuctl("get", str(request.pk), "-o", "json").stdout)
+    assert as_json["id"] == request.pk and as_json["env"] == {"EPOCHS": "3"}
+    as_yaml = yaml.safe_load(gpuctl("get", str(request.pk), "-o", "yaml").stdout)
+    assert as_yaml == as_json | {"updated_at": as_yaml["updated_at"]}
+    as_table = gpuctl("get", str(request.pk)).stdout
+    assert any(line.split() == ["name", "resnet", "notebook"] for line in as_table.splitlines())
+
+    # Wait for it to run while the cycle admits it (the test settings run the cycle and the
+    # launch at once after a submission) and the cluster reports its pod running.
+    waiting = gpuctl.popen("wait", str(request.pk), "--for", "running", "--interval", "0.2")
+    request.refresh_from_db()
+    if request.status == "queued":
+        admit(request)
+    if request.status == "admitted":
+        launch(request)
+    report_running(request)
+    out, err = waiting.communicate(timeout=GPUCTL_TIMEOUT_SECONDS)
+    assert waiting.returncode == 0, err
+    assert out.strip() == f"request {request.pk} is running"
+
+    # Open, logs, events.
+    opened = gpuctl("open", str(request.pk))
+    assert opened.returncode == 0, opened.stderr
+    assert opened.stdout.strip() == f"{gpuctl.url}/w/{request.pk}/"
+    logs = gpuctl("logs", str(request.pk), "--tail", "5")
+    assert logs.returncode == 0, logs.stderr
+    assert "Jupyter Server is running" in logs.stdout
+    events = gpuctl("events", str(request.pk))
+    assert events.returncode == 0, events.stderr
+    assert events.stdout.splitlines()[0].split()[:3] == ["AT", "SOURCE", "TYPE"]
+    assert "portal" in events.stdout
+
+    # Cancel; waiting for the end now reports how it ended, non-zero as it did not succeed.
+    cancelled = gpuctl("cancel", str(request.pk), "--reason", "done for today")
+    assert cancelled.returncode == 0, cancelled.stderr
+    assert cancelled.stdout.strip() == f"request {request.pk} cancelled"
+    ended = gpuctl("wait", str(request.pk), "--for", "finished", "--timeout", "5")
+    assert ended.returncode == 1 and "finished: cancelled" in ended.stdout
+
+    # Resubmit the same body as a new request.
+    again = gpuctl("resubmit", str(request.pk))
+    assert again.returncode == 0, again.stderr
+    assert GpuRequest.objects.filter(name="resnet notebook").count() == 2
+
+
+def test_errors_print_the_api_message_and_exit_non_zero(
+    logged_in: Callable[[str], Gpuctl], org: Org, fleet: Fleet, tmp_path: Path
+) -> None:
+    gpuctl = logged_in("dev_a")
+    too_long = REQUEST_YAML.replace("3600", str(400 * 24 * 3600))
+    refused = gpuctl(
+        "submit", "-f", write(tmp_path / "long.json", json.dumps(yaml.safe_load(too_long)))
+    )
+    assert refused.returncode == 1
+    assert refused.stderr.startswith("Error: ")
+    assert "max_runtime_seconds" in refused.stderr
+    assert not GpuRequest.objects.exists()
+
+    missing = gpuctl("get", "999999")
+    assert missing.returncode == 1 and "Not found" in missing.stderr
+
+    theirs = services.submit_gpu_request(
+        actor=org.dev_b,
+        project=org.project_b,
+        flavor=fleet.l4_6g,
+        gpu_count=1,
+        image="registry.example.com/ml/pytorch:2.4",
+        max_runtime_seconds=3600,
+    )
+    for command in (("get",), ("cancel",), ("logs",), ("events",), ("open",), ("resubmit",)):
+        other_tenant = gpuctl(*command, str(theirs.pk))
+        assert other_tenant.returncode == 1, command
+        assert "Not found" in other_tenant.stderr, (command, other_tenant.stderr)
+
+    timed_out = gpuctl("wait", str(GpuRequest.objects.get(owner=org.dev_b).pk), "--timeout", "1")
+    assert timed_out.returncode == 1  # not found beats waiting
+    mine = gpuctl("submit", "-f", write(tmp_path / "ok.yaml", REQUEST_YAML))
+    request_id = mine.stdout.split()[1]
+    slow = gpuctl("wait", request_id, "--timeout", "0.5", "--interval", "0.1")
+    assert slow.returncode == 3 and "timed out after 0.5 s" in slow.stderr
+
+
+def test_templates_quota_and_a_token_from_the_environment(
+    gpuctl: Gpuctl, org: Org, fleet: Fleet
+) -> None:
+    services.create_request_template(
+        actor=org.lead_a,
+        team=org.team_a,
+        is_shared=True,
+        name="team notebook",
+        flavor=fleet.l4_12g,
+        kind="notebook",
+        image="registry.example.com/ml/notebook:2.4",
+        max_runtime_seconds=3600,
+    )
+    gpuctl.login("dev_a")
+    token = gpuctl.config.read_text().split("token = ")[1].split()[0]
+    gpuctl.config.unlink()
+    gpuctl.env.update(GPUCTL_URL=gpuctl.url, GPUCTL_TOKEN=token)
+
+    listed = gpuctl("templates")
+    assert listed.returncode == 0, listed.stderr
+    assert "team notebook  team   notebook  l4-12g" in listed.stdout
+    submitted = gpuctl("submit", "-t", "team notebook", "--project", "a-one")
+    assert submitted.returncode == 0, submitted.stderr
+    request = GpuRequest.objects.get()
+    assert (request.name, request.kind, request.project) == (
+        "team notebook",
+        "notebook",
+        org.project_a,
+    )
+
+    quota = gpuctl("quota")
+    assert quota.returncode == 0, quota.stderr
+    assert quota.stdout.splitlines()[0].split() == [
+        "TEAM",
+        "PROJECT",
+        "FLAVOR",
+        "GUARANTEED",
+        "LIMIT",
+        "USED",
+    ]
+    assert any(
+        line.split()[:3] == ["team-a", "(team)", "l4-12g"] for line in quota.stdout.splitlines()
+    )
+
+    gpuctl.env["GPUCTL_TOKEN"] = "not-a-token"
+    refused = gpuctl("ls")
+    assert refused.returncode == 1 and "Invalid token" in refused.stderr
