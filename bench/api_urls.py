@@ -2,12 +2,14 @@
 
 The baseline (`/bench/baseline/requests/`) is what a DRF user writes first for the same rows: a
 plain `ModelViewSet` with a `ModelSerializer` whose `fields` are those the product's request
-list shows, the owner as its username (`CharField(source="owner.username")`), and the queryset
-`GpuRequest.objects.visible_to(user).select_related("owner")` — the tenant filter, so it serves
-the same rows to the same caller, and the one join the DRF documentation prescribes for a
-related name that is rendered. Everything else is the project's defaults: token
-authentication, pagination (pages of 50 with a count), filter backends, model ordering. No
-`only()`, no response cache, no hand-written representation. A create stores the body with the
+list shows, the owner as its username (`CharField(source="owner.username")`), the current
+attempt's workload fields as `SerializerMethodField`s reading the request's allocations, and
+the queryset `GpuRequest.objects.visible_to(user).select_related("owner")
+.prefetch_related("allocations")` — the tenant filter, so it serves the same rows to the same
+caller, and the join and prefetch the DRF documentation prescribes for related data that is
+rendered. Everything else is the project's defaults: token authentication, pagination (pages of
+50 with a count), filter backends, model ordering. No `only()`, no response cache, no
+hand-written representation. A create stores the body with the
 serializer's own validation (project and flavor looked up by id, unscoped) and one INSERT: no
 tier, capacity, quota, budget or approval check, no audit, nothing queued.
 
@@ -33,19 +35,54 @@ from rest_framework.views import APIView
 from portal.urls import handler404, handler500
 from portal.urls import urlpatterns as portal_urlpatterns
 from scheduling.api.serializers import GpuRequestSerializer
-from scheduling.models import GpuRequest
+from scheduling.connect import connect_url
+from scheduling.models import Allocation, GpuRequest
 from tenants.models import Project
 
 
 class BaselineRequestSerializer(serializers.ModelSerializer):
-    """The product's request fields, every one built by `ModelSerializer` except the owner."""
+    """The product's request fields: the columns built by `ModelSerializer`, the owner's name,
+    and the current attempt's workload, as the product shows them."""
 
     owner = serializers.CharField(source="owner.username", read_only=True)
+    connect_url = serializers.SerializerMethodField()
+    node_names = serializers.SerializerMethodField()
+    pod_names = serializers.SerializerMethodField()
+    exit_code = serializers.SerializerMethodField()
+    termination_reason = serializers.SerializerMethodField()
 
     class Meta:
         model = GpuRequest
         fields = list(GpuRequestSerializer.Meta.fields)
         read_only_fields = list(GpuRequestSerializer.Meta.read_only_fields)
+
+    @staticmethod
+    def current(gpu_request: GpuRequest) -> Allocation | None:
+        return next(
+            (a for a in gpu_request.allocations.all() if a.attempt == gpu_request.attempt), None
+        )
+
+    def get_connect_url(self, gpu_request: GpuRequest) -> str | None:
+        url = connect_url(gpu_request)
+        if url is not None and url.startswith("/"):
+            return str(self.context["request"].build_absolute_uri(url))
+        return url
+
+    def get_node_names(self, gpu_request: GpuRequest) -> list[str]:
+        allocation = self.current(gpu_request)
+        return [name for name in allocation.node_name.split(",") if name] if allocation else []
+
+    def get_pod_names(self, gpu_request: GpuRequest) -> list[str]:
+        allocation = self.current(gpu_request)
+        return list(allocation.pod_names) if allocation else []
+
+    def get_exit_code(self, gpu_request: GpuRequest) -> int | None:
+        allocation = self.current(gpu_request)
+        return allocation.exit_code if allocation else None
+
+    def get_termination_reason(self, gpu_request: GpuRequest) -> str:
+        allocation = self.current(gpu_request)
+        return allocation.termination_reason if allocation else ""
 
 
 class BaselineRequestViewSet(viewsets.ModelViewSet):
@@ -54,7 +91,11 @@ class BaselineRequestViewSet(viewsets.ModelViewSet):
     serializer_class = BaselineRequestSerializer
 
     def get_queryset(self) -> QuerySet[Any]:
-        return GpuRequest.objects.visible_to(self.request.user).select_related("owner")
+        return (
+            GpuRequest.objects.visible_to(self.request.user)
+            .select_related("owner")
+            .prefetch_related("allocations")
+        )
 
     def perform_create(self, serializer: Any) -> None:
         project = serializer.validated_data["project"]
