@@ -13,6 +13,9 @@ from tenants.models import Project
 class GpuRequestForm(forms.Form):
     """The web form for a GPU request; the same service as the API validates the rest."""
 
+    name = forms.CharField(
+        max_length=80, required=False, help_text="A short label for lists, e.g. resnet sweep 3"
+    )
     project = forms.ModelChoiceField(queryset=Project.objects.none())
     flavor = forms.ModelChoiceField(queryset=Flavor.objects.none())
     gpu_count = forms.IntegerField(min_value=1, max_value=1024, initial=1, label="GPUs")
@@ -72,6 +75,19 @@ class GpuRequestForm(forms.Form):
         data = dict(self.cleaned_data)
         data["max_runtime_seconds"] = int(data.pop("max_runtime_hours") * 3600)
         return data
+
+
+def initial_from_body(body: dict[str, Any]) -> dict[str, Any]:
+    """The form's initial values for a request body (a template's, or a request to clone)."""
+    initial = {key: value for key, value in body.items() if value is not None}
+    if "command" in initial:
+        initial["command"] = shlex.join(initial["command"])
+    if "env" in initial:
+        initial["env"] = "\n".join(f"{key}={value}" for key, value in initial["env"].items())
+    seconds = initial.pop("max_runtime_seconds", None)
+    if seconds:
+        initial["max_runtime_hours"] = round(seconds / 3600, 2)
+    return initial
 
 
 class DecisionForm(forms.Form):

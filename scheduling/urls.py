@@ -10,6 +10,7 @@ urlpatterns = [
     path("requests/new/flavors/", views.request_form_flavors, name="gpu-request-form-flavors"),
     path("requests/<int:pk>/", views.request_detail, name="gpu-request-page"),
     path("requests/<int:pk>/cancel/", views.request_cancel, name="gpu-request-cancel-page"),
+    path("requests/<int:pk>/resubmit/", views.request_resubmit, name="gpu-request-resubmit-page"),
     path(
         "requests/<int:pk>/govern/<str:action>/",
         views.request_govern,

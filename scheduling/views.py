@@ -7,16 +7,23 @@ from typing import Any
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
+from django.db import models
 from django.db.models import QuerySet
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
 from scheduling import services
-from scheduling.choices import CANCELLABLE_STATUSES, RESUMABLE_KINDS, RequestStatus
+from scheduling.choices import (
+    CANCELLABLE_STATUSES,
+    FINISHED_STATUSES,
+    RESUMABLE_KINDS,
+    RequestStatus,
+    WorkloadKind,
+)
 from scheduling.fleet_nodes import nodes_needing_attention
-from scheduling.forms import DecisionForm, GpuRequestForm, ProjectQuotaForm
-from scheduling.models import Flavor, GpuRequest, Quota, UtilisationSample
+from scheduling.forms import DecisionForm, GpuRequestForm, ProjectQuotaForm, initial_from_body
+from scheduling.models import Flavor, GpuRequest, Quota, RequestTemplate, UtilisationSample
 from scheduling.selectors import (
     approval_inbox,
     committed_by_quota_key,
@@ -36,15 +43,46 @@ def _member_projects(user: Any) -> QuerySet[Project]:
     return projects
 
 
-def _form_flavors(project: Project | None) -> QuerySet[Flavor]:
-    return flavors_for_project(project=project) if project else Flavor.objects.none()
+def _form_flavors(project: Project | None, kind: str = "") -> QuerySet[Flavor]:
+    """The flavors the project may use, only those whose pool runs `kind` when one is given."""
+    if project is None:
+        return Flavor.objects.none()
+    flavors = flavors_for_project(project=project)
+    if kind in WorkloadKind.values:
+        # allowed_kinds is a JSON list (empty: every kind); filtered here, as SQLite has no
+        # JSON containment lookup. A project may use a handful of flavors.
+        allowed = [flavor.pk for flavor in flavors if flavor.pool.allows_kind(kind)]
+        flavors = flavors.filter(pk__in=allowed)
+    return flavors
 
 
-def _chosen_project(request: HttpRequest, projects: QuerySet[Project]) -> Project | None:
-    project_id = request.POST.get("project") or request.GET.get("project")
+def _chosen_project(
+    request: HttpRequest, projects: QuerySet[Project], fallback: Any = None
+) -> Project | None:
+    project_id = request.POST.get("project") or request.GET.get("project") or fallback
     if project_id and str(project_id).isdigit():
         return projects.filter(pk=project_id).first()
     return projects.first()
+
+
+def _starting_point(request: HttpRequest, templates: QuerySet[RequestTemplate]) -> dict[str, Any]:
+    """The form's initial values: a chosen template's (?template=), or a request's to clone
+    (?clone=); either must be visible to the user, else the form starts empty."""
+    body: dict[str, Any] = {}
+    template_id, clone_id = request.GET.get("template", ""), request.GET.get("clone", "")
+    if template_id.isdigit():
+        template = templates.filter(pk=template_id).first()
+        if template is not None:
+            body = services.template_body_of(template)
+    elif clone_id.isdigit():
+        source = GpuRequest.objects.visible_to(request.user).filter(pk=clone_id).first()
+        if source is not None:
+            body = services.request_body_of(source)
+    initial = initial_from_body(body)
+    return {
+        key: value.pk if isinstance(value, models.Model) else value
+        for key, value in initial.items()
+    }
 
 
 @login_required
@@ -65,13 +103,17 @@ def request_list(request: HttpRequest) -> HttpResponse:
 
 @login_required
 def request_new(request: HttpRequest) -> HttpResponse:
+    """The request form; the team's templates first, then one's own, fill it in."""
     projects = _member_projects(request.user)
-    project = _chosen_project(request, projects)
+    templates = RequestTemplate.objects.visible_to(request.user).select_related("team")
+    initial = _starting_point(request, templates)
+    project = _chosen_project(request, projects, initial.get("project"))
+    kind = request.POST.get("kind") or initial.get("kind") or WorkloadKind.JOB
     form = GpuRequestForm(
         request.POST or None,
         projects=projects,
-        flavors=_form_flavors(project),
-        initial={"project": project},
+        flavors=_form_flavors(project, kind),
+        initial={**initial, "project": project},
     )
     if request.method == "POST" and form.is_valid():
         try:
@@ -81,14 +123,30 @@ def request_new(request: HttpRequest) -> HttpResponse:
         else:
             messages.success(request, f"Request {created.pk} is {created.get_status_display()}.")
             return redirect("gpu-request-page", pk=created.pk)
-    return render(request, "scheduling/request_form.html", {"form": form, "project": project})
+    return render(
+        request,
+        "scheduling/request_form.html",
+        {
+            "form": form,
+            "project": project,
+            "templates": templates,
+            "chosen_template": request.GET.get("template", ""),
+        },
+    )
 
 
 @login_required
 def request_form_flavors(request: HttpRequest) -> HttpResponse:
-    """HTMX: the flavor options a project may use, when the project selection changes."""
+    """HTMX: the flavor options a project may use for a kind, when either selection changes."""
     project = _chosen_project(request, _member_projects(request.user))
-    return render(request, "scheduling/_flavor_options.html", {"flavors": _form_flavors(project)})
+    return render(
+        request,
+        "scheduling/_flavor_options.html",
+        {
+            "flavors": _form_flavors(project, request.GET.get("kind", "")),
+            "selected": request.GET.get("flavor", ""),
+        },
+    )
 
 
 @login_required
@@ -116,6 +174,7 @@ def request_detail(request: HttpRequest, pk: int) -> HttpResponse:
             "history": history,
             "can_cancel": gpu_request.status in CANCELLABLE_STATUSES,
             "is_live": gpu_request.status in (RequestStatus.RUNNING, RequestStatus.LAUNCHING),
+            "is_finished": gpu_request.status in FINISHED_STATUSES,
             "can_resume": gpu_request.status == RequestStatus.RECLAIMED
             and gpu_request.kind in RESUMABLE_KINDS,
             "is_owner": gpu_request.owner_id == request.user.pk,
@@ -183,6 +242,24 @@ def request_cancel(request: HttpRequest, pk: int) -> HttpResponse:
     except DomainError as error:
         messages.error(request, error.message)
     return redirect("gpu-request-page", pk=pk)
+
+
+@login_required
+@require_POST
+def request_resubmit(request: HttpRequest, pk: int) -> HttpResponse:
+    """Submit a finished request's body again at once, and show the new request."""
+    gpu_request = get_object_or_404(
+        GpuRequest.objects.visible_to(request.user).select_related("project", "flavor"), pk=pk
+    )
+    try:
+        created = services.resubmit_gpu_request(actor=request.user, request=gpu_request)
+    except DomainError as error:
+        messages.error(request, error.message)
+        return redirect("gpu-request-page", pk=pk)
+    messages.success(
+        request, f"Submitted again as request {created.pk}: {created.get_status_display()}."
+    )
+    return redirect("gpu-request-page", pk=created.pk)
 
 
 @login_required

@@ -26,6 +26,7 @@ from scheduling.services.templates import (
     delete_request_template,
     request_body_of,
     resubmit_gpu_request,
+    template_body_of,
     update_request_template,
 )
 
@@ -47,5 +48,6 @@ __all__ = [
     "resume_gpu_request",
     "set_quota",
     "submit_gpu_request",
+    "template_body_of",
     "update_request_template",
 ]

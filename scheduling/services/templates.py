@@ -133,6 +133,13 @@ def request_body_of(request: GpuRequest) -> dict[str, Any]:
     return body
 
 
+def template_body_of(template: RequestTemplate) -> dict[str, Any]:
+    """What a request made from `template` starts from: its body, named after it."""
+    body = {field: getattr(template, field) for field in REQUEST_BODY_FIELDS}
+    body["name"] = template.name
+    return body
+
+
 def resubmit_gpu_request(*, actor: Any, request: GpuRequest) -> GpuRequest:
     """Submit a finished request's body again, as `actor`, through the one submit service.
 
