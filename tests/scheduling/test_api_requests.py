@@ -34,7 +34,7 @@ REQUESTS = ApiContract(
     may_create={"admin", "lead_a", "dev_a"},
     create_body=lambda world: request_body(world.org.project_a, world.fleet.l4_6g),
     actions=(
-        *("approve", "reject", "cancel", "resume", "utilisation"),
+        *("approve", "reject", "cancel", "resume", "resubmit", "utilisation"),
         *("ask-idle-exemption", "ask-extension", "idle-exemption", "extend"),
     ),
     list_filters=lambda world: [{"team": world.org.team_a.pk}, {"project": world.org.project_a.pk}],
