@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 from collections.abc import Callable
 from pathlib import Path
@@ -138,13 +139,17 @@ def test_errors_print_the_api_message_and_exit_non_zero(
     logged_in: Callable[[str], Gpuctl], org: Org, fleet: Fleet, tmp_path: Path
 ) -> None:
     gpuctl = logged_in("dev_a")
-    too_long = REQUEST_YAML.replace("3600", str(400 * 24 * 3600))
-    refused = gpuctl(
-        "submit", "-f", write(tmp_path / "long.json", json.dumps(yaml.safe_load(too_long)))
-    )
+    over_tier = REQUEST_YAML.replace("3600", str(30 * 24 * 3600))
+    refused = gpuctl("submit", "-f", write(tmp_path / "tier.yaml", over_tier))
     assert refused.returncode == 1
-    assert refused.stderr.startswith("Error: ")
-    assert "max_runtime_seconds" in refused.stderr
+    assert re.fullmatch(r"Error: The .+ tier allows at most \d+ seconds\.\n", refused.stderr)
+    over_api = json.dumps(yaml.safe_load(REQUEST_YAML.replace("3600", str(400 * 24 * 3600))))
+    refused = gpuctl("submit", "-f", write(tmp_path / "long.json", over_api))
+    assert refused.returncode == 1
+    assert refused.stderr.splitlines() == [
+        "Error: Invalid input: see the fields.",
+        "  max_runtime_seconds: Ensure this value is less than or equal to 7776000.",
+    ]
     assert not GpuRequest.objects.exists()
 
     missing = gpuctl("get", "999999")
