@@ -21,10 +21,9 @@ pytestmark = pytest.mark.django_db
 
 
 def queued(org: Org, fleet: Fleet, count: int) -> list[GpuRequest]:
-    return [
-        GpuRequestFactory(project=org.project_a, flavor=fleet.l4_12g, kind="job")
-        for _ in range(count)
-    ]
+    return GpuRequestFactory.create_batch(
+        count, project=org.project_a, flavor=fleet.l4_12g, kind="job"
+    )
 
 
 def test_transition_many_moves_each_request_once_and_audits_each(org: Org, fleet: Fleet) -> None:
