@@ -115,9 +115,21 @@ def _b_statement(world: World) -> None:
     )
 
 
+def _b_template(world: World) -> None:
+    from scheduling.models import RequestTemplate
+
+    RequestTemplate.objects.create(
+        team=world.org.team_b, owner=world.org.lead_b, is_shared=True, name="b", image="b:1"
+    )
+
+
 # Team B's object for a model the world fixture does not create by itself: a new tenant-owned
 # model whose route the walk reports as "shared" gets its factory here.
-B_FACTORIES = {"accounting.Budget": _b_budget, "accounting.Statement": _b_statement}
+B_FACTORIES = {
+    "accounting.Budget": _b_budget,
+    "accounting.Statement": _b_statement,
+    "scheduling.RequestTemplate": _b_template,
+}
 # The catalogue every member sees (`CatalogQuerySet`): no object of it belongs to team B.
 SHARED_CATALOG = {
     "scheduling.Flavor",
