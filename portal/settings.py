@@ -153,7 +153,7 @@ REST_FRAMEWORK = {
         "tenants.api.filters.PortalFilterBackend",
         "rest_framework.filters.OrderingFilter",
     ],
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_SCHEMA_CLASS": "tenants.api.schema.PortalAutoSchema",
     "EXCEPTION_HANDLER": "tenants.api.errors.portal_exception_handler",
     "DEFAULT_THROTTLE_RATES": {
         "login": env.str("LOGIN_RATE", default="10/minute"),
@@ -178,6 +178,13 @@ SPECTACULAR_SETTINGS = {
     "SCHEMA_PATH_PREFIX": "/api/v1",
     # Request priorities and an approval rule's highest auto-approved one are the same choices.
     "ENUM_NAME_OVERRIDES": {"PriorityEnum": "scheduling.choices.Priority"},
+    # Requests get their own components: no read-only fields, required and non-blank as the
+    # serializers validate them.
+    "COMPONENT_SPLIT_REQUEST": True,
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "tenants.api.schema.document_request_constraints",
+    ],
 }
 
 # Rate limits count in the cache: shared through Redis when there is one, per process otherwise.

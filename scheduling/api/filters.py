@@ -4,9 +4,10 @@ import django_filters
 
 from scheduling.choices import RequestStatus
 from scheduling.models import Flavor, GpuRequest, Quota
+from tenants.api.filters import PortalFilterSet, StrictBooleanFilter
 
 
-class GpuRequestFilter(django_filters.FilterSet):
+class GpuRequestFilter(PortalFilterSet):
     status = django_filters.MultipleChoiceFilter(choices=RequestStatus.choices)
     owner = django_filters.CharFilter(field_name="owner__username")
 
@@ -15,7 +16,7 @@ class GpuRequestFilter(django_filters.FilterSet):
         fields = ["status", "project", "team", "flavor", "kind", "priority", "owner"]
 
 
-class FlavorFilter(django_filters.FilterSet):
+class FlavorFilter(PortalFilterSet):
     tier = django_filters.CharFilter(field_name="pool__tier__slug")
     pool = django_filters.CharFilter(field_name="pool__slug")
 
@@ -24,8 +25,8 @@ class FlavorFilter(django_filters.FilterSet):
         fields = ["kind", "gpu_model", "tier", "pool", "is_active"]
 
 
-class QuotaFilter(django_filters.FilterSet):
-    team_level = django_filters.BooleanFilter(field_name="project", lookup_expr="isnull")
+class QuotaFilter(PortalFilterSet):
+    team_level = StrictBooleanFilter(field_name="project", lookup_expr="isnull")
 
     class Meta:
         model = Quota

@@ -412,7 +412,7 @@ class GpuRequestViewSet(
         return self._act(request, services.resume_gpu_request)
 
     @extend_schema(responses=UtilisationPointSerializer(many=True))
-    @action(detail=True, methods=["get"])
+    @action(detail=True, methods=["get"], pagination_class=None, filter_backends=[])
     def utilisation(self, request: Request, pk: str | None = None) -> Response:
         """The GPU activity and memory timeline of the request's attempts (newest 500 points)."""
         gpu_request = self.get_object()

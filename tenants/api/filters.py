@@ -3,19 +3,66 @@ from __future__ import annotations
 from typing import Any
 
 import django_filters
+from django import forms
+from django.db import models
 from django.db.models import QuerySet
 from django_filters.rest_framework import DjangoFilterBackend
+from drf_spectacular.utils import extend_schema_field
 
 from tenants.models import AuditEvent, Membership, Project
 
+MAX_ID = 2**63 - 1
 
-class ProjectFilter(django_filters.FilterSet):
+
+class StrictBooleanField(forms.Field):
+    """true or false (True, False); anything else is a 400, not a silently dropped filter."""
+
+    widget = forms.TextInput
+
+    def to_python(self, value: Any) -> bool | None:
+        if value in (None, ""):
+            return None
+        if value in (True, "true", "True"):
+            return True
+        if value in (False, "false", "False"):
+            return False
+        raise forms.ValidationError("Use true or false.", code="invalid")
+
+
+class StrictBooleanFilter(django_filters.BooleanFilter):
+    field_class = StrictBooleanField
+
+
+@extend_schema_field({"type": "integer", "minimum": 1, "maximum": MAX_ID})
+class IdFilter(django_filters.NumberFilter):
+    """Another object by id: an id nobody can see filters to nothing (no 400 telling it apart)."""
+
+    field_class = forms.IntegerField
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("min_value", 1)
+        kwargs.setdefault("max_value", MAX_ID)
+        super().__init__(*args, **kwargs)
+
+
+class PortalFilterSet(django_filters.FilterSet):
+    """References filter by id and booleans are strict, as the schema documents them."""
+
+    FILTER_DEFAULTS = {
+        **django_filters.FilterSet.FILTER_DEFAULTS,
+        models.ForeignKey: {"filter_class": IdFilter},
+        models.OneToOneField: {"filter_class": IdFilter},
+        models.BooleanField: {"filter_class": StrictBooleanFilter},
+    }
+
+
+class ProjectFilter(PortalFilterSet):
     class Meta:
         model = Project
         fields = ["team", "slug"]
 
 
-class MembershipFilter(django_filters.FilterSet):
+class MembershipFilter(PortalFilterSet):
     user = django_filters.CharFilter(field_name="user__username")
 
     class Meta:
@@ -23,7 +70,7 @@ class MembershipFilter(django_filters.FilterSet):
         fields = ["team", "role", "user"]
 
 
-class AuditEventFilter(django_filters.FilterSet):
+class AuditEventFilter(PortalFilterSet):
     actor = django_filters.CharFilter(field_name="actor__username")
     since = django_filters.IsoDateTimeFilter(field_name="occurred_at", lookup_expr="gte")
     action = django_filters.CharFilter(lookup_expr="startswith")
@@ -41,6 +88,8 @@ class PortalFilterBackend(DjangoFilterBackend):
     its parameters the form would leave the queryset as it is; with one, it runs as usual
     (and answers 400 for a bad value).
     """
+
+    filterset_base = PortalFilterSet
 
     def filter_queryset(self, request: Any, queryset: QuerySet[Any], view: Any) -> QuerySet[Any]:
         filterset_class = self.get_filterset_class(view, queryset)
