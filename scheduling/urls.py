@@ -12,6 +12,11 @@ urlpatterns = [
     path("requests/<int:pk>/cancel/", views.request_cancel, name="gpu-request-cancel-page"),
     path("requests/<int:pk>/resubmit/", views.request_resubmit, name="gpu-request-resubmit-page"),
     path(
+        "requests/<int:pk>/save-template/",
+        views.request_save_template,
+        name="gpu-request-save-template-page",
+    ),
+    path(
         "requests/<int:pk>/govern/<str:action>/",
         views.request_govern,
         name="gpu-request-govern-page",

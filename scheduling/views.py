@@ -263,6 +263,26 @@ def request_resubmit(request: HttpRequest, pk: int) -> HttpResponse:
 
 
 @login_required
+@require_POST
+def request_save_template(request: HttpRequest, pk: int) -> HttpResponse:
+    """Keep a request's body as a template: one's own, or (a lead) the team's."""
+    gpu_request = get_object_or_404(GpuRequest.objects.visible_to(request.user), pk=pk)
+    try:
+        template = services.save_request_as_template(
+            actor=request.user,
+            request=gpu_request,
+            name=request.POST.get("name", "")[:80],
+            is_shared=request.POST.get("is_shared") == "on",
+        )
+    except DomainError as error:
+        messages.error(request, error.message)
+    else:
+        whose = "the team's" if template.is_shared else "your"
+        messages.success(request, f"Saved as {whose} template “{template.name}”.")
+    return redirect("gpu-request-page", pk=pk)
+
+
+@login_required
 def approvals(request: HttpRequest) -> HttpResponse:
     scope = scope_of(request.user)
     if not (scope.lead_team_ids or scope.is_platform_admin):

@@ -26,6 +26,7 @@ from scheduling.services.templates import (
     delete_request_template,
     request_body_of,
     resubmit_gpu_request,
+    save_request_as_template,
     template_body_of,
     update_request_template,
 )
@@ -46,6 +47,7 @@ __all__ = [
     "request_body_of",
     "resubmit_gpu_request",
     "resume_gpu_request",
+    "save_request_as_template",
     "set_quota",
     "submit_gpu_request",
     "template_body_of",

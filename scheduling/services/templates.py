@@ -140,6 +140,20 @@ def template_body_of(template: RequestTemplate) -> dict[str, Any]:
     return body
 
 
+def save_request_as_template(
+    *, actor: Any, request: GpuRequest, name: str, is_shared: bool = False
+) -> RequestTemplate:
+    """A new template of the request's team from the request's body (its project aside)."""
+    body = {field: getattr(request, field) for field in REQUEST_BODY_FIELDS}
+    return create_request_template(
+        actor=actor,
+        team=request.team,
+        is_shared=is_shared,
+        name=name.strip() or request.name or f"Request {request.pk}",
+        **body,
+    )
+
+
 def resubmit_gpu_request(*, actor: Any, request: GpuRequest) -> GpuRequest:
     """Submit a finished request's body again, as `actor`, through the one submit service.
 

@@ -132,3 +132,27 @@ def test_another_team_cannot_resubmit_from_the_page(org: Org, fleet: Fleet) -> N
         url = reverse("gpu-request-resubmit-page", args=[request.pk])
         assert login(username).post(url).status_code == 404
     assert GpuRequest.objects.count() == 1
+
+
+def test_a_request_is_saved_as_a_template_own_or_the_teams(org: Org, fleet: Fleet) -> None:
+    request = GpuRequestFactory.create(project=org.project_a, flavor=fleet.l4_12g, kind="notebook")
+    url = reverse("gpu-request-save-template-page", args=[request.pk])
+    page = login("dev_a").get(reverse("gpu-request-page", args=[request.pk])).content.decode()
+    assert url in page and 'name="is_shared"' not in page  # only a lead shares with the team
+    login("dev_a").post(url, {"name": "my notebook", "is_shared": "on"})
+    assert not RequestTemplate.objects.exists()  # a developer may not share: refused
+    login("dev_a").post(url, {"name": "my notebook"})
+    login("lead_a").post(url, {"name": "team notebook", "is_shared": "on"})
+    saved = {t.name: t for t in RequestTemplate.objects.all()}
+    assert (saved["my notebook"].owner, saved["my notebook"].is_shared) == (org.dev_a, False)
+    assert saved["team notebook"].is_shared and saved["team notebook"].team == org.team_a
+    assert (saved["my notebook"].kind, saved["my notebook"].flavor) == ("notebook", fleet.l4_12g)
+
+
+@covers("gpu-request-save-template-page")
+def test_another_team_cannot_save_a_request_as_a_template(org: Org, fleet: Fleet) -> None:
+    request = GpuRequestFactory.create(project=org.project_a, flavor=fleet.l4_12g)
+    url = reverse("gpu-request-save-template-page", args=[request.pk])
+    for username in ("dev_b", "lead_b"):
+        assert login(username).post(url, {"name": "stolen"}).status_code == 404
+    assert not RequestTemplate.objects.exists()

@@ -29,6 +29,7 @@ ROUTE_MODELS: dict[str, type[models.Model]] = {
     "gpu-request-efficiency": GpuRequest,
     "gpu-request-cancel-page": GpuRequest,
     "gpu-request-resubmit-page": GpuRequest,
+    "gpu-request-save-template-page": GpuRequest,
     "gpu-request-govern-page": GpuRequest,
     "approval-decide": GpuRequest,
     "project-quota-set": Project,
