@@ -6,6 +6,7 @@ from datetime import date
 from decimal import Decimal
 from typing import Any
 
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from accounting.budgets import percent_used, spent_of
@@ -138,8 +139,16 @@ class StatementLineSerializer(serializers.ModelSerializer):
         fields = ["project_id", "project", "flavor", "pool", "gpu_hours", "cost"]
 
 
+@extend_schema_field({"type": "string", "pattern": r"^\d{4}-(0[1-9]|1[0-2])$"})
+class MonthField(serializers.DateField):
+    """A date shown as its month, YYYY-MM (the schema says so; a date format would not)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(format="%Y-%m", **kwargs)
+
+
 class StatementSerializer(serializers.ModelSerializer):
-    month = serializers.DateField(source="period", format="%Y-%m")
+    month = MonthField(source="period")
     team_name = serializers.CharField(source="team.name")
     closed_by: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
         slug_field="username", read_only=True

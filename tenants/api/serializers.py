@@ -102,7 +102,7 @@ class RoleSerializer(serializers.Serializer):
 class MeSerializer(serializers.Serializer):
     id = serializers.IntegerField()
     username = serializers.CharField()
-    email = serializers.EmailField()
+    email = serializers.CharField(help_text="The user's address; empty when none is set.")
     full_name = serializers.CharField()
     primary_role = serializers.CharField(allow_null=True)
     roles = RoleSerializer(many=True)
