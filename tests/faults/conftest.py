@@ -1,7 +1,7 @@
 """Fault injection on PostgreSQL + a real Redis + a real Celery worker (docs/fault-tolerance.md).
 
 Sizes come from the environment so a quick local run and the full CI run share one code path:
-FAULTS_REQUESTS (200), FAULTS_KILLS (50), FAULTS_SEED, FAULTS_OUTAGE_SECONDS (30). Every test
+FAULTS_REQUESTS (200), FAULTS_KILLS (50), FAULTS_SEED, FAULTS_OUTAGE_SECONDS (60). Every test
 here restarts only processes it started itself: its own redis-server, its own PostgreSQL cluster.
 """
 
