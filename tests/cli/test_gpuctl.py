@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import requests
 import yaml
 from click.testing import CliRunner
 
@@ -39,6 +40,24 @@ env:
 max_runtime_seconds: 3600
 reason: trying gpuctl
 """
+
+
+def browser(url: str, username: str) -> requests.Session:
+    """A session signed in through the portal's login page, as a browser is."""
+    session = requests.Session()
+    session.get(f"{url}/login/", timeout=30)
+    answer = session.post(
+        f"{url}/login/",
+        data={
+            "username": username,
+            "password": f"pw-{username}",
+            "csrfmiddlewaretoken": session.cookies["csrftoken"],
+        },
+        headers={"Referer": f"{url}/login/"},
+        timeout=30,
+    )
+    assert answer.ok and "sessionid" in session.cookies, answer.status_code
+    return session
 
 
 def write(path: Path, text: str) -> str:
@@ -110,10 +129,16 @@ def test_a_developer_drives_a_notebook_through_gpuctl(
     assert waiting.returncode == 0, err
     assert out.strip() == f"request {request.pk} is running"
 
-    # Open, logs, events.
+    # Open: the URL, behind the portal's sign-in (the Ingress's auth check); logs, events.
     opened = gpuctl("open", str(request.pk))
     assert opened.returncode == 0, opened.stderr
     assert opened.stdout.strip() == f"{gpuctl.url}/w/{request.pk}/"
+    owner, outsider = browser(gpuctl.url, "dev_a"), browser(gpuctl.url, "dev_b")
+    check = f"{gpuctl.url}/auth/workloads/{request.pk}/"
+    assert owner.get(check, timeout=30).status_code == 200
+    assert outsider.get(check, timeout=30).status_code == 403
+    assert owner.get(opened.stdout.strip(), timeout=30).status_code == 200
+    assert outsider.get(opened.stdout.strip(), timeout=30).status_code == 404
     logs = gpuctl("logs", str(request.pk), "--tail", "5")
     assert logs.returncode == 0, logs.stderr
     assert "Jupyter Server is running" in logs.stdout
