@@ -11,6 +11,7 @@ from typing import Any
 from runtime.models import SimulatedWorkload
 from scheduling.choices import RequestStatus
 from scheduling.models import Allocation, Flavor, GpuRequest
+from tenants.models import AuditEvent
 from tests.support.factories import GpuRequestFactory
 from tests.support.personas import Org
 
@@ -62,6 +63,8 @@ class Outcome:
     duplicated: list[int] = field(default_factory=list)
     wrong_end: list[int] = field(default_factory=list)
     allocations_open: list[int] = field(default_factory=list)
+    # Why each duplicated request is one: attempts, workloads, allocations, reclaim events.
+    details: dict[int, str] = field(default_factory=dict)
 
     @property
     def figures(self) -> dict[str, Any]:
@@ -76,7 +79,7 @@ class Outcome:
 
     def assert_clean(self) -> None:
         assert not self.lost, f"requests lost (not finished): {self.lost}"
-        assert not self.duplicated, f"workloads or attempts duplicated: {self.duplicated}"
+        assert not self.duplicated, f"workloads or attempts duplicated: {self.details}"
         assert not self.wrong_end, f"requests that ended in the wrong state: {self.wrong_end}"
         assert not self.allocations_open, f"allocations still open: {self.allocations_open}"
 
@@ -109,6 +112,13 @@ def audit(ids: list[int]) -> Outcome:
         made = workloads.get(str(pk), [])
         if len(made) != 1 or request.attempt != 1 or allocations[pk] != 1:
             outcome.duplicated.append(pk)
+            events = AuditEvent.objects.filter(
+                target_id=str(pk), action__startswith="reclaim."
+            ).values_list("action", "message")
+            outcome.details[pk] = (
+                f"attempt {request.attempt}, {len(made)} workloads, {allocations[pk]} "
+                f"allocations, {request.status}: {request.status_reason}; {list(events)}"
+            )
             continue
         should_fail = made[0].fails
         if (request.status == RequestStatus.FAILED) != should_fail or (

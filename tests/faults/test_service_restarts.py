@@ -21,7 +21,7 @@ from tests.faults.pipeline import (
 from tests.support.personas import Org
 from tests.support.services import PostgresCluster, RedisServer, postgres_available
 from tests.support.services import postgres_cluster as start_postgres_cluster
-from tests.support.worker import celery_worker, supervised
+from tests.support.worker import supervised, worker_to_start
 from tests.support.worker import test_database_url as database_url
 
 pytestmark = [pytest.mark.faults, pytest.mark.integration, pytest.mark.django_db(transaction=True)]
@@ -64,7 +64,7 @@ def test_redis_restart_mid_flow_loses_and_duplicates_nothing(
 ) -> None:
     total = sizes("RESTART_REQUESTS", 40)
     with (
-        celery_worker(own_redis.url(), start=False, **WORKER_ENV) as worker,
+        worker_to_start(own_redis.url(), **WORKER_ENV) as worker,
         supervised(worker) as restarts,
     ):
         ids = submit_and_approve(org, a100, total // 2)
@@ -125,7 +125,7 @@ def test_postgresql_restart_mid_flow_loses_and_duplicates_nothing(
     total = sizes("RESTART_REQUESTS", 40)
     env = {**WORKER_ENV, "DATABASE_URL": own_postgres.url("faults")}
     with (
-        celery_worker(own_redis.url(), start=False, **env) as worker,
+        worker_to_start(own_redis.url(), **env) as worker,
         supervised(worker) as restarts,
     ):
         ids = submit_and_approve(org, a100, total // 2)

@@ -167,14 +167,17 @@ def use_broker(app: Any, broker_url: str) -> None:
 
 
 @contextmanager
-def celery_worker(
-    redis_url: str, *, start: bool = True, **extra_env: str
-) -> Iterator[WorkerProcess]:
-    """Start a worker; tasks the test process queues go to it through Redis, not inline.
+def celery_worker(redis_url: str, **extra_env: str) -> Iterator[WorkerProcess]:
+    """Start a worker; tasks the test process queues go to it through Redis, not inline."""
+    with worker_to_start(redis_url, **extra_env) as worker:
+        worker.start()
+        yield worker
 
-    With `start=False` the test starts it (`worker.start()`): what it queues before that
-    waits in Redis, so a backlog can be built up before any of it moves.
-    """
+
+@contextmanager
+def worker_to_start(redis_url: str, **extra_env: str) -> Iterator[WorkerProcess]:
+    """As `celery_worker`, but the test starts the worker (`worker.start()`): what it queues
+    before that waits in Redis, so a backlog can be built up before any of it moves."""
     from portal.celery import app
 
     worker = WorkerProcess(redis_url, extra_env)
@@ -184,8 +187,6 @@ def celery_worker(
     }
     app.conf.update(task_always_eager=False)
     use_broker(app, redis_url)
-    if start:
-        worker.start()
     try:
         yield worker
     finally:
