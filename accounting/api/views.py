@@ -56,6 +56,14 @@ class ExportRateThrottle(UserRateThrottle):
         return super().allow_request(request, view)
 
 
+# What a report answers: JSON, or with `?export=csv|xlsx` the download.
+EXPORT_RESPONSES: dict[Any, Any] = {
+    (200, "text/csv"): OpenApiTypes.STR,
+    (200, XLSX_CONTENT_TYPE): OpenApiTypes.BINARY,
+}
+REPORT_RESPONSES = {(200, "application/json"): OpenApiTypes.OBJECT, **EXPORT_RESPONSES}
+
+
 def _columns(query: UsageQuery) -> list[str]:
     columns: list[str] = []
     for key in query.group_by:
@@ -110,7 +118,7 @@ class UsageView(APIView):
 
     throttle_classes = [ExportRateThrottle]
 
-    @extend_schema(parameters=[UsageQuerySerializer], responses={200: OpenApiTypes.OBJECT})
+    @extend_schema(parameters=[UsageQuerySerializer], responses=REPORT_RESPONSES)
     def get(self, request: Request) -> Any:
         params = UsageQuerySerializer(data=request.query_params)
         params.is_valid(raise_exception=True)
@@ -128,7 +136,7 @@ class ChargebackView(APIView):
 
     throttle_classes = [ExportRateThrottle]
 
-    @extend_schema(parameters=[ChargebackQuerySerializer], responses={200: OpenApiTypes.OBJECT})
+    @extend_schema(parameters=[ChargebackQuerySerializer], responses=REPORT_RESPONSES)
     def get(self, request: Request) -> Any:
         params = ChargebackQuerySerializer(data=request.query_params)
         params.is_valid(raise_exception=True)
@@ -214,7 +222,10 @@ class StatementViewSet(ScopedReadOnlyViewSet):
     filterset_fields = ["team"]
     ordering_fields = ["period", "closed_at"]
 
-    @extend_schema(parameters=[ExportSerializer])
+    @extend_schema(
+        parameters=[ExportSerializer],
+        responses={(200, "application/json"): StatementSerializer, **EXPORT_RESPONSES},
+    )
     def retrieve(self, request: Request, *args: Any, **kwargs: Any) -> Any:
         params = ExportSerializer(data=request.query_params)
         params.is_valid(raise_exception=True)
