@@ -177,7 +177,12 @@ SPECTACULAR_SETTINGS = {
     "REDOC_DIST": "SIDECAR",
     "SCHEMA_PATH_PREFIX": "/api/v1",
     # Request priorities and an approval rule's highest auto-approved one are the same choices.
-    "ENUM_NAME_OVERRIDES": {"PriorityEnum": "scheduling.choices.Priority"},
+    "ENUM_NAME_OVERRIDES": {
+        "PriorityEnum": "scheduling.choices.Priority",
+        # A flavor's kind and a workload's kind are both "kind".
+        "FlavorKindEnum": "scheduling.choices.FlavorKind",
+        "WorkloadKindEnum": "scheduling.choices.WorkloadKind",
+    },
     # Requests get their own components: no read-only fields, required and non-blank as the
     # serializers validate them.
     "COMPONENT_SPLIT_REQUEST": True,
