@@ -1,6 +1,7 @@
 """Engine decisions carried out on the real control plane: the cycle's preemption deletes the
 victim's Job and the preemptor's pod runs on the freed node; a real worker's reclaim pass scales
-an idle notebook's Deployment to zero."""
+an idle notebook's Deployment to zero; a worker SIGKILLed inside a launch loses and duplicates
+no Job."""
 
 from __future__ import annotations
 
@@ -282,6 +283,82 @@ def test_a_real_worker_reclaims_an_idle_notebook_and_scales_it_to_zero(
             for d in k8s_admin.apps.list_namespaced_deployment(project.namespace).items
         ] == [name]
         assert Allocation.objects.get(pk=allocation.pk).ended_at is not None
+    finally:
+        with contextlib.suppress(Exception):  # never created
+            k8s_admin.core.delete_namespace(project.namespace, _preload_content=False)
+
+
+LAUNCH = "runtime.tasks.launch_workload"
+
+
+@pytest.mark.integration
+@pytest.mark.django_db(transaction=True)
+def test_a_worker_killed_mid_launch_loses_and_duplicates_no_job(
+    k8s_testbed: Testbed, k8s_backend: Any, k8s_admin: Admin, clean_redis: str
+) -> None:
+    teams = seed_demo_organisation(password="x")
+    seed_demo_fleet(teams=teams)
+    apply_inventory(k8s_backend.sync_inventory())
+    a100 = Flavor.objects.get(slug="a100-80g")
+    Quota.objects.filter(team=teams["vision"], flavor=a100).update(guaranteed=12, limit=12)
+    project = Project.objects.create(
+        team=teams["vision"], slug=f"k{uuid.uuid4().hex[:8]}", name="Kill"
+    )
+    users = get_user_model().objects
+    alice, bob = users.get(username="alice"), users.get(username="bob")
+    worker_env = {
+        "CLUSTER_BACKEND": "kubernetes",
+        "KUBECONFIG": str(k8s_testbed.portal_kubeconfig),
+        "WORKLOAD_SYNC_SECONDS": "0.5",
+        "SCHEDULING_CYCLE_SECONDS": "1",
+        "RECLAIM_INTERVAL_SECONDS": "3600",
+        "SAMPLE_INTERVAL_SECONDS": "3600",
+        "STUCK_TRANSITION_SECONDS": "3",
+        "STUCK_SWEEP_SECONDS": "3",
+    }
+    try:
+        with celery_worker(clean_redis, **worker_env) as worker:
+            ids: list[int] = []
+            for _ in range(12):
+                request = services.submit_gpu_request(
+                    actor=alice,
+                    project=project,
+                    flavor=a100,
+                    gpu_count=1,
+                    image="registry.example.com/ml/train:1.0",
+                    command=["python", "train.py"],
+                    max_runtime_seconds=3600,
+                )
+                services.approve_gpu_request(actor=bob, request=request)
+                ids.append(request.pk)
+            # Kill the worker (and its pool) while it runs a launch on the cluster.
+            deadline = time.monotonic() + 60
+            while LAUNCH not in worker.running_tasks() and time.monotonic() < deadline:
+                time.sleep(0.01)
+            cut_short = worker.kill()
+            worker.start()  # a new worker: the redelivered and the stuck launches are its own
+
+            def settled() -> bool:
+                return not GpuRequest.objects.filter(pk__in=ids).exclude(
+                    status=RequestStatus.SUCCEEDED
+                )
+
+            deadline = time.monotonic() + 150
+            while not settled() and time.monotonic() < deadline:
+                time.sleep(0.5)
+            statuses = sorted(
+                GpuRequest.objects.filter(pk__in=ids).values_list("pk", "status", "attempt")
+            )
+            assert settled(), (statuses, worker.output()[-6000:])
+        assert LAUNCH in cut_short, cut_short
+        # 0 lost, 0 duplicated: one Job per request, the one its allocation names.
+        jobs = sorted(
+            j.metadata.name for j in k8s_admin.batch.list_namespaced_job(project.namespace).items
+        )
+        named = sorted(
+            Allocation.objects.filter(request_id__in=ids).values_list("workload_name", flat=True)
+        )
+        assert len(jobs) == len(ids) and jobs == named, (jobs, named)
     finally:
         with contextlib.suppress(Exception):  # never created
             k8s_admin.core.delete_namespace(project.namespace, _preload_content=False)
