@@ -10,6 +10,7 @@ import json
 import os
 import re
 import stat
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -139,10 +140,15 @@ def test_a_developer_drives_a_notebook_through_gpuctl(
     assert outsider.get(check, timeout=30).status_code == 403
     assert owner.get(opened.stdout.strip(), timeout=30).status_code == 200
     assert outsider.get(opened.stdout.strip(), timeout=30).status_code == 404
-    # The simulated notebook writes a line every 5 s after its first; a tail of 100 still holds
-    # the first on a slow machine.
-    logs = gpuctl("logs", str(request.pk), "--tail", "100")
-    assert logs.returncode == 0, logs.stderr
+    # The simulated pod starts a few seconds after its launch (the running report above does not
+    # move the simulated clock) and then writes a line every 5 s; a tail of 100 holds the first.
+    deadline = time.monotonic() + 60
+    while True:
+        logs = gpuctl("logs", str(request.pk), "--tail", "100")
+        assert logs.returncode == 0, logs.stderr
+        if logs.stdout or time.monotonic() > deadline:
+            break
+        time.sleep(1)
     assert "Jupyter Server is running" in logs.stdout
     events = gpuctl("events", str(request.pk))
     assert events.returncode == 0, events.stderr
