@@ -424,6 +424,23 @@ class GpuRequest(models.Model):
         return {"status": self.status, "flavor": self.flavor_id, "gpu_count": self.gpu_count}
 
 
+# What a request and a template have in common: the body that a template fills in.
+REQUEST_BODY_FIELDS = (
+    "flavor",
+    "gpu_count",
+    "gpu_memory_mib",
+    "gpu_cores_percent",
+    "kind",
+    "image",
+    "command",
+    "env",
+    "max_runtime_seconds",
+    "priority",
+    "is_preemptible",
+    "allow_shared_node",
+)
+
+
 class RequestTemplateQuerySet(ScopedQuerySet):
     """Templates, scoped: one's own and one's teams' shared ones; admins see all."""
 

@@ -8,6 +8,7 @@ from rest_framework import serializers
 from scheduling.choices import Priority, WorkloadKind
 from scheduling.connect import connect_url, current_allocation
 from scheduling.models import (
+    REQUEST_BODY_FIELDS,
     ApprovalRule,
     Flavor,
     GpuRequest,
@@ -184,23 +185,7 @@ class QuotaSerializer(serializers.ModelSerializer):
         return used.get((quota.team_id, quota.project_id, quota.flavor_id), 0)
 
 
-REQUEST_WRITABLE_FIELDS = [
-    "name",
-    "project",
-    "flavor",
-    "gpu_count",
-    "gpu_memory_mib",
-    "gpu_cores_percent",
-    "kind",
-    "image",
-    "command",
-    "env",
-    "max_runtime_seconds",
-    "priority",
-    "is_preemptible",
-    "allow_shared_node",
-    "reason",
-]
+REQUEST_WRITABLE_FIELDS = ["name", "project", *REQUEST_BODY_FIELDS, "reason"]
 REQUEST_READ_ONLY_FIELDS = [
     "id",
     "team",

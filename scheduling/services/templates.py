@@ -11,7 +11,7 @@ from typing import Any
 from django.db import transaction
 
 from scheduling.choices import FINISHED_STATUSES
-from scheduling.models import GpuRequest, RequestTemplate
+from scheduling.models import REQUEST_BODY_FIELDS, GpuRequest, RequestTemplate
 from scheduling.services.common import invalid_field
 from scheduling.services.requests import submit_gpu_request
 from tenants.errors import ConflictError, ForbiddenError
@@ -24,39 +24,7 @@ from tenants.services import (
     save_valid,
 )
 
-TEMPLATE_FIELDS = frozenset(
-    {
-        "name",
-        "description",
-        "flavor",
-        "gpu_count",
-        "gpu_memory_mib",
-        "gpu_cores_percent",
-        "kind",
-        "image",
-        "command",
-        "env",
-        "max_runtime_seconds",
-        "priority",
-        "is_preemptible",
-        "allow_shared_node",
-    }
-)
-# What a request and a template have in common: the body that a template fills in.
-REQUEST_BODY_FIELDS = (
-    "flavor",
-    "gpu_count",
-    "gpu_memory_mib",
-    "gpu_cores_percent",
-    "kind",
-    "image",
-    "command",
-    "env",
-    "max_runtime_seconds",
-    "priority",
-    "is_preemptible",
-    "allow_shared_node",
-)
+TEMPLATE_FIELDS = frozenset({"name", "description", *REQUEST_BODY_FIELDS})
 
 
 def _require_writer(actor: Any, *, team: Team, is_shared: bool, owner_id: int | None) -> None:
