@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 import django_filters
@@ -45,6 +46,25 @@ class IdFilter(django_filters.NumberFilter):
         super().__init__(*args, **kwargs)
 
 
+class UtcDateTimeField(django_filters.fields.IsoDateTimeField):
+    """An ISO 8601 instant in UTC: PostgreSQL refuses offsets past ±15:59 that Python accepts."""
+
+    def to_python(self, value: Any) -> datetime | None:
+        parsed = super().to_python(value)
+        if parsed is None:
+            return None
+        try:
+            return parsed.astimezone(UTC)
+        except OverflowError:
+            raise forms.ValidationError(
+                "Enter a date and time within years 1 to 9999.", code="invalid"
+            ) from None
+
+
+class UtcDateTimeFilter(django_filters.IsoDateTimeFilter):
+    field_class = UtcDateTimeField
+
+
 class PortalFilterSet(django_filters.FilterSet):
     """References filter by id and booleans are strict, as the schema documents them."""
 
@@ -72,7 +92,7 @@ class MembershipFilter(PortalFilterSet):
 
 class AuditEventFilter(PortalFilterSet):
     actor = django_filters.CharFilter(field_name="actor__username")
-    since = django_filters.IsoDateTimeFilter(field_name="occurred_at", lookup_expr="gte")
+    since = UtcDateTimeFilter(field_name="occurred_at", lookup_expr="gte")
     action = django_filters.CharFilter(lookup_expr="startswith")
 
     class Meta:

@@ -62,3 +62,26 @@ def test_audit_events_cannot_be_changed(org: Org, events: tuple[AuditEvent, ...]
 def test_bad_since_filter_is_400(org: Org, events: tuple[AuditEvent, ...]) -> None:
     response = api_client(org.admin).get(reverse("audit-event-list"), {"since": "yesterday"})
     assert response.status_code == 400
+
+
+@pytest.mark.parametrize(
+    ("since", "found"),
+    [
+        ("1156-05-14T10:58:59-17:50", True),  # an offset PostgreSQL itself refuses
+        ("2999-01-01T00:00:00+23:59", False),
+    ],
+)
+def test_since_takes_any_offset_python_accepts(
+    org: Org, events: tuple[AuditEvent, ...], since: str, found: bool
+) -> None:
+    response = api_client(org.admin).get(reverse("audit-event-list"), {"since": since})
+    assert response.status_code == 200
+    assert (events[0].pk in result_ids(response)) is found
+
+
+def test_since_out_of_calendar_range_is_400(org: Org) -> None:
+    response = api_client(org.admin).get(
+        reverse("audit-event-list"), {"since": "0001-01-01T00:00:00+05:00"}
+    )
+    assert response.status_code == 400
+    assert "since" in response.json()["error"]["fields"]
