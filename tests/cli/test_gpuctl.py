@@ -204,6 +204,7 @@ def test_errors_print_the_api_message_and_exit_non_zero(
     timed_out = gpuctl("wait", str(GpuRequest.objects.get(owner=org.dev_b).pk), "--timeout", "1")
     assert timed_out.returncode == 1  # not found beats waiting
     mine = gpuctl("submit", "-f", write(tmp_path / "ok.yaml", REQUEST_YAML))
+    assert mine.returncode == 0, mine.stderr
     request_id = mine.stdout.split()[1]
     slow = gpuctl("wait", request_id, "--timeout", "0.5", "--interval", "0.1")
     assert slow.returncode == 3 and "timed out after 0.5 s" in slow.stderr
