@@ -70,6 +70,7 @@ testbed: testbed-build
 # Build only (what CI runs before `make test`): nothing to do when the binaries are cached.
 testbed-build: install
 	GOFLAGS=-p=1 bash scripts/testbed/build.sh
+	bash scripts/testbed/build-kueue.sh
 
 # The portal end to end on the test bed (API, PostgreSQL BENCH_E2E_DATABASE_URL recreated, Redis
 # db 12, a Celery worker) against the same pods created straight through the API server.

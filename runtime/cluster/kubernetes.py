@@ -70,7 +70,7 @@ LIST_PAGE_SIZE = 500
 
 # What a client call can raise besides bugs; ValueError covers the client's (pydantic) models
 # refusing a response body they did not expect.
-_CLIENT_ERRORS = (
+CLIENT_ERRORS = (
     ApiException,
     urllib3.exceptions.HTTPError,
     OSError,
@@ -226,7 +226,7 @@ class KubernetesClusterBackend:
         """One API call with the request timeout; client errors become `ClusterError`s."""
         try:
             return fn(*args, _request_timeout=self._timeout, **kwargs)
-        except _CLIENT_ERRORS as exc:
+        except CLIENT_ERRORS as exc:
             raise classify_api_exception(exc) from exc
 
     def _write(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
@@ -999,7 +999,7 @@ class KubernetesClusterBackend:
                 *complete, pending = pending.split(b"\n")
                 for raw in complete:
                     yield _log_line(pod, raw.decode("utf-8", "replace"))
-        except _CLIENT_ERRORS as exc:
+        except CLIENT_ERRORS as exc:
             log.info("log stream of %s/%s ended: %s", namespace, pod, exc)
         finally:
             response.release_conn()
@@ -1102,7 +1102,7 @@ class KubernetesClusterBackend:
                     request_id=key[1],
                     attempt=key[2],
                 )
-        except _CLIENT_ERRORS as exc:
+        except CLIENT_ERRORS as exc:
             error = classify_api_exception(exc)
             if error.status != 410:
                 raise error from exc

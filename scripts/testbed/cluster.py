@@ -91,6 +91,23 @@ PORTAL_RBAC_RULES: list[dict[str, Any]] = [
         "verbs": ["create", "get", "delete"],
     },
     {"apiGroups": [""], "resources": ["events"], "verbs": ["list"]},
+    # SCHEDULER=kueue: the policy objects (manage.py kueue_policy) and the Workloads read back.
+    {
+        "apiGroups": ["kueue.x-k8s.io"],
+        "resources": [
+            "resourceflavors",
+            "cohorts",
+            "clusterqueues",
+            "localqueues",
+            "workloadpriorityclasses",
+        ],
+        "verbs": ["get", "list", "create", "patch", "delete"],
+    },
+    {
+        "apiGroups": ["kueue.x-k8s.io"],
+        "resources": ["workloads"],
+        "verbs": ["get", "list", "watch"],
+    },
 ]
 
 
@@ -470,7 +487,7 @@ class Testbed:
 
     # -- plumbing
 
-    def _component(self, name: str, argv: list[str]) -> Component:
+    def component(self, name: str, argv: list[str]) -> Component:
         component = Component(name, argv, self.workdir / "logs" / f"{name}.log")
         self.components[name] = component
         return component
@@ -549,7 +566,7 @@ class Testbed:
         data = self.workdir / "etcd-data"
         url = f"http://127.0.0.1:{self.etcd_port}"
         peer = f"http://127.0.0.1:{self.etcd_peer_port}"
-        etcd = self._component(
+        etcd = self.component(
             "etcd",
             [
                 str(self.binaries / "etcd"),
@@ -605,7 +622,7 @@ class Testbed:
 
     def _start_apiserver(self) -> None:
         t0 = time.monotonic()
-        self._component("kube-apiserver", self.apiserver_argv()).start()
+        self.component("kube-apiserver", self.apiserver_argv()).start()
         self._wait_apiserver()
         self.startup_seconds["kube-apiserver"] = time.monotonic() - t0
 
@@ -641,7 +658,7 @@ class Testbed:
         t0 = time.monotonic()
         d = self.workdir
         kubeconfig = str(self.admin_kubeconfig)
-        self._component(
+        self.component(
             "kube-controller-manager",
             [
                 str(self.binaries / "kube-controller-manager"),
@@ -676,7 +693,7 @@ class Testbed:
                 indent=2,
             )
         )
-        scheduler = self._component(
+        scheduler = self.component(
             "kube-scheduler",
             [
                 str(self.binaries / "kube-scheduler"),
@@ -687,7 +704,7 @@ class Testbed:
         )
         if self.start_scheduler_at_boot:
             scheduler.start()
-        self._component(
+        self.component(
             "kwok",
             [
                 str(self.binaries / "kwok"),
@@ -818,7 +835,14 @@ class Testbed:
 
     def stop(self) -> None:
         """Stop everything, newest first, and remove the work directory if we made it."""
-        for name in ("kwok", "kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd"):
+        for name in (
+            "kueue",
+            "kwok",
+            "kube-scheduler",
+            "kube-controller-manager",
+            "kube-apiserver",
+            "etcd",
+        ):
             component = self.components.get(name)
             if component is not None and component.process is not None:
                 component.stop()

@@ -1,0 +1,156 @@
+"""Kueue on the test bed: its CRDs and its controller manager, from the Go module proxy.
+
+`scripts/testbed/build-kueue.sh` builds the controller once per version; the CRDs are read from
+the same module in the Go module cache (`go mod download`), never copied into the repository.
+The controller runs outside the cluster like the rest of the control plane. Its webhooks are not
+registered with the API server (the portal creates its Jobs suspended and labelled itself, which
+is what the webhooks would otherwise do), so it needs no Service, only a serving certificate.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from scripts.testbed.cluster import Testbed, TestbedError, cache_root, free_port, wait_until
+
+KUEUE_VERSION = os.environ.get("KUEUE_VERSION", "v0.17.0")
+MODULE = "sigs.k8s.io/kueue"
+HERE = Path(__file__).resolve().parent
+CRD_KINDS = (
+    "workloadpriorityclasses",
+    "resourceflavors",
+    "cohorts",
+    "clusterqueues",
+    "localqueues",
+    "workloads",
+    "admissionchecks",
+    "topologies",
+    "provisioningrequestconfigs",
+    "multikueueclusters",
+    "multikueueconfigs",
+)
+
+
+def kueue_binary(version: str = KUEUE_VERSION) -> Path:
+    return cache_root() / f"kueue-{version}" / "bin" / "kueue"
+
+
+def build_kueue(version: str = KUEUE_VERSION) -> Path:
+    binary = kueue_binary(version)
+    if not binary.exists():
+        subprocess.run(  # noqa: S603 - our own script
+            ["bash", str(HERE / "build-kueue.sh")],
+            check=True,
+            env={**os.environ, "KUEUE_VERSION": version},
+        )
+    return binary
+
+
+def module_dir(version: str = KUEUE_VERSION) -> Path:
+    """The Kueue module's source in the Go module cache (downloaded once from the proxy)."""
+    done = subprocess.run(  # noqa: S603
+        ["go", "mod", "download", "-json", f"{MODULE}@{version}"],  # noqa: S607 - go on PATH
+        capture_output=True,
+        text=True,
+        env={**os.environ, "GOFLAGS": "-mod=mod"},
+        cwd=cache_root() if cache_root().exists() else None,
+    )
+    if done.returncode != 0:
+        raise TestbedError(
+            f"go mod download {MODULE}@{version} failed: {done.stderr or done.stdout}"
+        )
+    return Path(json.loads(done.stdout)["Dir"])
+
+
+def install_crds(bed: Testbed, version: str = KUEUE_VERSION, *, timeout: float = 60.0) -> None:
+    """Create Kueue's CRDs (as its release ships them, conversion webhooks left out: the portal
+    speaks the storage version v1beta2 only) and wait until they are served."""
+    import yaml
+    from kubernetes import client as k8s
+    from kubernetes.client.exceptions import ApiException
+
+    bases = module_dir(version) / "config" / "components" / "crd" / "bases"
+    api: Any = k8s.ApiextensionsV1Api(bed.api_client())
+    names = []
+    for kind in CRD_KINDS:
+        body = yaml.safe_load((bases / f"kueue.x-k8s.io_{kind}.yaml").read_text())
+        names.append(body["metadata"]["name"])
+        try:
+            api.create_custom_resource_definition(body, _preload_content=False)
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+
+    def established() -> bool:
+        for name in names:
+            crd = api.read_custom_resource_definition(name)
+            conditions = {c.type: c.status for c in (crd.status.conditions or [])}
+            if conditions.get("Established") != "True":
+                return False
+        return True
+
+    wait_until("Kueue CRDs established", established, timeout=timeout)
+
+
+def kueue_configuration(bed: Testbed, cert_dir: Path) -> dict[str, Any]:
+    return {
+        "apiVersion": "config.kueue.x-k8s.io/v1beta2",
+        "kind": "Configuration",
+        "health": {"healthProbeBindAddress": f"127.0.0.1:{free_port()}"},
+        "metrics": {"bindAddress": "0"},
+        "webhook": {"port": free_port(), "host": "127.0.0.1", "certDir": str(cert_dir)},
+        "leaderElection": {"leaderElect": False},
+        "internalCertManagement": {"enable": False},
+        "clientConnection": {"qps": 200, "burst": 400},
+        "integrations": {"frameworks": ["batch/job"]},
+        "fairSharing": {},
+        # The portal governs GPUs; CPU and memory stay with the namespaces' LimitRanges.
+        "resources": {"excludeResourcePrefixes": ["cpu", "memory", "ephemeral-storage"]},
+    }
+
+
+def start_kueue(bed: Testbed, version: str = KUEUE_VERSION, *, timeout: float = 120.0) -> None:
+    """Install the CRDs and run Kueue's controller manager against the test bed."""
+    binary = kueue_binary(version)
+    if not binary.exists():
+        raise TestbedError(f"{binary} is missing: run `make testbed-build`")
+    install_crds(bed, version)
+    cert_dir = bed.workdir / "kueue-certs"
+    cert_dir.mkdir(exist_ok=True)
+    shutil.copy(bed.workdir / "apiserver.crt", cert_dir / "tls.crt")
+    shutil.copy(bed.workdir / "apiserver.key", cert_dir / "tls.key")
+    configuration = kueue_configuration(bed, cert_dir)
+    config_file = bed.workdir / "kueue-config.yaml"
+    config_file.write_text(json.dumps(configuration, indent=2))
+    probe = configuration["health"]["healthProbeBindAddress"]
+    component = bed.component(
+        "kueue",
+        [
+            str(binary),
+            f"--config={config_file}",
+            f"--kubeconfig={bed.admin_kubeconfig}",
+            "--zap-log-level=2",
+        ],
+    )
+    component.start()
+
+    def ready() -> bool:
+        import urllib.request
+
+        if not component.alive():
+            raise TestbedError(f"kueue exited:\n{component.tail()}")
+        try:
+            with urllib.request.urlopen(f"http://{probe}/readyz", timeout=2) as response:  # noqa: S310
+                return bool(response.status == 200)
+        except OSError:
+            return False
+
+    started = time.monotonic()
+    wait_until("kueue ready", ready, timeout=timeout)
+    bed.startup_seconds["kueue"] = time.monotonic() - started
