@@ -85,6 +85,7 @@ TEMPLATES = [
                 "tenants.context_processors.roles",
                 "tenants.context_processors.csp_nonce",
             ],
+            "builtins": ["portal.templatetags.portal_format"],
         },
     },
 ]
@@ -143,7 +144,7 @@ STORAGES = {
 # --- API -------------------------------------------------------------------------------------
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "knox.auth.TokenAuthentication",
+        "tenants.api.authentication.NamedTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],

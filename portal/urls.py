@@ -6,7 +6,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
-from portal import health, views
+from portal import health, inbox, views
 
 api_v1 = [
     path("", include("tenants.api.urls")),
@@ -21,6 +21,9 @@ urlpatterns = [
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("account/tokens/", views.api_tokens, name="api-tokens"),
     path("account/tokens/<str:token_key>/revoke/", views.revoke_api_token, name="api-token-revoke"),
+    path("notifications/", inbox.notifications_page, name="notifications-page"),
+    path("notifications/<int:pk>/read/", inbox.notification_read, name="notification-read-page"),
+    path("notifications/read-all/", inbox.notifications_read_all, name="notifications-read-all"),
     path("", include("scheduling.urls")),
     path("", include("accounting.urls")),
     path("", include("runtime.urls")),

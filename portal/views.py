@@ -18,6 +18,7 @@ from accounting.dashboards import dashboard_context
 from tenants.models import Membership, Project, Team, scope_of
 from tenants.selectors import primary_role
 from tenants.services import record_audit_event
+from tenants.tokens import issue_api_token
 
 
 class HtmxHttpRequest(HttpRequest):
@@ -49,13 +50,31 @@ def home(request: HttpRequest) -> HttpResponse:
 @login_required
 def api_tokens(request: HtmxHttpRequest) -> HttpResponse:
     """List the user's tokens; POST creates one and shows it once (HTMX swaps the panel in)."""
-    new_token = None
+    new_token = new_name = None
+    replaced = 0
     if request.method == "POST":
-        _, new_token = AuthToken.objects.create(user=request.user)
-        record_audit_event(actor=request.user, action="auth.token_created", target=request.user)
-    tokens = AuthToken.objects.filter(user=request.user).order_by("-created")
+        instance, new_token, replaced = issue_api_token(
+            user=request.user, name=request.POST.get("name", "") or "Personal token"
+        )
+        new_name = instance.label.name
+        record_audit_event(
+            actor=request.user,
+            action="auth.token_created",
+            target=request.user,
+            data={"name": new_name, "replaced": replaced},
+        )
+    context = {
+        "tokens": _tokens_of(request.user),
+        "new_token": new_token,
+        "new_name": new_name,
+        "replaced": replaced,
+    }
     template = "portal/_tokens.html" if request.htmx else "portal/tokens.html"
-    return render(request, template, {"tokens": tokens, "new_token": new_token})
+    return render(request, template, context)
+
+
+def _tokens_of(user: Any) -> Any:
+    return AuthToken.objects.filter(user=user).select_related("label").order_by("-created")
 
 
 @login_required
@@ -63,8 +82,9 @@ def api_tokens(request: HtmxHttpRequest) -> HttpResponse:
 def revoke_api_token(request: HttpRequest, token_key: str) -> HttpResponse:
     get_object_or_404(AuthToken, token_key=token_key, user=request.user).delete()
     record_audit_event(actor=request.user, action="auth.token_revoked", target=request.user)
-    tokens = AuthToken.objects.filter(user=request.user).order_by("-created")
-    return render(request, "portal/_tokens.html", {"tokens": tokens, "new_token": None})
+    return render(
+        request, "portal/_tokens.html", {"tokens": _tokens_of(request.user), "new_token": None}
+    )
 
 
 class ThrottledLoginView(LoginView):

@@ -1,4 +1,4 @@
-"""Telling owners and leads what happened: email by default, a webhook when configured."""
+"""Telling owners and leads what happened: in the portal's inbox, by email, by a webhook."""
 
 from __future__ import annotations
 
@@ -6,16 +6,59 @@ from collections.abc import Iterable
 from typing import Any
 
 from django.conf import settings
+from django.urls import reverse
 
 from scheduling import dispatch
+from tenants.choices import NotificationKind
+from tenants.notifications import deliver_notifications
+
+# Event types by the inbox kind they show as; any other type is a request update.
+KIND_OF_EVENT = {
+    "request.pending_approval": NotificationKind.APPROVAL,
+    "request.approved": NotificationKind.APPROVAL,
+    "request.rejected": NotificationKind.APPROVAL,
+    "request.asked_extension": NotificationKind.APPROVAL,
+    "request.asked_idle_exemption": NotificationKind.APPROVAL,
+    "reclaim.idle_warning": NotificationKind.WARNING,
+    "reclaim.timeout_warning": NotificationKind.WARNING,
+    "budget.alert": NotificationKind.BUDGET,
+}
+# Events that ask a lead to decide: their notification opens the approvals inbox.
+LEAD_DECISIONS = {
+    "request.pending_approval",
+    "request.asked_extension",
+    "request.asked_idle_exemption",
+}
 
 
 def notify(*, users: Iterable[Any], subject: str, body: str, event: dict[str, Any]) -> None:
-    """Queue the notice to go out after the transaction commits; never fails the caller.
+    """Tell `users`: an inbox notification now (in the caller's transaction), then the email
+    or webhook queued to go out after the commit; never fails the caller.
 
-    Nothing is queued when there is no one to email and no webhook to call.
+    No email is queued when there is no one to email and no webhook to call.
     """
+    users = list(users)
+    event_type = str(event.get("type", ""))
+    deliver_notifications(
+        users=users,
+        kind=KIND_OF_EVENT.get(event_type, NotificationKind.UPDATE),
+        event_type=event_type,
+        subject=subject,
+        body=body,
+        url=_link(event),
+    )
     recipients = sorted({user.email for user in users if getattr(user, "email", "")})
     if not recipients and not settings.NOTIFICATION_WEBHOOK_URL:
         return
     dispatch.request_notification(recipients, subject, body, event)
+
+
+def _link(event: dict[str, Any]) -> str:
+    """The portal page a notification opens: the decision, the request or the budgets."""
+    if event.get("type") in LEAD_DECISIONS:
+        return reverse("approvals-page")
+    if event.get("request"):
+        return reverse("gpu-request-page", kwargs={"pk": event["request"]})
+    if event.get("budget"):
+        return reverse("budgets-page")
+    return ""

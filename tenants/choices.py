@@ -14,3 +14,12 @@ class Role(models.TextChoices):
 
 TEAM_ROLES = frozenset({Role.DEVELOPER, Role.TEAM_LEAD})
 ORGANISATION_ROLES = frozenset({Role.FINANCE, Role.PLATFORM_ADMIN})
+
+
+class NotificationKind(models.TextChoices):
+    """What an in-app notification is about, for its badge and for filtering."""
+
+    APPROVAL = "approval", "Approval"
+    WARNING = "warning", "Warning"
+    BUDGET = "budget", "Budget alert"
+    UPDATE = "update", "Request update"

@@ -1,4 +1,4 @@
-"""Template context: the signed-in user's role, for the navigation."""
+"""Template context: the signed-in user's role and unread notifications, for the navigation."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from typing import Any
 from django.http import HttpRequest
 
 from tenants.models import scope_of
+from tenants.notifications import unread_notification_count
 from tenants.selectors import primary_role
 
 
@@ -14,7 +15,11 @@ def roles(request: HttpRequest) -> dict[str, Any]:
     user = getattr(request, "user", None)
     if user is None or not user.is_authenticated:
         return {}
-    return {"portal_scope": scope_of(user), "portal_role": primary_role(user=user)}
+    return {
+        "portal_scope": scope_of(user),
+        "portal_role": primary_role(user=user),
+        "unread_notifications": unread_notification_count(user=user),
+    }
 
 
 def csp_nonce(request: HttpRequest) -> dict[str, Any]:

@@ -13,7 +13,7 @@ from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import Q
 
-from tenants.choices import ORGANISATION_ROLES, TEAM_ROLES, Role
+from tenants.choices import ORGANISATION_ROLES, TEAM_ROLES, NotificationKind, Role
 from tenants.scope import ANONYMOUS, Scope
 
 
@@ -215,3 +215,54 @@ class AuditEvent(models.Model):
 
     def delete(self, *args: Any, **kwargs: Any) -> Any:
         raise ValidationError("Audit events are append-only.")
+
+
+class NotificationQuerySet(ScopedQuerySet):
+    def for_scope(self, scope: Scope) -> NotificationQuerySet:
+        return self.filter(recipient_id=scope.user_id) if scope.user_id else self.none()
+
+
+class Notification(models.Model):
+    """One message in a user's in-app inbox: an approval to give or got, a warning, an alert.
+
+    Only its recipient ever sees it, whatever their roles.
+    """
+
+    recipient = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="notifications"
+    )
+    kind = models.CharField(max_length=20, choices=NotificationKind.choices)
+    event_type = models.CharField(max_length=60)
+    subject = models.CharField(max_length=200)
+    body = models.TextField(blank=True)
+    url = models.CharField(max_length=200, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    read_at = models.DateTimeField(null=True, blank=True)
+
+    objects = NotificationQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [
+            models.Index(
+                fields=["recipient"],
+                condition=Q(read_at__isnull=True),
+                name="notification_unread_idx",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.recipient} · {self.subject}"
+
+
+class ApiTokenLabel(models.Model):
+    """The name a personal API token was given and when it was last used (knox keeps neither)."""
+
+    token = models.OneToOneField(
+        "knox.AuthToken", on_delete=models.CASCADE, primary_key=True, related_name="label"
+    )
+    name = models.CharField(max_length=64)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return self.name

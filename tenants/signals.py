@@ -88,7 +88,8 @@ def end_sessions_of_deactivated_users(sender: Any, instance: Any, **kwargs: Any)
     """
     if not getattr(instance, "portal_deactivating", False):
         return
-    revoked_tokens, _ = AuthToken.objects.filter(user=instance).delete()
+    _, deleted = AuthToken.objects.filter(user=instance).delete()
+    revoked_tokens = deleted.get("knox.AuthToken", 0)
     user_id = str(instance.pk)
     session_keys = [
         session.session_key

@@ -10,7 +10,7 @@ from django.db.models import QuerySet
 from django_filters.rest_framework import DjangoFilterBackend
 from drf_spectacular.utils import extend_schema_field
 
-from tenants.models import AuditEvent, Membership, Project
+from tenants.models import AuditEvent, Membership, Notification, Project
 
 MAX_ID = 2**63 - 1
 
@@ -98,6 +98,14 @@ class AuditEventFilter(PortalFilterSet):
     class Meta:
         model = AuditEvent
         fields = ["action", "target_type", "target_id", "team", "project", "actor", "since"]
+
+
+class NotificationFilter(PortalFilterSet):
+    unread = django_filters.BooleanFilter(field_name="read_at", lookup_expr="isnull")
+
+    class Meta:
+        model = Notification
+        fields = ["kind", "unread"]
 
 
 class PortalFilterBackend(DjangoFilterBackend):

@@ -7,7 +7,7 @@ from rest_framework import serializers
 
 from tenants.api.base import ScopedPrimaryKeyRelatedField
 from tenants.choices import Role
-from tenants.models import AuditEvent, Membership, Project, Team
+from tenants.models import AuditEvent, Membership, Notification, Project, Team
 
 
 class TeamSerializer(serializers.ModelSerializer):
@@ -76,6 +76,15 @@ class MembershipSerializer(serializers.ModelSerializer):
 class TokenRequestSerializer(serializers.Serializer):
     username = serializers.CharField()
     password = serializers.CharField(style={"input_type": "password"}, trim_whitespace=False)
+    name = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        max_length=64,
+        help_text=(
+            "The token's name, e.g. the client and machine. Signing in again with the same "
+            'name replaces that token (default "API sign-in"), so tokens do not pile up.'
+        ),
+    )
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         user = authenticate(
@@ -91,7 +100,9 @@ class TokenRequestSerializer(serializers.Serializer):
 
 class TokenSerializer(serializers.Serializer):
     token = serializers.CharField()
+    name = serializers.CharField()
     expiry = serializers.DateTimeField(allow_null=True)
+    replaced = serializers.IntegerField(help_text="Earlier tokens of this name now revoked.")
 
 
 class RoleSerializer(serializers.Serializer):
@@ -126,3 +137,31 @@ class AuditEventSerializer(serializers.ModelSerializer):
             "data",
         ]
         read_only_fields = fields
+
+
+class NotificationSerializer(serializers.ModelSerializer):
+    kind_label = serializers.CharField(source="get_kind_display", read_only=True)
+    is_read = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Notification
+        fields = [
+            "id",
+            "kind",
+            "kind_label",
+            "event_type",
+            "subject",
+            "body",
+            "url",
+            "created_at",
+            "read_at",
+            "is_read",
+        ]
+        read_only_fields = fields
+
+    def get_is_read(self, notification: Notification) -> bool:
+        return notification.read_at is not None
+
+
+class NotificationsMarkedSerializer(serializers.Serializer):
+    marked_read = serializers.IntegerField(help_text="How many unread notifications were marked.")

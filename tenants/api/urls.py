@@ -10,6 +10,7 @@ router.register("teams", views.TeamViewSet, basename="team")
 router.register("projects", views.ProjectViewSet, basename="project")
 router.register("members", views.MembershipViewSet, basename="membership")
 router.register("audit", views.AuditEventViewSet, basename="audit-event")
+router.register("notifications", views.NotificationViewSet, basename="notification")
 
 urlpatterns = [
     path("auth/token/", views.TokenView.as_view(), name="auth-token"),

@@ -4,8 +4,8 @@ from typing import Any, cast
 
 from drf_spectacular.utils import extend_schema
 from knox import views as knox_views
-from knox.models import AuthToken
 from rest_framework import permissions, status
+from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.serializers import BaseSerializer
@@ -13,20 +13,30 @@ from rest_framework.throttling import ScopedRateThrottle
 from rest_framework.views import APIView
 
 from tenants import services
+from tenants.api.authentication import NamedTokenAuthentication
 from tenants.api.base import ScopedModelViewSet, ScopedReadOnlyViewSet
-from tenants.api.filters import AuditEventFilter, MembershipFilter, ProjectFilter
+from tenants.api.filters import (
+    AuditEventFilter,
+    MembershipFilter,
+    NotificationFilter,
+    ProjectFilter,
+)
 from tenants.api.permissions import PlatformAdminWrites
 from tenants.api.serializers import (
     AuditEventSerializer,
     MembershipSerializer,
     MeSerializer,
+    NotificationSerializer,
+    NotificationsMarkedSerializer,
     ProjectSerializer,
     TeamSerializer,
     TokenRequestSerializer,
     TokenSerializer,
 )
-from tenants.models import AuditEvent, Membership, Project, Team, scope_of
+from tenants.models import AuditEvent, Membership, Notification, Project, Team, scope_of
+from tenants.notifications import mark_notifications_read
 from tenants.selectors import primary_role, user_roles
+from tenants.tokens import issue_api_token
 
 
 class TokenView(APIView):
@@ -42,19 +52,32 @@ class TokenView(APIView):
         serializer = TokenRequestSerializer(data=request.data, context={"request": request})
         serializer.is_valid(raise_exception=True)
         user = serializer.validated_data["user"]
-        instance, token = AuthToken.objects.create(user=user)
-        services.record_audit_event(actor=user, action="auth.token_created", target=user)
-        return Response({"token": token, "expiry": instance.expiry}, status=status.HTTP_201_CREATED)
+        instance, token, replaced = issue_api_token(
+            user=user, name=serializer.validated_data.get("name", "")
+        )
+        name = instance.label.name
+        services.record_audit_event(
+            actor=user,
+            action="auth.token_created",
+            target=user,
+            data={"name": name, "replaced": replaced},
+        )
+        body = {"token": token, "name": name, "expiry": instance.expiry, "replaced": replaced}
+        return Response(TokenSerializer(body).data, status=status.HTTP_201_CREATED)
 
 
 @extend_schema(request=None, responses={204: None})
 class LogoutView(knox_views.LogoutView):
     """Revoke the token this request was made with."""
 
+    authentication_classes = [NamedTokenAuthentication]
+
 
 @extend_schema(request=None, responses={204: None})
 class LogoutAllView(knox_views.LogoutAllView):
     """Revoke every token of the caller."""
+
+    authentication_classes = [NamedTokenAuthentication]
 
 
 class MeView(APIView):
@@ -168,3 +191,30 @@ class AuditEventViewSet(ScopedReadOnlyViewSet):
     queryset = AuditEvent.objects.select_related("actor")
     serializer_class = AuditEventSerializer
     filterset_class = AuditEventFilter
+
+
+class NotificationViewSet(ScopedReadOnlyViewSet):
+    """The caller's own inbox: approvals, warnings and budget alerts; newest first.
+
+    `?unread=true` lists only the unread ones. Another user's notification is a 404.
+    """
+
+    queryset = Notification.objects.all()
+    serializer_class = NotificationSerializer
+    filterset_class = NotificationFilter
+
+    @extend_schema(request=None, responses=NotificationSerializer)
+    @action(detail=True, methods=["post"])
+    def read(self, request: Request, pk: str | None = None) -> Response:
+        """Mark one notification read; marking it again changes nothing."""
+        notification = self.get_object()
+        mark_notifications_read(user=request.user, ids=[notification.pk])
+        notification.refresh_from_db()
+        return Response(self.get_serializer(notification).data)
+
+    @extend_schema(request=None, responses=NotificationsMarkedSerializer)
+    @action(detail=False, methods=["post"], url_path="read-all")
+    def read_all(self, request: Request) -> Response:
+        """Mark every unread notification of the caller read."""
+        marked = mark_notifications_read(user=request.user)
+        return Response(NotificationsMarkedSerializer({"marked_read": marked}).data)

@@ -1,0 +1,114 @@
+"""How every page writes times, counts and codes: one format, readable units, human labels.
+
+Registered as a template builtin (portal/settings.py), so no page needs to `{% load %}` it:
+
+    {{ event.occurred_at|when }}      2026-12-04 17:08 UTC
+    {{ request.gpu_count|gpus }}      1 GPU, 2 GPUs
+    {{ seconds|duration }}            90 s, 45 min, 2 h, 3 d
+    {{ "team_lead"|label }}           Team lead
+"""
+
+from __future__ import annotations
+
+from datetime import date, datetime
+from typing import Any
+
+from django import template
+from django.urls import NoReverseMatch, reverse
+from django.utils import timezone
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
+
+from scheduling.engine.reserve import format_duration
+
+register = template.Library()
+
+TIME_FORMAT = "%Y-%m-%d %H:%M"
+NOTHING = "–"
+
+
+def format_when(value: datetime | date | None, *, seconds: bool = False) -> str:
+    """`value` in the portal's time zone, with the zone's name: "2026-12-04 17:08 UTC"."""
+    if value is None or value == "":
+        return NOTHING
+    if not isinstance(value, datetime):
+        return value.isoformat()
+    if timezone.is_aware(value):
+        value = timezone.localtime(value)
+    text = value.strftime(TIME_FORMAT + (":%S" if seconds else ""))
+    zone = value.tzname() or timezone.get_current_timezone_name()
+    return f"{text} {zone}"
+
+
+@register.filter
+def when(value: datetime | date | None, precision: str = "") -> SafeString | str:
+    """A `<time>` element in the one format of the portal; `|when:"s"` adds the seconds."""
+    if not isinstance(value, datetime):
+        return format_when(value)
+    return format_html(
+        '<time datetime="{}">{}</time>',
+        value.isoformat(),
+        format_when(value, seconds=precision == "s"),
+    )
+
+
+@register.filter
+def gpus(count: Any) -> str:
+    """ "1 GPU", "2 GPUs"; fractional (vGPU) shares keep their decimals: "0.5 GPU"."""
+    if count is None or count == "":
+        return NOTHING
+    try:
+        number = float(count)
+    except (TypeError, ValueError):
+        return str(count)
+    text = f"{number:g}"
+    return f"{text} GPU" if number <= 1 else f"{text} GPUs"
+
+
+@register.filter
+def duration(seconds: Any) -> str:
+    """A duration in seconds as "90 s", "45 min", "2 h", "1.5 h" or "3 d"."""
+    if seconds is None or seconds == "":
+        return NOTHING
+    try:
+        return format_duration(float(seconds))
+    except (TypeError, ValueError):
+        return str(seconds)
+
+
+@register.filter
+def label(code: Any) -> str:
+    """A code as words: "team_lead" → "Team lead", "reclaim.idle_warning" → "Reclaim: idle
+    warning". Prefer a field's `get_…_display` where there is one."""
+    if code is None:
+        return ""
+    text = str(code)
+    head, _, tail = text.partition(".")
+    words = head.replace("_", " ").replace("-", " ")
+    if tail:
+        words = f"{words}: {tail.replace('_', ' ').replace('-', ' ')}"
+    return words[:1].upper() + words[1:]
+
+
+# Audit event target types with a page of their own: the page's URL name and whether it takes
+# the object's id.
+OBJECT_PAGES = {
+    "GpuRequest": ("gpu-request-page", True),
+    "Budget": ("budgets-page", False),
+    "Quota": ("quotas-page", False),
+}
+
+
+@register.filter
+def object_url(event: Any) -> str:
+    """The page of an audit event's object, or "" when it has none."""
+    page = OBJECT_PAGES.get(getattr(event, "target_type", ""))
+    if page is None:
+        return ""
+    name, takes_id = page
+    if not takes_id:
+        return reverse(name)
+    try:
+        return reverse(name, kwargs={"pk": int(event.target_id)})
+    except (TypeError, ValueError, NoReverseMatch):
+        return ""
