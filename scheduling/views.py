@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlencode
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
@@ -33,6 +34,7 @@ from scheduling.selectors import (
 )
 from tenants.errors import DomainError, show_on_form
 from tenants.models import AuditEvent, Project, scope_of
+from tenants.selectors import filter_audit_events
 
 
 def _member_projects(user: Any) -> QuerySet[Project]:
@@ -373,11 +375,24 @@ def audit_log(request: HttpRequest) -> HttpResponse:
     if not (scope.lead_team_ids or scope.is_platform_admin):
         raise Http404
     events = AuditEvent.objects.visible_to(request.user).select_related("actor", "team")
-    action = request.GET.get("action", "")
-    if action:
-        events = events.filter(action__startswith=action)
+    filters = {
+        name: request.GET.get(name, "").strip()
+        for name in ("action", "actor", "target_type", "target_id", "since", "until")
+    }
+    events = filter_audit_events(events, **filters)
     page = Paginator(events, 50).get_page(request.GET.get("page"))
-    return render(request, "scheduling/audit.html", {"page": page, "action": action})
+    target_types = (
+        AuditEvent.objects.visible_to(request.user)
+        .order_by("target_type")
+        .values_list("target_type", flat=True)
+        .distinct()
+    )
+    query = urlencode({name: value for name, value in filters.items() if value})
+    return render(
+        request,
+        "scheduling/audit.html",
+        {"page": page, "filters": filters, "target_types": target_types, "query": query},
+    )
 
 
 @login_required

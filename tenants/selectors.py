@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from datetime import date
 from typing import Any
 
+from django.db.models import QuerySet
+from django.utils.dateparse import parse_date
+
 from tenants.choices import Role
-from tenants.models import Membership, scope_of
+from tenants.models import AuditEvent, Membership, scope_of
 from tenants.scope import Scope
 
 
@@ -36,3 +40,42 @@ def primary_role(*, user: Any) -> str | None:
     if scope.team_ids:
         return Role.DEVELOPER
     return None
+
+
+def filter_audit_events(
+    events: QuerySet[AuditEvent],
+    *,
+    action: str = "",
+    actor: str = "",
+    target_type: str = "",
+    target_id: str = "",
+    since: str = "",
+    until: str = "",
+) -> QuerySet[AuditEvent]:
+    """The audit page's filters: action prefix, actor's username ("system" for none), object
+    (type and id) and a date range in the portal's time zone, both days included.
+
+    A date that does not parse is ignored rather than refused: the page shows everything.
+    """
+    if action:
+        events = events.filter(action__startswith=action)
+    if actor == "system":
+        events = events.filter(actor__isnull=True)
+    elif actor:
+        events = events.filter(actor__username=actor)
+    if target_type:
+        events = events.filter(target_type=target_type)
+    if target_id:
+        events = events.filter(target_id=target_id)
+    for value, lookup in ((since, "occurred_at__date__gte"), (until, "occurred_at__date__lte")):
+        day = _day(value)
+        if day is not None:
+            events = events.filter(**{lookup: day})
+    return events
+
+
+def _day(value: str) -> date | None:
+    try:
+        return parse_date(value) if value else None
+    except ValueError:
+        return None
