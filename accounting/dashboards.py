@@ -18,7 +18,7 @@ from accounting.periods import billing_zone, month_bounds, next_month
 from accounting.selectors import UsageQuery, chargeback, current_month, totals, usage_rows
 from scheduling.choices import COMMITTED_STATUSES, RequestStatus
 from scheduling.models import Allocation, GpuDevice, GpuRequest, NodePool, Quota
-from scheduling.selectors import approval_inbox, estimated_starts
+from scheduling.selectors import approval_inbox, start_estimates
 from tenants.models import AuditEvent, scope_of
 
 
@@ -45,9 +45,15 @@ def developer(user: Any) -> dict[str, Any]:
         .select_related("project", "flavor")
         .order_by("queue_position", "created_at")
     )
-    starts = estimated_starts(live)
+    starts = start_estimates(live)
     for request in live:
-        request.estimated_start_at = starts.get(request.pk)
+        request.start_estimate = starts.get(request.pk)
+    awaiting_approval = list(
+        GpuRequest.objects.visible_to(user)
+        .filter(owner=user, status=RequestStatus.PENDING_APPROVAL)
+        .select_related("project", "flavor")
+        .order_by("created_at")
+    )
     rows = usage_rows(user=user, query=_month(group_by=("project",)))
     chart = _chart(
         "bar",
@@ -70,6 +76,7 @@ def developer(user: Any) -> dict[str, Any]:
     )
     return {
         "live_requests": live,
+        "awaiting_approval": awaiting_approval,
         "usage": rows,
         "usage_totals": totals(rows),
         "chart": chart,

@@ -17,6 +17,7 @@ from typing import Any
 from django.db.models import Avg, Count, Max, QuerySet
 from django.utils import timezone
 
+from accounting.models import Price
 from accounting.rightsizing import FlavorOption, RunProfile, Suggestion, suggest_smaller_flavor
 from accounting.selectors import ALL, OWN, report_reach
 from scheduling.choices import FINISHED_STATUSES
@@ -99,10 +100,31 @@ def efficiency_rows(
 
 
 def flavor_options() -> list[FlavorOption]:
+    """Every active flavor with its tier and the price per hour in force now (None: unpriced)."""
+    prices = _prices_now()
     return [
-        FlavorOption(f.name, f.gpu_memory_mib, f.gpu_cores_percent, f.gpu_equivalent)
-        for f in Flavor.objects.filter(is_active=True)
+        FlavorOption(
+            f.name,
+            f.gpu_memory_mib,
+            f.gpu_cores_percent,
+            f.gpu_equivalent,
+            tier=f.pool.tier.name,
+            price_per_hour=prices.get(f.pk),
+        )
+        for f in Flavor.objects.filter(is_active=True).select_related("pool__tier")
     ]
+
+
+def _prices_now() -> dict[int, Decimal]:
+    """The price per hour in force now for each priced flavor, in one query."""
+    prices: dict[int, Decimal] = {}
+    for flavor_id, price in (
+        Price.objects.filter(effective_from__lte=timezone.now())
+        .order_by("flavor_id", "effective_from")
+        .values_list("flavor_id", "price_per_hour")
+    ):
+        prices[flavor_id] = price  # the latest in force wins
+    return prices
 
 
 def request_efficiency(
@@ -133,7 +155,10 @@ def request_efficiency(
     suggestion: Suggestion | None = None
     if request.status in FINISHED_STATUSES:
         flavor = request.flavor
+        options = options or flavor_options()
         run = RunProfile(
+            tier=flavor.pool.tier.name,
+            held_price_per_hour=_prices_now().get(flavor.pk),
             flavor_name=flavor.name,
             gpu_count=request.gpu_count,
             held_cores_percent=request.gpu_cores_percent or flavor.gpu_cores_percent,
@@ -142,7 +167,7 @@ def request_efficiency(
             peak_activity_percent=peak_activity,
             sample_count=samples,
         )
-        suggestion = suggest_smaller_flavor(run, options or flavor_options())
+        suggestion = suggest_smaller_flavor(run, options)
     return {
         "request_id": request.pk,
         **_figures(allocated, active, unmeasured),

@@ -6,6 +6,10 @@ vGPU, the slice's share for MIG). Activity is measured against what the run held
 it needed is peak activity × the share it held. The smallest fitting flavor by GPU-equivalents
 wins. Across GPU models one percent of a card is treated as equal: a deliberate simplification,
 tempered by the headroom, so a suggestion is a hint for the next run, never an automatic move.
+
+Only flavors of the run's own tier are offered (another tier has other rules, approvals and
+reclaim policy), and only cheaper ones: by their price per hour when both are priced, else by
+GPU-equivalents.
 """
 
 from __future__ import annotations
@@ -24,6 +28,8 @@ class FlavorOption:
     memory_mib: int
     cores_percent: int
     gpu_equivalent: Decimal
+    tier: str = ""
+    price_per_hour: Decimal | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +43,8 @@ class RunProfile:
     peak_memory_mib: int | None
     peak_activity_percent: float
     sample_count: int
+    tier: str = ""
+    held_price_per_hour: Decimal | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,7 +61,8 @@ def suggest_smaller_flavor(run: RunProfile, options: Sequence[FlavorOption]) -> 
     1. Too little evidence (fewer than MIN_SAMPLES samples, no memory figure) or several GPUs
        (their split is unknown): no suggestion.
     2. Needs: peak memory × HEADROOM; peak activity × held share × HEADROOM.
-    3. Of the options that meet both and weigh less than what was held, take the lightest.
+    3. Of the options of the run's tier that meet both and cost less than what was held,
+       take the cheapest (the lightest when unpriced).
     """
     if run.sample_count < MIN_SAMPLES or run.peak_memory_mib is None or run.gpu_count != 1:
         return None
@@ -62,13 +71,14 @@ def suggest_smaller_flavor(run: RunProfile, options: Sequence[FlavorOption]) -> 
     fitting = [
         option
         for option in options
-        if option.memory_mib >= memory_needed
+        if option.tier == run.tier
+        and option.memory_mib >= memory_needed
         and option.cores_percent >= cores_needed
-        and option.gpu_equivalent < run.held_gpu_equivalent
+        and _cheaper(option, run)
     ]
     if not fitting:
         return None
-    best = min(fitting, key=lambda option: (option.gpu_equivalent, option.name))
+    best = min(fitting, key=lambda option: (_weight(option, run), option.name))
     saving = int((1 - best.gpu_equivalent / run.held_gpu_equivalent) * 100)
     reason = (
         f"peak {run.peak_memory_mib} MiB and {run.peak_activity_percent:.0f} % activity of "
@@ -76,3 +86,22 @@ def suggest_smaller_flavor(run: RunProfile, options: Sequence[FlavorOption]) -> 
         f"compute) with {int((HEADROOM - 1) * 100)} % headroom"
     )
     return Suggestion(best.name, best.gpu_equivalent, saving, reason)
+
+
+def _priced(option: FlavorOption, run: RunProfile) -> bool:
+    return option.price_per_hour is not None and run.held_price_per_hour is not None
+
+
+def _weight(option: FlavorOption, run: RunProfile) -> Decimal:
+    """What an option costs to compare: its price when both sides are priced, else its size."""
+    if _priced(option, run):
+        assert option.price_per_hour is not None
+        return option.price_per_hour
+    return option.gpu_equivalent
+
+
+def _cheaper(option: FlavorOption, run: RunProfile) -> bool:
+    if _priced(option, run):
+        assert option.price_per_hour is not None and run.held_price_per_hour is not None
+        return option.price_per_hour < run.held_price_per_hour
+    return option.gpu_equivalent < run.held_gpu_equivalent

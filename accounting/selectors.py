@@ -12,6 +12,7 @@ from datetime import date, datetime
 from decimal import Decimal
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import connections
 from django.db.models import Count, QuerySet, Subquery, Sum
@@ -19,7 +20,8 @@ from django.utils import timezone
 
 from accounting.models import DailyUsage, MonthlyUsage, Price, TeamMonthlyUsage, UsageRecord
 from accounting.periods import billing_zone, month_bounds, month_of, next_month, seconds_between
-from scheduling.models import Flavor, GpuDevice, NodePool
+from scheduling.choices import FINISHED_STATUSES
+from scheduling.models import Allocation, Flavor, GpuDevice, GpuRequest, NodePool
 from tenants.errors import DomainError, ForbiddenError
 from tenants.models import Project, Team, scope_of
 from tenants.scope import Scope
@@ -49,6 +51,60 @@ def estimated_cost_per_hour(*, flavor: Flavor, gpu_count: int) -> tuple[Decimal,
     if price is None:
         return None
     return price.price_per_hour * gpu_count, price.currency
+
+
+@dataclass(frozen=True, slots=True)
+class RequestCost:
+    """What one request has cost so far and what it will have cost if it runs to its max
+    runtime (`projected` is None once it finished, and when its flavor has no price)."""
+
+    so_far: Decimal
+    projected: Decimal | None
+    per_hour: Decimal | None
+    currency: str
+
+
+def request_cost(request: GpuRequest, *, now: datetime | None = None) -> RequestCost:
+    """Cost so far and projected cost of a request, priced as the meter prices it.
+
+    1. So far: the ledger of its allocations, plus the part of its live allocation the meter
+       has not reached yet, at the price in force.
+    2. Projected (not finished): so far plus the rest of its max runtime at that rate; a
+       request not started yet counts its whole max runtime.
+    """
+    now = now or timezone.now()
+    price = price_in_force(flavor=request.flavor, at=now)
+    so_far = _money(
+        UsageRecord.objects.filter(allocation__request=request).aggregate(c=Sum("cost"))["c"]
+    )
+    live = (
+        Allocation.objects.filter(request=request, ended_at__isnull=True, started_at__isnull=False)
+        .select_related("meter")
+        .first()
+    )
+    rate: Decimal | None = None
+    if price is not None:
+        rate = price.price_per_hour * request.gpu_count * price.multiplier_for(request.priority)
+        if live.is_preemptible if live is not None else request.is_preemptible:
+            rate *= price.preemptible_multiplier
+    ran_seconds = Decimal(0)
+    if live is not None and live.started_at is not None:
+        metered = getattr(live, "meter", None)
+        since = max(metered.metered_until, live.started_at) if metered else live.started_at
+        ran_seconds = Decimal(max((now - live.started_at).total_seconds(), 0))
+        if rate is not None:
+            so_far += rate * Decimal(max((now - since).total_seconds(), 0)) / 3600
+    projected: Decimal | None = None
+    if rate is not None and request.status not in FINISHED_STATUSES:
+        left = max(Decimal(request.max_runtime_seconds) - ran_seconds, Decimal(0))
+        projected = so_far + rate * left / 3600
+    currency = price.currency if price is not None else settings.PORTAL_CURRENCY
+    return RequestCost(
+        so_far=so_far.quantize(Decimal("0.01")),
+        projected=projected.quantize(Decimal("0.01")) if projected is not None else None,
+        per_hour=rate.quantize(Decimal("0.01")) if rate is not None else None,
+        currency=currency,
+    )
 
 
 # Who sees what in reports -------------------------------------------------------------------

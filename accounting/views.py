@@ -18,9 +18,10 @@ from accounting import budgets
 from accounting.efficiency import request_efficiency
 from accounting.forms import BudgetChangeForm, BudgetForm, unit_choices
 from accounting.models import Budget
-from accounting.selectors import current_month, estimated_cost_per_hour
+from accounting.selectors import current_month, estimated_cost_per_hour, request_cost
 from scheduling.models import Flavor, GpuRequest
 from scheduling.selectors import quota_standing
+from scheduling.services import preview_submission
 from tenants.errors import DomainError, ForbiddenError
 from tenants.models import Project, Team, scope_of
 
@@ -31,7 +32,8 @@ def _positive_int(value: str | None, default: int) -> int:
 
 @login_required
 def request_estimate(request: HttpRequest) -> HttpResponse:
-    """HTMX: quota left and cost per hour for the request form's current choices."""
+    """HTMX: quota left, cost per hour and what will hold the request (a lead's approval, a
+    used-up budget), for the request form's current choices, before it is submitted."""
     project = (
         Project.objects.visible_to(request.user)
         .filter(pk=_positive_int(request.GET.get("project"), 0))
@@ -47,16 +49,23 @@ def request_estimate(request: HttpRequest) -> HttpResponse:
     if project is not None and flavor is not None:
         context["standing"] = quota_standing(project=project, flavor=flavor)
         context["cost"] = estimated_cost_per_hour(flavor=flavor, gpu_count=gpu_count)
+        context["outlook"] = preview_submission(
+            actor=request.user,
+            project=project,
+            flavor=flavor,
+            gpu_count=gpu_count,
+            priority=request.GET.get("priority", ""),
+        )
     return render(request, "accounting/_estimate.html", context)
 
 
 @login_required
 def request_efficiency_fragment(request: HttpRequest, pk: int) -> HttpResponse:
-    """HTMX: the request detail page's efficiency card (same selector as the API)."""
+    """HTMX: the request detail page's cost and efficiency card (same selectors as the API)."""
     gpu_request = get_object_or_404(
         GpuRequest.objects.visible_to(request.user).select_related("flavor"), pk=pk
     )
-    context = {"efficiency": request_efficiency(gpu_request)}
+    context = {"efficiency": request_efficiency(gpu_request), "cost": request_cost(gpu_request)}
     return render(request, "accounting/_efficiency.html", context)
 
 

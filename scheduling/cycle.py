@@ -17,7 +17,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from django.db import DatabaseError, IntegrityError, transaction
@@ -190,7 +190,7 @@ def run_cycle(
                 result.admitted.append(request_id)
                 if on_admit:
                     _after_commit(on_admit, request_id, attempt)
-            _record_waiting(plan.waiting)
+            _record_waiting(plan.waiting, plan.reservations)
         result.write_seconds = time.perf_counter() - plan_done
         # 4. Act: the on_commit callbacks above enqueue launches and terminations.
         result.seconds = time.perf_counter() - started
@@ -284,20 +284,28 @@ def _max_attempts(request: GpuRequest) -> int:
     return (policy or ReclaimPolicy()).max_attempts
 
 
-def _record_waiting(waiting: tuple[engine.Waiting, ...]) -> None:
-    """Store why each still-queued request waits and where it stands, in batched UPDATEs.
+def _record_waiting(
+    waiting: tuple[engine.Waiting, ...], reservations: tuple[engine.Reservation, ...] = ()
+) -> None:
+    """Store why each still-queued request waits, the kind of wait, where it stands and when
+    capacity is reserved for it (backfilling), in batched UPDATEs.
 
-    Only rows whose reason or position changed are written: a quiet cycle writes nothing.
+    Only rows where any of these changed are written: a quiet cycle writes nothing.
     """
-    stored = {
-        pk: (reason, position)
-        for pk, reason, position in GpuRequest.objects.filter(
-            pk__in=[int(w.request_id) for w in waiting], status=RequestStatus.QUEUED
-        ).values_list("pk", "waiting_reason", "queue_position")
+    reserved = {
+        int(r.request_id): datetime.fromtimestamp(round(r.start_at), tz=UTC) for r in reservations
     }
-    changed = [
-        GpuRequest(pk=int(w.request_id), waiting_reason=w.reason, queue_position=w.position)
-        for w in waiting
-        if int(w.request_id) in stored and stored[int(w.request_id)] != (w.reason, w.position)
-    ]
-    GpuRequest.objects.bulk_update(changed, ["waiting_reason", "queue_position"], batch_size=500)
+    fields = ["waiting_reason", "waiting_code", "queue_position", "reserved_start_at"]
+    stored = {
+        pk: tuple(values)
+        for pk, *values in GpuRequest.objects.filter(
+            pk__in=[int(w.request_id) for w in waiting], status=RequestStatus.QUEUED
+        ).values_list("pk", *fields)
+    }
+    changed = []
+    for wait in waiting:
+        pk = int(wait.request_id)
+        values = (wait.reason, wait.code, wait.position, reserved.get(pk))
+        if pk in stored and stored[pk] != values:
+            changed.append(GpuRequest(pk=pk, **dict(zip(fields, values, strict=True))))
+    GpuRequest.objects.bulk_update(changed, fields, batch_size=500)

@@ -29,6 +29,9 @@ TIMESTAMP_OF_STATUS: dict[str, str] = {
 }
 # A resumed request is running again, not finished.
 CLEARED_BY_STATUS: dict[str, tuple[str, ...]] = {RequestStatus.QUEUED: ("finished_at",)}
+# Why a request waits from the moment it is queued until a cycle has looked at it: a queued
+# request always shows a reason, and an earlier cycle's reason is not left over.
+NEXT_CYCLE_REASON = "Waiting for the scheduler's next cycle (every few seconds)."
 
 
 def transition(
@@ -160,6 +163,10 @@ def _planned_changes(request: GpuRequest, moves: Sequence[Move], **fields: Any) 
         for field in CLEARED_BY_STATUS.get(move.to, ()):
             changes.setdefault(field, None)
             changes["queue_position"] = None
+        if move.to == RequestStatus.QUEUED:
+            changes.setdefault("waiting_reason", NEXT_CYCLE_REASON)
+            changes.setdefault("waiting_code", "")
+            changes.setdefault("reserved_start_at", None)
     changes.update(status=moves[-1].to, status_reason=moves[-1].reason)
     return changes
 

@@ -380,6 +380,11 @@ class GpuRequest(models.Model):
     decision_comment = models.TextField(blank=True)
     approval_expires_at = models.DateTimeField(null=True, blank=True)
     waiting_reason = models.TextField(blank=True)
+    # The kind of wait the last cycle found (the engine's WaitCode: quota, capacity, reservation,
+    # reserved, invalid), and when capacity was reserved for it by backfilling, if it was: the
+    # request page's estimated start comes from these, so it agrees with the reason.
+    waiting_code = models.CharField(max_length=12, blank=True)
+    reserved_start_at = models.DateTimeField(null=True, blank=True)
     queue_position = models.PositiveIntegerField(null=True, blank=True)
     attempt = models.PositiveIntegerField(default=0)
     idle_warned_at = models.DateTimeField(null=True, blank=True)

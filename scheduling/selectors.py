@@ -228,6 +228,57 @@ def approval_inbox(*, user: Any) -> QuerySet[GpuRequest]:
 
 
 @dataclass(frozen=True, slots=True)
+class QuotaImpact:
+    """What approving one pending request does to its quota: units in use before and after
+    against the guaranteed share and the limit, and why approval is blocked, if it is."""
+
+    units: int
+    committed: int
+    guaranteed: int
+    limit: int
+    borrows: bool
+    blocked_reason: str
+
+    @property
+    def after(self) -> int:
+        return self.committed + self.units
+
+
+def quota_impact(*, gpu_request: GpuRequest, standing: QuotaStanding | None = None) -> QuotaImpact:
+    """The quota impact of approving `gpu_request`, at the tighter of team and project level."""
+    standing = standing or quota_standing(project=gpu_request.project, flavor=gpu_request.flavor)
+    units = gpu_request.gpu_count
+    if standing is None:
+        return QuotaImpact(units, 0, 0, 0, False, "the team has no quota for this flavor")
+    project_level = standing.project_limit is not None and (
+        standing.project_limit - standing.project_committed
+        < standing.team_limit - standing.team_committed
+    )
+    committed = standing.project_committed if project_level else standing.team_committed
+    guaranteed = (
+        standing.project_guaranteed
+        if project_level and standing.project_guaranteed is not None
+        else standing.team_guaranteed
+    )
+    limit = int(standing.project_limit or 0) if project_level else standing.team_limit
+    blocked = ""
+    if not standing.fits_limit(units):
+        free_needed = units - standing.left_limit
+        blocked = (
+            f"approving it would pass the quota limit ({committed} of {limit} "
+            f"{gpu_request.flavor} in use); {free_needed} must free up first"
+        )
+    return QuotaImpact(
+        units=units,
+        committed=committed,
+        guaranteed=guaranteed,
+        limit=limit,
+        borrows=not standing.fits_guaranteed(units),
+        blocked_reason=blocked,
+    )
+
+
+@dataclass(frozen=True, slots=True)
 class PoolOverview:
     pool: str
     sharing_mode: str
@@ -452,27 +503,63 @@ def recent_admission_waits(
     return waits
 
 
-def estimated_starts(
-    requests: list[GpuRequest], *, now: datetime | None = None, since_days: int = 7
-) -> dict[int, datetime | None]:
-    """When each queued request is likely to start: its queue time plus the median wait of the
-    work its pool admitted lately, short and long requests apart (a pool's short-request reserve
-    makes their waits differ). None where the pool has no recent admissions to go by.
+@dataclass(frozen=True, slots=True)
+class StartEstimate:
+    """When a queued request is likely to start, and what the guess rests on.
 
-    An estimate from history, not a promise: the engine decides each cycle anew.
+    `basis` is "reservation" (the scheduler holds capacity for it from `at`), "history" (queue
+    time plus the pool's recent median wait), "quota" (it waits for its team's quota, so only
+    finishing work can start it: no time is given) or "none" (nothing to go by yet).
+    """
+
+    at: datetime | None
+    basis: str
+
+
+def start_estimates(
+    requests: list[GpuRequest], *, now: datetime | None = None, since_days: int = 7
+) -> dict[int, StartEstimate]:
+    """The start estimate of each queued request, agreeing with the reason it waits.
+
+    1. Capacity reserved for it by the last cycle (backfilling): that reservation's start.
+    2. Waiting for quota: no time; it starts when the team's work frees quota.
+    3. Otherwise its queue time plus the median wait of the work its pool admitted lately,
+       short and long requests apart (a pool's short-request reserve makes their waits
+       differ); none where the pool has no recent admissions to go by.
+
+    An estimate, not a promise: the engine decides each cycle anew.
     """
     now = now or timezone.now()
-    queued = [r for r in requests if r.status == RequestStatus.QUEUED and r.queued_at]
+    queued = [r for r in requests if r.status == RequestStatus.QUEUED]
     pool_ids = {r.flavor.pool_id for r in queued}
     pools = {p.pk: p for p in NodePool.objects.filter(pk__in=pool_ids)}
     waits = recent_admission_waits(pools=pools, since=now - timedelta(days=since_days))
-    estimates: dict[int, datetime | None] = {}
+    estimates: dict[int, StartEstimate] = {}
     for request in queued:
+        if request.reserved_start_at is not None:
+            estimates[request.pk] = StartEstimate(
+                max(now, request.reserved_start_at), "reservation"
+            )
+            continue
+        if request.waiting_code == "quota":
+            estimates[request.pk] = StartEstimate(None, "quota")
+            continue
         pool = pools[request.flavor.pool_id]
         short = request.max_runtime_seconds <= pool.short_max_runtime_seconds
         median = _percentile(waits.get((pool.pk, short), []), 0.5)
         if median is None or request.queued_at is None:
-            estimates[request.pk] = None
+            estimates[request.pk] = StartEstimate(None, "none")
         else:
-            estimates[request.pk] = max(now, request.queued_at + timedelta(seconds=median))
+            at = max(now, request.queued_at + timedelta(seconds=median))
+            estimates[request.pk] = StartEstimate(at, "history")
     return estimates
+
+
+def estimated_starts(
+    requests: list[GpuRequest], *, now: datetime | None = None, since_days: int = 7
+) -> dict[int, datetime | None]:
+    """When each queued request is likely to start (see `start_estimates`), None where unknown."""
+    return {
+        pk: estimate.at
+        for pk, estimate in start_estimates(requests, now=now, since_days=since_days).items()
+    }

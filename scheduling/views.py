@@ -87,6 +87,18 @@ def _starting_point(request: HttpRequest, templates: QuerySet[RequestTemplate]) 
     }
 
 
+def submitted_message(created: GpuRequest, *, again: bool = False) -> str:
+    """The flash after a submission. It names no status a scheduling cycle could have moved on
+    from by the time the page shows (the badge says where the request is): only whether a
+    lead must approve it, which nothing but the lead changes."""
+    what = (
+        f"Submitted again as request {created.pk}" if again else f"Request {created.pk} submitted"
+    )
+    if created.status == RequestStatus.PENDING_APPROVAL:
+        return f"{what}: it waits for your team lead's approval."
+    return f"{what} and approved at once."
+
+
 @login_required
 def request_list(request: HttpRequest) -> HttpResponse:
     requests = GpuRequest.objects.visible_to(request.user).select_related(
@@ -168,11 +180,17 @@ def request_detail(request: HttpRequest, pk: int) -> HttpResponse:
         .values_list("sampled_at", "activity_percent", "memory_used_mib")[:240]
     )[::-1]
     scope = scope_of(request.user)
+    is_queued = gpu_request.status == RequestStatus.QUEUED
+    is_pending = gpu_request.status == RequestStatus.PENDING_APPROVAL
     return render(
         request,
         "scheduling/request_detail.html",
         {
             "gpu_request": gpu_request,
+            "start_estimate": start_estimates([gpu_request]).get(gpu_request.pk)
+            if is_queued
+            else None,
+            "quota_impact": quota_impact(gpu_request=gpu_request) if is_pending else None,
             "history": history,
             "can_cancel": gpu_request.status in CANCELLABLE_STATUSES,
             "is_live": gpu_request.status in (RequestStatus.RUNNING, RequestStatus.LAUNCHING),
@@ -258,9 +276,7 @@ def request_resubmit(request: HttpRequest, pk: int) -> HttpResponse:
     except DomainError as error:
         messages.error(request, error.message)
         return redirect("gpu-request-page", pk=pk)
-    messages.success(
-        request, f"Submitted again as request {created.pk}: {created.get_status_display()}."
-    )
+    messages.success(request, submitted_message(created, again=True))
     return redirect("gpu-request-page", pk=created.pk)
 
 

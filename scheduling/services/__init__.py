@@ -13,10 +13,12 @@ from scheduling.services.governance import ask_lead, extend_runtime, grant_idle_
 from scheduling.services.quotas import delete_quota, set_quota
 from scheduling.services.requests import (
     SubmissionAdjustment,
+    SubmissionOutlook,
     approve_gpu_request,
     cancel_gpu_request,
     expire_stale_approvals,
     gpu_request_submitting,
+    preview_submission,
     reject_gpu_request,
     resume_gpu_request,
     submit_gpu_request,
@@ -33,6 +35,7 @@ from scheduling.services.templates import (
 
 __all__ = [
     "SubmissionAdjustment",
+    "SubmissionOutlook",
     "approve_gpu_request",
     "ask_lead",
     "cancel_gpu_request",
@@ -43,6 +46,7 @@ __all__ = [
     "extend_runtime",
     "gpu_request_submitting",
     "grant_idle_exemption",
+    "preview_submission",
     "reject_gpu_request",
     "request_body_of",
     "resubmit_gpu_request",

@@ -153,6 +153,37 @@ def _submission_adjustments(**facts: Any) -> list[SubmissionAdjustment]:
     return [reply for _, reply in replies if isinstance(reply, SubmissionAdjustment)]
 
 
+@dataclass(frozen=True, slots=True)
+class SubmissionOutlook:
+    """What a submission would meet, told before it is made: why a lead would have to approve
+    it (empty: approved at once) and what a policy would change (e.g. made preemptible)."""
+
+    lead_reasons: tuple[str, ...]
+    notes: tuple[str, ...]
+
+
+def preview_submission(
+    *, actor: Any, project: Project, flavor: Flavor, gpu_count: int, priority: str
+) -> SubmissionOutlook:
+    """The same approval rule and policies as `submit_gpu_request`, read without writing."""
+    standing = quota_standing(project=project, flavor=flavor)
+    if standing is None:
+        return SubmissionOutlook((), ())
+    adjustments = _submission_adjustments(
+        project=project, flavor=flavor, gpu_count=gpu_count, actor=actor
+    )
+    rule, _ = _approval_settings(flavor)
+    facts = approval.ApprovalFacts(
+        priority=priority if priority in Priority.values else Priority.NORMAL,
+        flavor_kind=flavor.kind,
+        within_guaranteed=standing.fits_guaranteed(gpu_count),
+        within_limit=standing.fits_limit(gpu_count),
+    )
+    reasons = approval.reasons_for_lead_approval(facts, rule)
+    reasons += [a.lead_approval_reason for a in adjustments if a.lead_approval_reason]
+    return SubmissionOutlook(tuple(reasons), tuple(a.note for a in adjustments if a.note))
+
+
 @transaction.atomic
 def submit_gpu_request(
     *,

@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from scripts.testbed.dra import DraCards, publish
+
 K8S_VERSION = os.environ.get("K8S_VERSION", "v1.36.3")
 BINARIES = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "etcd", "kwok")
 HERE = Path(__file__).resolve().parent
@@ -55,6 +57,7 @@ CONTROLLERS = (
     "ttl-after-finished-controller",
     "deployment-controller",
     "replicaset-controller",
+    "resourceclaim-controller",  # ResourceClaims from a pod's ResourceClaimTemplates (DRA)
 )
 
 # The least-privilege ClusterRole of docs/kubernetes-backend.md, granted to PORTAL_USER.
@@ -290,6 +293,9 @@ class NodeShape:
     labels: Mapping[str, str] = field(default_factory=dict)
     annotations: Mapping[str, str] = field(default_factory=dict)
     taints: tuple[Mapping[str, str], ...] = (GPU_TAINT,)
+    # GPUs offered through Dynamic Resource Allocation (ResourceSlices) instead of a device
+    # plugin's extended resource.
+    dra_cards: DraCards | None = None
 
     def manifest(self) -> dict[str, Any]:
         resources = {"cpu": "64", "memory": "512Gi", "pods": "110", **self.resources}
@@ -795,6 +801,9 @@ class Testbed:
 
         with ThreadPoolExecutor(max_workers=16) as pool:
             list(pool.map(create, shapes))
+        dra_nodes = [(s.name, s.dra_cards) for s in shapes if s.dra_cards is not None]
+        if dra_nodes:
+            publish(self.api_client(), dra_nodes)
         names = {s.name for s in shapes}
 
         def all_ready() -> bool:

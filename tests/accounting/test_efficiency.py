@@ -58,7 +58,30 @@ def test_request_efficiency_and_right_sizing(org: Org, runs: dict[str, Any]) -> 
     assert Decimal(body["waste_gpu_hours"]) == Decimal("1.80")
     assert Decimal(body["efficiency_percent"]) == Decimal("10.0")
     assert body["peak_memory_mib"] == 8000
-    assert body["right_sizing"]["flavor"] == "H100 mig-1g.10gb"
+    # A MIG slice would hold it, but in another tier (other rules): the training tier has
+    # nothing cheaper than a whole A100, so nothing is suggested.
+    assert body["right_sizing"] is None
+
+
+def test_right_sizing_suggests_a_cheaper_flavor_of_the_same_tier(org: Org, fleet: Fleet) -> None:
+    now = timezone.now()
+    done = make_request(
+        project=org.project_a, owner=org.dev_a, flavor=fleet.mig_3g, status=RequestStatus.SUCCEEDED
+    )
+    allocation = make_allocation(
+        done, started_at=now - timedelta(hours=2), ended_at=now - timedelta(hours=1)
+    )
+    for minute in (0, 20, 40):
+        UtilisationSample.objects.create(
+            allocation=allocation,
+            sampled_at=now - timedelta(hours=2, minutes=-minute),
+            activity_percent=20,
+            memory_used_mib=6000,
+        )
+    body = (
+        api_client(org.dev_a).get(reverse("gpu-request-efficiency", kwargs={"pk": done.pk})).json()
+    )
+    assert body["right_sizing"]["flavor"] == fleet.mig_1g.name
 
 
 def test_running_work_gets_no_right_sizing_yet(org: Org, runs: dict[str, Any]) -> None:
@@ -81,8 +104,8 @@ def test_other_teams_request_efficiency_is_404(org: Org, runs: dict[str, Any]) -
     page.force_login(org.dev_a)
     fragment = page.get(reverse("gpu-request-efficiency-page", kwargs={"pk": pk}))
     assert fragment.status_code == 200
-    assert b'data-testid="right-sizing"' in fragment.content
-    assert b"H100 mig-1g.10gb" in fragment.content
+    assert b'data-testid="efficiency-percent"' in fragment.content
+    assert b'data-testid="cost-so-far"' in fragment.content
 
 
 def test_efficiency_per_team_within_reach(org: Org, runs: dict[str, Any]) -> None:

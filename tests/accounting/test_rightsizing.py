@@ -62,3 +62,25 @@ def test_suggestion_says_how_much_it_saves_and_why() -> None:
 def test_never_suggests_something_as_heavy_as_what_was_held() -> None:
     run = RunProfile("H100 1g.10gb", 1, 14, Decimal("0.1429"), 1000, 1, 10)
     assert suggest_smaller_flavor(run, OPTIONS) is None
+
+
+def test_suggests_only_flavors_of_the_same_tier() -> None:
+    training = [
+        FlavorOption("A100 whole", 81920, 100, Decimal("1"), "training", Decimal("4")),
+        FlavorOption("L4 6GiB/25%", 6144, 25, Decimal("0.25"), "interactive", Decimal("0.5")),
+        FlavorOption("H100 3g.40gb", 40960, 43, Decimal("0.4286"), "training", Decimal("2")),
+    ]
+    run = RunProfile("A100 whole", 1, 100, Decimal("1"), 4000, 15, 10, "training", Decimal("4"))
+    suggestion = suggest_smaller_flavor(run, training)
+    assert suggestion is not None and suggestion.flavor_name == "H100 3g.40gb"
+
+
+def test_never_suggests_a_lighter_flavor_that_costs_more() -> None:
+    options = [
+        FlavorOption("H100 1g.10gb", 10240, 14, Decimal("0.1429"), "training", Decimal("5")),
+        FlavorOption("H100 3g.40gb", 40960, 43, Decimal("0.4286"), "training", Decimal("3")),
+    ]
+    run = RunProfile("A100 whole", 1, 100, Decimal("1"), 8000, 10, 10, "training", Decimal("4"))
+    suggestion = suggest_smaller_flavor(run, options)
+    # 1g fits and is lighter, but pricier than the card held: the 3g slice is the cheaper fit.
+    assert suggestion is not None and suggestion.flavor_name == "H100 3g.40gb"

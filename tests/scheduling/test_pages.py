@@ -60,7 +60,7 @@ def test_request_form_submits_and_shows_the_request(org: Org, fleet: Fleet) -> N
     assert created.max_runtime_seconds == 7200
     page = response.content.decode()
     assert f"Request {created.pk}" in page and "Queued" in page
-    assert "request.submitted" in page  # the history
+    assert "<strong>Submitted</strong>" in page  # the history, in words
 
 
 def test_request_form_shows_domain_errors_on_the_field(org: Org, fleet: Fleet) -> None:
