@@ -13,6 +13,7 @@ from runtime.cluster.base import NodeInventory
 from runtime.cluster.gpu_models import gpu_products_for, merged_aliases, normalise_gpu_model
 from scheduling.choices import FlavorKind, SharingMode
 from scheduling.models import Flavor, GpuDevice, Node, NodePool
+from tenants.models import AuditEvent
 from tenants.services import record_audit_event
 
 DEFAULT_GPU_MEMORY_MIB = 81920
@@ -115,59 +116,120 @@ def _mig_profiles_by_pool() -> dict[int, list[str]]:
     return profiles
 
 
+# What a sync sets on a node besides `synced_at`; a node whose values all match is not rewritten.
+NODE_FIELDS = ("pool", "gpu_model", "labels", "is_schedulable", "held_back_reason", "foreign_usage")
+NODE_COLUMNS = ("pool_id", *NODE_FIELDS[1:])
+
+
 @transaction.atomic
 def apply_inventory(inventory: Sequence[NodeInventory]) -> dict[str, int]:
     """Bring Node and GpuDevice rows in line with the cluster; nodes that vanished stop taking work.
 
-    Returns how many nodes were added, updated and lost.
+    Set-wise, so a fleet of thousands costs a bounded number of statements: (1) read the known
+    nodes and their cards, (2) decide per node, (3) upsert only the nodes and cards that changed
+    (`bulk_create(update_conflicts=True)`), stamp every reported node in one UPDATE, delete cards
+    that are gone, and insert the audit events in bulk. Returns how many nodes were added,
+    updated, lost and held back.
     """
     pools = list(NodePool.objects.order_by("slug"))
     aliases = gpu_model_aliases()
     now = timezone.now()
     counts = {"added": 0, "updated": 0, "lost": 0, "held_back": 0}
     mig_profiles = _mig_profiles_by_pool()
+    # 1. Read what the database knows.
+    known = {node.name: node for node in Node.objects.all()}
+    cards: dict[int, dict[int, tuple[int, dict[str, int]]]] = {}
+    for node_id, index, memory, layout in GpuDevice.objects.values_list(
+        "node_id", "index", "memory_mib", "mig_layout"
+    ).order_by():
+        cards.setdefault(node_id, {})[index] = (memory, layout)
+    # 2. Decide, node by node, in memory.
     seen: set[str] = set()
+    upserts: list[Node] = []
+    layouts_by_name: dict[str, list[tuple[int, dict[str, int]]]] = {}
+    events: list[tuple[str, str, str]] = []  # (node name, action, message)
     for reported in inventory:
         pool = pool_for(reported, pools)
-        if pool is None or reported.gpu_count == 0:
+        if pool is None or reported.gpu_count == 0 or reported.name in seen:
             continue
         seen.add(reported.name)
         problem = access_problem(reported, pool, mig_profiles.get(pool.pk, []))
-        before = list(
-            Node.objects.filter(name=reported.name).values_list("held_back_reason", flat=True)
-        )
-        node, created = Node.objects.update_or_create(
+        wanted = Node(
             name=reported.name,
-            defaults={
-                "pool": pool,
-                # The portal's short name (A100-80G), not the product label, so flavors match.
-                "gpu_model": normalise_gpu_model(reported.gpu_model, aliases) or "unknown",
-                "labels": dict(reported.labels),
-                "is_schedulable": reported.ready and reported.schedulable,
-                "held_back_reason": problem,
-                "foreign_usage": dict(reported.foreign_usage),
-                "synced_at": now,
-            },
+            pool=pool,
+            # The portal's short name (A100-80G), not the product label, so flavors match.
+            gpu_model=normalise_gpu_model(reported.gpu_model, aliases) or "unknown",
+            labels=dict(reported.labels),
+            is_schedulable=reported.ready and reported.schedulable,
+            held_back_reason=problem,
+            foreign_usage=dict(reported.foreign_usage),
+            synced_at=now,
         )
-        counts["added" if created else "updated"] += 1
+        existing = known.get(reported.name)
+        counts["updated" if existing else "added"] += 1
+        if existing is None or any(
+            getattr(existing, column) != getattr(wanted, column) for column in NODE_COLUMNS
+        ):
+            upserts.append(wanted)
         if problem:
             counts["held_back"] += 1
-        if problem and (created or problem not in before):
-            record_audit_event(actor=None, action="node.held_back", target=node, message=problem)
-        layouts = _device_layouts(reported, pool)
+        if problem and (existing is None or problem != existing.held_back_reason):
+            events.append((reported.name, "node.held_back", problem))
+        if existing is None:
+            events.append((reported.name, "node.discovered", ""))
+        layouts_by_name[reported.name] = _device_layouts(reported, pool)
+    # 3. Write what changed.
+    Node.objects.bulk_create(
+        upserts,
+        batch_size=500,
+        update_conflicts=True,
+        unique_fields=["name"],
+        update_fields=[*NODE_FIELDS, "synced_at"],
+    )
+    Node.objects.filter(name__in=seen).exclude(synced_at=now).update(synced_at=now)
+    ids = dict(Node.objects.filter(name__in=seen).values_list("name", "pk"))
+    devices: list[GpuDevice] = []
+    beyond: dict[int, list[int]] = {}  # card count -> nodes that have cards past it
+    for name, layouts in layouts_by_name.items():
+        node_id = ids[name]
+        have = cards.get(node_id, {})
         for index, (memory, layout) in enumerate(layouts):
-            GpuDevice.objects.update_or_create(
-                node=node, index=index, defaults={"memory_mib": memory, "mig_layout": layout}
-            )
-        GpuDevice.objects.filter(node=node, index__gte=len(layouts)).delete()
-        if created:
-            record_audit_event(actor=None, action="node.discovered", target=node)
-    lost = Node.objects.filter(is_schedulable=True).exclude(name__in=seen)
-    for node in lost:
+            if have.get(index) != (memory, layout):
+                devices.append(
+                    GpuDevice(node_id=node_id, index=index, memory_mib=memory, mig_layout=layout)
+                )
+        if any(index >= len(layouts) for index in have):
+            beyond.setdefault(len(layouts), []).append(node_id)
+    GpuDevice.objects.bulk_create(
+        devices,
+        batch_size=1000,
+        update_conflicts=True,
+        unique_fields=["node", "index"],
+        update_fields=["memory_mib", "mig_layout"],
+    )
+    for count, node_ids in beyond.items():
+        GpuDevice.objects.filter(node_id__in=node_ids, index__gte=count).delete()
+    lost = list(Node.objects.filter(is_schedulable=True).exclude(name__in=seen))
+    audit = [
         record_audit_event(
-            actor=None, action="node.lost", target=node, message="Not reported by the cluster."
+            actor=None, action=action, target=Node(pk=ids[name]), message=message, commit=False
         )
-    counts["lost"] = lost.update(is_schedulable=False, synced_at=now)
+        for name, action, message in events
+    ]
+    audit += [
+        record_audit_event(
+            actor=None,
+            action="node.lost",
+            target=node,
+            message="Not reported by the cluster.",
+            commit=False,
+        )
+        for node in lost
+    ]
+    AuditEvent.objects.bulk_create(audit, batch_size=1000)
+    counts["lost"] = Node.objects.filter(pk__in=[n.pk for n in lost]).update(
+        is_schedulable=False, synced_at=now
+    )
     stamp_unschedulable_nodes(now=now)
     return counts
 

@@ -1,10 +1,13 @@
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from runtime.cluster.base import HamiDevice, NodeInventory
 from runtime.inventory import apply_inventory
 from scheduling.models import GpuDevice, Node
+from tenants.models import AuditEvent
 from tests.scheduling.conftest import Fleet
 
 pytestmark = pytest.mark.django_db
@@ -80,3 +83,29 @@ def test_a_node_that_disappears_stops_taking_work_and_a_resync_changes_nothing(
 def test_cordoned_node_is_not_schedulable(fleet: Fleet) -> None:
     apply_inventory([reported("gpu-a", "a100-training", schedulable=False)])
     assert Node.objects.get(name="gpu-a").is_schedulable is False
+
+
+def test_a_fleet_of_2000_nodes_syncs_in_a_bounded_number_of_queries(
+    fleet: Fleet, django_assert_max_num_queries: Any
+) -> None:
+    nodes = [reported(f"gpu-{i:04d}", "a100-training") for i in range(2000)]
+    with django_assert_max_num_queries(40):
+        counts = apply_inventory(nodes)
+    assert counts["added"] == 2000
+    assert GpuDevice.objects.filter(node__name__startswith="gpu-").count() == 16000
+    assert AuditEvent.objects.filter(action="node.discovered").count() == 2000
+    # A resync that finds nothing new stamps the nodes and rewrites no card.
+    nodes[0] = reported("gpu-0000", "a100-training", gpu_count=4)
+    with django_assert_max_num_queries(20):
+        again = apply_inventory(nodes)
+    assert again == {"added": 0, "updated": 2000, "lost": 0, "held_back": 0}
+    assert GpuDevice.objects.filter(node__name="gpu-0000").count() == 4
+
+
+def test_a_node_whose_problem_changes_is_audited_once_per_change(fleet: Fleet) -> None:
+    no_plugin: dict[str, Any] = {"allocatable": {}}
+    apply_inventory([reported("gpu-a", "a100-training", **no_plugin)])
+    apply_inventory([reported("gpu-a", "a100-training", **no_plugin)])
+    assert AuditEvent.objects.filter(action="node.held_back").count() == 1
+    apply_inventory([reported("gpu-a", "a100-training")])
+    assert Node.objects.get(name="gpu-a").held_back_reason == ""
