@@ -275,6 +275,9 @@ MONITORING_TOKEN = env.str("MONITORING_TOKEN", default="")
 READYZ_CHECKS_CLUSTER = env.bool("READYZ_CHECKS_CLUSTER", default=True)
 # Requests in admitted/launching longer than this are launched again (idempotently).
 STUCK_TRANSITION_SECONDS = env.int("STUCK_TRANSITION_SECONDS", default=120)
+# ... unless their launch is still waiting in the task queue, for up to this long since it was
+# queued; only a launch that waited longer (a lost message) is queued again.
+LAUNCH_QUEUE_PATIENCE_SECONDS = env.int("LAUNCH_QUEUE_PATIENCE_SECONDS", default=900)
 # Work on a node that stopped taking work is requeued only after the node stayed away this long
 # (a control-plane outage makes every node NotReady for a minute or two).
 NODE_LOST_GRACE_SECONDS = env.int("NODE_LOST_GRACE_SECONDS", default=300)

@@ -8,7 +8,10 @@ service here takes ids, is safe to run twice, and changes request states only th
 from __future__ import annotations
 
 import logging
+import time
+import weakref
 from collections import Counter
+from collections.abc import Callable
 from datetime import timedelta
 from functools import lru_cache
 from typing import Any
@@ -20,6 +23,7 @@ from django.utils import timezone
 from runtime import propagation, verdicts
 from runtime.cluster.base import (
     ClusterBackend,
+    ClusterError,
     GangMember,
     PrioritySpec,
     ProjectSpec,
@@ -133,6 +137,66 @@ def _live_allocation(request: GpuRequest, attempt: int) -> Allocation | None:
     return Allocation.objects.active().filter(request=request, attempt=attempt).first()
 
 
+# How long a launch trusts that what it ensured (priority classes, a project's namespace, quota
+# and limit range) is still there as ensured; later launches check again, so drift made on the
+# cluster by hand converges within this long.
+ENSURED_TTL_SECONDS = 600.0
+
+
+class EnsuredObjects:
+    """What one backend has ensured, keyed by what was ensured and remembered with the spec it
+    was ensured with, so a steady-state launch makes only its workload's own API calls.
+
+    A spec that changed (a new quota) is ensured again at once; a remembered one after
+    ENSURED_TTL_SECONDS, or when a launch answers 404 (namespace deleted meanwhile).
+    """
+
+    def __init__(self, *, ttl_seconds: float = ENSURED_TTL_SECONDS) -> None:
+        self.ttl_seconds = ttl_seconds
+        self._specs: dict[str, tuple[object, float]] = {}
+
+    def ensure(self, key: str, spec: object, create: Callable[[], None]) -> bool:
+        """Run `create()` unless `spec` was ensured under `key` lately; True if it ran."""
+        remembered = self._specs.get(key)
+        now = time.monotonic()
+        if (
+            remembered is not None
+            and remembered[0] == spec
+            and now - remembered[1] < self.ttl_seconds
+        ):
+            return False
+        self._specs.pop(key, None)
+        create()
+        self._specs[key] = (spec, now)
+        return True
+
+    def forget(self, *keys: str) -> None:
+        for key in keys:
+            self._specs.pop(key, None)
+
+
+_ensured_by_backend: weakref.WeakKeyDictionary[Any, EnsuredObjects] = weakref.WeakKeyDictionary()
+
+
+def ensured_objects(backend: ClusterBackend) -> EnsuredObjects:
+    """The memory of what `backend` ensured, kept as long as the backend itself."""
+    try:
+        return _ensured_by_backend.setdefault(backend, EnsuredObjects())
+    except TypeError:  # a backend that cannot be weakly referenced remembers nothing
+        return EnsuredObjects()
+
+
+def _ensure_launch_prerequisites(backend: ClusterBackend, request: GpuRequest) -> None:
+    """The priority classes and the request's project, each once per spec (`EnsuredObjects`)."""
+    ensured = ensured_objects(backend)
+    classes = tuple(PRIORITY_CLASSES.values())
+    ensured.ensure(
+        "priority-classes", classes, lambda: backend.ensure_priority_classes(list(classes))
+    )
+    spec = project_spec(request)
+    ensured.ensure(f"project:{spec.namespace}", spec, lambda: backend.ensure_project(spec))
+
+
 def launch_request(*, request_id: int, attempt: int, backend: ClusterBackend | None = None) -> str:
     """Create the workload of one admitted attempt; a repeat adopts the same object."""
     backend = backend or cluster_backend()
@@ -147,11 +211,19 @@ def launch_request(*, request_id: int, attempt: int, backend: ClusterBackend | N
     allocation = _live_allocation(request, attempt)
     if allocation is None:
         return "stale"
-    backend.ensure_priority_classes(list(PRIORITY_CLASSES.values()))
-    backend.ensure_project(project_spec(request))
+    _ensure_launch_prerequisites(backend, request)
     spec = workload_spec(request, allocation)
     transition(request, RequestStatus.LAUNCHING, actor=None, reason="Creating the workload.")
-    name = backend.launch(spec)
+    try:
+        name = backend.launch(spec)
+    except ClusterError as error:
+        # What was ensured may be gone (a deleted or terminating namespace): the next launch
+        # ensures it again; a 404 (no such namespace) does so at once and launches again.
+        ensured_objects(backend).forget("priority-classes", f"project:{spec.namespace}")
+        if error.status != 404:
+            raise
+        _ensure_launch_prerequisites(backend, request)
+        name = backend.launch(spec)
     Allocation.objects.filter(pk=allocation.pk).update(workload_name=name)
     return name
 
@@ -281,12 +353,25 @@ def apply_workload_status(request: GpuRequest, status: WorkloadStatus) -> str | 
 
 
 def sync_workloads(*, backend: ClusterBackend | None = None) -> dict[str, int]:
-    """Read every live request's workload from the cluster and move requests accordingly."""
+    """Read every live request's workload from the cluster and move requests accordingly.
+
+    One labelled list per namespace with live requests (`list_workloads`), not reads per
+    request; a request the listing lacks, or whose Job has made no pod yet (its events say
+    why), is read on its own (`get_workload`), so the answer is the same as reading each.
+    """
     backend = backend or cluster_backend()
     moved: dict[str, int] = {}
-    live = GpuRequest.objects.filter(status__in=LIVE_STATUSES).select_related("project__team")
+    live = list(GpuRequest.objects.filter(status__in=LIVE_STATUSES).select_related("project__team"))
+    listed: dict[tuple[str, str, int], WorkloadStatus] = {}
+    list_workloads = getattr(backend, "list_workloads", None)
+    if live and list_workloads is not None:
+        namespaces = sorted({request.project.namespace for request in live})
+        listed = {(s.namespace, s.request_id, s.attempt): s for s in list_workloads(namespaces)}
     for request in live:
-        status = backend.get_workload(request.project.namespace, str(request.pk), request.attempt)
+        key = (request.project.namespace, str(request.pk), request.attempt)
+        status = listed.get(key)
+        if status is None or status.reason == "NoPod":
+            status = backend.get_workload(*key)
         new_status = apply_workload_status(request, status)
         if new_status:
             moved[new_status] = moved.get(new_status, 0) + 1

@@ -14,7 +14,12 @@ from django.utils import timezone
 
 from runtime import execution, inspection, inventory, monitoring, propagation, reclaim
 from runtime.cluster.base import PermanentClusterError, TransientClusterError
-from scheduling.dispatch import request_launch, request_scheduling_cycle
+from scheduling.dispatch import (
+    clear_launch_queued,
+    queued_launches,
+    request_launch,
+    request_scheduling_cycle,
+)
 from scheduling.models import GpuRequest
 
 log = logging.getLogger(__name__)
@@ -41,6 +46,7 @@ AUTHORIZATION_RETRIES = 4
 
 @shared_task(base=ClusterTask, bind=True)
 def launch_workload(self: Task, request_id: int, attempt: int, refusals: int = 0) -> str:
+    clear_launch_queued(request_id, attempt)  # out of the queue: the sweeper watches it again
     try:
         return execution.launch_request(request_id=request_id, attempt=attempt)
     except PermanentClusterError as error:
@@ -120,8 +126,12 @@ def enforce_reclaim_policies() -> dict[str, int]:
 
 @shared_task(acks_late=True)
 def sweep_stuck_requests() -> int:
-    """Launch again anything stranded in admitted/launching by a lost message or killed worker."""
-    stuck = execution.stuck_requests()
+    """Launch again anything stranded in admitted/launching by a lost message or killed worker;
+    a launch still waiting in the queue (see `dispatch`) is not stranded, however long the
+    request has been admitted."""
+    candidates = execution.stuck_requests()
+    waiting = queued_launches(candidates)
+    stuck = [key for key in candidates if key not in waiting]
     for request_id, attempt in stuck:
         GpuRequest.objects.filter(pk=request_id).update(updated_at=timezone.now())
         request_launch(request_id, attempt)

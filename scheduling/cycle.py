@@ -152,12 +152,16 @@ def run_cycle(
     *,
     on_admit: Callable[[int, int], None] | None = None,
     on_preempt: Callable[[int, int], None] | None = None,
+    on_start: Callable[[], None] | None = None,
     now: float | None = None,
 ) -> CycleResult:
-    """One cycle; `on_admit(request_id, attempt)` and `on_preempt(…)` run after commit."""
+    """One cycle; `on_start()` runs once the lease is held, before the read;
+    `on_admit(request_id, attempt)` and `on_preempt(…)` run after commit."""
     holder = acquire_lease()
     if holder is None:
         return CycleResult(ran=False)
+    if on_start:
+        on_start()
     started = time.perf_counter()
     try:
         # 1. Read.

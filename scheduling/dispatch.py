@@ -6,14 +6,32 @@ instead of importing Celery tasks (which import the services), so no domain modu
 Work is queued only after commit, so a worker never sees a row that is not there yet. A broker
 that is down must not undo a committed decision: the failure is logged and the beat-driven
 sweeps (cycle, sync, stuck-request sweeper) pick the work up later.
+
+Two short-lived marks in the cache keep the queue to one task per piece of work:
+
+* **cycle pending**: a burst of approvals queues one scheduling cycle, not one each. The first
+  asker sets the mark with `add()` and queues the cycle; later askers find it set and queue
+  nothing. The cycle clears it once it holds the scheduling lease, before it reads (so whatever
+  committed before the clearing is in its snapshot, and whatever asks after it queues another
+  cycle); a cycle that found the lease held leaves the mark, and the cycle holding the lease
+  queues one more cycle after its own when the mark is set.
+* **launch queued**: set when a launch is queued, cleared when its task starts, expiring after
+  LAUNCH_QUEUE_PATIENCE_SECONDS. The stuck-request sweeper leaves a request alone while its
+  launch waits in the queue.
+
+Without the cache (down, or a blip) both fall back to queueing every time.
 """
 
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Iterable
 from typing import Any
 
 from celery import current_app
+from django.conf import settings
+from django.core.cache import cache
 from django.db import transaction
 
 log = logging.getLogger(__name__)
@@ -27,12 +45,75 @@ SET_WORKLOAD_DEADLINE = "runtime.tasks.set_workload_deadline"
 PUSH_PROJECT_QUOTAS = "runtime.tasks.push_project_quotas"
 
 
-def send(task_name: str, *args: Any) -> None:
-    """Queue the task now; the caller has committed (or runs outside a transaction)."""
+CYCLE_PENDING_KEY = "scheduling:cycle-pending"
+# Longer than a cycle may run (its task's time limit), so a mark outlives the cycle it asked
+# for; should the cycle holding the lease die before it looks, the beat's cycle clears it.
+CYCLE_PENDING_SECONDS = 60
+
+
+def send(task_name: str, *args: Any) -> bool:
+    """Queue the task now; the caller has committed (or runs outside a transaction).
+    Returns False when the broker refused it (logged; the periodic sweeps retry)."""
     try:
         current_app.signature(task_name, args=args).delay()
     except Exception:
         log.exception("could not queue %s%r; the periodic sweeps will retry", task_name, args)
+        return False
+    return True
+
+
+def _cache_call(what: str, call: Any, default: Any) -> Any:
+    """A cache call whose failure must not stop the work: log it and use `default`."""
+    try:
+        return call()
+    except Exception:
+        log.warning("cache unavailable (%s); queueing without coalescing", what, exc_info=True)
+        return default
+
+
+def send_scheduling_cycle() -> None:
+    """Queue a cycle unless one is already queued and has not started reading yet."""
+    first = _cache_call(
+        "cycle mark", lambda: cache.add(CYCLE_PENDING_KEY, time.time(), CYCLE_PENDING_SECONDS), True
+    )
+    if first and not send(RUN_SCHEDULING_CYCLE):
+        clear_pending_cycle()  # nothing is queued: let the next asker try again
+
+
+def clear_pending_cycle() -> None:
+    """The cycle holds the lease and is about to read: later askers need a cycle of their own."""
+    _cache_call("cycle mark", lambda: cache.delete(CYCLE_PENDING_KEY), None)
+
+
+def is_cycle_pending() -> bool:
+    return bool(_cache_call("cycle mark", lambda: cache.get(CYCLE_PENDING_KEY), False))
+
+
+def launch_queued_key(request_id: int, attempt: int) -> str:
+    return f"runtime:launch-queued:{request_id}:{attempt}"
+
+
+def _send_launch(request_id: int, attempt: int) -> None:
+    """Queue a launch and mark it queued (first, so a fast worker's start clears the mark)."""
+    key = launch_queued_key(request_id, attempt)
+    patience = settings.LAUNCH_QUEUE_PATIENCE_SECONDS
+    _cache_call("launch mark", lambda: cache.set(key, time.time(), patience), None)
+    if not send(LAUNCH_WORKLOAD, request_id, attempt):
+        clear_launch_queued(request_id, attempt)
+
+
+def clear_launch_queued(request_id: int, attempt: int) -> None:
+    """The launch task started: from now on the request's own state says whether it is stuck."""
+    _cache_call("launch mark", lambda: cache.delete(launch_queued_key(request_id, attempt)), None)
+
+
+def queued_launches(keys: Iterable[tuple[int, int]]) -> set[tuple[int, int]]:
+    """Which (request id, attempt) have a launch waiting in the queue (marked, not expired)."""
+    wanted = {launch_queued_key(pk, attempt): (pk, attempt) for pk, attempt in keys}
+    if not wanted:
+        return set()
+    found = _cache_call("launch mark", lambda: cache.get_many(list(wanted)), {})
+    return {wanted[key] for key in found}
 
 
 def enqueue_after_commit(task_name: str, *args: Any) -> None:
@@ -40,12 +121,13 @@ def enqueue_after_commit(task_name: str, *args: Any) -> None:
 
 
 def request_scheduling_cycle() -> None:
-    """Something may have unblocked work (approval, cancel, completion, node change)."""
-    enqueue_after_commit(RUN_SCHEDULING_CYCLE)
+    """Something may have unblocked work (approval, cancel, completion, node change); one
+    cycle is queued per burst of these (see "cycle pending" above)."""
+    transaction.on_commit(send_scheduling_cycle)
 
 
 def request_launch(request_id: int, attempt: int) -> None:
-    enqueue_after_commit(LAUNCH_WORKLOAD, request_id, attempt)
+    transaction.on_commit(lambda: _send_launch(request_id, attempt))
 
 
 def request_termination(request_id: int, attempt: int, reason: str) -> None:
@@ -74,7 +156,7 @@ def request_notification(
 
 def send_launch(request_id: int, attempt: int) -> None:
     """The cycle's admission, acted on after its own commit."""
-    send(LAUNCH_WORKLOAD, request_id, attempt)
+    _send_launch(request_id, attempt)
 
 
 def send_preemption(request_id: int, attempt: int) -> None:

@@ -45,8 +45,15 @@ def expire_stale_approvals() -> int:
 
 @shared_task(acks_late=True, soft_time_limit=50, time_limit=60)
 def run_scheduling_cycle() -> dict[str, Any]:
-    """One cycle; a second one started while the first runs exits at once."""
-    result = cycle.run_cycle(on_admit=dispatch.send_launch, on_preempt=dispatch.send_preemption)
+    """One cycle; a second one started while the first runs exits at once, and the first then
+    queues one more cycle if anything asked for one while it ran (`dispatch`: cycle pending)."""
+    result = cycle.run_cycle(
+        on_start=dispatch.clear_pending_cycle,
+        on_admit=dispatch.send_launch,
+        on_preempt=dispatch.send_preemption,
+    )
+    if result.ran and dispatch.is_cycle_pending():
+        dispatch.send(dispatch.RUN_SCHEDULING_CYCLE)
     return {
         "ran": result.ran,
         "admitted": len(result.admitted),

@@ -1,0 +1,77 @@
+"""What a launch asks of the real API server: the first in a project ensures the priority
+classes and the project (namespace, quota, limit range); the next ones create their Job only."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+from django.contrib.auth import get_user_model
+
+from runtime import execution
+from runtime.cluster.kubernetes import KubernetesClusterBackend
+from runtime.inventory import apply_inventory
+from scheduling import cycle, services
+from scheduling.choices import RequestStatus
+from scheduling.demo import seed_demo_fleet
+from scheduling.models import Flavor
+from tenants.models import Project
+from tenants.services import seed_demo_organisation
+from tests.k8s.conftest import Admin
+
+pytestmark = [pytest.mark.k8s, pytest.mark.django_db]
+
+
+def test_a_steady_state_launch_makes_one_api_call(
+    k8s_testbed: Any,
+    k8s_admin: Admin,
+    monkeypatch: pytest.MonkeyPatch,
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    # A backend of its own, so nothing an earlier test ensured is remembered.
+    backend = KubernetesClusterBackend(kubeconfig=str(k8s_testbed.portal_kubeconfig))
+    teams = seed_demo_organisation(password="x")
+    seed_demo_fleet(teams=teams)
+    apply_inventory(backend.sync_inventory())
+    project = Project.objects.create(
+        team=teams["vision"], slug=f"k{uuid.uuid4().hex[:8]}", name="Test bed"
+    )
+    users = get_user_model().objects
+    alice, bob = users.get(username="alice"), users.get(username="bob")
+    requests = []
+    for _ in range(3):
+        request = services.submit_gpu_request(
+            actor=alice,
+            project=project,
+            flavor=Flavor.objects.get(slug="a100-80g"),
+            gpu_count=1,
+            image="registry.example.com/ml/train:1.0",
+            command=["python", "train.py"],
+            max_runtime_seconds=3600,
+        )
+        if request.status == RequestStatus.PENDING_APPROVAL:
+            services.approve_gpu_request(actor=bob, request=request)
+        requests.append(request)
+    calls: list[str] = []
+    call_api = backend.api_client.call_api
+
+    def counted(method: str, url: str, *args: Any, **kwargs: Any) -> Any:
+        calls.append(f"{method} {urlsplit(url).path}")
+        return call_api(method, url, *args, **kwargs)
+
+    monkeypatch.setattr(backend.api_client, "call_api", counted)
+    try:
+        with django_capture_on_commit_callbacks(execute=True):
+            cycle.run_cycle()
+        execution.launch_request(request_id=requests[0].pk, attempt=1, backend=backend)
+        assert len(calls) >= 4  # priority classes, namespace, quota, limit range, Job
+        for request in requests[1:]:
+            calls.clear()
+            execution.launch_request(request_id=request.pk, attempt=1, backend=backend)
+            assert calls == [f"POST /apis/batch/v1/namespaces/{project.namespace}/jobs"]
+        jobs = k8s_admin.batch.list_namespaced_job(project.namespace).items
+        assert len(jobs) == 3
+    finally:
+        k8s_admin.core.delete_namespace(project.namespace, _preload_content=False)
