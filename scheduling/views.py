@@ -31,6 +31,8 @@ from scheduling.selectors import (
     flavors_for_project,
     fleet_overview,
     governance_rules,
+    quota_impact,
+    start_estimates,
 )
 from tenants.errors import DomainError, show_on_form
 from tenants.models import AuditEvent, Project, scope_of
@@ -135,7 +137,7 @@ def request_new(request: HttpRequest) -> HttpResponse:
         except DomainError as error:
             show_on_form(form, error)
         else:
-            messages.success(request, f"Request {created.pk} is {created.get_status_display()}.")
+            messages.success(request, submitted_message(created))
             return redirect("gpu-request-page", pk=created.pk)
     return render(
         request,
