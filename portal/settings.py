@@ -289,6 +289,13 @@ BILLING_TIME_ZONE = env.str("BILLING_TIME_ZONE", default="UTC")
 USAGE_METERING_SECONDS = env.float("USAGE_METERING_SECONDS", default=60.0)
 NOTIFICATION_WEBHOOK_URL = env.str("NOTIFICATION_WEBHOOK_URL", default="")
 DEMO_PASSWORD = env.str("DEMO_PASSWORD", default="demo")
+# The demo's past: `seed_demo` writes this many days of history once (0: none).
+DEMO_HISTORY_DAYS = env.int("DEMO_HISTORY_DAYS", default=90)
+# The demo's simulated users keep submitting work (`make run` turns it on; simulated cluster only),
+# one step every DEMO_TRAFFIC_SECONDS, with at most DEMO_TRAFFIC_MAX_LIVE requests of theirs live.
+DEMO_TRAFFIC = env.bool("DEMO_TRAFFIC", default=False)
+DEMO_TRAFFIC_SECONDS = env.float("DEMO_TRAFFIC_SECONDS", default=15.0)
+DEMO_TRAFFIC_MAX_LIVE = env.int("DEMO_TRAFFIC_MAX_LIVE", default=14)
 EMAIL_BACKEND = env.str("EMAIL_BACKEND", default="django.core.mail.backends.console.EmailBackend")
 DEFAULT_FROM_EMAIL = env.str("DEFAULT_FROM_EMAIL", default="gpu-portal@localhost")
 
