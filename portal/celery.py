@@ -14,6 +14,20 @@ app = Celery("portal")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
 
+
+def demo_schedule() -> dict[str, dict[str, object]]:
+    """The demo's simulated people (DEMO_TRAFFIC, on under `make run`); nothing otherwise."""
+    if not settings.DEMO_TRAFFIC:
+        return {}
+    return {
+        "demo-traffic": {
+            "task": "portal.tasks.demo_traffic_step",
+            "schedule": settings.DEMO_TRAFFIC_SECONDS,
+            "options": {"expires": settings.DEMO_TRAFFIC_SECONDS},
+        }
+    }
+
+
 # Business deadlines are columns checked by these periodic tasks, never Celery ETAs.
 app.conf.beat_schedule = {
     "purge-expired-api-tokens": {
@@ -62,4 +76,5 @@ app.conf.beat_schedule = {
         "schedule": 300.0,
         "options": {"expires": 300},
     },
+    **demo_schedule(),
 }

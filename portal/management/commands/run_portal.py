@@ -77,6 +77,8 @@ def demo_environment(base: Mapping[str, str], *, host: str) -> dict[str, str]:
     # The demo samples and enforces reclamation often so that it shows within minutes.
     env.setdefault("SAMPLE_INTERVAL_SECONDS", "15")
     env.setdefault("RECLAIM_INTERVAL_SECONDS", "15")
+    # Its people keep working (portal.demo_traffic); DEMO_TRAFFIC=0 leaves the fleet to the visitor.
+    env.setdefault("DEMO_TRAFFIC", "true")
     return env
 
 

@@ -1,0 +1,234 @@
+"""Demo traffic: the demo's people keep working while a visitor looks around.
+
+Under `make run` (DEMO_TRAFFIC, simulated cluster only) one step runs every
+DEMO_TRAFFIC_SECONDS. Each person has habits: kinds of work they keep going, a few at a time,
+submitted through the same services as the portal's forms. Within about five minutes the
+visitor sees:
+
+- an approval waiting for bob: alice keeps whole-card A100 training jobs coming, which the
+  training tier sends to the lead; bob approves each after `LEAD_DELAY_SECONDS`, and the ones
+  beyond the team's guarantee queue for quota;
+- a preemption: carol's speech team fills the L4 vGPU pool with serving fleets, half of them on
+  borrowed quota (dan approves them); once they run, alice opens a notebook within vision's
+  guarantee and the scheduler preempts one borrowed fleet, which queues again;
+- an idle warning, then a reclaim: alice leaves an exploration notebook open and walks away;
+- a timeout: carol's quick-check notebook reaches its three-minute max runtime;
+- rejections: dan turns down high-priority fine-tuning that is not urgent.
+
+A step does three things, in order:
+1. the leads decide: pending requests older than `LEAD_DELAY_SECONDS` are approved, and
+   high-priority ones rejected with a comment;
+2. the people act on their running work: in the simulated cluster a workload's activity is
+   drawn at launch, so a notebook left open goes quiet and a serving fleet stays busy here;
+3. each habit short of its count submits one request, while the demo people hold fewer than
+   DEMO_TRAFFIC_MAX_LIVE live requests: the fleet never fills with demo work for good, as every
+   request it submits ends by itself, by timeout or by idle reclaim.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections import Counter
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.utils import timezone
+
+from runtime.models import SimulatedWorkload
+from scheduling.choices import COMMITTED_STATUSES, Priority, RequestStatus, WorkloadKind
+from scheduling.models import Flavor, GpuRequest
+from scheduling.services import approve_gpu_request, reject_gpu_request, submit_gpu_request
+from tenants.errors import DomainError
+from tenants.models import Project
+
+log = logging.getLogger(__name__)
+
+LEAD_DELAY_SECONDS = 120
+LIVE_STATUSES = frozenset({*COMMITTED_STATUSES, RequestStatus.PENDING_APPROVAL})
+REJECTION = "Not urgent enough for high priority; submit it again at normal priority."
+QUIET_PERCENT = (0, 2)
+BUSY_PERCENT = (70, 95)
+
+
+@dataclass(frozen=True, slots=True)
+class Habit:
+    """Work one demo person keeps going: `keep` live requests named `name` at any time."""
+
+    name: str
+    username: str
+    project: str
+    flavor: str
+    kind: str
+    gpu_count: int
+    max_runtime_seconds: int
+    keep: int = 1
+    priority: str = Priority.NORMAL
+    activity: str = ""  # "quiet" (walks away), "busy", or "" (as the simulation drew it)
+    after: str = ""  # starts only while this many-habit's requests all run (see `_ready`)
+
+
+HABITS: tuple[Habit, ...] = (
+    # Idle: a notebook left open goes quiet; warned, then reclaimed within ~5 minutes.
+    Habit(
+        "explore-coco", "alice", "detection", "h100-1g10gb", WorkloadKind.NOTEBOOK, 1, 2 * 3600,
+        activity="quiet",
+    ),
+    # Timeout: a quick look with a three-minute max runtime.
+    Habit(
+        "quick-check", "carol", "asr", "h100-1g10gb", WorkloadKind.NOTEBOOK, 1, 180,
+        activity="busy",
+    ),
+    # Preemption: the speech team fills the L4 pool, half of it on borrowed quota ...
+    Habit(
+        "asr-serving", "carol", "asr", "l4-12g", WorkloadKind.SERVICE, 4, 20 * 60,
+        keep=4, activity="busy",
+    ),
+    # ... and vision takes back its guarantee once all of it runs.
+    Habit(
+        "detector-eval", "alice", "detection", "l4-12g", WorkloadKind.NOTEBOOK, 1, 10 * 60,
+        activity="busy", after="asr-serving",
+    ),
+    # Approval for bob, and queueing for quota: whole training cards need the lead.
+    Habit(
+        "detr-finetune", "alice", "detection", "a100-80g", WorkloadKind.JOB, 4, 3600, keep=3
+    ),
+    # Rejection: dan turns down high priority that is not urgent.
+    Habit(
+        "whisper-finetune", "carol", "tts", "h100-3g40gb", WorkloadKind.JOB, 1, 3600,
+        priority=Priority.HIGH,
+    ),
+    # Steady background work that ends by itself (and sometimes fails).
+    Habit("yolo-train", "bob", "segmentation", "h100-1g10gb", WorkloadKind.JOB, 1, 3600, keep=2),
+    Habit("wav2vec-train", "dan", "tts", "h100-1g10gb", WorkloadKind.JOB, 1, 3600, keep=2),
+)  # fmt: skip
+IMAGES: dict[str, str] = {
+    WorkloadKind.JOB: "pytorch/pytorch:2.4.0-cuda12.1-cudnn9-runtime",
+    WorkloadKind.NOTEBOOK: "jupyter/pytorch-notebook:2024-10-07",
+    WorkloadKind.SERVICE: "vllm/vllm-openai:v0.6.3",
+}
+LEADS = {"vision": "bob", "speech": "dan"}
+
+
+def traffic_enabled() -> bool:
+    """On when DEMO_TRAFFIC is set and the cluster is the simulated one, never elsewhere."""
+    return bool(settings.DEMO_TRAFFIC) and settings.CLUSTER_BACKEND == "simulated"
+
+
+def traffic_step(*, now: datetime | None = None) -> Counter[str]:
+    """One step of the demo's people (see the module docstring); what it did, by kind."""
+    done: Counter[str] = Counter()
+    if not traffic_enabled():
+        return done
+    now = now or timezone.now()
+    users = {u.username: u for u in get_user_model().objects.filter(username__in=_usernames())}
+    if len(users) < len(_usernames()):
+        return done  # not the demo organisation
+    # 1. The leads decide.
+    _decide(users, now, done)
+    # 2. The people act on their running work.
+    _act(now, done)
+    # 3. Habits short of their count submit, within the cap.
+    _submit(users, now, done)
+    return done
+
+
+def _usernames() -> set[str]:
+    return {habit.username for habit in HABITS} | set(LEADS.values())
+
+
+def _decide(users: dict[str, Any], now: datetime, done: Counter[str]) -> None:
+    waiting = GpuRequest.objects.filter(
+        status=RequestStatus.PENDING_APPROVAL,
+        owner__username__in=_usernames(),
+        created_at__lte=now - timedelta(seconds=LEAD_DELAY_SECONDS),
+    ).select_related("team", "project", "flavor__pool__tier", "owner")
+    for request in waiting:
+        lead = users[LEADS[request.team.slug]]
+        try:
+            if request.priority == Priority.HIGH:
+                reject_gpu_request(actor=lead, request=request, comment=REJECTION)
+                done["rejected"] += 1
+            else:
+                approve_gpu_request(actor=lead, request=request)
+                done["approved"] += 1
+        except DomainError as error:  # over the limit for now, or decided by a visitor
+            log.debug("demo traffic: %s left request %s: %s", lead, request.pk, error)
+
+
+def _act(now: datetime, done: Counter[str]) -> None:
+    """Give each habit's running workloads the activity its person has, and keep notebooks and
+    services running until the portal stops them (the simulation reports no activity for them
+    after their drawn end)."""
+    activity = {habit.name: habit.activity for habit in HABITS if habit.activity}
+    running = GpuRequest.objects.filter(
+        status__in=(RequestStatus.LAUNCHING, RequestStatus.RUNNING),
+        owner__username__in=_usernames(),
+        name__in=list(activity),
+    ).values_list("pk", "attempt", "name", "max_runtime_seconds")
+    for pk, attempt, name, max_runtime in running:
+        draw = random.Random(f"{pk}/{attempt}")
+        wanted = activity[name]
+        low, high = QUIET_PERCENT if wanted == "quiet" else BUSY_PERCENT
+        workloads = SimulatedWorkload.objects.filter(request_key=str(pk), attempt=attempt)
+        if wanted == "quiet":
+            changed = workloads.exclude(utilisation_percent__lte=high)
+        else:
+            changed = workloads.exclude(utilisation_percent__gte=low)
+        if changed.update(utilisation_percent=draw.randint(low, high)):
+            done[f"went {wanted}"] += 1
+        workloads.exclude(kind=WorkloadKind.JOB).filter(
+            ends_at__lt=now + timedelta(seconds=max_runtime)
+        ).update(ends_at=now + timedelta(seconds=max_runtime))
+
+
+def _submit(users: dict[str, Any], now: datetime, done: Counter[str]) -> None:
+    live = Counter(
+        GpuRequest.objects.filter(
+            status__in=LIVE_STATUSES, owner__username__in=_usernames()
+        ).values_list("name", flat=True)
+    )
+    room = settings.DEMO_TRAFFIC_MAX_LIVE - sum(live.values())
+    projects = {p.slug: p for p in Project.objects.filter(team__slug__in=LEADS)}
+    flavors = {f.slug: f for f in Flavor.objects.select_related("pool__tier")}
+    for habit in HABITS:
+        if room <= 0:
+            done["capped"] += 1
+            return
+        if live[habit.name] >= habit.keep or not _ready(habit, live):
+            continue
+        if habit.project not in projects or habit.flavor not in flavors:
+            continue
+        try:
+            submit_gpu_request(
+                actor=users[habit.username],
+                project=projects[habit.project],
+                flavor=flavors[habit.flavor],
+                gpu_count=habit.gpu_count,
+                image=IMAGES[habit.kind],
+                command=["python", "train.py"] if habit.kind == WorkloadKind.JOB else [],
+                max_runtime_seconds=habit.max_runtime_seconds,
+                kind=habit.kind,
+                priority=habit.priority,
+                name=habit.name,
+            )
+        except DomainError as error:  # the visitor changed quotas, prices or the catalogue
+            log.info("demo traffic: %s could not submit %s: %s", habit.username, habit.name, error)
+            continue
+        live[habit.name] += 1
+        room -= 1
+        done["submitted"] += 1
+
+
+def _ready(habit: Habit, live: Counter[str]) -> bool:
+    """A habit with `after` starts only once every request of that habit runs."""
+    if not habit.after:
+        return True
+    keep = next(h.keep for h in HABITS if h.name == habit.after)
+    running = GpuRequest.objects.filter(
+        name=habit.after, status=RequestStatus.RUNNING, owner__username__in=_usernames()
+    ).count()
+    return running >= keep and live[habit.after] == keep

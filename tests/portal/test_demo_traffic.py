@@ -1,0 +1,122 @@
+"""Demo traffic: within five minutes a visitor sees queueing, an approval waiting for bob, a
+preemption, an idle warning and reclaim, a timeout; and DEMO_TRAFFIC=0 schedules nothing.
+
+Time is passed in: the clock moves 15 s per step (the demo's interval), and each step runs what
+beat runs under `make run` — the traffic step, a scheduling cycle, workload sync, utilisation
+sampling and the reclaim pass — with tasks executed inline on the simulated cluster.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterator
+from datetime import datetime, timedelta
+from typing import Any
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.core.management import call_command
+from django.utils import timezone
+
+from portal.celery import app, demo_schedule
+from portal.demo_traffic import HABITS, LIVE_STATUSES, traffic_step
+from portal.management.commands.run_portal import demo_environment
+from runtime import execution
+from runtime.tasks import enforce_reclaim_policies, record_utilisation, sync_workloads
+from scheduling.choices import RequestStatus
+from scheduling.models import GpuRequest
+from scheduling.selectors import approval_inbox
+from scheduling.tasks import run_scheduling_cycle
+from tenants.models import AuditEvent
+
+pytestmark = pytest.mark.django_db
+STEP_SECONDS = 15
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = timezone.now()
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
+    fake = Clock()
+    monkeypatch.setattr(timezone, "now", fake)
+    return fake
+
+
+@pytest.fixture
+def demo(settings: Any) -> Iterator[None]:
+    settings.DEMO_TRAFFIC = True
+    settings.CLUSTER_BACKEND = "simulated"
+    settings.SIMULATION_SPEED = 1.0
+    settings.SAMPLE_INTERVAL_SECONDS = STEP_SECONDS
+    settings.DEMO_TRAFFIC_MAX_LIVE = 16
+    call_command("seed_demo", "--history-days", "0")
+    execution.cluster_backend.cache_clear()
+    yield
+    execution.cluster_backend.cache_clear()
+
+
+def test_five_minutes_show_queueing_approval_preemption_idle_reclaim_and_timeout(
+    demo: None, clock: Clock, django_capture_on_commit_callbacks: Callable[..., Any]
+) -> None:
+    bob = get_user_model().objects.get(username="bob")
+    did: Counter[str] = Counter()
+    waited_for_bob = queued_with_reason = False
+    most_live = 0
+    for _ in range(20):  # five minutes
+        clock.now += timedelta(seconds=STEP_SECONDS)
+        for step in (traffic_step, run_scheduling_cycle, sync_workloads, enforce_reclaim_policies):
+            with django_capture_on_commit_callbacks(execute=True):
+                outcome = step()
+            if step is traffic_step:
+                did.update(outcome)
+        record_utilisation()
+        waited_for_bob |= approval_inbox(user=bob).exists()
+        queued_with_reason |= (
+            GpuRequest.objects.filter(status=RequestStatus.QUEUED)
+            .exclude(waiting_reason="")
+            .exists()
+        )
+        most_live = max(most_live, GpuRequest.objects.filter(status__in=LIVE_STATUSES).count())
+    actions = Counter(AuditEvent.objects.values_list("action", flat=True))
+    assert waited_for_bob
+    assert queued_with_reason
+    assert actions["request.preempted"] >= 1
+    assert actions["reclaim.idle_warning"] >= 1
+    assert actions["reclaim.idle"] >= 1
+    assert actions["reclaim.timeout"] >= 1
+    assert actions["request.rejected"] >= 1
+    assert did["approved"] >= 1
+    # Bounded: never more live demo work than the habits keep.
+    assert most_live <= sum(habit.keep for habit in HABITS)
+
+
+def test_traffic_is_off_unless_asked_for(settings: Any) -> None:
+    settings.DEMO_TRAFFIC = False
+    call_command("seed_demo", "--history-days", "0")
+    assert demo_schedule() == {}
+    assert traffic_step() == Counter()
+    assert not GpuRequest.objects.exists()
+
+
+def test_traffic_never_runs_against_a_real_cluster(settings: Any) -> None:
+    settings.DEMO_TRAFFIC = True
+    settings.CLUSTER_BACKEND = "kubernetes"
+    call_command("seed_demo", "--history-days", "0")
+    assert traffic_step() == Counter()
+    assert not GpuRequest.objects.exists()
+
+
+def test_make_run_turns_traffic_on_and_demo_traffic_0_turns_it_off(settings: Any) -> None:
+    assert demo_environment({}, host="127.0.0.1")["DEMO_TRAFFIC"] == "true"
+    assert demo_environment({"DEMO_TRAFFIC": "0"}, host="127.0.0.1")["DEMO_TRAFFIC"] == "0"
+    settings.DEMO_TRAFFIC = True
+    app.loader.import_default_modules()
+    entries = demo_schedule()
+    assert [entry["task"] for entry in entries.values()] == ["portal.tasks.demo_traffic_step"]
+    assert "portal.tasks.demo_traffic_step" in app.tasks
