@@ -1,0 +1,170 @@
+"""Each role walks every portal page it can reach on the seeded demo, at desktop and phone
+width, and axe-core (npm, injected by Playwright) finds no serious or critical violation.
+
+The walk starts at the role's home page and follows the links the pages offer (the nav, then
+the links inside each page), one page per URL shape (`/requests/12/` and `/requests/13/` are
+one shape), same origin only. It leaves out what is not a portal page: the API docs (Swagger
+UI), the Django admin, downloads and sign-out. On each page, at 1280 px and at 390 px, it
+checks: no serious or critical axe violation, and no sideways scrolling
+(`scrollWidth <= innerWidth`). At 390 px the navigation is collapsed behind its toggler.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+from django.conf import settings
+from django.core.management import call_command
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+AXE = Path(settings.BASE_DIR) / "node_modules" / "axe-core" / "axe.min.js"
+WIDTHS = {"desktop": 1280, "phone": 390}
+BLOCKING = {"serious", "critical"}
+# Not portal pages, or not pages at all.
+SKIPPED = re.compile(
+    r"^/(api/|admin/|logout/|static/|healthz|readyz|metrics|oidc/|w/)"
+    r"|/(export|download)|[?&](format|export)=|\.(csv|xlsx|json)$"
+)
+MAX_PAGES = 80
+ROLES = {
+    "developer": "alice",
+    "team lead": "bob",
+    "finance": "fiona",
+    "platform admin": "root",
+}
+
+AXE_RUN = """async () => {
+  const result = await axe.run(document, {resultTypes: ["violations"]});
+  return result.violations.map(v => ({
+    id: v.id, impact: v.impact, help: v.help,
+    targets: v.nodes.slice(0, 3).map(n => n.target.join(" ")),
+    why: (v.nodes[0].any[0] || v.nodes[0].all[0] || v.nodes[0].none[0] || {}).message || "",
+  }));
+}"""
+SIDEWAYS = """() => {
+  const width = window.innerWidth;
+  if (document.documentElement.scrollWidth <= width) return [];
+  return Array.from(document.querySelectorAll("body *"))
+    .filter(e => e.getBoundingClientRect().right > width + 1)
+    .filter(e => !e.closest(".table-responsive, .overflow-auto, pre"))
+    .slice(0, 3).map(e => e.tagName.toLowerCase() + (e.id ? "#" + e.id : "")
+      + (e.className && typeof e.className === "string" ? "." + e.className.split(" ")[0] : ""));
+}"""
+LINKS = """() => Array.from(document.querySelectorAll("a[href]"))
+  .map(a => a.href).filter(h => h.startsWith(location.origin))"""
+
+
+@dataclass
+class Walk:
+    """What one role's walk saw: the pages, and what went wrong where."""
+
+    role: str
+    pages: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+
+def shape(path: str) -> str:
+    """The URL's shape: ids become `N`, the query string is dropped."""
+    return re.sub(r"/\d+(?=/|$)", "/N", urlsplit(path).path)
+
+
+@pytest.fixture
+def demo(transactional_db: None) -> None:
+    call_command("seed_demo", history_days=14, stdout=io.StringIO())
+
+
+@pytest.fixture
+def page_at(browser: Any) -> Iterator[Any]:
+    # The portal's CSP admits only its own nonce'd scripts; axe is injected by the test.
+    context = browser.new_context(bypass_csp=True, viewport={"width": 1280, "height": 900})
+    page = context.new_page()
+    page.set_default_timeout(20_000)
+    yield page
+    context.close()
+
+
+def sign_in(page: Any, base_url: str, username: str) -> None:
+    page.goto(f"{base_url}/login/")
+    page.fill("input[name=username]", username)
+    page.fill("input[name=password]", settings.DEMO_PASSWORD)
+    page.click("form button[type=submit], form input[type=submit]")
+    page.wait_for_selector("[data-testid=home-heading]")
+
+
+def check_page(page: Any, walk: Walk, path: str, width_name: str) -> None:
+    page.set_viewport_size({"width": WIDTHS[width_name], "height": 900})
+    page.wait_for_timeout(150)  # let the layout (and Chart.js) settle at the new width
+    if not page.evaluate("() => typeof axe !== 'undefined'"):
+        page.add_script_tag(path=str(AXE))
+    for violation in page.evaluate(AXE_RUN):
+        if violation["impact"] in BLOCKING:
+            walk.problems.append(
+                f"{path} @{width_name}: {violation['impact']} {violation['id']} "
+                f"({violation['help']}) at {violation['targets']}: {violation['why']}"
+            )
+    overflowing = page.evaluate(SIDEWAYS)
+    if overflowing:
+        walk.problems.append(f"{path} @{width_name}: scrolls sideways; too wide: {overflowing}")
+    if width_name == "phone":
+        nav_links = page.locator("#main-nav")
+        if page.locator(".navbar-toggler").count() and nav_links.is_visible():
+            walk.problems.append(f"{path} @phone: the navigation is not collapsed")
+
+
+def walk_role(page: Any, base_url: str, role: str) -> Walk:
+    walk = Walk(role)
+    sign_in(page, base_url, ROLES[role])
+    queue = ["/"]
+    seen_shapes: set[str] = set()
+    while queue and len(walk.pages) < MAX_PAGES:
+        path = queue.pop(0)
+        if shape(path) in seen_shapes or SKIPPED.search(path):
+            continue
+        seen_shapes.add(shape(path))
+        response = page.goto(base_url + path)
+        if response is None or response.status >= 400:
+            walk.problems.append(f"{path}: answered {response.status if response else 'nothing'}")
+            continue
+        walk.pages.append(path)
+        for width_name in WIDTHS:
+            check_page(page, walk, path, width_name)
+        for href in page.evaluate(LINKS):
+            parts = urlsplit(href)
+            link = parts.path + (f"?{parts.query}" if parts.query else "")
+            if shape(link) not in seen_shapes and not SKIPPED.search(link):
+                queue.append(link)
+    return walk
+
+
+@pytest.mark.parametrize("role", list(ROLES))
+def test_every_page_of_each_role_passes_axe_and_fits_a_phone(
+    page_at: Any, live_server: Any, demo: None, role: str
+) -> None:
+    walk = walk_role(page_at, live_server.url, role)
+    (Path(settings.BASE_DIR) / "var" / f"axe-walk-{role.replace(' ', '-')}.txt").write_text(
+        "\n".join([*walk.pages, "", *walk.problems]), encoding="utf-8"
+    )
+    print(f"{role}: {len(walk.pages)} pages x {len(WIDTHS)} widths: {walk.pages}")
+    assert len(walk.pages) >= 3, f"{role} reached only {walk.pages}"
+    assert len(walk.pages) < MAX_PAGES, f"{role}: the walk stopped at {MAX_PAGES} pages"
+    assert not walk.problems, f"{role}: " + "\n".join(walk.problems)
+
+
+def test_the_phone_menu_opens_with_its_toggler(page_at: Any, live_server: Any, demo: None) -> None:
+    page_at.set_viewport_size({"width": 390, "height": 800})
+    sign_in(page_at, live_server.url, "alice")
+    menu = page_at.locator("#main-nav")
+    assert not menu.is_visible()
+    page_at.click(".navbar-toggler")
+    page_at.wait_for_selector("#main-nav.show")
+    assert menu.get_by_role("link", name="Request GPUs").is_visible()
+    page_at.click("[data-testid=whoami]")
+    assert menu.get_by_role("link", name="API tokens").is_visible()
