@@ -11,6 +11,7 @@ urlpatterns = [
         views.request_efficiency_fragment,
         name="gpu-request-efficiency-page",
     ),
+    path("approvals/", views.approvals, name="approvals-page"),
     path("budgets/", views.budgets_page, name="budgets-page"),
     path("budgets/new/", views.budget_create, name="budget-create"),
     path("budgets/<int:pk>/edit/", views.budget_edit, name="budget-edit"),

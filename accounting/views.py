@@ -17,6 +17,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 from accounting import budgets
 from accounting.efficiency import request_efficiency
 from accounting.forms import BudgetChangeForm, BudgetForm, unit_choices
+from accounting.inbox import lead_inbox
 from accounting.models import Budget
 from accounting.selectors import current_month, estimated_cost_per_hour, request_cost
 from scheduling.models import Flavor, GpuRequest
@@ -67,6 +68,15 @@ def request_efficiency_fragment(request: HttpRequest, pk: int) -> HttpResponse:
     )
     context = {"efficiency": request_efficiency(gpu_request), "cost": request_cost(gpu_request)}
     return render(request, "accounting/_efficiency.html", context)
+
+
+@login_required
+def approvals(request: HttpRequest) -> HttpResponse:
+    """The lead's inbox: approvals and asks with their cost and quota impact (leads, admins)."""
+    scope = scope_of(request.user)
+    if not (scope.lead_team_ids or scope.is_platform_admin):
+        raise Http404
+    return render(request, "scheduling/approvals.html", {"rows": lead_inbox(user=request.user)})
 
 
 # Budgets -------------------------------------------------------------------------------------

@@ -66,6 +66,11 @@ app.conf.beat_schedule = {
         "task": "scheduling.tasks.expire_stale_approvals",
         "schedule": 300.0,
     },
+    "approve-deferred-requests": {
+        "task": "scheduling.tasks.approve_deferred_requests",
+        "schedule": settings.SCHEDULING_CYCLE_SECONDS,
+        "options": {"expires": settings.SCHEDULING_CYCLE_SECONDS},
+    },
     "meter-usage": {
         "task": "accounting.tasks.meter_usage_task",
         "schedule": settings.USAGE_METERING_SECONDS,

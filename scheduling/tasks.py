@@ -43,6 +43,12 @@ def expire_stale_approvals() -> int:
     return services.expire_stale_approvals()
 
 
+@shared_task(acks_late=True)
+def approve_deferred_requests() -> int:
+    """Approve the requests leads approved to run when quota frees, once it has."""
+    return services.approve_deferred_requests()
+
+
 @shared_task(acks_late=True, soft_time_limit=50, time_limit=60)
 def run_scheduling_cycle() -> dict[str, Any]:
     """One cycle; a second one started while the first runs exits at once, and the first then

@@ -21,7 +21,7 @@ urlpatterns = [
         views.request_govern,
         name="gpu-request-govern-page",
     ),
-    path("approvals/", views.approvals, name="approvals-page"),
+    path("approvals/bulk/", views.approvals_bulk, name="approvals-bulk"),
     path(
         "approvals/<int:pk>/<str:decision>/",
         views.approval_decide,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlencode
 
@@ -26,7 +27,6 @@ from scheduling.fleet_nodes import nodes_needing_attention
 from scheduling.forms import DecisionForm, GpuRequestForm, ProjectQuotaForm, initial_from_body
 from scheduling.models import Flavor, GpuRequest, Quota, RequestTemplate, UtilisationSample
 from scheduling.selectors import (
-    approval_inbox,
     committed_by_quota_key,
     flavors_for_project,
     fleet_overview,
@@ -251,6 +251,8 @@ def request_govern(request: HttpRequest, pk: int, action: str) -> HttpResponse:
             messages.success(request, f"Max runtime extended by {extra_hours:g} h.")
     except (DomainError, ValueError) as error:
         messages.error(request, getattr(error, "message", "Give a number."))
+    if request.POST.get("next") == "approvals":
+        return redirect("approvals-page")
     return redirect("gpu-request-page", pk=pk)
 
 
@@ -303,34 +305,60 @@ def request_save_template(request: HttpRequest, pk: int) -> HttpResponse:
 
 
 @login_required
-def approvals(request: HttpRequest) -> HttpResponse:
-    scope = scope_of(request.user)
-    if not (scope.lead_team_ids or scope.is_platform_admin):
-        raise Http404
-    return render(
-        request, "scheduling/approvals.html", {"pending": approval_inbox(user=request.user)}
-    )
-
-
-@login_required
 @require_POST
 def approval_decide(request: HttpRequest, pk: int, decision: str) -> HttpResponse:
-    """HTMX: approve or reject one request from the inbox and swap its row."""
-    if decision not in {"approve", "reject"}:
+    """HTMX: approve, reject, or approve to run when quota frees ("defer") one request from
+    the inbox, and swap its row."""
+    if decision not in DECISIONS:
         raise Http404
     gpu_request = get_object_or_404(GpuRequest.objects.visible_to(request.user), pk=pk)
     form = DecisionForm(request.POST)
     comment = form.cleaned_data["comment"] if form.is_valid() else ""
     error = None
     try:
-        if decision == "approve":
-            services.approve_gpu_request(actor=request.user, request=gpu_request, comment=comment)
-        else:
-            services.reject_gpu_request(actor=request.user, request=gpu_request, comment=comment)
+        DECISIONS[decision](actor=request.user, request=gpu_request, comment=comment)
     except DomainError as domain_error:
         error = domain_error.message
     gpu_request.refresh_from_db()
-    return render(request, "scheduling/_approval_row.html", {"item": gpu_request, "error": error})
+    return render(
+        request,
+        "scheduling/_approval_row.html",
+        {"row": {"kind": "approval", "request": gpu_request}, "error": error},
+    )
+
+
+DECISIONS: dict[str, Callable[..., GpuRequest]] = {
+    "approve": services.approve_gpu_request,
+    "reject": services.reject_gpu_request,
+    "defer": services.approve_when_quota_frees,
+}
+
+
+@login_required
+@require_POST
+def approvals_bulk(request: HttpRequest) -> HttpResponse:
+    """Approve or reject the ticked requests of the inbox at once; one message sums it up."""
+    decision = request.POST.get("decision", "")
+    if decision not in ("approve", "reject"):
+        raise Http404
+    ids = [int(pk) for pk in request.POST.getlist("ids") if pk.isdigit()]
+    comment = request.POST.get("comment", "")[:2000]
+    done, refused = [], []
+    for gpu_request in GpuRequest.objects.visible_to(request.user).filter(pk__in=ids):
+        try:
+            DECISIONS[decision](actor=request.user, request=gpu_request, comment=comment)
+        except DomainError as error:
+            refused.append(f"#{gpu_request.pk}: {error.message}")
+        else:
+            done.append(f"#{gpu_request.pk}")
+    verb = "Approved" if decision == "approve" else "Rejected"
+    if done:
+        messages.success(request, f"{verb} {len(done)}: {', '.join(done)}.")
+    if refused:
+        messages.error(request, "Not decided — " + " ".join(refused))
+    if not ids:
+        messages.error(request, "Tick the requests to decide on first.")
+    return redirect("approvals-page")
 
 
 @login_required

@@ -14,7 +14,9 @@ from scheduling.services.quotas import delete_quota, set_quota
 from scheduling.services.requests import (
     SubmissionAdjustment,
     SubmissionOutlook,
+    approve_deferred_requests,
     approve_gpu_request,
+    approve_when_quota_frees,
     cancel_gpu_request,
     expire_stale_approvals,
     gpu_request_submitting,
@@ -36,7 +38,9 @@ from scheduling.services.templates import (
 __all__ = [
     "SubmissionAdjustment",
     "SubmissionOutlook",
+    "approve_deferred_requests",
     "approve_gpu_request",
+    "approve_when_quota_frees",
     "ask_lead",
     "cancel_gpu_request",
     "create_request_template",

@@ -28,13 +28,17 @@ from scheduling.lifecycle import (
     Move,
     create_through,
     end_allocation,
+    record_request_event,
     transition,
     transition_through,
 )
 from scheduling.models import ApprovalRule, Flavor, GpuRequest, gpu_equivalent_of
 from scheduling.notifications import notify
 from scheduling.selectors import (
+    DEFERRED_APPROVAL_ACTION,
     PoolCapacity,
+    deferred_approvals,
+    deferring_lead,
     pool_capacity,
     quota_standing,
     team_leads,
@@ -439,6 +443,51 @@ def expire_stale_approvals(*, now: Any = None) -> int:
                     event={"type": "request.expired", "request": request.pk},
                 )
     return expired
+
+
+@transaction.atomic
+def approve_when_quota_frees(*, actor: Any, request: GpuRequest, comment: str = "") -> GpuRequest:
+    """A lead's approval of a request its quota cannot hold yet: approved at once if it fits,
+    else it stays pending, marked, and `approve_deferred_requests` approves it (as this lead)
+    as soon as the team's work frees enough quota. The quota limit is never passed."""
+    require_decider(actor, request)
+    request = GpuRequest.objects.select_for_update().get(pk=request.pk)
+    if request.status != RequestStatus.PENDING_APPROVAL:
+        return approve_gpu_request(actor=actor, request=request, comment=comment)
+    standing = quota_standing(project=request.project, flavor=request.flavor, lock=True)
+    if standing is not None and standing.fits_limit(request.gpu_count):
+        _approve(request, actor=actor, reason=f"Approved by {actor}.", comment=comment)
+        return request
+    if deferring_lead(request) is None:
+        record_request_event(
+            request,
+            actor=actor,
+            action=DEFERRED_APPROVAL_ACTION,
+            message=comment or "Approved to run when quota frees.",
+        )
+        notify(
+            users=[request.owner],
+            subject=f"GPU request {request.pk} will be approved when quota frees",
+            body=f"{actor} approved it to run as soon as your team's work frees quota. {comment}",
+            event={"type": "request.approval_deferred", "request": request.pk},
+        )
+    return request
+
+
+def approve_deferred_requests() -> int:
+    """Approve, oldest first, the requests leads approved to run when quota frees and that
+    fit now; each in its own transaction under the quota lock. How many were approved."""
+    approved = 0
+    for request in deferred_approvals().select_related("project", "flavor", "team"):
+        lead = deferring_lead(request)
+        if lead is None or not scope_of(lead).is_lead_of(request.team_id):
+            continue
+        try:
+            approve_gpu_request(actor=lead, request=request, comment="Approved when quota freed.")
+        except ConflictError:
+            continue
+        approved += 1
+    return approved
 
 
 @transaction.atomic

@@ -124,7 +124,7 @@ def test_lead_approves_from_the_inbox_in_place(org: Org, fleet: Fleet) -> None:
     request = pending_a100(org, fleet)
     client = login("lead_a")
     inbox = client.get(reverse("approvals-page")).content.decode()
-    assert f'id="approval-{request.pk}"' in inbox
+    assert f'id="inbox-approval-{request.pk}"' in inbox
     row = client.post(
         reverse("approval-decide", args=[request.pk, "approve"]),
         {"comment": "ok"},

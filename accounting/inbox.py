@@ -1,0 +1,109 @@
+"""The lead's inbox: pending approvals and unanswered asks, each with its cost and quota impact.
+
+Accounting composes it because the cost needs prices; the requests, asks and quota impact come
+from the scheduling selectors, and the decisions go through the scheduling services.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+
+from django.conf import settings
+
+from accounting.models import Price
+from accounting.selectors import price_in_force
+from scheduling.models import GpuRequest
+from scheduling.selectors import (
+    QuotaImpact,
+    approval_inbox,
+    deferred_approvals,
+    open_asks,
+    quota_impact,
+)
+
+HOURS_ASKED = {"extension": 1, "idle_exemption": 2}  # what the row offers to grant first
+
+
+@dataclass(frozen=True, slots=True)
+class InboxRow:
+    """One thing waiting for the lead: an approval, or an ask for more time or an idle
+    exemption on running work. Cost: per hour, and over the hours at stake (the request's max
+    runtime for an approval, the default grant for an ask). None where the flavor is unpriced."""
+
+    kind: str  # "approval", "extension" or "idle_exemption"
+    request: GpuRequest
+    impact: QuotaImpact | None
+    cost_per_hour: Decimal | None
+    cost_at_stake: Decimal | None
+    hours_at_stake: Decimal
+    currency: str
+    asked_because: str = ""
+    asked_at: datetime | None = None
+    asked_by: Any = None
+    is_deferred: bool = False
+
+    @property
+    def key(self) -> str:
+        return f"{self.kind}-{self.request.pk}"
+
+
+def _rate(request: GpuRequest, prices: dict[int, Price | None]) -> tuple[Decimal | None, str]:
+    if request.flavor_id not in prices:
+        prices[request.flavor_id] = price_in_force(flavor=request.flavor)
+    price = prices[request.flavor_id]
+    if price is None:
+        return None, settings.PORTAL_CURRENCY
+    rate = price.price_per_hour * request.gpu_count * price.multiplier_for(request.priority)
+    if request.is_preemptible:
+        rate *= price.preemptible_multiplier
+    return rate, price.currency
+
+
+def lead_inbox(*, user: Any) -> list[InboxRow]:
+    """Approvals first (oldest first), then asks (oldest first)."""
+    prices: dict[int, Price | None] = {}
+    rows: list[InboxRow] = []
+    deferred = _deferred_ids()
+    for request in approval_inbox(user=user):
+        rate, currency = _rate(request, prices)
+        hours = Decimal(request.max_runtime_seconds) / 3600
+        rows.append(
+            InboxRow(
+                kind="approval",
+                request=request,
+                impact=quota_impact(gpu_request=request),
+                cost_per_hour=rate,
+                cost_at_stake=(rate * hours).quantize(Decimal("0.01")) if rate else None,
+                hours_at_stake=hours.quantize(Decimal("0.1")),
+                currency=currency,
+                asked_because=request.needs_lead_approval_because,
+                asked_at=request.created_at,
+                asked_by=request.owner,
+                is_deferred=request.pk in deferred,
+            )
+        )
+    for ask in open_asks(user=user):
+        rate, currency = _rate(ask.request, prices)
+        hours = Decimal(HOURS_ASKED[ask.about])
+        rows.append(
+            InboxRow(
+                kind=ask.about,
+                request=ask.request,
+                impact=None,
+                cost_per_hour=rate,
+                cost_at_stake=(rate * hours).quantize(Decimal("0.01")) if rate else None,
+                hours_at_stake=hours,
+                currency=currency,
+                asked_because=ask.reason,
+                asked_at=ask.asked_at,
+                asked_by=ask.asked_by,
+            )
+        )
+    return rows
+
+
+def _deferred_ids() -> set[int]:
+    return set(deferred_approvals().values_list("pk", flat=True))

@@ -1,0 +1,118 @@
+"""The lead's inbox: approvals and asks with cost and quota impact, bulk decisions, and
+approving a request to run when quota frees."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from decimal import Decimal
+
+import pytest
+from django.test import Client
+from django.urls import reverse
+from django.utils import timezone
+
+from accounting.models import Price
+from scheduling import services
+from scheduling.choices import RequestStatus
+from scheduling.models import GpuRequest, Quota
+from tests.scheduling.conftest import Fleet
+from tests.support.cross_tenant import covers
+from tests.support.factories import GpuRequestFactory
+from tests.support.personas import Org
+
+pytestmark = pytest.mark.django_db
+
+
+def login(user: object) -> Client:
+    client = Client()
+    client.force_login(user)  # type: ignore[arg-type]
+    return client
+
+
+def priced(fleet: Fleet, per_hour: str) -> None:
+    Price.objects.create(
+        flavor=fleet.a100,
+        price_per_hour=Decimal(per_hour),
+        currency="EUR",
+        effective_from=timezone.now() - timedelta(days=1),
+    )
+
+
+def test_inbox_shows_approvals_and_asks_with_cost_and_quota_impact(org: Org, fleet: Fleet) -> None:
+    priced(fleet, "3")
+    pending = GpuRequestFactory.create(project=org.project_a, flavor=fleet.a100, gpu_count=2)
+    running = GpuRequestFactory.create(project=org.project_a, flavor=fleet.l4_6g, to="running")
+    services.ask_lead(actor=org.dev_a, request=running, about="extension", reason="one more epoch")
+    page = login(org.lead_a).get(reverse("approvals-page")).content.decode()
+    row = page[page.index(f'id="inbox-approval-{pending.pk}"') :]
+    # 2 GPUs × 3 EUR/h × the 1 h max runtime; quota in use goes from 0 to 2.
+    assert "6.00 EUR" in row[: row.index("</tr>")]
+    assert "0 → <strong>2</strong>" in row[: row.index("</tr>")]
+    ask = page[page.index(f'id="inbox-extension-{running.pk}"') :]
+    assert "one more epoch" in ask[: ask.index("</tr>")]
+
+
+def test_an_answered_ask_leaves_the_inbox(org: Org, fleet: Fleet) -> None:
+    running = GpuRequestFactory.create(project=org.project_a, flavor=fleet.l4_6g, to="running")
+    services.ask_lead(actor=org.dev_a, request=running, about="idle_exemption", reason="debug")
+    client = login(org.lead_a)
+    response = client.post(
+        reverse("gpu-request-govern-page", args=[running.pk, "idle-exemption"]),
+        {"amount": "2", "text": "fine", "next": "approvals"},
+    )
+    assert response.status_code == 302
+    assert response["Location"] == reverse("approvals-page")
+    page = client.get(reverse("approvals-page")).content.decode()
+    assert f'id="inbox-idle_exemption-{running.pk}"' not in page
+
+
+def test_bulk_approve_and_reject(org: Org, fleet: Fleet) -> None:
+    first, second, third = (
+        GpuRequestFactory.create(project=org.project_a, flavor=fleet.a100) for _ in range(3)
+    )
+    client = login(org.lead_a)
+    response = client.post(
+        reverse("approvals-bulk"), {"decision": "approve", "ids": [first.pk, second.pk]}
+    )
+    assert response.status_code == 302
+    rejected = client.post(
+        reverse("approvals-bulk"),
+        {"decision": "reject", "ids": [third.pk], "comment": "not this week"},
+        follow=True,
+    )
+    assert f"Rejected 1: #{third.pk}" in rejected.content.decode()
+    statuses = dict(GpuRequest.objects.values_list("pk", "status"))
+    assert statuses[first.pk] != RequestStatus.PENDING_APPROVAL
+    assert statuses[second.pk] != RequestStatus.PENDING_APPROVAL
+    assert statuses[third.pk] == RequestStatus.REJECTED
+
+
+@covers("approvals-bulk")
+def test_bulk_decisions_leave_other_teams_requests_alone(org: Org, fleet: Fleet) -> None:
+    theirs = GpuRequestFactory.create(project=org.project_a, flavor=fleet.a100)
+    login(org.lead_b).post(reverse("approvals-bulk"), {"decision": "approve", "ids": [theirs.pk]})
+    theirs.refresh_from_db()
+    assert theirs.status == RequestStatus.PENDING_APPROVAL
+
+
+def test_approve_to_run_when_quota_frees(org: Org, fleet: Fleet) -> None:
+    Quota.objects.filter(team=org.team_a, flavor=fleet.a100, project__isnull=True).update(
+        guaranteed=1, limit=1
+    )
+    holder = GpuRequestFactory.create(project=org.project_a, flavor=fleet.a100, to="queued")
+    waiting = GpuRequestFactory.create(project=org.project_a, flavor=fleet.a100)
+    client = login(org.lead_a)
+    page = client.get(reverse("approvals-page")).content.decode()
+    assert 'data-testid="blocked"' in page and 'data-testid="defer"' in page
+    row = client.post(
+        reverse("approval-decide", args=[waiting.pk, "defer"]), HTTP_HX_REQUEST="true"
+    )
+    assert row.status_code == 200
+    waiting.refresh_from_db()
+    assert waiting.status == RequestStatus.PENDING_APPROVAL  # the limit is never passed
+    assert 'data-testid="deferred"' in client.get(reverse("approvals-page")).content.decode()
+    assert services.approve_deferred_requests() == 0  # still no room
+    services.cancel_gpu_request(actor=org.dev_a, request=holder)
+    assert services.approve_deferred_requests() == 1
+    waiting.refresh_from_db()
+    assert waiting.status == RequestStatus.QUEUED and waiting.approved_by == org.lead_a
