@@ -243,8 +243,15 @@ GPU_MODEL_ALIASES: dict[str, str] = env.json("GPU_MODEL_ALIASES", default={})
 # origin); "none" makes no route (the URL is still shown, e.g. for a route made by hand).
 WORKLOAD_BASE_URL = env.str("WORKLOAD_BASE_URL", default="/w/").rstrip("/") + "/"
 WORKLOAD_ROUTE = env.str("WORKLOAD_ROUTE", default="ingress")
-if WORKLOAD_ROUTE not in {"ingress", "none"}:
-    raise environ.ImproperlyConfigured("WORKLOAD_ROUTE must be 'ingress' or 'none'")
+if WORKLOAD_ROUTE not in {"ingress", "httproute", "none"}:
+    raise environ.ImproperlyConfigured("WORKLOAD_ROUTE must be 'ingress', 'httproute' or 'none'")
+# WORKLOAD_ROUTE "httproute": one Gateway API HTTPRoute per workload attached to this Gateway
+# (its listener WORKLOAD_GATEWAY_SECTION if set); the gateway enforces the auth check.
+WORKLOAD_GATEWAY_NAME = env.str("WORKLOAD_GATEWAY_NAME", default="gpu-portal")
+WORKLOAD_GATEWAY_NAMESPACE = env.str("WORKLOAD_GATEWAY_NAMESPACE", default="gpu-portal")
+WORKLOAD_GATEWAY_SECTION = env.str("WORKLOAD_GATEWAY_SECTION", default="")
+# Project secret values are sealed at rest with this key (default: derived from SECRET_KEY).
+PROJECT_SECRETS_KEY = env.str("PROJECT_SECRETS_KEY", default="")
 WORKLOAD_INGRESS_CLASS = env.str("WORKLOAD_INGRESS_CLASS", default="nginx")
 WORKLOAD_TLS_SECRET = env.str("WORKLOAD_TLS_SECRET", default="")
 PORTAL_INTERNAL_URL = env.str("PORTAL_INTERNAL_URL", default="").rstrip("/")

@@ -1,4 +1,5 @@
-"""The route of a notebook or service: the Ingress the kubernetes backend creates for it."""
+"""The route of a notebook or service: the Ingress (or Gateway API HTTPRoute) the kubernetes
+backend creates for it."""
 
 from __future__ import annotations
 
@@ -19,8 +20,8 @@ SIGNIN_URL = "$scheme://$host{login}?next=$escaped_request_uri"
 
 
 def workload_route(gpu_request: GpuRequest) -> WorkloadRoute | None:
-    """The Ingress route of a notebook or service, or None (jobs, `WORKLOAD_ROUTE=none`, or
-    no absolute portal URL for the proxy's auth check to call)."""
+    """The Ingress or HTTPRoute of a notebook or service, or None (jobs, `WORKLOAD_ROUTE=none`,
+    or no absolute portal URL for the proxy's auth check to call)."""
     if settings.WORKLOAD_ROUTE == "none" or gpu_request.kind not in CONNECTABLE_KINDS:
         return None
     base = urlsplit(settings.WORKLOAD_BASE_URL)
@@ -45,4 +46,8 @@ def workload_route(gpu_request: GpuRequest) -> WorkloadRoute | None:
         tls_secret=settings.WORKLOAD_TLS_SECRET or None,
         # A notebook is started with its path as base URL; a service sees paths from "/".
         strip_prefix=gpu_request.kind != "notebook",
+        kind="httproute" if settings.WORKLOAD_ROUTE == "httproute" else "ingress",
+        gateway_name=settings.WORKLOAD_GATEWAY_NAME,
+        gateway_namespace=settings.WORKLOAD_GATEWAY_NAMESPACE,
+        gateway_section=settings.WORKLOAD_GATEWAY_SECTION,
     )

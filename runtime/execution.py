@@ -20,7 +20,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from runtime import propagation, verdicts
+from runtime import project_data, propagation, verdicts
 from runtime.cluster.base import (
     ClusterBackend,
     ClusterError,
@@ -130,6 +130,7 @@ def workload_spec(request: GpuRequest, allocation: Allocation) -> WorkloadSpec:
         if sharing == "vgpu" and placed_by_portal
         else (),
         route=workload_route(request),
+        **project_data.workload_fields(request),
     )
 
 
@@ -212,6 +213,7 @@ def launch_request(*, request_id: int, attempt: int, backend: ClusterBackend | N
     if allocation is None:
         return "stale"
     _ensure_launch_prerequisites(backend, request)
+    project_data.ensure_for_launch(request, backend, ensured_objects(backend).ensure)
     spec = workload_spec(request, allocation)
     transition(request, RequestStatus.LAUNCHING, actor=None, reason="Creating the workload.")
     try:

@@ -12,7 +12,15 @@ from celery import Task, shared_task
 from django.conf import settings
 from django.utils import timezone
 
-from runtime import execution, inspection, inventory, monitoring, propagation, reclaim
+from runtime import (
+    execution,
+    inspection,
+    inventory,
+    monitoring,
+    project_data,
+    propagation,
+    reclaim,
+)
 from runtime.cluster.base import PermanentClusterError, TransientClusterError
 from scheduling.dispatch import (
     clear_launch_queued,
@@ -93,6 +101,20 @@ def push_project_quotas(team_id: int, project_id: int | None) -> int:
         project_ids=propagation.affected_projects(team_id=team_id, project_id=project_id),
         backend=execution.cluster_backend(),
     )
+
+
+@shared_task(base=ClusterTask)
+def sync_project_data(project_id: int) -> int:
+    """A workspace or secret changed: converge the project's claims and Secrets."""
+    return project_data.sync_project_data(
+        project_id=project_id, backend=execution.cluster_backend()
+    )
+
+
+@shared_task(base=ClusterTask)
+def remove_project_data(namespace: str, kind: str, names: list[str]) -> None:
+    """A workspace or secret was deleted: delete its claims or Secret on the cluster."""
+    execution.cluster_backend().remove_project_data(namespace, kind, names)
 
 
 @shared_task(base=ClusterTask)

@@ -27,6 +27,7 @@ from tenants.services import (
 TIER_FIELDS = frozenset(
     {"name", "slug", "description", "max_runtime_seconds", "rank"}
     | {"allowed_teams", "allowed_projects"}
+    | {"max_cpu_millicores", "max_memory_mib", "max_shm_mib"}
 )
 TIER_RELATIONS = ("allowed_teams", "allowed_projects")
 NODE_POOL_FIELDS = frozenset(
@@ -57,6 +58,9 @@ FLAVOR_FIELDS = frozenset(
         "mig_profile",
         "gpu_equivalent",
         "is_active",
+        "default_cpu_millicores",
+        "default_memory_mib",
+        "default_shm_mib",
     }
 )
 # What a request of the flavor asked for: fixed once there are requests.

@@ -43,6 +43,8 @@ TERMINATE_WORKLOAD = "runtime.tasks.terminate_workload"
 SCALE_WORKLOAD_TO_ZERO = "runtime.tasks.scale_workload_to_zero"
 SET_WORKLOAD_DEADLINE = "runtime.tasks.set_workload_deadline"
 PUSH_PROJECT_QUOTAS = "runtime.tasks.push_project_quotas"
+SYNC_PROJECT_DATA = "runtime.tasks.sync_project_data"
+REMOVE_PROJECT_DATA = "runtime.tasks.remove_project_data"
 
 
 CYCLE_PENDING_KEY = "scheduling:cycle-pending"
@@ -146,6 +148,17 @@ def request_deadline_change(request_id: int, attempt: int) -> None:
 def request_quota_push(*, team_id: int, project_id: int | None) -> None:
     """A quota changed: the namespace ResourceQuotas of the projects it covers follow."""
     enqueue_after_commit(PUSH_PROJECT_QUOTAS, team_id, project_id)
+
+
+def request_project_data_sync(project_id: int) -> None:
+    """A workspace or secret changed: the project's claims and Secrets follow (ids only: a
+    secret's values never travel through the broker)."""
+    enqueue_after_commit(SYNC_PROJECT_DATA, project_id)
+
+
+def request_project_data_removal(namespace: str, kind: str, names: list[str]) -> None:
+    """A workspace or secret was deleted: its cluster objects go too."""
+    enqueue_after_commit(REMOVE_PROJECT_DATA, namespace, kind, names)
 
 
 def request_notification(

@@ -20,6 +20,9 @@ SharingMode = Literal["exclusive", "vgpu", "mig"]
 WorkloadPhase = Literal["pending", "running", "succeeded", "failed", "suspended", "missing"]
 PreemptionPolicy = Literal["PreemptLowerPriority", "Never"]
 TaintEffect = Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
+VolumeAccessMode = Literal["ReadWriteMany", "ReadWriteOnce"]
+SecretType = Literal["Opaque", "kubernetes.io/dockerconfigjson"]
+RouteKind = Literal["ingress", "httproute"]
 
 WORKLOAD_KINDS: tuple[WorkloadKind, ...] = ("job", "notebook", "service")
 SHARING_MODES: tuple[SharingMode, ...] = ("exclusive", "vgpu", "mig")
@@ -48,6 +51,10 @@ RESUMABLE_KINDS: tuple[WorkloadKind, ...] = ("notebook", "service")
 # On each Job and pod of a gang (a job over several nodes): its rank, and how many ranks it has.
 RANK_LABEL = "gpu-portal/rank"
 GANG_SIZE_LABEL = "gpu-portal/gang-size"
+# On a project's Secrets: the portal's revision of the values, so an older copy is replaced.
+REVISION_ANNOTATION = "gpu-portal/revision"
+WORKSPACE_MOUNT_PATH = "/workspace"
+HOME_MOUNT_PATH = "/home/jovyan"
 
 #: A request id becomes part of object names and label values, so it is limited to what both
 #: accept; 40 characters leave room for the prefix and the attempt (a UUID is 36).
@@ -196,8 +203,74 @@ class GangMember:
 
 
 @dataclass(frozen=True, slots=True)
+class VolumeClaimSpec:
+    """A PersistentVolumeClaim of a project: its workspace or one member's home volume."""
+
+    name: str
+    size_gib: int
+    storage_class: str | None = None
+    access_mode: VolumeAccessMode = "ReadWriteMany"
+
+    def __post_init__(self) -> None:
+        if not is_dns_label(self.name):
+            raise ValueError(f"claim name {self.name!r} is not a DNS-1123 label")
+        if self.size_gib < 1:
+            raise ValueError("a claim holds at least 1 GiB")
+
+
+@dataclass(frozen=True, slots=True)
+class SecretSpec:
+    """A Secret of a project; `data` (never printed: repr=False) holds the values in clear,
+    and `revision` grows with each change so an older copy on the cluster is replaced."""
+
+    name: str
+    revision: int
+    data: Mapping[str, str] = field(default_factory=dict, repr=False)
+    type: SecretType = "Opaque"
+
+    def __post_init__(self) -> None:
+        if not is_dns_label(self.name):
+            raise ValueError(f"secret name {self.name!r} is not a DNS-1123 label")
+
+
+@dataclass(frozen=True, slots=True)
+class ProjectDataSpec:
+    """The claims and Secrets that must exist in a project's namespace."""
+
+    team_slug: str
+    project_slug: str
+    namespace: str
+    claims: tuple[VolumeClaimSpec, ...] = ()
+    secrets: tuple[SecretSpec, ...] = ()
+
+    @property
+    def is_empty(self) -> bool:
+        return not (self.claims or self.secrets)
+
+
+@dataclass(frozen=True, slots=True)
+class VolumeMount:
+    """A project claim mounted into a workload's container."""
+
+    claim_name: str
+    mount_path: str
+    read_only: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class SecretEnvVar:
+    """An environment variable read from a key of a Secret in the namespace."""
+
+    name: str
+    secret_name: str
+    key: str
+
+
+@dataclass(frozen=True, slots=True)
 class WorkloadRoute:
-    """How people reach a notebook or service: one Ingress whose external auth asks the portal.
+    """How people reach a notebook or service: one Ingress whose external auth asks the portal,
+    or (`kind="httproute"`) a Gateway API HTTPRoute on the gateway `gateway_namespace/
+    gateway_name`, whose own policy must make the same check.
 
     `host` ("" for any host) and `path` (`/w/812/`) are where it is served; `auth_url` is the
     portal's check for this request (`.../auth/workloads/812/`: 200 lets the call through, 401
@@ -212,8 +285,14 @@ class WorkloadRoute:
     ingress_class: str | None = None
     tls_secret: str | None = None
     strip_prefix: bool = False
+    kind: RouteKind = "ingress"
+    gateway_name: str = ""
+    gateway_namespace: str = ""
+    gateway_section: str = ""
 
     def __post_init__(self) -> None:
+        if self.kind == "httproute" and not self.gateway_name:
+            raise ValueError("an HTTPRoute needs the gateway's name")
         if not (self.path.startswith("/") and self.path.endswith("/")):
             raise ValueError(f"route path {self.path!r} must start and end with '/'")
         if not self.auth_url.startswith(("http://", "https://")):
@@ -294,6 +373,10 @@ class WorkloadSpec:
     gpu_uuids: tuple[str, ...] = ()
     gpu_types: tuple[str, ...] = ()
     route: WorkloadRoute | None = None
+    volumes: tuple[VolumeMount, ...] = ()
+    secret_env: tuple[SecretEnvVar, ...] = ()
+    image_pull_secrets: tuple[str, ...] = ()
+    shm_mib: int | None = None
 
     def __post_init__(self) -> None:
         workload_name(self.request_id, self.attempt)  # validates both
@@ -333,6 +416,11 @@ class WorkloadSpec:
             raise ValueError("max_runtime_seconds must be positive")
         if self.port is not None and not 1 <= self.port <= 65535:
             raise ValueError(f"port {self.port} is out of range")
+        if self.shm_mib is not None and self.shm_mib < 1:
+            raise ValueError("shm_mib must be positive")
+        paths = [v.mount_path for v in self.volumes]
+        if len(set(paths)) != len(paths):
+            raise ValueError("two volumes share a mount path")
 
     def _check_gang(self) -> None:
         if len(self.gang) < 2:
@@ -503,6 +591,15 @@ class ClusterBackend(Protocol):
 
     def ensure_project(self, spec: ProjectSpec) -> None:
         """Create or adopt the project's namespace, quota and limit range, converging drift."""
+        ...
+
+    def ensure_project_data(self, spec: ProjectDataSpec) -> None:
+        """Create the project's claims and Secrets, grow a claim asked bigger and replace a
+        Secret whose revision is older; a repeat changes nothing."""
+        ...
+
+    def remove_project_data(self, namespace: str, kind: str, names: Sequence[str]) -> None:
+        """Delete the named PersistentVolumeClaims or Secrets (`kind`); gone is done."""
         ...
 
     def launch(self, spec: WorkloadSpec) -> str:

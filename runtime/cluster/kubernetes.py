@@ -49,6 +49,7 @@ from runtime.cluster.base import (
     WorkloadStatus,
     workload_name,
 )
+from runtime.cluster.kubernetes_project_data import KubernetesProjectData
 from runtime.cluster.kubernetes_status import (
     foreign_gpu_usage,
     gang_status,
@@ -197,7 +198,7 @@ def _workload_key(obj: Any) -> tuple[str, str, int] | None:
     return str(obj.metadata.namespace), request_id, int(attempt)
 
 
-class KubernetesClusterBackend:
+class KubernetesClusterBackend(KubernetesProjectData):
     """`ClusterBackend` on a real cluster through the official client.
 
     Point it at a cluster with a kubeconfig path (and context), let it find the in-cluster
@@ -499,6 +500,7 @@ class KubernetesClusterBackend:
                 self.networking.create_namespaced_ingress,
                 self.networking.read_namespaced_ingress,
             ),
+            "HTTPRoute": (self._create_httproute, self._read_httproute),
         }
         for body in bodies:
             create, read = creators[body["kind"]]
@@ -560,6 +562,7 @@ class KubernetesClusterBackend:
             ),
             (serving, self.core.delete_namespaced_service, None),
             (serving, self.networking.delete_namespaced_ingress, None),
+            (serving, self._delete_httproute, None),
         ]
         for name, delete, annotate in targets:
             try:

@@ -23,12 +23,16 @@ from runtime.cluster.base import (
     RANK_LABEL,
     REASON_ANNOTATION,
     REQUEST_LABEL,
+    REVISION_ANNOTATION,
     TEAM_LABEL,
     WORKLOAD_LABEL,
     LimitRangeSpec,
     PrioritySpec,
+    ProjectDataSpec,
     ProjectSpec,
+    SecretSpec,
     Toleration,
+    VolumeClaimSpec,
     WorkloadSpec,
     gang_member_name,
 )
@@ -62,6 +66,11 @@ TERMINATION_GRACE_SECONDS = 30
 #: the device plugin injects devices, so `baseline` fits and blocks hostPath/privileged pods.
 POD_SECURITY_LABEL = "pod-security.kubernetes.io/enforce"
 POD_SECURITY_LEVEL = "baseline"
+SHM_VOLUME = "dshm"
+SHM_MOUNT_PATH = "/dev/shm"
+GATEWAY_API_GROUP = "gateway.networking.k8s.io"
+GATEWAY_API_VERSION = "v1"
+HTTPROUTE_PLURAL = "httproutes"
 
 # Quota names Kubernetes accepts without a domain: the standard compute/object resources.
 _STANDARD_QUOTA_NAMES = frozenset(
@@ -163,7 +172,10 @@ def _container_resources(spec: WorkloadSpec) -> dict[str, dict[str, str]]:
     limits = gpu_resource_limits(spec)
     requests: dict[str, str] = {}
     if spec.cpu is not None:
+        # A limit too: the namespace's LimitRange would otherwise give a default limit that
+        # may be lower than what was asked (and the pod would be refused).
         requests["cpu"] = spec.cpu
+        limits["cpu"] = spec.cpu
     if spec.memory is not None:
         # Memory is not compressible: request and limit alike so the pod is never OOM-evicted
         # for using what it asked for.
@@ -230,8 +242,17 @@ def pod_spec(spec: WorkloadSpec, *, restart_policy: str) -> dict[str, Any]:
     if spec.args:
         container["args"] = list(spec.args)
     env = {**spec.env, **route_env(spec)}
-    if env:
-        container["env"] = [{"name": k, "value": v} for k, v in sorted(env.items())]
+    env_list: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in sorted(env.items())]
+    env_list += [
+        {"name": ref.name, "valueFrom": {"secretKeyRef": {"name": ref.secret_name, "key": ref.key}}}
+        for ref in sorted(spec.secret_env, key=lambda ref: ref.name)
+        if ref.name not in env
+    ]
+    if env_list:
+        container["env"] = env_list
+    volumes, mounts = pod_volumes(spec)
+    if mounts:
+        container["volumeMounts"] = mounts
     if spec.kind != "job":
         container["ports"] = [
             {"name": "http", "containerPort": spec.service_port, "protocol": "TCP"}
@@ -254,7 +275,32 @@ def pod_spec(spec: WorkloadSpec, *, restart_policy: str) -> dict[str, Any]:
         body["affinity"] = gpu_product_affinity(spec.gpu_products)
     if spec.tolerations:
         body["tolerations"] = [_toleration(t) for t in spec.tolerations]
+    if volumes:
+        body["volumes"] = volumes
+    if spec.image_pull_secrets:
+        body["imagePullSecrets"] = [{"name": name} for name in spec.image_pull_secrets]
     return body
+
+
+def pod_volumes(spec: WorkloadSpec) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The pod's volumes and the container's mounts: the project's claims (workspace, home)
+    and, when asked, a memory-backed /dev/shm of `shm_mib` (it counts against the memory
+    limit, as any tmpfs does)."""
+    volumes: list[dict[str, Any]] = []
+    mounts: list[dict[str, Any]] = []
+    for index, volume in enumerate(spec.volumes):
+        name = f"data-{index}"
+        volumes.append({"name": name, "persistentVolumeClaim": {"claimName": volume.claim_name}})
+        mount: dict[str, Any] = {"name": name, "mountPath": volume.mount_path}
+        if volume.read_only:
+            mount["readOnly"] = True
+        mounts.append(mount)
+    if spec.shm_mib is not None:
+        volumes.append(
+            {"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": f"{spec.shm_mib}Mi"}}
+        )
+        mounts.append({"name": SHM_VOLUME, "mountPath": SHM_MOUNT_PATH})
+    return volumes, mounts
 
 
 def _metadata(spec: WorkloadSpec) -> dict[str, Any]:
@@ -416,6 +462,62 @@ def ingress_manifest(spec: WorkloadSpec) -> Manifest:
     }
 
 
+def httproute_manifest(spec: WorkloadSpec) -> Manifest:
+    """The Gateway API HTTPRoute (gateway.networking.k8s.io/v1) that publishes a notebook or
+    service on the configured Gateway, for clusters routed by Gateway API instead of Ingress.
+
+    The standard channel has no external-auth filter: the gateway's own policy (e.g. Envoy
+    Gateway's SecurityPolicy extAuth, selecting routes by the portal's labels) must call the
+    portal's check, whose URL is kept in an annotation. Services get their path prefix
+    replaced by "/"; notebooks keep it (their base URL).
+    """
+    route = spec.route
+    if route is None:
+        raise ValueError("the workload has no route")
+    metadata = _metadata(spec)
+    metadata["annotations"] = {
+        **metadata.get("annotations", {}),
+        "gpu-portal/auth-url": route.auth_url,
+        "gpu-portal/auth-signin": route.signin_url,
+    }
+    parent: dict[str, Any] = {
+        "group": GATEWAY_API_GROUP,
+        "kind": "Gateway",
+        "name": route.gateway_name,
+    }
+    if route.gateway_namespace:
+        parent["namespace"] = route.gateway_namespace
+    if route.gateway_section:
+        parent["sectionName"] = route.gateway_section
+    rule: dict[str, Any] = {
+        "matches": [{"path": {"type": "PathPrefix", "value": route.path.rstrip("/")}}],
+        "backendRefs": [{"name": spec.name, "port": spec.service_port}],
+    }
+    if route.strip_prefix:
+        rule["filters"] = [
+            {
+                "type": "URLRewrite",
+                "urlRewrite": {"path": {"type": "ReplacePrefixMatch", "replacePrefixMatch": "/"}},
+            }
+        ]
+    route_spec: dict[str, Any] = {"parentRefs": [parent], "rules": [rule]}
+    if route.host:
+        route_spec["hostnames"] = [route.host]
+    return {
+        "apiVersion": f"{GATEWAY_API_GROUP}/{GATEWAY_API_VERSION}",
+        "kind": "HTTPRoute",
+        "metadata": metadata,
+        "spec": route_spec,
+    }
+
+
+def route_manifest(spec: WorkloadSpec) -> Manifest:
+    """The Ingress or the HTTPRoute of a routed workload, as its route says."""
+    if spec.route is not None and spec.route.kind == "httproute":
+        return httproute_manifest(spec)
+    return ingress_manifest(spec)
+
+
 def gang_env(spec: WorkloadSpec, rank: int) -> dict[str, str]:
     """What torchrun and MPI launchers read: rank 0's stable DNS name through the headless
     Service, the port, the world (one process group per node) and this pod's share."""
@@ -494,7 +596,7 @@ def workload_manifests(spec: WorkloadSpec) -> list[Manifest]:
         ]
     if spec.kind == "job":
         return [job_manifest(spec)]
-    routed = [ingress_manifest(spec)] if spec.route is not None else []
+    routed = [route_manifest(spec)] if spec.route is not None else []
     return [deployment_manifest(spec), service_manifest(spec), *routed]
 
 
@@ -591,3 +693,39 @@ def priority_class_manifest(spec: PrioritySpec) -> Manifest:
     if spec.description:
         body["description"] = spec.description
     return body
+
+
+def claim_manifest(data: ProjectDataSpec, claim: VolumeClaimSpec) -> Manifest:
+    """A PersistentVolumeClaim of the project (its workspace or a home volume)."""
+    spec: dict[str, Any] = {
+        "accessModes": [claim.access_mode],
+        "resources": {"requests": {"storage": f"{claim.size_gib}Gi"}},
+    }
+    if claim.storage_class:
+        spec["storageClassName"] = claim.storage_class
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {
+            "name": claim.name,
+            "namespace": data.namespace,
+            "labels": project_labels(data.team_slug, data.project_slug),
+        },
+        "spec": spec,
+    }
+
+
+def secret_manifest(data: ProjectDataSpec, secret: SecretSpec) -> Manifest:
+    """A Secret of the project, its values as `stringData` (the API stores them encoded)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {
+            "name": secret.name,
+            "namespace": data.namespace,
+            "labels": project_labels(data.team_slug, data.project_slug),
+            "annotations": {REVISION_ANNOTATION: str(secret.revision)},
+        },
+        "type": secret.type,
+        "stringData": dict(secret.data),
+    }

@@ -27,6 +27,7 @@ from runtime.cluster.base import (
     LogLine,
     NodeInventory,
     PrioritySpec,
+    ProjectDataSpec,
     ProjectSpec,
     WorkloadPhase,
     WorkloadSpec,
@@ -132,6 +133,12 @@ class SimulatedCluster:
 
     def ensure_project(self, spec: ProjectSpec) -> None:
         """Nothing to create: namespaces exist implicitly in the simulation."""
+
+    def ensure_project_data(self, spec: ProjectDataSpec) -> None:
+        """Nothing to create: the simulation keeps no volumes or secrets."""
+
+    def remove_project_data(self, namespace: str, kind: str, names: Sequence[str]) -> None:
+        """Nothing to delete: see `ensure_project_data`."""
 
     def launch(self, spec: WorkloadSpec) -> str:
         if spec.kind in RESUMABLE_KINDS:

@@ -43,6 +43,9 @@ class TierSerializer(serializers.ModelSerializer):
             "rank",
             "allowed_teams",
             "allowed_projects",
+            "max_cpu_millicores",
+            "max_memory_mib",
+            "max_shm_mib",
         ]
         read_only_fields = ["id"]
 
@@ -103,6 +106,9 @@ class FlavorSerializer(serializers.ModelSerializer):
             "gpu_equivalent",
             "resource_names",
             "is_active",
+            "default_cpu_millicores",
+            "default_memory_mib",
+            "default_shm_mib",
         ]
         read_only_fields = ["id", "tier", "resource_names"]
 
@@ -223,6 +229,14 @@ REQUEST_WORKLOAD_FIELDS = [
 ]
 
 
+class SecretEnvSerializer(serializers.Serializer):
+    """One environment variable read from a project secret's key."""
+
+    name = serializers.RegexField(r"^[A-Za-z_][A-Za-z0-9_.-]*$", max_length=253)
+    secret = serializers.SlugField(max_length=40)
+    key = serializers.RegexField(r"^[-._a-zA-Z0-9]{1,253}$", max_length=253)
+
+
 class GpuRequestSerializer(serializers.ModelSerializer):
     """What a developer may write, and everything they may read back; status is read-only."""
 
@@ -256,6 +270,39 @@ class GpuRequestSerializer(serializers.ModelSerializer):
     )
     gpu_cores_percent = serializers.IntegerField(
         min_value=1, max_value=100, required=False, allow_null=True, default=None
+    )
+    cpu_millicores = serializers.IntegerField(
+        min_value=1,
+        max_value=1_024_000,
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="CPU for the pod (request = limit); null: the flavor's default.",
+    )
+    memory_mib = serializers.IntegerField(
+        min_value=1,
+        max_value=16_777_216,
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="Memory for the pod (request = limit); null: the flavor's default.",
+    )
+    shm_mib = serializers.IntegerField(
+        min_value=1,
+        max_value=16_777_216,
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="Size of /dev/shm (memory-backed, counted in memory); null: the flavor's.",
+    )
+    home_volume = serializers.BooleanField(
+        default=False, help_text="Mount the owner's home volume of the project (notebooks)."
+    )
+    secret_env = SecretEnvSerializer(
+        many=True,
+        required=False,
+        default=list,
+        help_text="Variables read from the project's secrets (names only, never values).",
     )
 
     connect_url = serializers.SerializerMethodField(
@@ -323,6 +370,7 @@ class RequestTemplateSerializer(serializers.ModelSerializer):
     max_runtime_seconds = serializers.IntegerField(
         min_value=60, max_value=90 * 24 * 3600, required=False
     )
+    secret_env = SecretEnvSerializer(many=True, required=False)
 
     class Meta:
         model = RequestTemplate
@@ -345,6 +393,11 @@ class RequestTemplateSerializer(serializers.ModelSerializer):
             "priority",
             "is_preemptible",
             "allow_shared_node",
+            "cpu_millicores",
+            "memory_mib",
+            "shm_mib",
+            "home_volume",
+            "secret_env",
             "created_at",
             "updated_at",
         ]

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from rest_framework.routers import SimpleRouter
 
-from scheduling.api import views
+from scheduling.api import project_data, views
 
 router = SimpleRouter()
 router.register("tiers", views.TierViewSet, basename="tier")
@@ -13,5 +13,8 @@ router.register("reclaim-policies", views.ReclaimPolicyViewSet, basename="reclai
 router.register("quotas", views.QuotaViewSet, basename="quota")
 router.register("requests", views.GpuRequestViewSet, basename="gpu-request")
 router.register("templates", views.RequestTemplateViewSet, basename="request-template")
+router.register("storage-quotas", project_data.StorageQuotaViewSet, basename="storage-quota")
+router.register("workspaces", project_data.WorkspaceViewSet, basename="workspace")
+router.register("project-secrets", project_data.ProjectSecretViewSet, basename="project-secret")
 
 urlpatterns = router.urls

@@ -108,11 +108,37 @@ def kueue_configuration(bed: Testbed, cert_dir: Path) -> dict[str, Any]:
         "leaderElection": {"leaderElect": False},
         "internalCertManagement": {"enable": False},
         "clientConnection": {"qps": 200, "burst": 400},
+        # The visibility API is an aggregated API server (needs a Service the API server can
+        # reach, and its own certificate in /visibility); the portal computes queue positions.
+        "featureGates": {"VisibilityOnDemand": False},
         "integrations": {"frameworks": ["batch/job"]},
-        "fairSharing": {},
+        # Fair sharing across the teams' ClusterQueues by their weights, Kueue's default order.
+        "fairSharing": {
+            "preemptionStrategies": ["LessThanOrEqualToFinalShare", "LessThanInitialShare"]
+        },
         # The portal governs GPUs; CPU and memory stay with the namespaces' LimitRanges.
         "resources": {"excludeResourcePrefixes": ["cpu", "memory", "ephemeral-storage"]},
     }
+
+
+# Kueue v0.17 loads its metrics certificate from this fixed path whenever its internal
+# certificate management is off (cmd/kueue/main.go), even with the metrics server disabled.
+METRICS_CERT_DIR = Path("/etc/kueue/metrics/certs")
+
+
+def _ensure_metrics_certificate(cert_dir: Path) -> None:
+    """Any valid pair satisfies it (metrics are not served): the test bed's, once per machine."""
+    if (METRICS_CERT_DIR / "tls.crt").exists() and (METRICS_CERT_DIR / "tls.key").exists():
+        return
+    try:
+        METRICS_CERT_DIR.mkdir(parents=True, exist_ok=True)
+        for name in ("tls.crt", "tls.key"):
+            shutil.copy(cert_dir / name, METRICS_CERT_DIR / name)
+    except OSError as exc:
+        raise TestbedError(
+            f"Kueue {KUEUE_VERSION} reads a certificate from {METRICS_CERT_DIR} (fixed in its "
+            f"main.go when internalCertManagement is off); make it writable: {exc}"
+        ) from exc
 
 
 def start_kueue(bed: Testbed, version: str = KUEUE_VERSION, *, timeout: float = 120.0) -> None:
@@ -125,6 +151,7 @@ def start_kueue(bed: Testbed, version: str = KUEUE_VERSION, *, timeout: float = 
     cert_dir.mkdir(exist_ok=True)
     shutil.copy(bed.workdir / "apiserver.crt", cert_dir / "tls.crt")
     shutil.copy(bed.workdir / "apiserver.key", cert_dir / "tls.key")
+    _ensure_metrics_certificate(cert_dir)
     configuration = kueue_configuration(bed, cert_dir)
     config_file = bed.workdir / "kueue-config.yaml"
     config_file.write_text(json.dumps(configuration, indent=2))
@@ -144,7 +171,7 @@ def start_kueue(bed: Testbed, version: str = KUEUE_VERSION, *, timeout: float = 
         import urllib.request
 
         if not component.alive():
-            raise TestbedError(f"kueue exited:\n{component.tail()}")
+            return True  # stop waiting: reported below
         try:
             with urllib.request.urlopen(f"http://{probe}/readyz", timeout=2) as response:  # noqa: S310
                 return bool(response.status == 200)
@@ -153,4 +180,6 @@ def start_kueue(bed: Testbed, version: str = KUEUE_VERSION, *, timeout: float = 
 
     started = time.monotonic()
     wait_until("kueue ready", ready, timeout=timeout)
+    if not component.alive():
+        raise TestbedError(f"kueue exited:\n{component.tail()}")
     bed.startup_seconds["kueue"] = time.monotonic() - started

@@ -1,0 +1,193 @@
+"""The kubernetes backend's project data and Gateway API routes: PersistentVolumeClaims,
+Secrets and HTTPRoutes, mixed into `KubernetesClusterBackend`.
+
+Secret values pass through here on their way to the API server and are never logged: only
+names, kinds and revisions are.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Sequence
+from types import SimpleNamespace
+from typing import Any
+
+from kubernetes import client as k8s
+
+from runtime.cluster import kubernetes_manifests as manifests
+from runtime.cluster.base import (
+    MANAGED_BY_LABEL,
+    MANAGED_BY_VALUE,
+    REVISION_ANNOTATION,
+    ClusterError,
+    PermanentClusterError,
+    ProjectDataSpec,
+)
+from runtime.cluster.kubernetes_status import quantity
+
+log = logging.getLogger(__name__)
+
+DATA_KINDS = ("PersistentVolumeClaim", "Secret")
+
+
+def _metadata_of(obj: Any) -> Any:
+    return getattr(obj, "metadata", None)
+
+
+class KubernetesProjectData:
+    """Project claims, Secrets and HTTPRoutes; needs the backend's `_call`, `_write`,
+    `_create_or_read`, `core` and `api_client` (see `KubernetesClusterBackend`)."""
+
+    api_client: k8s.ApiClient
+    core: k8s.CoreV1Api
+    _call: Callable[..., Any]
+    _write: Callable[..., None]
+    _create_or_read: Callable[..., Any]
+
+    @property
+    def custom(self) -> k8s.CustomObjectsApi:
+        return k8s.CustomObjectsApi(self.api_client)
+
+    # Claims and Secrets ------------------------------------------------------------------------
+
+    def ensure_project_data(self, spec: ProjectDataSpec) -> None:
+        """Create each claim and Secret; grow a claim asked bigger (the storage class must
+        allow expansion) and replace a Secret whose revision is older. A same-named object
+        the portal did not make is a permanent error, never taken over."""
+        for claim in spec.claims:
+            body = manifests.claim_manifest(spec, claim)
+            existing = self._create_or_read(
+                self.core.create_namespaced_persistent_volume_claim,
+                self.core.read_namespaced_persistent_volume_claim,
+                body,
+            )
+            if existing is None:
+                log.info("created claim %s/%s (%s GiB)", spec.namespace, claim.name, claim.size_gib)
+                continue
+            self._check_ours(existing, "PersistentVolumeClaim", spec.namespace, claim.name)
+            requests = (existing.spec.resources.requests or {}) if existing.spec else {}
+            have = quantity(str(requests.get("storage", "0")))
+            want = body["spec"]["resources"]["requests"]["storage"]
+            if have < quantity(want):
+                self._write(
+                    self.core.patch_namespaced_persistent_volume_claim,
+                    claim.name,
+                    spec.namespace,
+                    {"spec": {"resources": {"requests": {"storage": want}}}},
+                    _content_type="application/merge-patch+json",
+                )
+                log.info("grew claim %s/%s to %s", spec.namespace, claim.name, want)
+        for secret in spec.secrets:
+            body = manifests.secret_manifest(spec, secret)
+            existing = self._create_or_read(
+                self.core.create_namespaced_secret, self._read_secret_metadata, body
+            )
+            if existing is None:
+                log.info("created secret %s/%s r%s", spec.namespace, secret.name, secret.revision)
+                continue
+            self._check_ours(existing, "Secret", spec.namespace, secret.name)
+            annotations = existing.metadata.annotations or {}
+            if annotations.get(REVISION_ANNOTATION) == str(secret.revision):
+                continue
+            body["metadata"]["resourceVersion"] = existing.metadata.resource_version
+            self._write(self.core.replace_namespaced_secret, secret.name, spec.namespace, body)
+            log.info("replaced secret %s/%s with r%s", spec.namespace, secret.name, secret.revision)
+
+    def _read_secret_metadata(self, name: str, namespace: str, **kwargs: Any) -> Any:
+        """A Secret's metadata only (PartialObjectMetadata): its values are not read back."""
+        # Called through `_call`, which classifies errors and sets the timeout.
+        response: Any = self.core.read_namespaced_secret(
+            name,
+            namespace,
+            _preload_content=False,
+            _headers={"Accept": "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"},
+            **kwargs,
+        )
+        try:
+            body = json.loads(response.data or b"{}")
+        finally:
+            response.release_conn()
+        meta = body.get("metadata", {})
+        return SimpleNamespace(
+            metadata=SimpleNamespace(
+                name=meta.get("name"),
+                namespace=meta.get("namespace"),
+                labels=meta.get("labels") or {},
+                annotations=meta.get("annotations") or {},
+                resource_version=meta.get("resourceVersion"),
+                deletion_timestamp=meta.get("deletionTimestamp"),
+            )
+        )
+
+    @staticmethod
+    def _check_ours(existing: Any, kind: str, namespace: str, name: str) -> None:
+        labels = getattr(_metadata_of(existing), "labels", None) or {}
+        if labels.get(MANAGED_BY_LABEL) != MANAGED_BY_VALUE:
+            raise PermanentClusterError(
+                f"{kind} {namespace}/{name} exists and is not managed by the portal; "
+                "rename or remove it",
+                status=409,
+                reason="AlreadyExists",
+            )
+
+    def remove_project_data(self, namespace: str, kind: str, names: Sequence[str]) -> None:
+        """Delete the portal's named claims or Secrets; one already gone counts as done. A
+        claim still mounted is deleted by the cluster once its last pod ends."""
+        if kind not in DATA_KINDS:
+            raise ValueError(f"cannot remove {kind}s")
+        delete = (
+            self.core.delete_namespaced_secret
+            if kind == "Secret"
+            else self.core.delete_namespaced_persistent_volume_claim
+        )
+        for name in names:
+            try:
+                self._write(delete, name, namespace)
+            except ClusterError as exc:
+                if exc.status != 404:
+                    raise
+            log.info("deleted %s %s/%s", kind, namespace, name)
+
+    # Gateway API -------------------------------------------------------------------------------
+
+    def _create_httproute(self, namespace: str, body: dict[str, Any], **kwargs: Any) -> Any:
+        return self.custom.create_namespaced_custom_object(
+            manifests.GATEWAY_API_GROUP,
+            manifests.GATEWAY_API_VERSION,
+            namespace,
+            manifests.HTTPROUTE_PLURAL,
+            body,
+            **kwargs,
+        )
+
+    def _read_httproute(self, name: str, namespace: str, **kwargs: Any) -> Any:
+        """The route as an object with `metadata`, like the client's typed models."""
+        body = self.custom.get_namespaced_custom_object(
+            manifests.GATEWAY_API_GROUP,
+            manifests.GATEWAY_API_VERSION,
+            namespace,
+            manifests.HTTPROUTE_PLURAL,
+            name,
+            **kwargs,
+        )
+        meta = body.get("metadata", {}) if isinstance(body, dict) else {}
+        return SimpleNamespace(
+            metadata=SimpleNamespace(
+                name=meta.get("name"),
+                namespace=meta.get("namespace"),
+                labels=meta.get("labels") or {},
+                annotations=meta.get("annotations") or {},
+                deletion_timestamp=meta.get("deletionTimestamp"),
+            )
+        )
+
+    def _delete_httproute(self, name: str, namespace: str, **kwargs: Any) -> Any:
+        return self.custom.delete_namespaced_custom_object(
+            manifests.GATEWAY_API_GROUP,
+            manifests.GATEWAY_API_VERSION,
+            namespace,
+            manifests.HTTPROUTE_PLURAL,
+            name,
+            **kwargs,
+        )
