@@ -3,13 +3,24 @@
 - `requests`: a request's life — submit, approve, reject, cancel, expire, resume;
 - `quotas`: team quotas and their split over projects;
 - `governance`: the lead's oversight of running work — asks, idle exemptions, longer runtimes;
-- `templates`: saved request templates, and submitting a finished request again.
+- `templates`: saved request templates, and submitting a finished request again;
+- `project_data`: a project's workspace, home volumes, secrets and the team's storage quota.
 
 The public services are re-exported here, so `scheduling.services.submit_gpu_request` is the
 name other apps and the views use, as for every app's `services`.
 """
 
 from scheduling.services.governance import ask_lead, extend_runtime, grant_idle_exemption
+from scheduling.services.project_data import (
+    create_project_secret,
+    create_workspace,
+    delete_project_secret,
+    delete_storage_quota,
+    delete_workspace,
+    set_storage_quota,
+    update_project_secret,
+    update_workspace,
+)
 from scheduling.services.quotas import delete_quota, set_quota
 from scheduling.services.requests import (
     SubmissionAdjustment,
@@ -43,7 +54,12 @@ __all__ = [
     "approve_when_quota_frees",
     "ask_lead",
     "cancel_gpu_request",
+    "create_project_secret",
     "create_request_template",
+    "create_workspace",
+    "delete_project_secret",
+    "delete_storage_quota",
+    "delete_workspace",
     "delete_request_template",
     "delete_quota",
     "expire_stale_approvals",
@@ -57,7 +73,10 @@ __all__ = [
     "resume_gpu_request",
     "save_request_as_template",
     "set_quota",
+    "set_storage_quota",
     "submit_gpu_request",
     "template_body_of",
+    "update_project_secret",
     "update_request_template",
+    "update_workspace",
 ]

@@ -45,6 +45,7 @@ from scheduling.selectors import (
     tier_allowed_for_project,
 )
 from scheduling.services.common import invalid_field, require_decider
+from scheduling.services.project_data import ensure_home_volume, validate_secret_env
 from tenants.errors import ConflictError, ForbiddenError
 from tenants.models import Project, scope_of
 
@@ -114,6 +115,47 @@ def _validate_shape(
             )
         if not 1 <= cores_percent <= 100:
             raise invalid_field("gpu_cores_percent", "Cores are a percentage between 1 and 100.")
+
+
+@dataclass(frozen=True, slots=True)
+class HostResources:
+    """CPU, memory and /dev/shm of one request's pod (None: not set, the cluster's default)."""
+
+    cpu_millicores: int | None
+    memory_mib: int | None
+    shm_mib: int | None
+
+
+def resolve_host_resources(
+    *, flavor: Flavor, cpu_millicores: int | None, memory_mib: int | None, shm_mib: int | None
+) -> HostResources:
+    """What was asked, else the flavor's defaults, checked against the tier's maximums (400)."""
+    tier = flavor.pool.tier
+    host = HostResources(
+        cpu_millicores=cpu_millicores or flavor.default_cpu_millicores,
+        memory_mib=memory_mib or flavor.default_memory_mib,
+        shm_mib=shm_mib or flavor.default_shm_mib,
+    )
+    for field, unit, most in (
+        ("cpu_millicores", "millicores", tier.max_cpu_millicores),
+        ("memory_mib", "MiB", tier.max_memory_mib),
+        ("shm_mib", "MiB", tier.max_shm_mib),
+    ):
+        value = getattr(host, field)
+        if most is not None and value is not None and value > most:
+            raise invalid_field(
+                field,
+                f"The {tier} tier allows at most {most} {unit} of {field.split('_')[0]} per "
+                f"request; {value} asked.",
+                "resource_limit_exceeded",
+            )
+    if host.shm_mib is not None and host.memory_mib is not None and host.shm_mib > host.memory_mib:
+        raise invalid_field(
+            "shm_mib",
+            f"/dev/shm is memory: {host.shm_mib} MiB cannot exceed the request's "
+            f"{host.memory_mib} MiB of memory.",
+        )
+    return host
 
 
 def _approval_settings(flavor: Flavor) -> tuple[approval.RuleSettings, timedelta]:
@@ -207,6 +249,11 @@ def submit_gpu_request(
     gpu_memory_mib: int | None = None,
     gpu_cores_percent: int | None = None,
     name: str = "",
+    cpu_millicores: int | None = None,
+    memory_mib: int | None = None,
+    shm_mib: int | None = None,
+    home_volume: bool = False,
+    secret_env: list[dict[str, str]] | None = None,
 ) -> GpuRequest:
     """Validate and record a request; approve it at once when the tier's rule allows."""
     scope = scope_of(actor)
@@ -225,6 +272,18 @@ def submit_gpu_request(
             f"The {tier} tier allows at most {tier.max_runtime_seconds} seconds.",
         )
     _validate_workload(image=image, command=command, env=env, kind=kind, flavor=flavor)
+    host = resolve_host_resources(
+        flavor=flavor, cpu_millicores=cpu_millicores, memory_mib=memory_mib, shm_mib=shm_mib
+    )
+    secret_env = secret_env or []
+    validate_secret_env(project=project, secret_env=secret_env)
+    clashes = sorted({ref["name"] for ref in secret_env} & set(env))
+    if clashes:
+        raise invalid_field("secret_env", f"{', '.join(clashes)} also set in env: choose one.")
+    if home_volume:
+        if kind != WorkloadKind.NOTEBOOK:
+            raise invalid_field("home_volume", "Home volumes are for notebooks.")
+        ensure_home_volume(project=project, user=actor)
     if flavor.kind == FlavorKind.VGPU:
         memory_mib = gpu_memory_mib or flavor.gpu_memory_mib
         cores_percent = gpu_cores_percent or flavor.gpu_cores_percent
@@ -283,6 +342,11 @@ def submit_gpu_request(
         priority=priority,
         is_preemptible=is_preemptible,
         allow_shared_node=allow_shared_node,
+        cpu_millicores=host.cpu_millicores,
+        memory_mib=host.memory_mib,
+        shm_mib=host.shm_mib,
+        home_volume=home_volume,
+        secret_env=secret_env,
         reason=reason,
         gpu_equivalent=unit_equivalent * gpu_count,
         approval_expires_at=timezone.now() + approval_ttl,

@@ -67,6 +67,7 @@ def test_launch_creates_the_job_and_returns_its_name(
     job = server.objects[JOB_PATH]
     assert job["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"] == {
         "nvidia.com/mig-1g.10gb": "1",
+        "cpu": "4",
         "memory": "32Gi",
     }
 

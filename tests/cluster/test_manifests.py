@@ -88,17 +88,18 @@ def test_minimal_workload_manifest_is_schema_valid(
 @pytest.mark.parametrize(
     ("sharing", "limits"),
     [
-        ("exclusive", {"nvidia.com/gpu": "2", "memory": "32Gi"}),
+        ("exclusive", {"nvidia.com/gpu": "2", "cpu": "4", "memory": "32Gi"}),
         (
             "vgpu",
             {
                 "nvidia.com/gpu": "1",
                 "nvidia.com/gpumem": "12288",
                 "nvidia.com/gpucores": "25",
+                "cpu": "4",
                 "memory": "32Gi",
             },
         ),
-        ("mig", {"nvidia.com/mig-1g.10gb": "1", "memory": "32Gi"}),
+        ("mig", {"nvidia.com/mig-1g.10gb": "1", "cpu": "4", "memory": "32Gi"}),
     ],
 )
 @pytest.mark.parametrize("kind", WORKLOAD_KINDS)
@@ -113,13 +114,16 @@ def test_container_asks_for_the_gpu_resources_of_its_sharing_mode(
 
 
 def test_vgpu_without_memory_or_cores_asks_for_the_share_only() -> None:
-    spec = workload("job", "vgpu", vgpu_memory_mib=None, vgpu_cores_percent=None, memory=None)
+    spec = workload(
+        "job", "vgpu", vgpu_memory_mib=None, vgpu_cores_percent=None, cpu=None, memory=None
+    )
     assert container(manifests.job_manifest(spec))["resources"]["limits"] == {"nvidia.com/gpu": "1"}
 
 
 def test_cpu_only_exclusive_workload_asks_for_no_gpu() -> None:
     spec = workload("job", "exclusive", gpu_count=0, memory=None)
-    assert "limits" not in container(manifests.job_manifest(spec))["resources"]
+    # CPU's limit is its request (a LimitRange default could otherwise undercut it).
+    assert container(manifests.job_manifest(spec))["resources"]["limits"] == {"cpu": "4"}
 
 
 def test_job_runs_once_with_deadline_ttl_and_placement() -> None:
