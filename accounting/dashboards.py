@@ -18,7 +18,7 @@ from accounting.periods import billing_zone, month_bounds, next_month
 from accounting.selectors import UsageQuery, chargeback, current_month, totals, usage_rows
 from scheduling.choices import COMMITTED_STATUSES, RequestStatus
 from scheduling.models import Allocation, GpuDevice, GpuRequest, NodePool, Quota
-from scheduling.selectors import approval_inbox, start_estimates
+from scheduling.selectors import QuotaUsage, approval_inbox, quota_usage, start_estimates
 from tenants.models import AuditEvent, scope_of
 
 
@@ -88,39 +88,29 @@ def developer(user: Any) -> dict[str, Any]:
 def team_lead(user: Any) -> dict[str, Any]:
     scope = scope_of(user)
     quotas = Quota.objects.filter(team_id__in=scope.lead_team_ids, project__isnull=True)
-    used = dict(
-        Allocation.objects.filter(ended_at__isnull=True, request__team_id__in=scope.lead_team_ids)
-        .values("request__flavor_id")
-        .annotate(units=Sum("request__gpu_count"))
-        .values_list("request__flavor_id", "units")
-    )
-    borrowed = dict(
-        Allocation.objects.filter(
-            ended_at__isnull=True,
-            is_borrowed=True,
-            request__team_id__in=scope.lead_team_ids,
+    usage = quota_usage(set(scope.lead_team_ids))
+    none = QuotaUsage()
+    quota_rows = []
+    for q in quotas.select_related("team", "flavor").order_by("team__name", "flavor__name"):
+        counted = usage.get((q.team_id, None, q.flavor_id), none)
+        quota_rows.append(
+            {
+                "team": q.team.name,
+                "flavor": q.flavor.name,
+                "guaranteed": q.guaranteed,
+                "limit": q.limit,
+                "used": counted.used,
+                "queued": counted.queued,
+                "borrowed": counted.borrowed,
+            }
         )
-        .values("request__flavor_id")
-        .annotate(units=Sum("request__gpu_count"))
-        .values_list("request__flavor_id", "units")
-    )
-    quota_rows = [
-        {
-            "team": q.team.name,
-            "flavor": q.flavor.name,
-            "guaranteed": q.guaranteed,
-            "limit": q.limit,
-            "used": used.get(q.flavor_id, 0),
-            "borrowed": borrowed.get(q.flavor_id, 0),
-        }
-        for q in quotas.select_related("team", "flavor")
-    ]
     members = usage_rows(user=user, query=_month(group_by=("user",)))
     chart = _chart(
         "bar",
         [f"{q['team']} · {q['flavor']}" for q in quota_rows],
         [
             {"label": "Used", "data": [q["used"] for q in quota_rows]},
+            {"label": "Queued", "data": [q["queued"] for q in quota_rows]},
             {"label": "Borrowed", "data": [q["borrowed"] for q in quota_rows]},
             {"label": "Guaranteed", "data": [q["guaranteed"] for q in quota_rows]},
             {"label": "Limit", "data": [q["limit"] for q in quota_rows]},

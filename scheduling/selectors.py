@@ -65,6 +65,115 @@ def committed_by_quota_key(
 
 
 @dataclass(frozen=True, slots=True)
+class QuotaUsage:
+    """Units of one quota key, counted one way on every page: `used` is held by admitted,
+    launching or running work, `queued` is approved and waiting (or preempted and back in the
+    queue), `borrowed` is the part of `used` above the guarantee that may be preempted.
+    `used + queued` is what counts against the limit (COMMITTED_STATUSES)."""
+
+    used: int = 0
+    queued: int = 0
+    borrowed: int = 0
+
+    @property
+    def committed(self) -> int:
+        return self.used + self.queued
+
+
+HOLDING_STATUSES = frozenset(
+    {RequestStatus.ADMITTED, RequestStatus.LAUNCHING, RequestStatus.RUNNING}
+)
+
+
+def quota_usage(
+    team_ids: set[int] | None = None,
+) -> dict[tuple[int, int | None, int], QuotaUsage]:
+    """Used, queued and borrowed units keyed as quotas are: per (team, project, flavor) and per
+    (team, None, flavor). Two grouped queries; `team_ids=None` reads every team."""
+    requests = GpuRequest.objects.filter(status__in=COMMITTED_STATUSES)
+    if team_ids is not None:
+        requests = requests.filter(team_id__in=team_ids)
+    sums: dict[tuple[int, int | None, int], list[int]] = {}
+
+    def add(team_id: int, project_id: int, flavor_id: int, column: int, units: int) -> None:
+        for key in ((team_id, project_id, flavor_id), (team_id, None, flavor_id)):
+            sums.setdefault(key, [0, 0, 0])[column] += int(units)
+
+    rows = (
+        requests.values_list("team_id", "project_id", "flavor_id", "status")
+        .annotate(total=Sum("gpu_count"))
+        .order_by()
+    )
+    for team_id, project_id, flavor_id, status, total in rows:
+        add(team_id, project_id, flavor_id, 0 if status in HOLDING_STATUSES else 1, total)
+    borrowed = (
+        requests.filter(
+            status__in=HOLDING_STATUSES,
+            allocations__ended_at__isnull=True,
+            allocations__is_borrowed=True,
+        )
+        .values_list("team_id", "project_id", "flavor_id")
+        .annotate(total=Sum("gpu_count"))
+        .order_by()
+    )
+    for team_id, project_id, flavor_id, total in borrowed:
+        add(team_id, project_id, flavor_id, 2, total)
+    return {key: QuotaUsage(*values) for key, values in sums.items()}
+
+
+@dataclass(frozen=True, slots=True)
+class ProjectSplit:
+    project: Project
+    flavor_id: int
+    quota: Quota | None
+    usage: QuotaUsage
+
+    @property
+    def key(self) -> str:
+        return f"{self.project.pk}-{self.flavor_id}"
+
+
+@dataclass(frozen=True, slots=True)
+class TeamQuotaRow:
+    """One team quota for a flavor, its usage and its split over the team's projects."""
+
+    quota: Quota
+    usage: QuotaUsage
+    can_split: bool
+    splits: list[ProjectSplit]
+
+
+def quota_rows(*, user: Any) -> list[TeamQuotaRow]:
+    """The team quotas the user sees (their teams; every team for admins), with usage."""
+    scope = scope_of(user)
+    visible = Quota.objects.visible_to(user).select_related("flavor", "project", "team")
+    if not scope.is_platform_admin:
+        visible = visible.filter(team_id__in=scope.team_ids)
+    quotas = list(visible.prefetch_related("team__projects").order_by("team__name", "flavor__name"))
+    splits = {(q.project_id, q.flavor_id): q for q in quotas if q.project_id is not None}
+    usage = quota_usage({q.team_id for q in quotas})
+    none = QuotaUsage()
+    return [
+        TeamQuotaRow(
+            quota=team_quota,
+            usage=usage.get((team_quota.team_id, None, team_quota.flavor_id), none),
+            can_split=scope.is_lead_of(team_quota.team_id),
+            splits=[
+                ProjectSplit(
+                    project=project,
+                    flavor_id=team_quota.flavor_id,
+                    quota=splits.get((project.pk, team_quota.flavor_id)),
+                    usage=usage.get((team_quota.team_id, project.pk, team_quota.flavor_id), none),
+                )
+                for project in team_quota.team.projects.all()
+            ],
+        )
+        for team_quota in quotas
+        if team_quota.project_id is None
+    ]
+
+
+@dataclass(frozen=True, slots=True)
 class QuotaStanding:
     """Where a project stands against its quota for one flavor (team and project levels)."""
 

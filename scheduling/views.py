@@ -25,13 +25,13 @@ from scheduling.choices import (
 )
 from scheduling.fleet_nodes import nodes_needing_attention
 from scheduling.forms import DecisionForm, GpuRequestForm, ProjectQuotaForm, initial_from_body
-from scheduling.models import Flavor, GpuRequest, Quota, RequestTemplate, UtilisationSample
+from scheduling.models import Flavor, GpuRequest, RequestTemplate, UtilisationSample
 from scheduling.selectors import (
-    committed_by_quota_key,
     flavors_for_project,
     fleet_overview,
     governance_rules,
     quota_impact,
+    quota_rows,
     start_estimates,
 )
 from tenants.errors import DomainError, show_on_form
@@ -363,56 +363,45 @@ def approvals_bulk(request: HttpRequest) -> HttpResponse:
 
 @login_required
 def quotas(request: HttpRequest) -> HttpResponse:
-    """Each team quota per flavor, what is in use, and its split over the team's projects."""
-    scope = scope_of(request.user)
-    visible = Quota.objects.visible_to(request.user).select_related("flavor", "project", "team")
-    if not scope.is_platform_admin:
-        visible = visible.filter(team_id__in=scope.team_ids)
-    quota_list = list(visible.prefetch_related("team__projects"))
-    splits = {(q.project_id, q.flavor_id): q for q in quota_list if q.project_id is not None}
-    used = committed_by_quota_key({q.team_id for q in quota_list})
-    rows = []
-    for team_quota in (q for q in quota_list if q.project_id is None):
-        team, flavor_id = team_quota.team, team_quota.flavor_id
-        rows.append(
-            {
-                "quota": team_quota,
-                "used": used.get((team.pk, None, flavor_id), 0),
-                "can_split": scope.is_lead_of(team.pk),
-                "splits": [
-                    {
-                        "project": project,
-                        "quota": splits.get((project.pk, flavor_id)),
-                        "used": used.get((team.pk, project.pk, flavor_id), 0),
-                    }
-                    for project in team.projects.all()
-                ],
-            }
-        )
-    return render(request, "scheduling/quotas.html", {"rows": rows})
+    """Each team quota per flavor, what is used, queued and borrowed, and its project split."""
+    return render(request, "scheduling/quotas.html", {"rows": quota_rows(user=request.user)})
 
 
 @login_required
 @require_POST
 def project_quota_set(request: HttpRequest, project_id: int, flavor_id: int) -> HttpResponse:
+    """Save one project's split; on an error the page comes back with what was typed and the
+    error beside it (400), not a redirect that forgets both."""
     project = get_object_or_404(Project.objects.visible_to(request.user), pk=project_id)
     flavor = get_object_or_404(Flavor.objects.visible_to(request.user), pk=flavor_id)
     form = ProjectQuotaForm(request.POST)
-    if not form.is_valid():
-        messages.error(request, "Give whole numbers for guaranteed and limit.")
-        return redirect("quotas-page")
-    try:
-        services.set_quota(
-            actor=request.user,
-            team=project.team,
-            project=project,
-            flavor=flavor,
-            **form.cleaned_data,
-        )
-        messages.success(request, f"Quota of {project} for {flavor} saved.")
-    except DomainError as error:
-        messages.error(request, error.message)
-    return redirect("quotas-page")
+    error = "Give whole numbers of 0 or more for guaranteed and limit."
+    if form.is_valid():
+        try:
+            services.set_quota(
+                actor=request.user,
+                team=project.team,
+                project=project,
+                flavor=flavor,
+                **form.cleaned_data,
+            )
+        except DomainError as domain_error:
+            error = domain_error.message
+        else:
+            messages.success(request, f"Quota of {project} for {flavor} saved.")
+            return redirect("quotas-page")
+    failed = {
+        "key": f"{project.pk}-{flavor.pk}",
+        "error": error,
+        "guaranteed": request.POST.get("guaranteed", ""),
+        "limit": request.POST.get("limit", ""),
+    }
+    return render(
+        request,
+        "scheduling/quotas.html",
+        {"rows": quota_rows(user=request.user), "failed": failed},
+        status=400,
+    )
 
 
 @login_required

@@ -198,7 +198,7 @@ def test_quota_page_queries_do_not_grow_with_projects_and_it_shows_what_is_in_us
         page = client.get(reverse("quotas-page"))
 
     assert len(after.captured_queries) == len(before.captured_queries)
-    row = next(r for r in page.context["rows"] if r["quota"].flavor_id == fleet.l4_6g.pk)
-    assert row["used"] == 3
-    assert {s["project"].pk: s["used"] for s in row["splits"]}[org.project_a.pk] == 3
-    assert len(row["splits"]) == org.team_a.projects.count()
+    row = next(r for r in page.context["rows"] if r.quota.flavor_id == fleet.l4_6g.pk)
+    assert row.usage.committed == 3
+    assert {s.project.pk: s.usage.committed for s in row.splits}[org.project_a.pk] == 3
+    assert len(row.splits) == org.team_a.projects.count()
