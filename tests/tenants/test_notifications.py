@@ -53,7 +53,7 @@ def test_a_request_waiting_for_approval_tells_the_lead_and_the_answer_tells_the_
     org: Org,
 ) -> None:
     fleet = make_fleet(org)
-    request = GpuRequestFactory.create(project=org.project_a, owner=org.dev_a, flavor=fleet.a100)
+    request = GpuRequestFactory.create(project=org.project_a, actor=org.dev_a, flavor=fleet.a100)
     assert request.status == RequestStatus.PENDING_APPROVAL
 
     asked = Notification.objects.get(recipient=org.lead_a)
