@@ -168,3 +168,26 @@ def test_the_phone_menu_opens_with_its_toggler(page_at: Any, live_server: Any, d
     assert menu.get_by_role("link", name="Request GPUs").is_visible()
     page_at.click("[data-testid=whoami]")
     assert menu.get_by_role("link", name="API tokens").is_visible()
+
+
+def test_the_live_estimate_sends_its_csrf_token_in_a_header_not_the_url(
+    page_at: Any, live_server: Any, demo: None
+) -> None:
+    sign_in(page_at, live_server.url, "alice")
+    with page_at.expect_request(lambda r: "/requests/new/estimate/" in r.url) as seen:
+        page_at.goto(f"{live_server.url}/requests/new/")
+    request = seen.value
+    assert "csrfmiddlewaretoken" not in request.url
+    assert request.headers.get("x-csrftoken")
+
+
+def test_an_empty_chart_says_no_data_yet(page_at: Any, live_server: Any, org: Any) -> None:
+    page_at.goto(f"{live_server.url}/login/")
+    page_at.fill("input[name=username]", org.dev_a.username)
+    page_at.fill("input[name=password]", "pw-" + org.dev_a.username)
+    page_at.click("form button[type=submit]")
+    page_at.wait_for_selector("[data-testid=chart-empty]")
+    assert page_at.locator("[data-testid=chart-empty]").first.inner_text() == "No data yet"
+    label = page_at.locator("canvas[data-chart]").first.get_attribute("aria-label")
+    assert label is not None
+    assert label.endswith("no data yet")
