@@ -52,8 +52,8 @@ class KubernetesProjectData:
     # Claims and Secrets ------------------------------------------------------------------------
 
     def ensure_project_data(self, spec: ProjectDataSpec) -> None:
-        """Create each claim and Secret; grow a claim asked bigger (the storage class must
-        allow expansion) and replace a Secret whose revision is older. A same-named object
+        """Create each claim and Secret; grow a bound claim asked bigger (its storage class
+        must allow expansion) and replace a Secret whose revision is older. A same-named object
         the portal did not make is a permanent error, never taken over."""
         for claim in spec.claims:
             body = manifests.claim_manifest(spec, claim)
@@ -69,7 +69,11 @@ class KubernetesProjectData:
             requests = (existing.spec.resources.requests or {}) if existing.spec else {}
             have = quantity(str(requests.get("storage", "0")))
             want = body["spec"]["resources"]["requests"]["storage"]
-            if have < quantity(want):
+            phase = existing.status.phase if existing.status else None
+            if have < quantity(want) and phase != "Bound":
+                # Only a bound claim may grow; a later sync grows it once it is bound.
+                log.info("claim %s/%s is %s: grows once bound", spec.namespace, claim.name, phase)
+            elif have < quantity(want):
                 self._write(
                     self.core.patch_namespaced_persistent_volume_claim,
                     claim.name,

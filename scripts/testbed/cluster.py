@@ -94,6 +94,18 @@ PORTAL_RBAC_RULES: list[dict[str, Any]] = [
         "verbs": ["create", "get", "delete"],
     },
     {"apiGroups": [""], "resources": ["events"], "verbs": ["list"]},
+    # A project's workspace and home volumes, its secrets, and Gateway API routes.
+    {
+        "apiGroups": [""],
+        "resources": ["persistentvolumeclaims"],
+        "verbs": ["create", "get", "patch", "delete"],
+    },
+    {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create", "get", "update", "delete"]},
+    {
+        "apiGroups": ["gateway.networking.k8s.io"],
+        "resources": ["httproutes"],
+        "verbs": ["create", "get", "delete"],
+    },
     # SCHEDULER=kueue: the policy objects (manage.py kueue_policy) and the Workloads read back.
     {
         "apiGroups": ["kueue.x-k8s.io"],
