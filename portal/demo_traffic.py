@@ -94,7 +94,7 @@ HABITS: tuple[Habit, ...] = (
     ),
     # Approval for bob, and queueing for quota: whole training cards need the lead.
     Habit(
-        "detr-finetune", "alice", "detection", "a100-80g", WorkloadKind.JOB, 4, 3600, keep=3
+        "detr-finetune", "alice", "detection", "a100-80g", WorkloadKind.JOB, 2, 3600, keep=3
     ),
     # Rejection: dan turns down high priority that is not urgent.
     Habit(
