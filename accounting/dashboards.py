@@ -243,15 +243,18 @@ def finance(user: Any) -> dict[str, Any]:
             for team in teams
         ],
     )
-    this_month = chargeback(user=user, query=_month(group_by=("team", "project")))
-    by_month = {(r["month"], r["team"]): r["cost"] for r in report.rows}
+    now = timezone.now()
+    this_month = chargeback(user=user, query=_month(group_by=("team", "project")), now=now)
+    # "Fleet cost" is one thing everywhere: what the teams ran plus the idle capacity, as in
+    # the figure above the chart, whose value is the chart's last point.
+    fleet_by_month = fleet_costs(user=user, months=6, now=now)
     trend = _chart(
         "line",
-        months,
+        [label for label, _ in fleet_by_month],
         [
             {
-                "label": f"All teams ({settings.PORTAL_CURRENCY})",
-                "data": [float(sum(by_month.get((m, t), 0) for t in teams)) for m in months],
+                "label": f"Fleet cost: teams + idle capacity ({settings.PORTAL_CURRENCY})",
+                "data": [float(cost) for _, cost in fleet_by_month],
             }
         ],
     )
@@ -262,6 +265,18 @@ def finance(user: Any) -> dict[str, Any]:
         "chart": chart,
         "currency": settings.PORTAL_CURRENCY,
     }
+
+
+def fleet_costs(*, user: Any, months: int, now: Any = None) -> list[tuple[str, Decimal]]:
+    """The fleet cost (allocated plus idle capacity) of each of the last `months` months."""
+    last = _month(months=months)
+    out = []
+    for month in last.months:
+        query = UsageQuery(month_from=month, month_to=month)
+        report = chargeback(user=user, query=query, now=now)
+        fleet = report.fleet or {}
+        out.append((f"{month:%Y-%m}", fleet.get("fleet_cost", report.totals["cost"])))
+    return out
 
 
 BUILDERS = {

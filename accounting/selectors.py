@@ -15,7 +15,7 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import connections
-from django.db.models import Count, QuerySet, Subquery, Sum
+from django.db.models import Count, Min, QuerySet, Subquery, Sum
 from django.utils import timezone
 
 from accounting.models import DailyUsage, MonthlyUsage, Price, TeamMonthlyUsage, UsageRecord
@@ -311,20 +311,35 @@ def pool_rate(*, pool: NodePool, at: datetime) -> Decimal:
 
 
 def capacity_hours(*, months: list[date], now: datetime) -> dict[int, Decimal]:
-    """GPU-hours each pool could have given over the months, up to now (today's inventory)."""
+    """GPU-hours each pool could have given over the months, up to now, counting each node's
+    GPUs only from when its capacity existed: when the portal first knew the node, or earlier
+    if work already ran in its pool (history imported or seeded before the node was listed).
+    Today's inventory: a node removed since is not counted."""
     zone = billing_zone()
-    devices = dict(
-        GpuDevice.objects.values("node__pool_id")
-        .annotate(n=Count("pk"))
-        .values_list("node__pool_id", "n")
+    first_work = dict(
+        Allocation.objects.filter(started_at__isnull=False)
+        .values("pool_id")
+        .annotate(first=Min("started_at"))
+        .values_list("pool_id", "first")
     )
-    hours = Decimal(0)
-    for month in months:
-        start, end = month_bounds(month, zone)
-        end = min(end, now)
-        if end > start:
-            hours += seconds_between(start, end) / Decimal(3600)
-    return {pool_id: (count * hours).quantize(SIX_PLACES) for pool_id, count in devices.items()}
+    nodes = (
+        GpuDevice.objects.values("node_id", "node__pool_id", "node__created_at")
+        .annotate(n=Count("pk"))
+        .order_by()
+    )
+    windows = [month_bounds(month, zone) for month in months]
+    hours: dict[int, Decimal] = {}
+    for node in nodes:
+        pool_id, since = node["node__pool_id"], node["node__created_at"]
+        if first_work.get(pool_id) is not None:
+            since = min(since, first_work[pool_id])
+        seconds = Decimal(0)
+        for start, end in windows:
+            start, end = max(start, since), min(end, now)
+            if end > start:
+                seconds += seconds_between(start, end)
+        hours[pool_id] = hours.get(pool_id, Decimal(0)) + node["n"] * seconds / Decimal(3600)
+    return {pool_id: value.quantize(SIX_PLACES) for pool_id, value in hours.items()}
 
 
 def idle_capacity(*, query: UsageQuery, now: datetime | None = None) -> list[dict[str, Any]]:

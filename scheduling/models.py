@@ -9,6 +9,7 @@ from django.conf import settings
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import F, Q
+from django.utils import timezone
 
 from scheduling.choices import (
     FlavorKind,
@@ -144,6 +145,8 @@ class Node(models.Model):
         help_text="When the node stopped taking work (lost, NotReady, cordoned).",
     )
     synced_at = models.DateTimeField(null=True, blank=True)
+    # When the portal first knew the node: its capacity is counted (idle cost) from then on.
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
     held_back_reason = models.TextField(
         blank=True,
         help_text="Why the engine places nothing here although the node is up: it does not "

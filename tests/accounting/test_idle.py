@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from accounting.selectors import UsageQuery, chargeback, pool_rate
 from accounting.services import meter_usage
-from scheduling.models import GpuDevice, NodePool
+from scheduling.models import GpuDevice, Node, NodePool
 from tests.accounting.factories import make_allocation, make_request, set_price
 from tests.scheduling.conftest import Fleet
 from tests.support.personas import Org
@@ -46,6 +46,7 @@ def test_property_team_totals_plus_idle_equal_fleet_cost(
 ) -> None:
     settings.BILLING_TIME_ZONE = "UTC"
     with transaction.atomic():
+        Node.objects.update(created_at=START - timedelta(days=30))  # capacity all month
         # fleet cost, computed here from the raw runs: what ran at its price + idle at pool rate
         set_price(fleet.a100, "2.00")
         set_price(fleet.mig_1g, str(Decimal("3.50") * fleet.mig_1g.gpu_equivalent))
@@ -92,3 +93,42 @@ def test_property_team_totals_plus_idle_equal_fleet_cost(
                 pool["idle_gpu_hours"] + pool["allocated_gpu_hours"] == pool["capacity_gpu_hours"]
             )
         transaction.set_rollback(True)
+
+
+def test_idle_capacity_counts_from_when_the_nodes_existed(
+    org: Org, fleet: Fleet, settings: Any
+) -> None:
+    """A node the portal learned of on the 6th adds no idle hours for the 1st to the 5th."""
+    settings.BILLING_TIME_ZONE = "UTC"
+    pool = fleet.a100.pool
+    Node.objects.update(created_at=START - timedelta(days=30))
+    Node.objects.filter(pool=pool).update(created_at=START + timedelta(days=5))
+    report = chargeback(
+        user=org.finance,
+        query=UsageQuery(month_from=MONTH, month_to=MONTH, group_by=("team",)),
+        now=NOW,
+    )
+    assert report.idle is not None
+    row = next(p for p in report.idle if p["pool_id"] == pool.pk)
+    cards = GpuDevice.objects.filter(node__pool=pool).count()
+    assert row["capacity_gpu_hours"] == Decimal(cards * 5 * 24)  # the 6th to the 11th
+
+
+def test_work_that_ran_before_a_node_was_listed_shows_its_capacity_existed(
+    org: Org, fleet: Fleet, settings: Any
+) -> None:
+    settings.BILLING_TIME_ZONE = "UTC"
+    Node.objects.update(created_at=NOW)
+    request = make_request(project=org.project_a, owner=org.dev_a, flavor=fleet.a100)
+    make_allocation(
+        request, started_at=START + timedelta(days=2), ended_at=START + timedelta(days=3)
+    )
+    report = chargeback(
+        user=org.finance,
+        query=UsageQuery(month_from=MONTH, month_to=MONTH, group_by=("team",)),
+        now=NOW,
+    )
+    assert report.idle is not None
+    row = next(p for p in report.idle if p["pool_id"] == fleet.a100.pool_id)
+    cards = GpuDevice.objects.filter(node__pool=fleet.a100.pool).count()
+    assert row["capacity_gpu_hours"] == Decimal(cards * 8 * 24)  # from the 3rd on
