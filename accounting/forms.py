@@ -88,3 +88,45 @@ class BudgetChangeForm(_BootstrapForm):
 
     amount = _amount_field()
     over_budget_policy = _policy_field()
+
+
+class ReportForm(forms.Form):
+    """The report page's choices: a month range, one grouping key, and narrowing ids."""
+
+    month_from = forms.DateField(
+        required=False,
+        input_formats=["%Y-%m"],
+        label="From month",
+        widget=forms.DateInput(attrs={"type": "month", "class": "form-control"}, format="%Y-%m"),
+    )
+    month_to = forms.DateField(
+        required=False,
+        input_formats=["%Y-%m"],
+        label="To month",
+        widget=forms.DateInput(attrs={"type": "month", "class": "form-control"}, format="%Y-%m"),
+    )
+    group_by = forms.ChoiceField(
+        choices=(),
+        required=False,
+        label="Group by",
+        widget=forms.Select(attrs={"class": "form-select"}),
+    )
+    team = forms.IntegerField(required=False, min_value=1, widget=forms.HiddenInput)
+    project = forms.IntegerField(required=False, min_value=1, widget=forms.HiddenInput)
+    pool = forms.IntegerField(required=False, min_value=1, widget=forms.HiddenInput)
+    flavor = forms.IntegerField(required=False, min_value=1, widget=forms.HiddenInput)
+
+    def __init__(self, data: Any, *, group_choices: Any, max_months: int) -> None:
+        super().__init__(data)
+        self.fields["group_by"].choices = group_choices  # type: ignore[attr-defined]
+        self.max_months = max_months
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean() or {}
+        start, end = cleaned.get("month_from"), cleaned.get("month_to")
+        if start and end:
+            if start > end:
+                self.add_error("month_from", "Start at or before the last month.")
+            elif (end.year - start.year) * 12 + end.month - start.month + 1 > self.max_months:
+                self.add_error("month_from", f"Report on at most {self.max_months} months.")
+        return cleaned

@@ -6,20 +6,30 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.views.decorators.http import require_http_methods, require_POST
 
 from accounting import budgets
 from accounting.efficiency import request_efficiency
-from accounting.forms import BudgetChangeForm, BudgetForm, unit_choices
+from accounting.forms import BudgetChangeForm, BudgetForm, ReportForm, unit_choices
 from accounting.inbox import lead_inbox
-from accounting.models import Budget
-from accounting.selectors import current_month, estimated_cost_per_hour, request_cost
+from accounting.models import Budget, Statement
+from accounting.reports import GROUP_CHOICES, MAX_MONTHS, build_report, default_range
+from accounting.selectors import (
+    OWN,
+    UsageQuery,
+    current_month,
+    estimated_cost_per_hour,
+    report_reach,
+    request_cost,
+)
 from scheduling.models import Flavor, GpuRequest
 from scheduling.selectors import quota_standing
 from scheduling.services import preview_submission
@@ -77,6 +87,70 @@ def approvals(request: HttpRequest) -> HttpResponse:
     if not (scope.lead_team_ids or scope.is_platform_admin):
         raise Http404
     return render(request, "scheduling/approvals.html", {"rows": lead_inbox(user=request.user)})
+
+
+# Reports -------------------------------------------------------------------------------------
+
+
+@login_required
+def reports(request: HttpRequest) -> HttpResponse:
+    """Usage and chargeback in the portal: a month range, one grouping, drill-down by link."""
+    scope = scope_of(request.user)
+    if not (scope.team_ids or scope.sees_all_tenants):
+        raise Http404
+    form = ReportForm(request.GET, group_choices=GROUP_CHOICES, max_months=MAX_MONTHS)
+    report, error = None, ""
+    if form.is_valid():
+        data = form.cleaned_data
+        start, end = default_range()
+        query = UsageQuery(
+            month_from=data["month_from"] or data["month_to"] or start,
+            month_to=data["month_to"] or max(end, data["month_from"] or end),
+            team_id=data["team"],
+            project_id=data["project"],
+            pool_id=data["pool"],
+            flavor_id=data["flavor"],
+            group_by=(data["group_by"] or "team",),
+        )
+        try:
+            report = build_report(
+                user=request.user,
+                query=query,
+                group_by=data["group_by"] or "team",
+                page_url=reverse("reports-page"),
+                api_url=reverse("chargeback" if report_reach(scope) != OWN else "usage"),
+            )
+        except DomainError as domain_error:
+            error = domain_error.message
+    status = 200 if report is not None else 400
+    return render(
+        request,
+        "accounting/reports.html",
+        {"form": form, "report": report, "error": error, "currency": settings.PORTAL_CURRENCY},
+        status=status,
+    )
+
+
+@login_required
+def statements_page(request: HttpRequest) -> HttpResponse:
+    """Closed monthly statements: finance and admins see every team's, leads their teams'."""
+    scope = scope_of(request.user)
+    if not (scope.lead_team_ids or scope.sees_all_tenants):
+        raise Http404
+    statements = Statement.objects.visible_to(request.user).select_related("team", "closed_by")
+    return render(request, "accounting/statements.html", {"statements": statements})
+
+
+@login_required
+def statement_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    statement = get_object_or_404(
+        Statement.objects.visible_to(request.user).select_related("team", "closed_by"), pk=pk
+    )
+    return render(
+        request,
+        "accounting/statement_detail.html",
+        {"statement": statement, "lines": statement.lines.all()},
+    )
 
 
 # Budgets -------------------------------------------------------------------------------------

@@ -1,0 +1,151 @@
+"""The report pages' reads: a usage or chargeback report for a month range, grouped by one key,
+with drill-down links that keep the reader in the portal (selectors behind the same API)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import date
+from decimal import Decimal
+from typing import Any
+from urllib.parse import urlencode
+
+from accounting.selectors import (
+    OWN,
+    UsageQuery,
+    chargeback,
+    check_filters,
+    current_month,
+    report_reach,
+    totals,
+    usage_rows,
+)
+from scheduling.models import Flavor, NodePool
+from tenants.models import Project, Team, scope_of
+
+GROUP_CHOICES = (
+    ("team", "Team"),
+    ("project", "Project"),
+    ("user", "User"),
+    ("pool", "Pool"),
+    ("flavor", "Flavor"),
+)
+# Clicking a row narrows the report to it and groups one level down.
+DRILL_DOWN = {"team": "project", "project": "user", "pool": "flavor", "flavor": "project"}
+FILTER_MODELS: dict[str, Any] = {
+    "team": Team,
+    "project": Project,
+    "pool": NodePool,
+    "flavor": Flavor,
+}
+MAX_MONTHS = 36
+
+
+def months_back(month: date, count: int) -> date:
+    for _ in range(count):
+        month = (
+            date(month.year - 1, 12, 1)
+            if month.month == 1
+            else month.replace(month=month.month - 1)
+        )
+    return month
+
+
+def month_span(month_from: date, month_to: date) -> int:
+    return (month_to.year - month_from.year) * 12 + month_to.month - month_from.month + 1
+
+
+@dataclass(frozen=True, slots=True)
+class ReportFilter:
+    key: str
+    label: str
+    name: str
+    remove_url: str
+
+
+@dataclass
+class Report:
+    """A report page: its rows (each with a drill-down link where one exists), totals, the
+    fleet's idle capacity (finance and admins, unfiltered), filters and export links."""
+
+    query: UsageQuery
+    group_by: str
+    rows: list[dict[str, Any]]
+    totals: dict[str, Decimal]
+    idle: list[dict[str, Any]] | None
+    fleet: dict[str, Decimal] | None
+    filters: list[ReportFilter] = field(default_factory=list)
+    export_csv: str = ""
+    export_xlsx: str = ""
+
+
+def _params(query: UsageQuery, group_by: str, **changes: Any) -> dict[str, Any]:
+    params: dict[str, Any] = {
+        "month_from": f"{query.month_from:%Y-%m}",
+        "month_to": f"{query.month_to:%Y-%m}",
+        "group_by": group_by,
+        "team": query.team_id,
+        "project": query.project_id,
+        "pool": query.pool_id,
+        "flavor": query.flavor_id,
+    }
+    params.update(changes)
+    return {key: value for key, value in params.items() if value not in (None, "")}
+
+
+def build_report(
+    *, user: Any, query: UsageQuery, group_by: str, page_url: str, api_url: str
+) -> Report:
+    """Rows, totals and links of one report page; ids out of the reader's reach are a
+    DomainError (400), as in the API."""
+    check_filters(user=user, query=query)
+    if report_reach(scope_of(user)) == OWN:
+        rows = usage_rows(user=user, query=query)
+        idle = fleet = None
+        sums = totals(rows)
+    else:
+        report = chargeback(user=user, query=query)
+        rows, sums, idle, fleet = report.rows, report.totals, report.idle, report.fleet
+    below = DRILL_DOWN.get(group_by)
+    for row in rows:
+        row["drill_url"] = (
+            f"{page_url}?{urlencode(_params(query, below, **{group_by: row[f'{group_by}_id']}))}"
+            if below
+            else ""
+        )
+    filters = []
+    for key, model in FILTER_MODELS.items():
+        chosen = getattr(query, f"{key}_id")
+        if chosen is None:
+            continue
+        found = model.objects.filter(pk=chosen).first()
+        filters.append(
+            ReportFilter(
+                key=key,
+                label=dict(GROUP_CHOICES)[key],
+                name=str(getattr(found, "name", chosen)),
+                remove_url=f"{page_url}?{urlencode(_params(query, group_by, **{key: None}))}",
+            )
+        )
+    api = {
+        "month": f"{query.month_to:%Y-%m}",
+        "months": month_span(query.month_from, query.month_to),
+        "group_by": group_by,
+        **{k: v for k, v in _params(query, group_by).items() if k in FILTER_MODELS},
+    }
+    return Report(
+        query=query,
+        group_by=group_by,
+        rows=rows,
+        totals=sums,
+        idle=idle,
+        fleet=fleet,
+        filters=filters,
+        export_csv=f"{api_url}?{urlencode({**api, 'export': 'csv'})}",
+        export_xlsx=f"{api_url}?{urlencode({**api, 'export': 'xlsx'})}",
+    )
+
+
+def default_range() -> tuple[date, date]:
+    """This billing month back to the first of three months ago: a quarter."""
+    month = current_month()
+    return months_back(month, 2), month
