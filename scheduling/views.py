@@ -416,17 +416,18 @@ def audit_log(request: HttpRequest) -> HttpResponse:
     }
     events = filter_audit_events(events, **filters)
     page = Paginator(events, 50).get_page(request.GET.get("page"))
-    target_types = (
-        AuditEvent.objects.visible_to(request.user)
-        .order_by("target_type")
-        .values_list("target_type", flat=True)
-        .distinct()
-    )
+    visible = AuditEvent.objects.visible_to(request.user).order_by()
+    choices = {
+        "target_types": sorted(set(visible.values_list("target_type", flat=True).distinct())),
+        "actors": sorted(
+            set(visible.values_list("actor__username", flat=True).distinct()) - {None}
+        ),
+    }
     query = urlencode({name: value for name, value in filters.items() if value})
     return render(
         request,
         "scheduling/audit.html",
-        {"page": page, "filters": filters, "target_types": target_types, "query": query},
+        {"page": page, "filters": filters, "query": query, **choices},
     )
 
 

@@ -14,7 +14,7 @@ from knox.models import AuthToken
 from accounting.models import Budget
 from portal.manage import SECTIONS
 from scheduling.models import Flavor, GpuRequest, Tier
-from tenants.models import Project
+from tenants.models import Notification, Project
 from tests.support.routes import Route, all_routes
 
 # Operator endpoints, not tenant-facing: /metrics is loopback/bearer only and labels by team on
@@ -33,12 +33,14 @@ ROUTE_MODELS: dict[str, type[models.Model]] = {
     "gpu-request-govern-page": GpuRequest,
     "approval-decide": GpuRequest,
     "project-quota-set": Project,
+    "project-data-page": Project,
     "api-token-revoke": AuthToken,
     "budget-edit": Budget,
     "budget-delete": Budget,
     "workload-auth": GpuRequest,
     "simulated-workload": GpuRequest,
     "gpu-request-inspect-page": GpuRequest,
+    "notification-read-page": Notification,
 }
 # The external auth check of workload Ingresses answers 403 to anyone who may not open the
 # workload, existing or not (ingress-nginx turns a 404 into a 500 for the browser); the 403

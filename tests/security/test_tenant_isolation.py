@@ -123,12 +123,21 @@ def _b_template(world: World) -> None:
     )
 
 
+def _b_notification(world: World) -> None:
+    from tenants.models import Notification
+
+    Notification.objects.create(
+        recipient=world.org.lead_b, kind="approval", event_type="x", subject="Canary Team"
+    )
+
+
 # Team B's object for a model the world fixture does not create by itself: a new tenant-owned
 # model whose route the walk reports as "shared" gets its factory here.
 B_FACTORIES = {
     "accounting.Budget": _b_budget,
     "accounting.Statement": _b_statement,
     "scheduling.RequestTemplate": _b_template,
+    "tenants.Notification": _b_notification,
 }
 # The catalogue every member sees (`CatalogQuerySet`): no object of it belongs to team B.
 SHARED_CATALOG = {
