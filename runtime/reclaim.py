@@ -21,7 +21,7 @@ from runtime.cluster.base import ClusterBackend, WorkloadStatus
 from runtime.execution import cluster_backend
 from runtime.inventory import stamp_unschedulable_nodes
 from runtime.outcomes import reclaim_request, reclaim_timed_out, requeue_or_fail
-from scheduling.choices import RESUMABLE_KINDS, RequestStatus, WorkloadKind
+from scheduling.choices import FINISHED_STATUSES, RESUMABLE_KINDS, RequestStatus, WorkloadKind
 from scheduling.lifecycle import record_request_event
 from scheduling.models import (
     Allocation,
@@ -265,20 +265,29 @@ def _zombie_pass(
         )
         if key in live or _awaits_resume(workload, now):
             continue
-        backend.terminate(
-            workload.namespace, workload.request_id, workload.attempt, reason="zombie"
-        )
         request = GpuRequest.objects.filter(pk=key[0]).first() if key else None
+        # The leftover of work that ended (its request finished, or this was an earlier
+        # attempt) is cleanup, not a zombie: it is neither counted nor charted as a reclaim.
+        finished = request is not None and (
+            request.status in FINISHED_STATUSES or workload.attempt < request.attempt
+        )
+        backend.terminate(
+            workload.namespace,
+            workload.request_id,
+            workload.attempt,
+            reason="finished" if finished else "zombie",
+        )
         record_audit_event(
             actor=None,
-            action="reclaim.zombie",
+            action="workload.cleaned_up" if finished else "reclaim.zombie",
             target=request or workload,
             team=request.team if request else None,
             project=request.project if request else None,
-            message=f"Deleted {workload.namespace}/{workload.name}: no live request owns it.",
+            message=f"Deleted {workload.namespace}/{workload.name}: "
+            + ("its work has ended." if finished else "no live request owns it."),
             data={"namespace": workload.namespace, "name": workload.name},
         )
-        outcome["zombies_removed"] += 1
+        outcome["finished_workloads_removed" if finished else "zombies_removed"] += 1
 
 
 def enforce_reclaim_policies(

@@ -148,6 +148,19 @@ def test_zombie_workloads_are_removed_and_live_ones_kept(running: Runner) -> Non
     assert AuditEvent.objects.filter(action="reclaim.zombie").exists()
 
 
+def test_the_leftover_of_a_finished_request_is_cleanup_not_a_zombie(running: Runner) -> None:
+    request = running(minutes_ago=1)
+    GpuRequest.objects.filter(pk=request.pk).update(
+        status=RequestStatus.SUCCEEDED, updated_at=timezone.now() - timedelta(hours=1)
+    )
+    assert enforce() == {"finished_workloads_removed": 1}
+    assert not SimulatedWorkload.objects.exists()
+    assert not AuditEvent.objects.filter(action="reclaim.zombie").exists()
+    assert AuditEvent.objects.filter(
+        action="workload.cleaned_up", target_id=str(request.pk)
+    ).exists()
+
+
 def test_running_request_whose_workload_vanished_fails(running: Runner) -> None:
     from runtime.execution import sync_workloads
 

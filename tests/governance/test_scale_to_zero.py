@@ -96,12 +96,16 @@ def test_suspended_workload_is_kept_within_the_retention_then_deleted(
     assert "zombies_removed" not in enforce_reclaim_policies(now=later, backend=BACKEND)
     assert SimulatedWorkload.objects.filter(request_key=str(request.pk)).exists()
     expired = timezone.now() + timedelta(minutes=61)
-    assert enforce_reclaim_policies(now=expired, backend=BACKEND)["zombies_removed"] == 1
+    outcome = enforce_reclaim_policies(now=expired, backend=BACKEND)
+    # The reclaimed notebook's leftover is cleaned up: its work ended, it is no zombie.
+    assert outcome["finished_workloads_removed"] == 1 and "zombies_removed" not in outcome
     assert not SimulatedWorkload.objects.filter(request_key=str(request.pk)).exists()
-    assert AuditEvent.objects.filter(action="reclaim.zombie", target_id=str(request.pk)).exists()
+    cleaned = AuditEvent.objects.filter(target_id=str(request.pk), action="workload.cleaned_up")
+    assert cleaned.exists()
+    assert not AuditEvent.objects.filter(action="reclaim.zombie").exists()
 
 
-def test_suspended_workload_of_a_request_that_can_no_longer_resume_is_a_zombie(
+def test_suspended_workload_of_a_request_that_can_no_longer_resume_is_cleaned_up(
     running: Runner, django_capture_on_commit_callbacks: Any
 ) -> None:
     request = running(minutes_ago=10, kind="notebook")
@@ -109,5 +113,5 @@ def test_suspended_workload_of_a_request_that_can_no_longer_resume_is_a_zombie(
     GpuRequest.objects.filter(pk=request.pk).update(
         status=RequestStatus.FAILED, updated_at=timezone.now() - timedelta(hours=1)
     )
-    assert enforce_reclaim_policies(backend=BACKEND)["zombies_removed"] == 1
+    assert enforce_reclaim_policies(backend=BACKEND) == {"finished_workloads_removed": 1}
     assert not SimulatedWorkload.objects.filter(request_key=str(request.pk)).exists()
