@@ -10,8 +10,9 @@ same day seeds the same history:
 2. Insert the requests and their allocations in bulk (`bulk_create`, then the timestamps that
    `auto_now_add` set to the present are moved back with `bulk_update`), and their audit
    events with the moments they happened (`insert_audit_events`: the trail takes no UPDATE).
-3. Add the usage of every run through the accounting's own bulk ingest (`ingest_usage`), and
-   mark each allocation fully metered, so the live meter never counts it again.
+3. Add the usage of every run through the accounting's own bulk ingest (`ingest_usage`, rows
+   from `portal.demo_ledger`), and mark each allocation fully metered, so the live meter never
+   counts it again.
 4. Keep utilisation samples for the runs of the last `SAMPLE_RETENTION_SECONDS` (what the
    efficiency charts read), set budgets with the alerts they fired, and close every month that
    is over, as finance would have.
@@ -26,43 +27,22 @@ import random
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.db import connection, transaction
-from django.db.models import Field, Sum
+from django.db import transaction
 from django.utils import timezone
 
-from accounting.choices import ALERT_THRESHOLDS_PERCENT, BudgetUnit, OverBudgetPolicy
-from accounting.models import (
-    AllocationMeter,
-    Budget,
-    BudgetAlert,
-    DailyUsage,
-    MonthlyUsage,
-    Price,
-    Statement,
-    StatementLine,
-    TeamMonthlyUsage,
-)
-from accounting.periods import (
-    billing_zone,
-    local_midnight,
-    month_bounds,
-    month_of,
-    next_month,
-    split_by_day,
-)
+from accounting.models import AllocationMeter
 from accounting.services import ingest_usage
+from portal.demo_ledger import close_months, insert_audit_events, usage_rows, write_budgets
 from scheduling.choices import FlavorKind, Priority, RequestStatus, WorkloadKind
 from scheduling.models import Allocation, Flavor, GpuRequest, Node, UtilisationSample
 from tenants.models import AuditEvent, Project, Team
 
 HISTORY_MARKER = "demo.history_seeded"
 SEED = 20260101
-SIX_PLACES = Decimal("0.000001")
 HOUR = 3600
 
 IMAGES = {
@@ -182,7 +162,7 @@ def seed_demo_history(*, days: int, now: datetime | None = None) -> int:
     allocations = _write_allocations(drawn, nodes, draw)
     _write_events(drawn)
     # 3. Usage, through the ledger's bulk ingest; the meter leaves these allocations alone.
-    ingest_usage(_usage_rows(allocations))
+    ingest_usage(usage_rows(allocations))
     AllocationMeter.objects.bulk_create(
         [
             AllocationMeter(allocation=a, metered_until=a.ended_at, is_final=True)
@@ -193,8 +173,8 @@ def seed_demo_history(*, days: int, now: datetime | None = None) -> int:
     )
     # 4. Samples, budgets with their alerts, closed statements.
     _write_samples(allocations, drawn, now, draw)
-    _write_budgets(teams, users, projects, start, now)
-    _close_months(teams, users["fiona"], start, now)
+    write_budgets(teams, users, projects, start, now)
+    close_months(teams, users["fiona"], start, now)
     AuditEvent.objects.create(
         action=HISTORY_MARKER,
         target_type="Demo",
@@ -513,93 +493,6 @@ def _write_events(drawn: list[Drawn]) -> None:
     insert_audit_events(events)
 
 
-AUDIT_COLUMNS = (
-    "occurred_at",
-    "actor",
-    "action",
-    "target_type",
-    "target_id",
-    "team",
-    "project",
-    "message",
-    "data",
-)
-
-
-def insert_audit_events(events: list[tuple[datetime, AuditEvent]]) -> None:
-    """Append past audit events, each with the moment it happened.
-
-    Raw SQL: the model stamps `occurred_at` with the present on every INSERT (`auto_now_add`,
-    also in `bulk_create`) and the trail refuses any UPDATE (a PostgreSQL trigger), so the
-    history goes in through one parameterised INSERT, its values prepared by the model's fields.
-    """
-    fields: list[Field[Any, Any]] = [
-        field
-        for name in AUDIT_COLUMNS
-        if isinstance(field := AuditEvent._meta.get_field(name), Field)
-    ]
-    columns = ", ".join(connection.ops.quote_name(str(f.column)) for f in fields)
-    placeholders = ", ".join(["%s"] * len(fields))
-    rows = []
-    for at, event in sorted(events, key=lambda pair: pair[0]):
-        event.occurred_at = at
-        rows.append([f.get_db_prep_save(getattr(event, f.attname), connection) for f in fields])
-    table = connection.ops.quote_name(AuditEvent._meta.db_table)
-    with connection.cursor() as cursor:
-        cursor.executemany(f"INSERT INTO {table} ({columns}) VALUES ({placeholders})", rows)
-
-
-def _usage_rows(allocations: list[Allocation]) -> list[tuple[Any, ...]]:
-    """The pieces of usage of every run (one per billing day), priced as the meter prices."""
-    zone = billing_zone()
-    prices: dict[int, list[Price]] = defaultdict(list)
-    for price in Price.objects.order_by("effective_from"):
-        prices[price.flavor_id].append(price)
-    rows = []
-    for allocation in allocations:
-        request = allocation.request
-        if allocation.started_at is None or allocation.ended_at is None:
-            continue
-        flavor_prices = prices[request.flavor_id]
-        cuts = [p.effective_from for p in flavor_prices]
-        for piece in split_by_day(
-            allocation.started_at, allocation.ended_at, zone, extra_cuts=cuts
-        ):
-            seconds = Decimal((piece.end - piece.start).total_seconds())
-            hours = seconds / HOUR
-            price = None
-            for candidate in flavor_prices:
-                if candidate.effective_from <= piece.start:
-                    price = candidate
-            cost = Decimal(0)
-            if price is not None:
-                rate = price.price_per_hour * request.gpu_count
-                if allocation.is_preemptible:
-                    rate *= price.preemptible_multiplier
-                rate *= price.multiplier_for(request.priority)
-                cost = (rate * hours).quantize(SIX_PLACES)
-            rows.append(
-                (
-                    allocation.pk,
-                    piece.month.isoformat(),
-                    piece.day.isoformat(),
-                    request.team_id,
-                    request.project_id,
-                    request.flavor_id,
-                    allocation.pool_id,
-                    request.owner_id,
-                    request.gpu_count,
-                    allocation.is_preemptible,
-                    piece.start.isoformat(),
-                    piece.end.isoformat(),
-                    seconds.quantize(SIX_PLACES),
-                    (request.gpu_equivalent * hours).quantize(SIX_PLACES),
-                    cost,
-                )
-            )
-    return rows
-
-
 def _write_samples(
     allocations: list[Allocation], drawn: list[Drawn], now: datetime, draw: random.Random
 ) -> None:
@@ -635,171 +528,3 @@ def _write_samples(
             )
             moment += timedelta(minutes=20)
     UtilisationSample.objects.bulk_create(samples, batch_size=1000)
-
-
-def _write_budgets(
-    teams: dict[str, Team],
-    users: dict[str, Any],
-    projects: dict[str, list[Project]],
-    start: datetime,
-    now: datetime,
-) -> None:
-    """A team money budget that past months often crossed, and a project GPU-hour budget that
-    this month's work is close to: both with the alerts they fired, month by month."""
-    zone = billing_zone()
-    this_month = month_of(now, zone)
-    vision, speech = teams["vision"], teams["speech"]
-    full_months = [
-        row["total"]
-        for row in TeamMonthlyUsage.objects.filter(team=vision, period__lt=this_month)
-        .values("period")
-        .annotate(total=Sum("cost"))
-        if row["period"] >= month_of(start, zone)
-    ]
-    typical = max(full_months, default=Decimal(1000))
-    money = Budget(
-        team=vision,
-        unit=BudgetUnit.MONEY,
-        amount=max(Decimal(100), (typical * Decimal("0.009")).quantize(Decimal(1)) * 100),
-        over_budget_policy=OverBudgetPolicy.NOTIFY,
-    )
-    asr = projects["speech"][0]
-    month_to_date = DailyUsage.objects.filter(project=asr, day__gte=this_month).aggregate(
-        total=Sum("gpu_hours")
-    )["total"] or Decimal(0)
-    hours = Budget(
-        team=speech,
-        project=asr,
-        unit=BudgetUnit.GPU_HOURS,
-        amount=max(Decimal(5), (month_to_date / Decimal("0.85")).quantize(Decimal(1))),
-        over_budget_policy=OverBudgetPolicy.NOTIFY,
-    )
-    created = [(money, users["bob"]), (hours, users["dan"])]
-    Budget.objects.bulk_create([budget for budget, _ in created])
-    Budget.objects.filter(pk__in=[b.pk for b, _ in created]).update(created_at=start)
-    events: list[tuple[datetime, AuditEvent]] = []
-    for budget, lead in created:
-        events.append(
-            (
-                start,
-                AuditEvent(
-                    actor=lead,
-                    action="budget.created",
-                    target_type="Budget",
-                    target_id=str(budget.pk),
-                    team=budget.team,
-                    project=budget.project,
-                    data={
-                        "unit": budget.unit,
-                        "amount": str(budget.amount),
-                        "policy": budget.over_budget_policy,
-                    },
-                ),
-            )
-        )
-        events += _alerts_of(budget, start=start, now=now)
-    insert_audit_events(events)
-
-
-def _alerts_of(budget: Budget, *, start: datetime, now: datetime) -> list[tuple[datetime, Any]]:
-    """The 80 % and 100 % alerts the budget fired each month, on the day it crossed them."""
-    zone = billing_zone()
-    rows = DailyUsage.objects.filter(team=budget.team, day__gte=start.astimezone(zone).date())
-    if budget.project_id:
-        rows = rows.filter(project_id=budget.project_id)
-    column = "gpu_hours" if budget.unit == BudgetUnit.GPU_HOURS else "cost"
-    spent: dict[Any, Decimal] = defaultdict(Decimal)
-    events = []
-    owner = budget.project or budget.team
-    unit = "GPU-hours" if budget.unit == BudgetUnit.GPU_HOURS else budget.get_unit_display()
-    per_day = rows.values("day").annotate(total=Sum(column)).order_by("day")
-    for row in per_day:
-        month = row["day"].replace(day=1)
-        before = spent[month]
-        spent[month] += row["total"]
-        for threshold in ALERT_THRESHOLDS_PERCENT:
-            line = budget.amount * threshold / 100
-            if not before < line <= spent[month]:
-                continue
-            fired = min(local_midnight(row["day"], zone) + timedelta(hours=18), now)
-            alert = BudgetAlert.objects.create(
-                budget=budget, period=month, threshold_percent=threshold, spent=spent[month]
-            )
-            BudgetAlert.objects.filter(pk=alert.pk).update(fired_at=fired)
-            message = (
-                f"The {month:%Y-%m} budget of {owner} is at {threshold} %: "
-                f"{spent[month].quantize(Decimal('0.01'))} of {budget.amount} {unit}."
-            )
-            event = AuditEvent(
-                action=f"budget.alert_{threshold}",
-                target_type="Budget",
-                target_id=str(budget.pk),
-                team=budget.team,
-                project=budget.project,
-                message=message,
-                data={
-                    "period": f"{month:%Y-%m}",
-                    "spent": str(spent[month]),
-                    "amount": str(budget.amount),
-                },
-            )
-            events.append((fired, event))
-    return events
-
-
-def _close_months(teams: dict[str, Team], closer: Any, start: datetime, now: datetime) -> None:
-    """Finance closed every month that is over on the second day of the next one.
-
-    The same statement `close_statement` writes (the month's rollup per project × flavor ×
-    pool, names copied), dated when it was closed: the service stamps the present, and the
-    audit trail takes no backdating UPDATE.
-    """
-    zone = billing_zone()
-    this_month = month_of(now, zone)
-    month = month_of(start, zone)
-    events: list[tuple[datetime, AuditEvent]] = []
-    while month < this_month:
-        closed_at = month_bounds(next_month(month), zone)[0] + timedelta(days=1, hours=9)
-        closed_at = min(closed_at, now)
-        for team in teams.values():
-            sums = (
-                MonthlyUsage.objects.filter(team=team, period=month)
-                .values("project_id", "project__name", "flavor__name", "pool__name")
-                .annotate(gpu_hours=Sum("gpu_hours"), cost=Sum("cost"))
-                .order_by("project__name", "flavor__name", "pool__name")
-            )
-            lines = [
-                StatementLine(
-                    project_id_copy=row["project_id"],
-                    project_name=row["project__name"],
-                    flavor_name=row["flavor__name"],
-                    pool_name=row["pool__name"],
-                    gpu_hours=row["gpu_hours"],
-                    cost=row["cost"],
-                )
-                for row in sums
-            ]
-            statement = Statement.objects.create(
-                team=team,
-                period=month,
-                currency=settings.PORTAL_CURRENCY,
-                gpu_hours=sum((line.gpu_hours for line in lines), Decimal(0)),
-                cost=sum((line.cost for line in lines), Decimal(0)),
-                closed_by=closer,
-            )
-            Statement.objects.filter(pk=statement.pk).update(closed_at=closed_at)
-            for line in lines:
-                line.statement = statement
-            StatementLine.objects.bulk_create(lines)
-            event = AuditEvent(
-                actor=closer,
-                action="statement.closed",
-                target_type="Statement",
-                target_id=str(statement.pk),
-                team=team,
-                message=f"{team} {month:%Y-%m}: {statement.cost} {statement.currency}",
-                data={"period": f"{month:%Y-%m}", "lines": len(lines), "cost": str(statement.cost)},
-            )
-            events.append((closed_at, event))
-        month = next_month(month)
-    insert_audit_events(events)

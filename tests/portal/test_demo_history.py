@@ -150,3 +150,19 @@ def test_admin_sees_reclaims_this_month_and_the_audit_log_tells_the_story(histor
     rejected = root.get(reverse("audit-event-list"), {"action": "request.rejected"}).json()
     assert rejected["results"]
     assert all(row["actor"] for row in rejected["results"])
+
+
+PAGES = {
+    "alice": ["home", "gpu-requests-page"],
+    "bob": ["home", "gpu-requests-page", "approvals-page", "quotas-page", "audit-page"],
+    "fiona": ["home", "budgets-page"],
+    "root": ["home", "gpu-requests-page", "fleet-page", "audit-page"],
+}
+
+
+def test_every_role_s_pages_render_over_the_history(history: None) -> None:
+    for username, names in PAGES.items():
+        client = Client()
+        client.force_login(user(username))
+        for name in names:
+            assert client.get(reverse(name)).status_code == 200, (username, name)
