@@ -6,6 +6,7 @@ Registered as a template builtin (portal/settings.py), so no page needs to `{% l
     {{ request.gpu_count|gpus }}      1 GPU, 2 GPUs
     {{ seconds|duration }}            90 s, 45 min, 2 h, 3 d
     {{ "team_lead"|label }}           Team lead
+    {{ pool.sharing_mode|sharing_mode }}  MIG profiles
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
+from scheduling.choices import SharingMode
 from scheduling.engine.reserve import format_duration
 
 register = template.Library()
@@ -112,3 +114,12 @@ def object_url(event: Any) -> str:
         return reverse(name, kwargs={"pk": int(event.target_id)})
     except (TypeError, ValueError, NoReverseMatch):
         return ""
+
+
+@register.filter
+def sharing_mode(code: str) -> str:
+    """A pool's sharing mode in words: "mig" → "MIG profiles"."""
+    try:
+        return str(SharingMode(code).label)
+    except ValueError:
+        return label(code)
