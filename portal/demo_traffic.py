@@ -68,7 +68,7 @@ class Habit:
     keep: int = 1
     priority: str = Priority.NORMAL
     activity: str = ""  # "quiet" (walks away), "busy", or "" (as the simulation drew it)
-    after: str = ""  # starts only while this many-habit's requests all run (see `_ready`)
+    after: str = ""  # starts only once every request of the habit named here runs
 
 
 HABITS: tuple[Habit, ...] = (
