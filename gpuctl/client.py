@@ -6,6 +6,7 @@ Every refusal of the API has the shape `{"error": {"code", "message", "fields"}}
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Iterator
 from typing import Any
 
@@ -126,9 +127,11 @@ class PortalClient:
                 yield line if isinstance(line, str) else line.decode()
 
     def login(self, username: str, password: str) -> dict[str, Any]:
-        """A new personal token for `username` (POST auth/token/)."""
+        """A new personal token for `username` (POST auth/token/), named after this machine:
+        logging in again from it replaces its previous token instead of adding one."""
         self.session.headers.pop("Authorization", None)
+        name = f"gpuctl on {socket.gethostname()}"[:64]
         answer: dict[str, Any] = self.post(
-            "auth/token/", {"username": username, "password": password}
+            "auth/token/", {"username": username, "password": password, "name": name}
         )
         return answer

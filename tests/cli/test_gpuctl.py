@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import socket
 import stat
 import time
 from collections.abc import Callable
@@ -18,6 +19,7 @@ import pytest
 import requests
 import yaml
 from click.testing import CliRunner
+from knox.models import AuthToken
 
 from gpuctl.cli import cli
 from scheduling import services
@@ -91,6 +93,14 @@ def test_login_keeps_a_token_readable_by_the_owner_only(gpuctl: Gpuctl, org: Org
     refused = gpuctl("login", "--url", gpuctl.url, input="dev_a\nwrong\n")
     assert refused.returncode == 1
     assert "Unable to log in" in refused.stderr or "credentials" in refused.stderr.lower()
+
+
+def test_logging_in_again_from_one_machine_keeps_one_token(gpuctl: Gpuctl, org: Org) -> None:
+    for _ in range(2):
+        done = gpuctl("login", "--url", gpuctl.url, input="dev_a\npw-dev_a\n")
+        assert done.returncode == 0, done.stderr
+    names = list(AuthToken.objects.filter(user=org.dev_a).values_list("label__name", flat=True))
+    assert names == [f"gpuctl on {socket.gethostname()}"[:64]]
 
 
 def test_a_developer_drives_a_notebook_through_gpuctl(
