@@ -23,9 +23,17 @@ from scheduling.choices import (
     RequestStatus,
     WorkloadKind,
 )
+from scheduling.fleet import node_detail, pool_detail
 from scheduling.fleet_nodes import nodes_needing_attention
 from scheduling.forms import DecisionForm, GpuRequestForm, ProjectQuotaForm, initial_from_body
-from scheduling.models import Flavor, GpuRequest, RequestTemplate, UtilisationSample
+from scheduling.models import (
+    Flavor,
+    GpuRequest,
+    Node,
+    NodePool,
+    RequestTemplate,
+    UtilisationSample,
+)
 from scheduling.selectors import (
     flavors_for_project,
     fleet_overview,
@@ -440,4 +448,32 @@ def fleet(request: HttpRequest) -> HttpResponse:
         request,
         "scheduling/fleet.html",
         {"pools": fleet_overview(), "node_notes": nodes_needing_attention()},
+    )
+
+
+@login_required
+def fleet_pool(request: HttpRequest, slug: str) -> HttpResponse:
+    """Platform admins: a pool's nodes, and its allocation and activity over 48 hours."""
+    if not scope_of(request.user).is_platform_admin:
+        raise Http404
+    pool = get_object_or_404(NodePool, slug=slug)
+    detail = pool_detail(pool=pool)
+    return render(
+        request,
+        "scheduling/fleet_pool.html",
+        {"detail": detail, "chart": detail.series.as_chart(pool.name)},
+    )
+
+
+@login_required
+def fleet_node(request: HttpRequest, pk: int) -> HttpResponse:
+    """Platform admins: a node's GPUs, who holds each, and the node over 48 hours."""
+    if not scope_of(request.user).is_platform_admin:
+        raise Http404
+    node = get_object_or_404(Node.objects.select_related("pool"), pk=pk)
+    detail = node_detail(node=node)
+    return render(
+        request,
+        "scheduling/fleet_node.html",
+        {"detail": detail, "chart": detail.series.as_chart(node.name)},
     )

@@ -1,0 +1,234 @@
+"""Reads for the fleet drill-down: a pool's nodes, a node's GPUs, and their activity over time.
+
+A GPU's share of an allocation is its claim: a whole card is 1, a vGPU share its memory part of
+the card, a MIG slice its slices of seven. Activity is sampled per allocation; a node's or a
+GPU's activity in an hour is the mean of the samples of the allocations it held then.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db.models import Avg, Q
+from django.db.models.functions import TruncHour
+from django.utils import timezone
+
+from scheduling.models import (
+    MIG_SLICES_PER_GPU,
+    Allocation,
+    GpuDevice,
+    Node,
+    NodePool,
+    UtilisationSample,
+)
+
+WINDOW = timedelta(hours=48)
+
+
+def claim_share(claim: dict[str, Any], memory_mib: int) -> float:
+    """How much of one GPU a claim holds, in GPU-equivalents."""
+    if claim.get("mig_profile"):
+        return int(str(claim["mig_profile"]).split("g.", 1)[0]) / MIG_SLICES_PER_GPU
+    if claim.get("whole", True) or not memory_mib:
+        return 1.0
+    return min(1.0, claim.get("memory_mib", 0) / memory_mib)
+
+
+@dataclass(frozen=True, slots=True)
+class Series:
+    """Hourly points over the window: GPU-equivalents allocated and mean activity (%)."""
+
+    labels: list[str]
+    allocated: list[float]
+    activity: list[float | None]
+
+    def as_chart(self, title: str) -> dict[str, Any]:
+        return {
+            "type": "line",
+            "labels": self.labels,
+            "datasets": [
+                {"label": f"{title}: allocated GPU-equivalents", "data": self.allocated},
+                {"label": f"{title}: GPU activity %", "data": self.activity},
+            ],
+        }
+
+
+def _hours(now: datetime) -> list[datetime]:
+    first = (now - WINDOW).replace(minute=0, second=0, microsecond=0)
+    return [first + timedelta(hours=i) for i in range(int(WINDOW.total_seconds() // 3600) + 1)]
+
+
+def _series(allocations: list[Allocation], share: dict[int, float], now: datetime) -> Series:
+    """1. Allocated per hour: the share of each allocation running during that hour.
+    2. Activity per hour: mean of the samples of those allocations, from one grouped query."""
+    hours = _hours(now)
+    allocated = []
+    for hour in hours:
+        end = hour + timedelta(hours=1)
+        allocated.append(
+            round(
+                sum(
+                    share[a.pk]
+                    for a in allocations
+                    if a.started_at
+                    and a.started_at < end
+                    and (a.ended_at is None or a.ended_at > hour)
+                ),
+                3,
+            )
+        )
+    means = dict(
+        UtilisationSample.objects.filter(
+            allocation__in=[a.pk for a in allocations], sampled_at__gte=hours[0]
+        )
+        .annotate(hour=TruncHour("sampled_at"))
+        .values("hour")
+        .annotate(mean=Avg("activity_percent"))
+        .values_list("hour", "mean")
+    )
+    activity = [round(means[hour], 1) if hour in means else None for hour in hours]
+    return Series([f"{hour:%d %H:00}" for hour in hours], allocated, activity)
+
+
+def _allocations_on(node_names: list[str], now: datetime) -> list[Allocation]:
+    """Allocations that held a GPU of these nodes at any time in the window."""
+    if not node_names:
+        return []
+    on_node = Q()
+    for name in node_names:
+        on_node |= Q(node_name__contains=name)
+    return list(
+        Allocation.objects.filter(on_node, started_at__isnull=False)
+        .filter(Q(ended_at__isnull=True) | Q(ended_at__gt=now - WINDOW))
+        .select_related("request__project__team", "request__flavor")
+        .order_by("pk")
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class NodeRow:
+    node: Node
+    gpus: int
+    allocated: float
+    activity_percent: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class PoolDetail:
+    pool: NodePool
+    nodes: list[NodeRow]
+    series: Series
+
+
+def _latest_activity(allocation_ids: list[int], now: datetime) -> dict[int, float]:
+    latest: dict[int, float] = {}
+    for allocation_id, activity in (
+        UtilisationSample.objects.filter(
+            allocation__in=allocation_ids, sampled_at__gt=now - timedelta(minutes=10)
+        )
+        .order_by("allocation_id", "sampled_at")
+        .values_list("allocation_id", "activity_percent")
+    ):
+        latest[allocation_id] = activity
+    return latest
+
+
+def pool_detail(*, pool: NodePool, now: datetime | None = None) -> PoolDetail:
+    """The pool's nodes with what they hold now and how busy, and the pool over 48 hours."""
+    now = now or timezone.now()
+    nodes = list(Node.objects.filter(pool=pool).order_by("name"))
+    memory = {
+        (d.node.name, d.index): d.memory_mib
+        for d in GpuDevice.objects.filter(node__pool=pool).select_related("node")
+    }
+    gpus: dict[str, int] = defaultdict(int)
+    for node_name, _ in memory:
+        gpus[node_name] += 1
+    allocations = [a for a in _allocations_on([n.name for n in nodes], now) if a.pool_id == pool.pk]
+    share_by_node: dict[int, dict[str, float]] = {}
+    for allocation in allocations:
+        per_node: dict[str, float] = defaultdict(float)
+        for claim in allocation.claims:
+            per_node[claim["node"]] += claim_share(
+                claim, memory.get((claim["node"], claim["device_index"]), 0)
+            )
+        share_by_node[allocation.pk] = per_node
+    live = [a for a in allocations if a.ended_at is None]
+    latest = _latest_activity([a.pk for a in live], now)
+    rows = []
+    for node in nodes:
+        holding = [a for a in live if share_by_node[a.pk].get(node.name)]
+        busy = [latest[a.pk] for a in holding if a.pk in latest]
+        rows.append(
+            NodeRow(
+                node=node,
+                gpus=gpus.get(node.name, 0),
+                allocated=round(sum(share_by_node[a.pk][node.name] for a in holding), 3),
+                activity_percent=round(sum(busy) / len(busy), 1) if busy else None,
+            )
+        )
+    share = {a.pk: sum(share_by_node[a.pk].values()) for a in allocations}
+    return PoolDetail(pool=pool, nodes=rows, series=_series(allocations, share, now))
+
+
+@dataclass(frozen=True, slots=True)
+class GpuRow:
+    device: GpuDevice
+    holders: list[tuple[Allocation, float]]  # live allocations on it and their share
+    activity_percent: float | None  # latest sample of its holders
+    window_activity_percent: float | None  # mean over the window
+
+
+@dataclass(frozen=True, slots=True)
+class NodeDetail:
+    node: Node
+    gpus: list[GpuRow]
+    series: Series
+
+
+def node_detail(*, node: Node, now: datetime | None = None) -> NodeDetail:
+    """The node's GPUs with who holds each now and how busy, and the node over 48 hours."""
+    now = now or timezone.now()
+    devices = list(GpuDevice.objects.filter(node=node).order_by("index"))
+    memory = {d.index: d.memory_mib for d in devices}
+    allocations = [
+        a
+        for a in _allocations_on([node.name], now)
+        if any(c["node"] == node.name for c in a.claims)
+    ]
+    on_device: dict[int, list[tuple[Allocation, float]]] = defaultdict(list)
+    share: dict[int, float] = {}
+    for allocation in allocations:
+        mine = [c for c in allocation.claims if c["node"] == node.name]
+        share[allocation.pk] = sum(claim_share(c, memory.get(c["device_index"], 0)) for c in mine)
+        for claim in mine:
+            on_device[claim["device_index"]].append(
+                (allocation, claim_share(claim, memory.get(claim["device_index"], 0)))
+            )
+    latest = _latest_activity([a.pk for a in allocations if a.ended_at is None], now)
+    window_means = dict(
+        UtilisationSample.objects.filter(
+            allocation__in=[a.pk for a in allocations], sampled_at__gte=now - WINDOW
+        )
+        .values("allocation_id")
+        .annotate(mean=Avg("activity_percent"))
+        .values_list("allocation_id", "mean")
+    )
+    rows = []
+    for device in devices:
+        everyone = on_device.get(device.index, [])
+        holders = [(a, s) for a, s in everyone if a.ended_at is None]
+        busy = [latest[a.pk] for a, _ in holders if a.pk in latest]
+        seen = [window_means[a.pk] for a, _ in everyone if a.pk in window_means]
+        rows.append(
+            GpuRow(
+                device=device,
+                holders=holders,
+                activity_percent=round(sum(busy) / len(busy), 1) if busy else None,
+                window_activity_percent=round(sum(seen) / len(seen), 1) if seen else None,
+            )
+        )
+    return NodeDetail(node=node, gpus=rows, series=_series(allocations, share, now))

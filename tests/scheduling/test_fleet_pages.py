@@ -1,0 +1,62 @@
+"""The platform admin's fleet drill-down: pools, then nodes, then GPUs, with activity over time."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from django.test import Client
+from django.urls import reverse
+from django.utils import timezone
+
+from scheduling.models import Allocation, Node, UtilisationSample
+from tests.scheduling.conftest import Fleet
+from tests.support.factories import GpuRequestFactory
+from tests.support.personas import Org
+
+pytestmark = pytest.mark.django_db
+
+
+def login(user: object) -> Client:
+    client = Client()
+    client.force_login(user)  # type: ignore[arg-type]
+    return client
+
+
+def test_fleet_drills_down_to_pools_nodes_and_gpus(org: Org, fleet: Fleet) -> None:
+    request = GpuRequestFactory.create(project=org.project_a, flavor=fleet.a100, to="running")
+    allocation = Allocation.objects.get(request=request)
+    UtilisationSample.objects.create(
+        allocation=allocation, sampled_at=timezone.now(), activity_percent=64, memory_used_mib=9000
+    )
+    client = login(org.admin)
+    pool = fleet.a100.pool
+    overview = client.get(reverse("fleet-page")).content.decode()
+    assert reverse("fleet-pool-page", args=[pool.slug]) in overview
+
+    pool_page = client.get(reverse("fleet-pool-page", args=[pool.slug])).content.decode()
+    node = Node.objects.get(name=allocation.claims[0]["node"])
+    assert reverse("fleet-node-page", args=[node.pk]) in pool_page
+    chart = json.loads(
+        re.search(
+            r'<script id="pool-activity" type="application/json">(.*?)</script>', pool_page
+        ).group(1)  # type: ignore[union-attr]
+    )
+    assert len(chart["labels"]) == 49  # hourly over 48 hours
+    assert chart["datasets"][0]["data"][-1] == 1.0  # one whole card allocated now
+    assert chart["datasets"][1]["data"][-1] == 64.0
+
+    node_page = client.get(reverse("fleet-node-page", args=[node.pk])).content.decode()
+    gpus = node_page[node_page.index('data-testid="node-gpus"') :]
+    assert reverse("gpu-request-page", args=[request.pk]) in gpus
+    assert "64.0 %" in gpus and "free" in gpus
+
+
+@pytest.mark.parametrize("username", ["dev_a", "lead_a", "finance"])
+def test_only_platform_admins_drill_into_the_fleet(org: Org, fleet: Fleet, username: str) -> None:
+    client = login(getattr(org, username))
+    node = Node.objects.first()
+    assert node is not None
+    assert client.get(reverse("fleet-pool-page", args=[node.pool.slug])).status_code == 404
+    assert client.get(reverse("fleet-node-page", args=[node.pk])).status_code == 404
