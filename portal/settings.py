@@ -231,6 +231,11 @@ CELERY_BEAT_SCHEDULE_FILENAME = env.str(
 CLUSTER_BACKEND = env.str("CLUSTER_BACKEND", default="simulated")
 if CLUSTER_BACKEND not in {"simulated", "kubernetes"}:
     raise environ.ImproperlyConfigured("CLUSTER_BACKEND must be 'simulated' or 'kubernetes'")
+# Who admits requests: the portal's own engine, or Kueue on the cluster (docs/kueue.md), which
+# needs CLUSTER_BACKEND=kubernetes and runs batch jobs only.
+SCHEDULER = env.str("SCHEDULER", default="portal")
+if SCHEDULER not in {"portal", "kueue"}:
+    raise environ.ImproperlyConfigured("SCHEDULER must be 'portal' or 'kueue'")
 KUBECONFIG = env.str("KUBECONFIG", default="")
 KUBE_CONTEXT = env.str("KUBE_CONTEXT", default="") or None
 # Extra or overriding GPU product → model names (runtime/cluster/gpu_models.py), a JSON

@@ -32,8 +32,10 @@ from runtime.cluster.base import (
     WorkloadStatus,
 )
 from runtime.cluster.base import Taint as ClusterTaint
+from runtime.cluster.kueue_objects import LOCAL_QUEUE_NAME
 from runtime.connect import workload_route
 from runtime.inventory import gpu_products
+from runtime.kueue_admission import sync_kueue
 from runtime.observed import record_observation
 from runtime.relocation import relocated_claims
 from scheduling import dispatch
@@ -121,6 +123,7 @@ def workload_spec(request: GpuRequest, allocation: Allocation) -> WorkloadSpec:
         ),
         node_name=nodes[0] if placed_by_portal else None,
         priority_class_name=PRIORITY_CLASSES[request.priority].name,
+        queue_name=LOCAL_QUEUE_NAME if settings.SCHEDULER == "kueue" else None,
         max_runtime_seconds=request.max_runtime_seconds,
         owner=request.owner.get_username(),
         reason=request.reason[:200],
@@ -364,6 +367,10 @@ def sync_workloads(*, backend: ClusterBackend | None = None) -> dict[str, int]:
     backend = backend or cluster_backend()
     moved: dict[str, int] = {}
     live = list(GpuRequest.objects.filter(status__in=LIVE_STATUSES).select_related("project__team"))
+    if settings.SCHEDULER == "kueue":
+        # Requests Kueue holds (or just evicted) have no pods to read (runtime/kueue_admission).
+        held = sync_kueue(requests=live, backend=backend)
+        live = [request for request in live if request.pk not in held]
     listed: dict[tuple[str, str, int], WorkloadStatus] = {}
     list_workloads = getattr(backend, "list_workloads", None)
     if live and list_workloads is not None:

@@ -11,6 +11,7 @@ from runtime.cluster.kueue_objects import KueuePolicy, PoolFlavor, TeamQueue
 from runtime.execution import PRIORITY_CLASSES
 from runtime.propagation import flavor_quota
 from scheduling.models import Flavor, NodePool, Quota
+from scheduling.snapshot import POOL_LABEL
 from tenants.models import Project, Team
 
 WEIGHT_PLACES = Decimal("0.001")
@@ -49,7 +50,9 @@ def current_policy() -> KueuePolicy:
         pools=[
             PoolFlavor(
                 name=pool.slug,
-                node_labels=dict(pool.node_selector),
+                # The pool label too: the portal's Jobs select it, so Kueue matches the flavor
+                # even for a pool whose own node selector is empty.
+                node_labels={POOL_LABEL: pool.slug, **pool.node_selector},
                 node_taints=tuple(dict(t) for t in pool.taints),
             )
             for pool in pools

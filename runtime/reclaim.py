@@ -20,6 +20,7 @@ from django.utils import timezone
 from runtime.cluster.base import ClusterBackend, WorkloadStatus
 from runtime.execution import cluster_backend
 from runtime.inventory import stamp_unschedulable_nodes
+from runtime.kueue_admission import KUEUE_WAIT_CODE
 from runtime.outcomes import reclaim_request, reclaim_timed_out, requeue_or_fail
 from scheduling.choices import FINISHED_STATUSES, RESUMABLE_KINDS, RequestStatus, WorkloadKind
 from scheduling.lifecycle import record_request_event
@@ -204,10 +205,15 @@ def _abnormal_pass(
                 request, reason=reason, code="node_lost", max_attempts=policy.max_attempts
             )
             outcome[f"node_lost_{result}"] += 1
-        elif request.status == RequestStatus.LAUNCHING and stuck_pending(
-            launched_at=allocation.admitted_at.timestamp(),
-            pending_timeout_seconds=policy.pending_timeout_seconds,
-            now=now.timestamp(),
+        elif (
+            request.status == RequestStatus.LAUNCHING
+            # Waiting in Kueue's queue is not stuck: its clock starts when Kueue admits it.
+            and request.waiting_code != KUEUE_WAIT_CODE
+            and stuck_pending(
+                launched_at=allocation.admitted_at.timestamp(),
+                pending_timeout_seconds=policy.pending_timeout_seconds,
+                now=now.timestamp(),
+            )
         ):
             minutes = policy.pending_timeout_seconds // 60
             reason = f"The cluster did not start it within {minutes} minutes"

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from django.conf import settings
 from django.db import DatabaseError, IntegrityError, transaction
 from django.utils import timezone
 
@@ -164,6 +165,8 @@ def run_cycle(
         on_start()
     started = time.perf_counter()
     try:
+        if settings.SCHEDULER == "kueue":
+            return _hand_to_kueue(holder, started=started, on_admit=on_admit)
         # 1. Read.
         snapshot = build_snapshot()
         read_done = time.perf_counter()
@@ -251,6 +254,60 @@ def _admit(admissions: tuple[engine.Admission, ...]) -> list[tuple[int, int]]:
     )
     attempts = {request.pk: request.attempt for request in admitted}
     return [(pk, attempts[pk]) for pk in by_id if pk in attempts]
+
+
+def _hand_to_kueue(
+    holder: str, *, started: float, on_admit: Callable[[int, int], None] | None
+) -> CycleResult:
+    """SCHEDULER=kueue: the engine does not run. Every queued request is admitted at once into
+    an allocation with no node and no claims in its flavor's pool, so the launch path creates
+    its Job suspended in the project's LocalQueue; Kueue holds the Job until the team's
+    ClusterQueue has quota, and the request shows why meanwhile (runtime/kueue_admission.py).
+    """
+    # 1. Read: the queue, oldest first.
+    queued = list(
+        GpuRequest.objects.filter(status=RequestStatus.QUEUED)
+        .select_related("flavor__pool", "team", "project")
+        .order_by("queued_at", "pk")
+    )
+    read_done = time.perf_counter()
+    # 2. Decide: nothing to decide, Kueue does.
+    result = CycleResult(ran=True, read_seconds=read_done - started)
+    # 3. Write.
+    with transaction.atomic():
+        if not renew_lease(holder):
+            log.warning("the scheduling lease expired while reading; nothing is handed over")
+            return CycleResult(ran=False)
+        admitted = transition_many(
+            queued,
+            Move(RequestStatus.ADMITTED, "Handed to Kueue, which admits it when quota allows."),
+            next_attempt=True,
+            waiting_reason="",
+            waiting_code="",
+            queue_position=None,
+        )
+        Allocation.objects.bulk_create(
+            [
+                Allocation(
+                    request=request,
+                    attempt=request.attempt,
+                    pool=request.flavor.pool,
+                    claims=[],
+                    is_preemptible=request.is_preemptible,
+                    node_name="",
+                )
+                for request in admitted
+            ],
+            batch_size=500,
+        )
+        for request in admitted:
+            result.admitted.append(request.pk)
+            if on_admit:
+                # 4. Act: launch after commit.
+                _after_commit(on_admit, request.pk, request.attempt)
+    result.write_seconds = time.perf_counter() - read_done
+    result.seconds = time.perf_counter() - started
+    return result
 
 
 def _preempt(preemption: engine.Preemption) -> int | None:

@@ -337,6 +337,9 @@ class WorkloadSpec:
     `device_indexes` are the cards the portal chose on `node_name` (vGPU: HAMi is asked for
     them); `gpu_uuids` and `gpu_types` are those cards as HAMi registered them, filled in by the
     backend at launch.
+
+    `queue_name` (SCHEDULER=kueue, jobs only) hands the Job to Kueue: created suspended in that
+    LocalQueue, with `priority_class_name` as its WorkloadPriorityClass; Kueue resumes it.
     """
 
     request_id: str
@@ -362,6 +365,7 @@ class WorkloadSpec:
     tolerations: tuple[Toleration, ...] = ()
     node_name: str | None = None
     priority_class_name: str | None = None
+    queue_name: str | None = None
     max_runtime_seconds: int | None = None
     port: int | None = None
     owner: str = ""
@@ -382,6 +386,8 @@ class WorkloadSpec:
         workload_name(self.request_id, self.attempt)  # validates both
         if self.route is not None and self.kind not in RESUMABLE_KINDS:
             raise ValueError("only notebooks and services get a route")
+        if self.queue_name is not None and (self.kind != "job" or self.gang):
+            raise ValueError("only single-pod jobs are handed to Kueue")
         if self.gang:
             self._check_gang()
         if not is_dns_label(self.namespace):

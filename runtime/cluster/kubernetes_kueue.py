@@ -1,4 +1,5 @@
-"""The portal's Kueue objects on a real cluster: list them, apply them server-side, delete them.
+"""The portal's Kueue objects on a real cluster: list them, apply them server-side, delete them;
+and the Workloads Kueue makes of the portal's Jobs, read back (`KueueWorkloadReader`).
 
 Writes use server-side apply under the portal's field manager, so a field someone else set on
 the same object stays theirs unless the portal's policy sets it too (then the portal wins:
@@ -15,6 +16,7 @@ from kubernetes.client.exceptions import ApiException
 from runtime.cluster.base import MANAGED_BY_LABEL, MANAGED_BY_VALUE, PermanentClusterError
 from runtime.cluster.kubernetes import CLIENT_ERRORS, classify_api_exception
 from runtime.cluster.kueue_objects import GROUP, KINDS, VERSION, Change, Manifest
+from runtime.cluster.kueue_workloads import KueueView, kueue_views
 
 FIELD_MANAGER = "gpu-portal"
 
@@ -101,3 +103,38 @@ class KueuePolicyClient:
                 raise classify_api_exception(exc) from exc
         except CLIENT_ERRORS as exc:
             raise classify_api_exception(exc) from exc
+
+
+class KueueWorkloadReader:
+    """Kueue's view of every Job it manages: all Workloads and LocalQueues, two paged lists
+    across namespaces (a queue position needs the whole ClusterQueue, not only the portal's)."""
+
+    page_size = 500
+
+    def __init__(self, api_client: k8s.ApiClient, *, request_timeout_seconds: float = 30.0):
+        self.objects: Any = k8s.CustomObjectsApi(api_client)
+        self._timeout = request_timeout_seconds
+
+    def _list(self, plural: str) -> list[Manifest]:
+        items: list[Manifest] = []
+        token: str | None = None
+        try:
+            while True:
+                page = self.objects.list_cluster_custom_object(
+                    GROUP,
+                    VERSION,
+                    plural,
+                    limit=self.page_size,
+                    _continue=token,
+                    _request_timeout=self._timeout,
+                )
+                items.extend(page.get("items", []))
+                token = page.get("metadata", {}).get("continue")
+                if not token:
+                    return items
+        except CLIENT_ERRORS as exc:
+            raise classify_api_exception(exc) from exc
+
+    def views(self) -> dict[tuple[str, str], KueueView]:
+        """Kueue's view per (namespace, Job name); see `kueue_workloads.kueue_views`."""
+        return kueue_views(self._list("workloads"), self._list("localqueues"))

@@ -37,6 +37,7 @@ from runtime.cluster.base import (
     gang_member_name,
 )
 from runtime.cluster.gpu_models import GPU_PRODUCT_LABEL
+from runtime.cluster.kueue_objects import PRIORITY_CLASS_LABEL, QUEUE_NAME_LABEL
 
 Manifest = dict[str, Any]
 
@@ -349,7 +350,15 @@ def job_manifest(spec: WorkloadSpec) -> Manifest:
     }
     if spec.max_runtime_seconds is not None:
         job_spec["activeDeadlineSeconds"] = spec.max_runtime_seconds
-    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": _metadata(spec), "spec": job_spec}
+    metadata = _metadata(spec)
+    if spec.queue_name is not None:
+        # Kueue's: created suspended in its LocalQueue, resumed by Kueue once admitted (what
+        # Kueue's webhook would otherwise do; docs/kueue.md).
+        job_spec["suspend"] = True
+        metadata["labels"][QUEUE_NAME_LABEL] = spec.queue_name
+        if spec.priority_class_name:
+            metadata["labels"][PRIORITY_CLASS_LABEL] = spec.priority_class_name
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": metadata, "spec": job_spec}
 
 
 def deployment_manifest(spec: WorkloadSpec) -> Manifest:

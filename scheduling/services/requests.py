@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
 from django.dispatch import Signal
 from django.utils import timezone
@@ -76,6 +77,11 @@ def _validate_workload(
     if not flavor.pool.allows_kind(kind):
         allowed = ", ".join(flavor.pool.allowed_kinds)
         raise invalid_field("kind", f"Pool {flavor.pool} runs only {allowed} workloads.")
+    if settings.SCHEDULER == "kueue" and kind != WorkloadKind.JOB:
+        # Kueue admits suspended Jobs here; notebooks and services (Deployments) are not yet.
+        raise invalid_field(
+            "kind", "This portal runs batch jobs only under SCHEDULER=kueue (docs/kueue.md)."
+        )
 
 
 def _validate_shape(
