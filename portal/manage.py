@@ -36,13 +36,23 @@ from portal.manage_forms import (
     PriceForm,
     ProjectForm,
     ReclaimPolicyForm,
+    StorageQuotaForm,
     TeamForm,
     TeamQuotaForm,
     TierForm,
 )
 from scheduling import catalog_services
 from scheduling.engine.reserve import format_duration
-from scheduling.models import ApprovalRule, Flavor, NodePool, Quota, ReclaimPolicy, Tier
+from scheduling.models import (
+    ApprovalRule,
+    Flavor,
+    NodePool,
+    Quota,
+    ReclaimPolicy,
+    StorageQuota,
+    Tier,
+)
+from scheduling.services import project_data as data_services
 from tenants import services as tenant_services
 from tenants.errors import ConflictError, DomainError, ForbiddenError
 from tenants.models import Membership, Project, ScopedQuerySet, Team, scope_of
@@ -93,6 +103,13 @@ def _yes_no(value: bool) -> str:
 
 def _names(objects: Any) -> str:
     return ", ".join(str(obj) for obj in objects.all()) or "–"
+
+
+def _update_storage_quota(*, actor: Any, quota: StorageQuota, **changes: Any) -> StorageQuota:
+    """A storage quota is set by team: the row names it."""
+    return data_services.set_storage_quota(
+        actor=actor, team=quota.team, limit_gib=changes.get("limit_gib", quota.limit_gib)
+    )
 
 
 def _update_team_quota(*, actor: Any, quota: Quota, **amounts: Any) -> Quota:
@@ -208,6 +225,28 @@ SECTIONS: dict[str, Section] = {
             create=catalog_services.set_team_quota,
             update=_update_team_quota,
             delete=catalog_services.delete_team_quota,
+        ),
+        Section(
+            slug="storage-quotas",
+            title="Storage quotas",
+            noun="storage quota",
+            intro="How many GiB of workspace and home volumes each team's projects may claim "
+            "(a team without one may claim none). Leads set up workspaces on a project's "
+            "Data page.",
+            form=StorageQuotaForm,
+            queryset=lambda: StorageQuota.objects.select_related("team"),
+            columns=(
+                ("Team", lambda quota: quota.team),
+                ("Limit (GiB)", lambda quota: quota.limit_gib),
+                (
+                    "Claimed (GiB)",
+                    lambda quota: data_services.storage_used_gib(team=quota.team),
+                ),
+            ),
+            instance_arg="quota",
+            create=data_services.set_storage_quota,
+            update=_update_storage_quota,
+            delete=data_services.delete_storage_quota,
         ),
         Section(
             slug="prices",

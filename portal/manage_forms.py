@@ -14,7 +14,15 @@ from django import forms
 from django.contrib.auth import get_user_model
 
 from accounting.models import Price
-from scheduling.models import ApprovalRule, Flavor, NodePool, Quota, ReclaimPolicy, Tier
+from scheduling.models import (
+    ApprovalRule,
+    Flavor,
+    NodePool,
+    Quota,
+    ReclaimPolicy,
+    StorageQuota,
+    Tier,
+)
 from tenants.errors import DomainError, show_on_form
 from tenants.models import Membership, Project, Team
 
@@ -71,6 +79,9 @@ class TierForm(ManageForm):
             "rank",
             "allowed_teams",
             "allowed_projects",
+            "max_cpu_millicores",
+            "max_memory_mib",
+            "max_shm_mib",
         ]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -112,7 +123,20 @@ class FlavorForm(ManageForm):
             "mig_profile",
             "gpu_equivalent",
             "is_active",
+            "default_cpu_millicores",
+            "default_memory_mib",
+            "default_shm_mib",
         ]
+
+
+class StorageQuotaForm(ManageForm):
+    """How many GiB of volumes a team's projects may claim."""
+
+    fixed_on_edit = ("team",)
+
+    class Meta:
+        model = StorageQuota
+        fields = ["team", "limit_gib"]
 
 
 class ApprovalRuleForm(ManageForm):

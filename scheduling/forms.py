@@ -39,6 +39,24 @@ class GpuRequestForm(forms.Form):
     gpu_cores_percent = forms.IntegerField(
         required=False, min_value=1, max_value=100, label="vGPU cores (%)"
     )
+    cpu_millicores = forms.IntegerField(
+        required=False, min_value=1, label="CPU (millicores)", help_text="Empty: the flavor's"
+    )
+    memory_mib = forms.IntegerField(
+        required=False, min_value=1, label="Memory (MiB)", help_text="Empty: the flavor's"
+    )
+    shm_mib = forms.IntegerField(
+        required=False, min_value=1, label="/dev/shm (MiB)", help_text="Counted in memory"
+    )
+    home_volume = forms.BooleanField(
+        required=False, label="Home volume", help_text="Notebooks: yours, at /home/jovyan"
+    )
+    secret_env = forms.CharField(
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 2}),
+        label="Env from project secrets",
+        help_text="NAME=secret/key per line, e.g. HF_TOKEN=hf/token",
+    )
     reason = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2}))
 
     def __init__(self, *args: Any, projects: Any, flavors: Any, **kwargs: Any) -> None:
@@ -71,6 +89,18 @@ class GpuRequestForm(forms.Form):
             env[name.strip()] = value
         return env
 
+    def clean_secret_env(self) -> list[dict[str, str]]:
+        refs: list[dict[str, str]] = []
+        for line in (self.cleaned_data["secret_env"] or "").splitlines():
+            if not line.strip():
+                continue
+            name, sep, source = line.partition("=")
+            secret, slash, key = source.strip().partition("/")
+            if not (sep and slash and name.strip() and secret and key):
+                raise forms.ValidationError(f"'{line}' is not NAME=secret/key.")
+            refs.append({"name": name.strip(), "secret": secret, "key": key})
+        return refs
+
     def service_arguments(self) -> dict[str, Any]:
         data = dict(self.cleaned_data)
         data["max_runtime_seconds"] = int(data.pop("max_runtime_hours") * 3600)
@@ -84,6 +114,10 @@ def initial_from_body(body: dict[str, Any]) -> dict[str, Any]:
         initial["command"] = shlex.join(initial["command"])
     if "env" in initial:
         initial["env"] = "\n".join(f"{key}={value}" for key, value in initial["env"].items())
+    if "secret_env" in initial:
+        initial["secret_env"] = "\n".join(
+            f"{ref['name']}={ref['secret']}/{ref['key']}" for ref in initial["secret_env"]
+        )
     seconds = initial.pop("max_runtime_seconds", None)
     if seconds:
         initial["max_runtime_hours"] = round(seconds / 3600, 2)

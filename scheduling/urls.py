@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from scheduling import views
+from scheduling import project_data_views, views
 
 urlpatterns = [
     path("requests/", views.request_list, name="gpu-requests-page"),
@@ -34,6 +34,7 @@ urlpatterns = [
         name="project-quota-set",
     ),
     path("audit/", views.audit_log, name="audit-page"),
+    path("projects/<int:pk>/data/", project_data_views.project_data, name="project-data-page"),
     path("fleet/", views.fleet, name="fleet-page"),
     path("fleet/pools/<slug:slug>/", views.fleet_pool, name="fleet-pool-page"),
     path("fleet/nodes/<int:pk>/", views.fleet_node, name="fleet-node-page"),

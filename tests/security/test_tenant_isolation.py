@@ -131,6 +131,14 @@ def _b_notification(world: World) -> None:
     )
 
 
+def _b_project_data(world: World) -> None:
+    from scheduling.models import ProjectSecret, ProjectWorkspace, StorageQuota
+
+    StorageQuota.objects.get_or_create(team=world.org.team_b, defaults={"limit_gib": 10})
+    ProjectWorkspace.objects.get_or_create(project=world.org.project_b, defaults={"size_gib": 5})
+    ProjectSecret.objects.get_or_create(project=world.org.project_b, name="canary-team")
+
+
 # Team B's object for a model the world fixture does not create by itself: a new tenant-owned
 # model whose route the walk reports as "shared" gets its factory here.
 B_FACTORIES = {
@@ -138,6 +146,9 @@ B_FACTORIES = {
     "accounting.Statement": _b_statement,
     "scheduling.RequestTemplate": _b_template,
     "tenants.Notification": _b_notification,
+    "scheduling.StorageQuota": _b_project_data,
+    "scheduling.ProjectWorkspace": _b_project_data,
+    "scheduling.ProjectSecret": _b_project_data,
 }
 # The catalogue every member sees (`CatalogQuerySet`): no object of it belongs to team B.
 SHARED_CATALOG = {
