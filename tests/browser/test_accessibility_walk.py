@@ -191,3 +191,16 @@ def test_an_empty_chart_says_no_data_yet(page_at: Any, live_server: Any, org: An
     label = page_at.locator("canvas[data-chart]").first.get_attribute("aria-label")
     assert label is not None
     assert label.endswith("no data yet")
+
+
+def test_the_not_found_page_passes_axe_and_fits_a_phone(
+    page_at: Any, live_server: Any, demo: None
+) -> None:
+    sign_in(page_at, live_server.url, "alice")
+    response = page_at.goto(f"{live_server.url}/no-such-page/")
+    assert response is not None
+    assert response.status == 404
+    walk = Walk("developer")
+    for width_name in WIDTHS:
+        check_page(page_at, walk, "/no-such-page/", width_name)
+    assert not walk.problems, "\n".join(walk.problems)
