@@ -21,7 +21,11 @@ from urllib.parse import urlsplit
 
 import pytest
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.core.management import call_command
+
+from scheduling.models import GpuRequest
+from scheduling.notifications import notify
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -78,7 +82,24 @@ def shape(path: str) -> str:
 
 @pytest.fixture
 def demo(transactional_db: None) -> None:
+    """The seeded demo, with an inbox for each persona (the history writes none)."""
     call_command("seed_demo", history_days=14, stdout=io.StringIO())
+    users = {user.username: user for user in get_user_model().objects.all()}
+    request = GpuRequest.objects.filter(owner=users["alice"]).order_by("-pk").first()
+    pk = request.pk if request is not None else 1
+    for username, subject, event in (
+        ("bob", f"GPU request {pk} needs your approval", "request.pending_approval"),
+        ("alice", f"GPU request {pk} is idle and will be reclaimed", "reclaim.idle_warning"),
+        ("alice", f"GPU request {pk} approved", "request.approved"),
+        ("root", f"GPU request {pk} was reclaimed", "reclaim.idle"),
+        ("fiona", "Budget of vision at 80 %", "budget.alert"),
+    ):
+        notify(
+            users=[users[username]],
+            subject=subject,
+            body="A long explanation-without-spaces-" + "x" * 80 + " that must wrap on a phone.",
+            event={"type": event, "request": pk, "budget": 1},
+        )
 
 
 @pytest.fixture
