@@ -41,6 +41,7 @@ from portal.manage_forms import (
     TeamQuotaForm,
     TierForm,
 )
+from portal.templatetags.portal_format import format_when
 from scheduling import catalog_services
 from scheduling.engine.reserve import format_duration
 from scheduling.models import (
@@ -258,7 +259,7 @@ SECTIONS: dict[str, Section] = {
             columns=(
                 ("Flavor", lambda price: price.flavor),
                 ("Per hour", lambda price: f"{price.price_per_hour} {price.currency}"),
-                ("From", lambda price: f"{price.effective_from:%Y-%m-%d %H:%M}"),
+                ("From", lambda price: format_when(price.effective_from)),
                 ("Preemptible ×", lambda price: price.preemptible_multiplier),
                 ("Priority ×", lambda price: price.priority_multipliers or "–"),
             ),
