@@ -35,7 +35,7 @@ from runtime.cluster.base import Taint as ClusterTaint
 from runtime.cluster.kueue_objects import LOCAL_QUEUE_NAME
 from runtime.connect import workload_route
 from runtime.inventory import gpu_products
-from runtime.kueue_admission import sync_kueue
+from runtime.kueue_admission import KUEUE_WAIT_CODE, sync_kueue
 from runtime.observed import record_observation
 from runtime.relocation import relocated_claims
 from scheduling import dispatch
@@ -396,11 +396,14 @@ def terminate_request_workload(
 
 
 def stuck_requests(*, older_than_seconds: int | None = None) -> list[tuple[int, int]]:
-    """(request id, attempt) of requests admitted or launching for too long: launch them again."""
+    """(request id, attempt) of requests admitted or launching for too long: launch them again.
+    A Job waiting in Kueue's queue is where it should be, however long it waits."""
     seconds = older_than_seconds or settings.STUCK_TRANSITION_SECONDS
     cutoff = timezone.now() - timedelta(seconds=seconds)
     return list(
         GpuRequest.objects.filter(
             status__in=(RequestStatus.ADMITTED, RequestStatus.LAUNCHING), updated_at__lt=cutoff
-        ).values_list("pk", "attempt")
+        )
+        .exclude(waiting_code=KUEUE_WAIT_CODE)
+        .values_list("pk", "attempt")
     )

@@ -13,6 +13,7 @@ from runtime.cluster.kueue_objects import (
     TeamQueue,
     changes,
     compile_objects,
+    quantity_value,
     resource_groups,
 )
 
@@ -143,3 +144,21 @@ def test_drift_create_update_and_delete_are_each_named() -> None:
     update = found[("update", "ClusterQueue", "", "gpu-portal-speech")]
     assert update.fields == ("spec.resourceGroups[0].flavors[1].resources[0].nominalQuota",)
     assert str(update).startswith("update ClusterQueue gpu-portal-speech (spec.resourceGroups")
+
+
+def test_a_quantity_kueue_respells_is_no_change() -> None:
+    desired = compile_objects(policy())
+    live = [as_served(m) for m in desired]
+    for manifest in live:
+        if manifest["kind"] == "ClusterQueue":
+            weight = Decimal(manifest["spec"]["fairSharing"]["weight"])
+            manifest["spec"]["fairSharing"]["weight"] = f"{int(weight * 1000)}m"
+    assert changes(desired, live) == []
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [("602m", "0.602"), ("4", "4"), (4, "4"), ("1Ki", "1024"), ("1e3", "1000"), ("x", None)],
+)
+def test_quantity_value(value: object, expected: str | None) -> None:
+    assert quantity_value(value) == (Decimal(expected) if expected is not None else None)

@@ -7,10 +7,11 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.utils import timezone
 
 from runtime import kueue_admission
 from runtime.cluster.kueue_workloads import KueueView
-from runtime.execution import workload_spec
+from runtime.execution import stuck_requests, workload_spec
 from scheduling import cycle
 from scheduling.choices import RequestStatus
 from scheduling.models import Allocation, GpuRequest
@@ -88,6 +89,9 @@ def test_a_request_kueue_holds_shows_its_reason_and_position(
     assert not kueue_admission.record_kueue_wait(request, view)  # unchanged: no write
 
     assert request.waiting_code == "kueue"  # the reclaim's pending timeout leaves it alone
+    # Nor does the stuck-request sweeper launch it again, however long Kueue holds it.
+    GpuRequest.objects.filter(pk=request.pk).update(updated_at=timezone.now() - timedelta(days=1))
+    assert (request.pk, 1) not in stuck_requests(older_than_seconds=60)
 
     # Admitted an hour after the hand-over: the cluster's pending clock starts then.
     allocation = Allocation.objects.get(request=request)
