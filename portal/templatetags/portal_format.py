@@ -12,6 +12,7 @@ Registered as a template builtin (portal/settings.py), so no page needs to `{% l
 from __future__ import annotations
 
 from datetime import date, datetime
+from functools import cache
 from typing import Any
 
 from django import template
@@ -101,17 +102,32 @@ OBJECT_PAGES = {
 }
 
 
+@cache
+def _settings_pages() -> dict[str, str]:
+    """Target type → the fleet settings page that edits one (platform admins only)."""
+    from portal.manage import SECTIONS  # the settings pages import forms and services
+
+    return {section.model.__name__: section.edit_route for section in SECTIONS.values()}
+
+
 @register.filter
-def object_url(event: Any) -> str:
-    """The page of an audit event's object, or "" when it has none."""
-    page = OBJECT_PAGES.get(getattr(event, "target_type", ""))
+def object_url(event: Any, is_platform_admin: bool = False) -> str:
+    """The page of an audit event's object, or "" when it has none the viewer may open.
+
+    Platform admins also get the fleet settings page of a tier, pool, flavor, team, project…
+    """
+    target_type = getattr(event, "target_type", "")
+    target_id = getattr(event, "target_id", "")
+    page = OBJECT_PAGES.get(target_type)
+    if is_platform_admin and target_type != "GpuRequest" and target_type in _settings_pages():
+        page = (_settings_pages()[target_type], True)
     if page is None:
         return ""
     name, takes_id = page
     if not takes_id:
         return reverse(name)
     try:
-        return reverse(name, kwargs={"pk": int(event.target_id)})
+        return reverse(name, kwargs={"pk": int(target_id)})
     except (TypeError, ValueError, NoReverseMatch):
         return ""
 

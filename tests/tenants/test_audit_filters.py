@@ -48,3 +48,15 @@ def test_the_page_links_a_requests_events_to_the_request(org: Org) -> None:
     assert f'href="{reverse("gpu-request-page", kwargs={"pk": 42})}"' in page
     assert "Request: asked extension" in page
     assert "No events match" in client.get(reverse("audit-page"), {"actor": "x"}).content.decode()
+
+
+def test_platform_admins_get_the_settings_page_of_a_project_and_leads_do_not(org: Org) -> None:
+    project = create_project(actor=org.lead_a, team=org.team_a, name="Linked", slug="linked")
+    url = reverse("manage-projects-edit", kwargs={"pk": project.pk})
+    admin, lead = Client(), Client()
+    admin.force_login(org.admin)
+    lead.force_login(org.lead_a)
+    query = {"target_type": "Project", "target_id": str(project.pk)}
+
+    assert f'href="{url}"' in admin.get(reverse("audit-page"), query).content.decode()
+    assert f'href="{url}"' not in lead.get(reverse("audit-page"), query).content.decode()
