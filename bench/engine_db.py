@@ -85,7 +85,7 @@ def load(fleet: Any) -> None:
             Team(pk=i, name=slug, slug=slug) for i, slug in enumerate(fleet.teams, start=1)
         )
         Project.objects.bulk_create(
-            Project(pk=i, team_id=i, name="main", slug="main")
+            Project(pk=i, team_id=i, name="main", slug=product.PROJECT_SLUG)
             for i in range(1, len(fleet.teams) + 1)
         )
         tiers = {

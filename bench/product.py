@@ -46,6 +46,7 @@ from scheduling.engine.types import MIG_PROFILES, mig_bits
 POOL_LABEL = "gpu-portal/pool"  # scheduling.snapshot.POOL_LABEL
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
 ALL_KINDS = ("job", "notebook", "service")  # scheduling.choices.WorkloadKind
+PROJECT_SLUG = "main"  # every team has one project (bench.engine_db creates it so)
 #: scheduling.choices.Priority -> engine priority (scheduling.snapshot.ENGINE_PRIORITY)
 ENGINE_PRIORITY = {"low": 1, "normal": 2, "high": 3, "critical": 4}
 PRIORITIES = ("low", "normal", "high", "critical")
@@ -368,7 +369,7 @@ def _claim_json(c: engine.DeviceClaim) -> dict[str, Any]:
 
 def _engine_flavor(f: FlavorRow) -> engine.Flavor:
     return engine.Flavor(
-        id=str(f.pk),
+        id=f.slug,
         kind=f.kind,  # type: ignore[arg-type]
         gpu_model=f.gpu_model,
         memory_mib=f.memory_mib if f.kind == "vgpu" else 0,
@@ -388,8 +389,8 @@ def engine_request(fleet: Fleet, r: RequestRow) -> engine.Request:
     return engine.Request(
         id=str(r.pk),
         team=fleet.teams[r.team - 1],
-        project=str(r.team),
-        flavor=str(f.pk),
+        project=PROJECT_SLUG,
+        flavor=f.slug,
         submitted_at=r.created_at.timestamp(),
         gpu_count=r.gpu_count,
         kind=r.kind,
@@ -470,7 +471,7 @@ def snapshot(fleet: Fleet) -> engine.Snapshot:
         quotas=tuple(
             engine.Quota(
                 team=fleet.teams[q.team - 1],
-                flavor=str(q.flavor),
+                flavor=fleet.flavors[q.flavor - 1].slug,
                 guaranteed=q.guaranteed * float(ge[q.flavor]),
                 limit=q.limit * float(ge[q.flavor]),
                 project=None,
@@ -481,8 +482,8 @@ def snapshot(fleet: Fleet) -> engine.Snapshot:
             engine.Allocation(
                 request_id=str(r.pk),
                 team=fleet.teams[r.team - 1],
-                project=str(r.team),
-                flavor=str(r.flavor),
+                project=PROJECT_SLUG,
+                flavor=fleet.flavors[r.flavor - 1].slug,
                 gpu_equivalents=float(r.gpu_equivalent),
                 placement=tuple(
                     engine.DeviceClaim(

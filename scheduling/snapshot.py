@@ -1,6 +1,7 @@
 """Step 1 of a scheduling cycle: read the database into the engine's frozen Snapshot.
 
-Engine ids are strings: nodes by name, flavors and requests by primary key, teams by slug.
+Engine ids are strings: nodes by name, requests by primary key, teams, projects (within their
+team) and flavors by slug, so that the reasons the engine gives read as names.
 Quotas are counted in flavor units in the portal and in GPU-equivalents in the engine.
 """
 
@@ -66,8 +67,8 @@ def engine_request(request: GpuRequest) -> engine.Request:
     return engine.Request(
         id=str(request.pk),
         team=request.team.slug,
-        project=str(request.project_id),
-        flavor=str(flavor.pk),
+        project=request.project.slug,
+        flavor=flavor.slug,
         # Keep the original age across preemptions so rescheduled work is not sent to the back.
         submitted_at=request.created_at.timestamp(),
         gpu_count=request.gpu_count,
@@ -91,7 +92,7 @@ def build_snapshot() -> engine.Snapshot:
     nodes = list(Node.objects.order_by("name"))
     active = list(
         Allocation.objects.active()
-        .select_related("request", "request__team", "request__flavor")
+        .select_related("request", "request__team", "request__project", "request__flavor")
         .order_by("id")
     )
 
@@ -144,7 +145,7 @@ def build_snapshot() -> engine.Snapshot:
     teams = sorted({q.team.slug for q in Quota.objects.select_related("team")})
     pending = (
         GpuRequest.objects.filter(status=RequestStatus.QUEUED)
-        .select_related("team", "flavor", "flavor__pool")
+        .select_related("team", "project", "flavor", "flavor__pool")
         .order_by("created_at", "pk")
     )
     return engine.Snapshot(
@@ -179,7 +180,7 @@ def build_snapshot() -> engine.Snapshot:
         devices=tuple(devices),
         flavors=tuple(
             engine.Flavor(
-                id=str(flavor.pk),
+                id=flavor.slug,
                 kind=flavor.kind,
                 gpu_model=flavor.gpu_model,
                 memory_mib=flavor.gpu_memory_mib if flavor.kind == FlavorKind.VGPU else 0,
@@ -193,19 +194,19 @@ def build_snapshot() -> engine.Snapshot:
         quotas=tuple(
             engine.Quota(
                 team=quota.team.slug,
-                flavor=str(quota.flavor_id),
+                flavor=quota.flavor.slug,
                 guaranteed=quota.guaranteed * unit_equivalent[quota.flavor_id],
                 limit=quota.limit * unit_equivalent[quota.flavor_id],
-                project=str(quota.project_id) if quota.project_id else None,
+                project=quota.project.slug if quota.project else None,
             )
-            for quota in Quota.objects.select_related("team").order_by("pk")
+            for quota in Quota.objects.select_related("team", "project", "flavor").order_by("pk")
         ),
         allocations=tuple(
             engine.Allocation(
                 request_id=str(allocation.request_id),
                 team=allocation.request.team.slug,
-                project=str(allocation.request.project_id),
-                flavor=str(allocation.request.flavor_id),
+                project=allocation.request.project.slug,
+                flavor=allocation.request.flavor.slug,
                 gpu_equivalents=float(allocation.request.gpu_equivalent),
                 placement=_claims(allocation),
                 started_at=(allocation.started_at or allocation.admitted_at).timestamp(),

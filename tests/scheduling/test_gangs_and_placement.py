@@ -140,7 +140,7 @@ def test_the_demo_h100_never_admits_more_1g_instances_than_its_cards_offer(
         engine.Request(
             id=str(1000 + i),
             team=org.team_a.slug,
-            flavor=str(fleet.mig_1g.pk),
+            flavor=fleet.mig_1g.slug,
             kind="job",
             submitted_at=i,
         )
