@@ -236,6 +236,8 @@ if CLUSTER_BACKEND not in {"simulated", "kubernetes"}:
 SCHEDULER = env.str("SCHEDULER", default="portal")
 if SCHEDULER not in {"portal", "kueue"}:
     raise environ.ImproperlyConfigured("SCHEDULER must be 'portal' or 'kueue'")
+if SCHEDULER == "kueue" and CLUSTER_BACKEND != "kubernetes":
+    raise environ.ImproperlyConfigured("SCHEDULER=kueue needs CLUSTER_BACKEND=kubernetes")
 KUBECONFIG = env.str("KUBECONFIG", default="")
 KUBE_CONTEXT = env.str("KUBE_CONTEXT", default="") or None
 # Extra or overriding GPU product → model names (runtime/cluster/gpu_models.py), a JSON

@@ -3,6 +3,9 @@ portal refuses what Kueue cannot run here yet (notebooks, services)."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from datetime import timedelta
 from typing import Any
 
@@ -122,3 +125,26 @@ def test_a_request_kueue_evicts_is_preempted_and_requeued(
     ).exists()
     allocation = Allocation.objects.get(request=request)
     assert allocation.ended_at is not None and allocation.end_reason == "preempted"
+
+
+@pytest.mark.parametrize(
+    ("environment", "complaint"),
+    [
+        ({"SCHEDULER": "volcano"}, "SCHEDULER must be 'portal' or 'kueue'"),
+        (
+            {"SCHEDULER": "kueue", "CLUSTER_BACKEND": "simulated"},
+            "needs CLUSTER_BACKEND=kubernetes",
+        ),
+    ],
+)
+def test_the_portal_refuses_to_start_with_a_scheduler_it_cannot_run(
+    environment: dict[str, str], complaint: str
+) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", "import portal.settings"],
+        env={**os.environ, **environment},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode != 0 and complaint in done.stderr
