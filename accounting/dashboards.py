@@ -18,7 +18,13 @@ from accounting.periods import billing_zone, month_bounds, next_month
 from accounting.selectors import UsageQuery, chargeback, current_month, totals, usage_rows
 from scheduling.choices import COMMITTED_STATUSES, RequestStatus
 from scheduling.models import Allocation, GpuDevice, GpuRequest, NodePool, Quota
-from scheduling.selectors import QuotaUsage, approval_inbox, quota_usage, start_estimates
+from scheduling.selectors import (
+    QuotaUsage,
+    approval_inbox,
+    open_asks,
+    quota_usage,
+    start_estimates,
+)
 from tenants.models import AuditEvent, scope_of
 
 
@@ -123,6 +129,7 @@ def team_lead(user: Any) -> dict[str, Any]:
     return {
         "quota_rows": quota_rows,
         "pending_approvals": approval_inbox(user=user).count(),
+        "open_asks": len(open_asks(user=user)),
         "member_usage": members,
         "usage_totals": totals(members),
         "chart": chart,

@@ -116,3 +116,12 @@ def test_approve_to_run_when_quota_frees(org: Org, fleet: Fleet) -> None:
     assert services.approve_deferred_requests() == 1
     waiting.refresh_from_db()
     assert waiting.status == RequestStatus.QUEUED and waiting.approved_by == org.lead_a
+
+
+def test_lead_dashboard_counts_open_asks_beside_approvals(org: Org, fleet: Fleet) -> None:
+    GpuRequestFactory.create(project=org.project_a, flavor=fleet.a100)
+    running = GpuRequestFactory.create(project=org.project_a, flavor=fleet.l4_6g, to="running")
+    services.ask_lead(actor=org.dev_a, request=running, about="extension", reason="more epochs")
+    page = login(org.lead_a).get(reverse("home")).content.decode()
+    assert 'data-testid="pending-approvals">1<' in page
+    assert 'data-testid="open-asks">1<' in page
