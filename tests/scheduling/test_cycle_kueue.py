@@ -10,6 +10,8 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.test import Client
+from django.urls import reverse
 from django.utils import timezone
 
 from runtime import kueue_admission
@@ -90,6 +92,11 @@ def test_a_request_kueue_holds_shows_its_reason_and_position(
     assert (request.waiting_reason, request.queue_position) == ("insufficient unused quota", 2)
     assert request.status_reason == kueue_admission.HELD_REASON
     assert not kueue_admission.record_kueue_wait(request, view)  # unchanged: no write
+    client = Client()
+    client.force_login(org.dev_a)
+    page = client.get(reverse("gpu-request-page", args=[request.pk])).content.decode()
+    assert "Waiting: insufficient unused quota · position 2 in the queue" in page
+    assert "insufficient unused quota" in client.get(reverse("home")).content.decode()
 
     assert request.waiting_code == "kueue"  # the reclaim's pending timeout leaves it alone
     # Nor does the stuck-request sweeper launch it again, however long Kueue holds it.
