@@ -11,7 +11,7 @@ from django.utils import timezone
 from scheduling import cycle, engine
 from scheduling.choices import RequestStatus
 from scheduling.lifecycle import Move, transition, transition_many
-from scheduling.models import Allocation, GpuRequest, Node, SchedulerLease
+from scheduling.models import Allocation, GpuRequest, Node, Quota, SchedulerLease
 from tenants.models import AuditEvent
 from tests.scheduling.conftest import Fleet
 from tests.support.factories import GpuRequestFactory
@@ -134,3 +134,13 @@ def test_a_second_cycle_with_nothing_new_writes_no_waiting_reasons(
         )
         == waiting
     )
+
+
+def test_a_quota_wait_names_the_team_and_the_flavor(org: Org, fleet: Fleet) -> None:
+    """The reason a developer reads names the flavor, not a database id."""
+    # Nobody holds guaranteed 6 GiB shares, so there is nothing in the cohort to borrow.
+    Quota.objects.filter(flavor=fleet.l4_6g).update(guaranteed=0)
+    GpuRequestFactory(project=org.project_b, flavor=fleet.l4_6g, kind="job", to="queued")
+    cycle.run_cycle()
+    reason = GpuRequest.objects.get(status=RequestStatus.QUEUED).waiting_reason
+    assert f"team {org.team_b.slug} is over its guaranteed {fleet.l4_6g.slug} quota" in reason
