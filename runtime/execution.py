@@ -11,12 +11,13 @@ import logging
 import time
 import weakref
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from datetime import timedelta
 from functools import lru_cache
 from typing import Any
 
 from django.conf import settings
+from django.core.cache import cache
 from django.db import transaction
 from django.utils import timezone
 
@@ -28,6 +29,7 @@ from runtime.cluster.base import (
     PrioritySpec,
     ProjectSpec,
     Toleration,
+    WatchableClusterBackend,
     WorkloadSpec,
     WorkloadStatus,
 )
@@ -357,12 +359,30 @@ def apply_workload_status(request: GpuRequest, status: WorkloadStatus) -> str | 
     return None
 
 
-def sync_workloads(*, backend: ClusterBackend | None = None) -> dict[str, int]:
-    """Read every live request's workload from the cluster and move requests accordingly.
+WorkloadKey = tuple[str, str, int]  # (namespace, request id, attempt)
+# The periodic sync (`sync_watched_workloads`): where the last pass left the backend's watch, a
+# full pass at least this often (deadlines, Jobs that made no pod), and how long a pass listens.
+WATCH_STATE_KEY = "runtime:workload-watch"
+FULL_SYNC_SECONDS = 60.0
+WATCH_SECONDS = 1
+# More changed workloads than this in one pass are listed by namespace rather than read one by one.
+READ_ONE_BY_ONE_MAX = 50
+
+
+def _workload_key(request: GpuRequest) -> WorkloadKey:
+    return (request.project.namespace, str(request.pk), request.attempt)
+
+
+def sync_workloads(
+    *, backend: ClusterBackend | None = None, only: Collection[WorkloadKey] | None = None
+) -> dict[str, int]:
+    """Read every live request's workload (or those of `only`) from the cluster and move
+    requests accordingly.
 
     One labelled list per namespace with live requests (`list_workloads`), not reads per
     request; a request the listing lacks, or whose Job has made no pod yet (its events say
-    why), is read on its own (`get_workload`), so the answer is the same as reading each.
+    why), is read on its own (`get_workload`), so the answer is the same as reading each. A few
+    requests (`only`, up to READ_ONE_BY_ONE_MAX) are read one by one.
     """
     backend = backend or cluster_backend()
     moved: dict[str, int] = {}
@@ -371,13 +391,15 @@ def sync_workloads(*, backend: ClusterBackend | None = None) -> dict[str, int]:
         # Requests Kueue holds (or just evicted) have no pods to read (runtime/kueue_admission).
         held = sync_kueue(requests=live, backend=backend)
         live = [request for request in live if request.pk not in held]
-    listed: dict[tuple[str, str, int], WorkloadStatus] = {}
+    if only is not None:
+        live = [request for request in live if _workload_key(request) in only]
+    listed: dict[WorkloadKey, WorkloadStatus] = {}
     list_workloads = getattr(backend, "list_workloads", None)
-    if live and list_workloads is not None:
+    if live and list_workloads is not None and (only is None or len(live) > READ_ONE_BY_ONE_MAX):
         namespaces = sorted({request.project.namespace for request in live})
         listed = {(s.namespace, s.request_id, s.attempt): s for s in list_workloads(namespaces)}
     for request in live:
-        key = (request.project.namespace, str(request.pk), request.attempt)
+        key = _workload_key(request)
         status = listed.get(key)
         if status is None or status.reason == "NoPod":
             status = backend.get_workload(*key)
@@ -385,6 +407,54 @@ def sync_workloads(*, backend: ClusterBackend | None = None) -> dict[str, int]:
         if new_status:
             moved[new_status] = moved.get(new_status, 0) + 1
     return moved
+
+
+def sync_watched_workloads(*, backend: ClusterBackend | None = None) -> dict[str, int]:
+    """The periodic sync: between full passes (`sync_workloads`, every FULL_SYNC_SECONDS) only
+    the workloads whose pods changed since the last pass, as the backend's watch reports them
+    from the resource version that pass reached (kept in the cache for every worker).
+
+    A backend that cannot watch, an expired version (410: `resync`) or no cache gets a full
+    pass. The version is taken before a full pass lists, so nothing that changes meanwhile is
+    missed; a change seen twice is read twice, which changes nothing.
+    """
+    backend = backend or cluster_backend()
+    if not isinstance(backend, WatchableClusterBackend):
+        return sync_workloads(backend=backend)
+    state = _cached_watch_state()
+    now = time.time()
+    if state is not None and now - state["listed_at"] < FULL_SYNC_SECONDS:
+        version, changed = state["version"], set()
+        for event in backend.watch_workloads(version, timeout_seconds=WATCH_SECONDS):
+            if event.type == "resync":
+                break
+            version = event.resource_version or version
+            if event.type in ("changed", "deleted"):
+                changed.add((event.namespace, event.request_id, event.attempt))
+        else:
+            moved = sync_workloads(backend=backend, only=changed)
+            _cache_watch_state({"version": version, "listed_at": state["listed_at"]})
+            return moved
+    (start,) = backend.watch_workloads(None)  # a `resync` with the current version
+    moved = sync_workloads(backend=backend)
+    _cache_watch_state({"version": start.resource_version, "listed_at": now})
+    return moved
+
+
+def _cached_watch_state() -> dict[str, Any] | None:
+    try:
+        state = cache.get(WATCH_STATE_KEY)
+    except Exception:
+        log.warning("cache unavailable: a full workload sync", exc_info=True)
+        return None
+    return state if isinstance(state, dict) else None
+
+
+def _cache_watch_state(state: dict[str, Any]) -> None:
+    try:
+        cache.set(WATCH_STATE_KEY, state, timeout=int(FULL_SYNC_SECONDS * 2))
+    except Exception:
+        log.warning("cache unavailable: the next workload sync is a full one", exc_info=True)
 
 
 def terminate_request_workload(

@@ -119,7 +119,7 @@ def remove_project_data(namespace: str, kind: str, names: list[str]) -> None:
 
 @shared_task(base=ClusterTask)
 def sync_workloads() -> dict[str, int]:
-    moved = execution.sync_workloads()
+    moved = execution.sync_watched_workloads()
     if moved:
         request_scheduling_cycle()  # finished work frees capacity
     return moved

@@ -15,9 +15,12 @@ Two short-lived marks in the cache keep the queue to one task per piece of work:
   committed before the clearing is in its snapshot, and whatever asks after it queues another
   cycle); a cycle that found the lease held leaves the mark, and the cycle holding the lease
   queues one more cycle after its own when the mark is set.
-* **launch queued**: set when a launch is queued, cleared when its task starts, expiring after
+* **launch queued**: when a launch was queued, cleared when its task starts, expiring after
   LAUNCH_QUEUE_PATIENCE_SECONDS. The stuck-request sweeper leaves a request alone while its
-  launch waits in the queue.
+  launch waits in a queue that moves: each launch task records as it starts when it started and
+  when it was queued ("launch progress"). A marked launch counts as lost when it was queued more
+  than STUCK_TRANSITION_SECONDS ago and either no launch has started for that long or one queued
+  that much later has started (its message held by a worker that died, say).
 
 Without the cache (down, or a blip) both fall back to queueing every time.
 """
@@ -91,6 +94,9 @@ def is_cycle_pending() -> bool:
     return bool(_cache_call("cycle mark", lambda: cache.get(CYCLE_PENDING_KEY), False))
 
 
+LAUNCH_PROGRESS_KEY = "runtime:launch-progress"
+
+
 def launch_queued_key(request_id: int, attempt: int) -> str:
     return f"runtime:launch-queued:{request_id}:{attempt}"
 
@@ -105,31 +111,62 @@ def _send_launch(request_id: int, attempt: int) -> None:
 
 
 def clear_launch_queued(request_id: int, attempt: int) -> None:
-    """The launch task started: from now on the request's own state says whether it is stuck."""
-    _cache_call("launch mark", lambda: cache.delete(launch_queued_key(request_id, attempt)), None)
+    """The launch task started: from now on the request's own state says whether it is stuck.
+    Records the queue's progress: when a launch last started, and the newest queue time of one
+    that started."""
+    key = launch_queued_key(request_id, attempt)
+
+    def clear() -> None:
+        queued_at = cache.get(key)
+        cache.delete(key)
+        progress = cache.get(LAUNCH_PROGRESS_KEY) or {}
+        newest = max(float(queued_at or 0.0), float(progress.get("queued_at", 0.0)))
+        progress = {"started_at": time.time(), "queued_at": newest}
+        cache.set(LAUNCH_PROGRESS_KEY, progress, settings.LAUNCH_QUEUE_PATIENCE_SECONDS)
+
+    _cache_call("launch mark", clear, None)
 
 
 def queued_launches(keys: Iterable[tuple[int, int]]) -> set[tuple[int, int]]:
-    """Which (request id, attempt) have a launch waiting in the queue (marked, not expired)."""
+    """Which (request id, attempt) have a launch waiting in a moving queue: marked (not
+    expired), and either queued lately or behind launches that are starting and not passed."""
     wanted = {launch_queued_key(pk, attempt): (pk, attempt) for pk, attempt in keys}
     if not wanted:
         return set()
-    found = _cache_call("launch mark", lambda: cache.get_many(list(wanted)), {})
-    return {wanted[key] for key in found}
+    found = _cache_call("launch mark", lambda: cache.get_many([*wanted, LAUNCH_PROGRESS_KEY]), {})
+    progress = found.pop(LAUNCH_PROGRESS_KEY, None) or {}
+    now, patience = time.time(), settings.STUCK_TRANSITION_SECONDS
+    moving = now - float(progress.get("started_at", 0.0)) <= patience
+    passed_before = float(progress.get("queued_at", 0.0)) - patience
+    return {
+        wanted[key]
+        for key, queued_at in found.items()
+        if now - queued_at <= patience or (moving and queued_at >= passed_before)
+    }
 
 
 def enqueue_after_commit(task_name: str, *args: Any) -> None:
-    transaction.on_commit(lambda: send(task_name, *args))
+    """Queue after commit: a cycle coalesced, a launch marked (see above), the rest as asked."""
+    transaction.on_commit(lambda: _send_now(task_name, *args))
+
+
+def _send_now(task_name: str, *args: Any) -> None:
+    if task_name == RUN_SCHEDULING_CYCLE:
+        send_scheduling_cycle()
+    elif task_name == LAUNCH_WORKLOAD:
+        _send_launch(*args)
+    else:
+        send(task_name, *args)
 
 
 def request_scheduling_cycle() -> None:
     """Something may have unblocked work (approval, cancel, completion, node change); one
     cycle is queued per burst of these (see "cycle pending" above)."""
-    transaction.on_commit(send_scheduling_cycle)
+    enqueue_after_commit(RUN_SCHEDULING_CYCLE)
 
 
 def request_launch(request_id: int, attempt: int) -> None:
-    transaction.on_commit(lambda: _send_launch(request_id, attempt))
+    enqueue_after_commit(LAUNCH_WORKLOAD, request_id, attempt)
 
 
 def request_termination(request_id: int, attempt: int, reason: str) -> None:

@@ -16,22 +16,15 @@ from runtime.inventory import apply_inventory
 from scheduling import cycle, services
 from scheduling.choices import RequestStatus
 from scheduling.demo import seed_demo_fleet
-from scheduling.models import Flavor
+from scheduling.models import Flavor, GpuRequest
 from tenants.models import Project
 from tenants.services import seed_demo_organisation
-from tests.k8s.conftest import Admin
+from tests.k8s.conftest import Admin, eventually
 
 pytestmark = [pytest.mark.k8s, pytest.mark.django_db]
 
 
-def test_a_steady_state_launch_makes_one_api_call(
-    k8s_testbed: Any,
-    k8s_admin: Admin,
-    monkeypatch: pytest.MonkeyPatch,
-    django_capture_on_commit_callbacks: Any,
-) -> None:
-    # A backend of its own, so nothing an earlier test ensured is remembered.
-    backend = KubernetesClusterBackend(kubeconfig=str(k8s_testbed.portal_kubeconfig))
+def three_approved_requests(backend: KubernetesClusterBackend) -> list[GpuRequest]:
     teams = seed_demo_organisation(password="x")
     seed_demo_fleet(teams=teams)
     apply_inventory(backend.sync_inventory())
@@ -54,6 +47,11 @@ def test_a_steady_state_launch_makes_one_api_call(
         if request.status == RequestStatus.PENDING_APPROVAL:
             services.approve_gpu_request(actor=bob, request=request)
         requests.append(request)
+    return requests
+
+
+def counting(backend: KubernetesClusterBackend, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every API request the backend makes from now on, as "METHOD /path"."""
     calls: list[str] = []
     call_api = backend.api_client.call_api
 
@@ -62,6 +60,20 @@ def test_a_steady_state_launch_makes_one_api_call(
         return call_api(method, url, *args, **kwargs)
 
     monkeypatch.setattr(backend.api_client, "call_api", counted)
+    return calls
+
+
+def test_a_steady_state_launch_makes_one_api_call(
+    k8s_testbed: Any,
+    k8s_admin: Admin,
+    monkeypatch: pytest.MonkeyPatch,
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    # A backend of its own, so nothing an earlier test ensured is remembered.
+    backend = KubernetesClusterBackend(kubeconfig=str(k8s_testbed.portal_kubeconfig))
+    requests = three_approved_requests(backend)
+    project = requests[0].project
+    calls = counting(backend, monkeypatch)
     try:
         with django_capture_on_commit_callbacks(execute=True):
             cycle.run_cycle()
@@ -75,3 +87,41 @@ def test_a_steady_state_launch_makes_one_api_call(
         assert len(jobs) == 3
     finally:
         k8s_admin.core.delete_namespace(project.namespace, _preload_content=False)
+
+
+def test_the_periodic_sync_follows_the_watch_between_full_passes(
+    k8s_testbed: Any,
+    k8s_admin: Admin,
+    monkeypatch: pytest.MonkeyPatch,
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    backend = KubernetesClusterBackend(kubeconfig=str(k8s_testbed.portal_kubeconfig))
+    requests = three_approved_requests(backend)
+    namespace = requests[0].project.namespace
+    try:
+        with django_capture_on_commit_callbacks(execute=True):
+            cycle.run_cycle()
+        for request in requests:
+            execution.launch_request(request_id=request.pk, attempt=1, backend=backend)
+        calls = counting(backend, monkeypatch)
+        execution.sync_watched_workloads(backend=backend)  # the first pass lists
+        assert f"GET /apis/batch/v1/namespaces/{namespace}/jobs" in calls
+        listed = len(calls)
+
+        def finished() -> bool:
+            execution.sync_watched_workloads(backend=backend)
+            return not GpuRequest.objects.filter(
+                pk__in=[r.pk for r in requests], status__in=execution.LIVE_STATUSES
+            ).exists()
+
+        eventually(finished, timeout=60, what="every request finished, seen through the watch")
+        # The later passes watched and read the changed workloads; none listed the namespace.
+        assert f"GET /apis/batch/v1/namespaces/{namespace}/jobs" not in calls[listed:]
+        statuses = set(
+            GpuRequest.objects.filter(pk__in=[r.pk for r in requests]).values_list(
+                "status", flat=True
+            )
+        )
+        assert statuses == {RequestStatus.SUCCEEDED}
+    finally:
+        k8s_admin.core.delete_namespace(namespace, _preload_content=False)

@@ -3,7 +3,8 @@ ask of the cluster, so a steady stream of requests costs about one task and one 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -11,7 +12,13 @@ from django.core.cache import cache
 
 from runtime import execution
 from runtime import tasks as runtime_tasks
-from runtime.cluster.base import PermanentClusterError, ProjectSpec, WorkloadSpec, WorkloadStatus
+from runtime.cluster.base import (
+    PermanentClusterError,
+    ProjectSpec,
+    WorkloadEvent,
+    WorkloadSpec,
+    WorkloadStatus,
+)
 from runtime.cluster.simulated import SimulatedCluster
 from scheduling import cycle, dispatch, services
 from scheduling import tasks as scheduling_tasks
@@ -27,8 +34,8 @@ pytestmark = pytest.mark.django_db
 class CountingCluster(SimulatedCluster):
     """The simulated cluster, counting the calls the launch path and the sync make."""
 
-    def __init__(self) -> None:
-        super().__init__(speed=100_000)
+    def __init__(self, *, speed: float = 100_000) -> None:
+        super().__init__(speed=speed)
         self.calls: list[str] = []
         self.missing_namespaces: set[str] = set()
 
@@ -152,6 +159,49 @@ def test_the_sweeper_requeues_a_lost_launch_once(
     assert len(sent) == 1
 
 
+def test_the_sweeper_leaves_a_launch_behind_a_long_queue_that_moves(
+    org: Org,
+    fleet: Fleet,
+    sent: list[tuple[str, tuple[Any, ...]]],
+    monkeypatch: pytest.MonkeyPatch,
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    earlier, waiting = admitted_requests(org, fleet, 2)
+    # Both queued ten minutes ago; the one queued first has just started.
+    for request in (earlier, waiting):
+        dispatch.send_launch(request.pk, 1)
+        cache.set(dispatch.launch_queued_key(request.pk, 1), time.time() - 600, 900)
+    monkeypatch.setattr(execution, "launch_request", lambda **kwargs: "launched")
+    runtime_tasks.launch_workload.run(earlier.pk, 1)
+    _make_stuck(waiting)
+    sent.clear()
+    with django_capture_on_commit_callbacks(execute=True):
+        assert runtime_tasks.sweep_stuck_requests() == 0
+    assert sent == []
+
+
+def test_the_sweeper_requeues_a_launch_the_queue_has_passed(
+    org: Org,
+    fleet: Fleet,
+    sent: list[tuple[str, tuple[Any, ...]]],
+    monkeypatch: pytest.MonkeyPatch,
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    first, second = admitted_requests(org, fleet, 2)
+    # Queued ten minutes ago and taken by a worker that was killed before it started it ...
+    dispatch.send_launch(first.pk, 1)
+    cache.set(dispatch.launch_queued_key(first.pk, 1), time.time() - 600, 900)
+    # ... while a launch queued after it has started since.
+    dispatch.send_launch(second.pk, 1)
+    monkeypatch.setattr(execution, "launch_request", lambda **kwargs: "launched")
+    runtime_tasks.launch_workload.run(second.pk, 1)
+    _make_stuck(first)
+    sent.clear()
+    with django_capture_on_commit_callbacks(execute=True):
+        assert runtime_tasks.sweep_stuck_requests() == 1
+    assert sent == [(dispatch.LAUNCH_WORKLOAD, (first.pk, 1))]
+
+
 def test_a_started_launch_is_watched_by_the_sweeper_again(
     org: Org, fleet: Fleet, sent: list[tuple[str, tuple[Any, ...]]], monkeypatch: Any
 ) -> None:
@@ -252,3 +302,64 @@ def test_sync_reads_a_workload_the_listing_lacks(org: Org, fleet: Fleet) -> None
     assert backend.calls == ["list_workloads", "get_workload"]
     request.refresh_from_db()
     assert request.status == RequestStatus.FAILED  # the workload disappeared
+
+
+class WatchingCluster(CountingCluster):
+    """Counting, and a watch that reports the changes a test queues (`resync` when asked)."""
+
+    def __init__(self) -> None:
+        super().__init__(speed=1)  # pods start after 5-20 s: the requests stay live
+        self.events: list[WorkloadEvent] = []
+        self.version = 100
+
+    def watch_workloads(
+        self, resource_version: str | None = None, *, timeout_seconds: int = 300
+    ) -> Iterator[WorkloadEvent]:
+        self.calls.append(f"watch_workloads({resource_version})")
+        if resource_version is None:
+            yield WorkloadEvent(type="resync", resource_version=str(self.version))
+            return
+        events, self.events = self.events, []
+        yield from events
+
+    def change(self, request: GpuRequest) -> None:
+        self.version += 1
+        self.events.append(
+            WorkloadEvent(
+                type="changed",
+                resource_version=str(self.version),
+                namespace=request.project.namespace,
+                request_id=str(request.pk),
+                attempt=request.attempt,
+            )
+        )
+
+
+def test_the_periodic_sync_reads_only_what_the_watch_saw_change(
+    org: Org, fleet: Fleet, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    requests = admitted_requests(org, fleet, 3)
+    backend = WatchingCluster()
+    for request in requests:
+        execution.launch_request(request_id=request.pk, attempt=1, backend=backend)
+    backend.calls.clear()
+    # The first pass lists everything, from the version it took first.
+    execution.sync_watched_workloads(backend=backend)
+    assert backend.calls == ["watch_workloads(None)", "list_workloads"]
+    # The next one reads only the workload whose pods changed since.
+    backend.calls.clear()
+    backend.change(GpuRequest.objects.select_related("project").get(pk=requests[1].pk))
+    execution.sync_watched_workloads(backend=backend)
+    assert backend.calls == ["watch_workloads(100)", "get_workload"]
+    backend.calls.clear()
+    execution.sync_watched_workloads(backend=backend)
+    assert backend.calls == ["watch_workloads(101)"]  # nothing changed, nothing read
+    # An expired version, and a full pass once FULL_SYNC_SECONDS have passed.
+    backend.calls.clear()
+    backend.events.append(WorkloadEvent(type="resync", resource_version="200"))
+    execution.sync_watched_workloads(backend=backend)
+    assert backend.calls == ["watch_workloads(101)", "watch_workloads(None)", "list_workloads"]
+    backend.calls.clear()
+    monkeypatch.setattr(execution, "FULL_SYNC_SECONDS", 0.0)
+    execution.sync_watched_workloads(backend=backend)
+    assert backend.calls == ["watch_workloads(None)", "list_workloads"]
