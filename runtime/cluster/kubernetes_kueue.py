@@ -132,6 +132,13 @@ class KueueWorkloadReader:
                 token = page.get("metadata", {}).get("continue")
                 if not token:
                     return items
+        except ApiException as exc:
+            if exc.status == 404:
+                raise PermanentClusterError(
+                    f"the cluster does not serve {plural}.{GROUP}/{VERSION}: SCHEDULER=kueue "
+                    "needs Kueue (v0.17 or later) installed"
+                ) from exc
+            raise classify_api_exception(exc) from exc
         except CLIENT_ERRORS as exc:
             raise classify_api_exception(exc) from exc
 

@@ -199,3 +199,58 @@ def test_workloads_of_other_owners_are_left_out() -> None:
 )
 def test_request_of_job(job: str, request_id: str | None) -> None:
     assert request_of_job(job) == request_id
+
+
+class PagedObjects:
+    """A CustomObjectsApi stand-in: each kind in pages of one item, or a 404 for all."""
+
+    def __init__(self, items: dict[str, list[dict[str, Any]]], *, status: int | None = None):
+        self.items, self.status, self.calls = items, status, 0
+
+    def list_cluster_custom_object(
+        self, group: str, version: str, plural: str, **kwargs: Any
+    ) -> dict[str, Any]:
+        from kubernetes.client.exceptions import ApiException
+
+        self.calls += 1
+        if self.status is not None:
+            raise ApiException(status=self.status)
+        index = int(kwargs.get("_continue") or 0)
+        rest = self.items[plural][index + 1 :]
+        return {
+            "items": self.items[plural][index : index + 1],
+            "metadata": {"continue": str(index + 1) if rest else None},
+        }
+
+
+def test_the_reader_pages_through_workloads_and_local_queues() -> None:
+    from kubernetes import client as k8s
+
+    from runtime.cluster.kubernetes_kueue import KueueWorkloadReader
+
+    reader = KueueWorkloadReader(k8s.ApiClient())
+    pending = (condition("QuotaReserved", False, "Pending", QUOTA_MESSAGE),)
+    reader.objects = PagedObjects(
+        {
+            "workloads": [
+                workload("gpr-1-a1", conditions=pending, created="2026-12-04T10:00:00Z"),
+                workload("gpr-2-a1", conditions=pending, created="2026-12-04T10:00:01Z"),
+            ],
+            "localqueues": QUEUES,
+        }
+    )
+    views = reader.views()
+    assert [views[("gp-a-one", job)].position for job in ("gpr-1-a1", "gpr-2-a1")] == [1, 2]
+    assert reader.objects.calls == 2 + len(QUEUES)
+
+
+def test_a_cluster_without_kueue_is_a_clear_permanent_error() -> None:
+    from kubernetes import client as k8s
+
+    from runtime.cluster.base import PermanentClusterError
+    from runtime.cluster.kubernetes_kueue import KueueWorkloadReader
+
+    reader = KueueWorkloadReader(k8s.ApiClient())
+    reader.objects = PagedObjects({}, status=404)
+    with pytest.raises(PermanentClusterError, match="needs Kueue"):
+        reader.views()
