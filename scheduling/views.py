@@ -20,6 +20,7 @@ from scheduling.choices import (
     CANCELLABLE_STATUSES,
     FINISHED_STATUSES,
     RESUMABLE_KINDS,
+    FlavorKind,
     RequestStatus,
     WorkloadKind,
 )
@@ -55,11 +56,16 @@ def _member_projects(user: Any) -> QuerySet[Project]:
     return projects
 
 
-def _form_flavors(project: Project | None, kind: str = "") -> QuerySet[Flavor]:
-    """The flavors the project may use, only those whose pool runs `kind` when one is given."""
+def _form_flavors(
+    project: Project | None, kind: str = "", flavor_kind: str = ""
+) -> QuerySet[Flavor]:
+    """The flavors the project may use, only those whose pool runs `kind` when one is given,
+    and only whole cards, vGPU shares or MIG slices when `flavor_kind` says so."""
     if project is None:
         return Flavor.objects.none()
     flavors = flavors_for_project(project=project)
+    if flavor_kind in FlavorKind.values:
+        flavors = flavors.filter(kind=flavor_kind)
     if kind in WorkloadKind.values:
         # allowed_kinds is a JSON list (empty: every kind); filtered here, as SQLite has no
         # JSON containment lookup. A project may use a handful of flavors.
@@ -155,6 +161,7 @@ def request_new(request: HttpRequest) -> HttpResponse:
             "project": project,
             "templates": templates,
             "chosen_template": request.GET.get("template", ""),
+            "flavor_kinds": FlavorKind.choices,
         },
     )
 
@@ -167,7 +174,9 @@ def request_form_flavors(request: HttpRequest) -> HttpResponse:
         request,
         "scheduling/_flavor_options.html",
         {
-            "flavors": _form_flavors(project, request.GET.get("kind", "")),
+            "flavors": _form_flavors(
+                project, request.GET.get("kind", ""), request.GET.get("flavor_kind", "")
+            ),
             "selected": request.GET.get("flavor", ""),
         },
     )
