@@ -83,7 +83,7 @@ def shape(path: str) -> str:
 @pytest.fixture
 def demo(transactional_db: None) -> None:
     """The seeded demo, with an inbox for each persona (the history writes none)."""
-    call_command("seed_demo", history_days=14, stdout=io.StringIO())
+    call_command("seed_demo", stdout=io.StringIO())
     users = {user.username: user for user in get_user_model().objects.all()}
     request = GpuRequest.objects.filter(owner=users["alice"]).order_by("-pk").first()
     pk = request.pk if request is not None else 1
