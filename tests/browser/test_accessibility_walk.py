@@ -225,3 +225,36 @@ def test_the_not_found_page_passes_axe_and_fits_a_phone(
     for width_name in WIDTHS:
         check_page(page_at, walk, "/no-such-page/", width_name)
     assert not walk.problems, "\n".join(walk.problems)
+
+
+def test_pages_changed_in_place_still_pass_axe(page_at: Any, live_server: Any, demo: None) -> None:
+    """What HTMX swaps in (a new token, the live estimate, the flavors of a kind, marking the
+    inbox read) is checked as the page then stands, at both widths."""
+    walk = Walk("journeys")
+    base = live_server.url
+    sign_in(page_at, base, "alice")
+
+    page_at.goto(f"{base}/account/tokens/")
+    page_at.fill("#token-name", "laptop notebook")
+    page_at.click("#token-panel button[type=submit]")
+    page_at.wait_for_selector("[data-testid=new-token]")
+    for width_name in WIDTHS:
+        check_page(page_at, walk, "/account/tokens/ (token created)", width_name)
+
+    page_at.goto(f"{base}/requests/new/")
+    page_at.wait_for_selector("#estimate :first-child")
+    with page_at.expect_response(lambda r: "/requests/new/flavors/" in r.url):
+        page_at.select_option("[data-testid=flavor-kind]", index=1)
+    page_at.wait_for_timeout(300)  # let HTMX settle the swap
+    for width_name in WIDTHS:
+        check_page(page_at, walk, "/requests/new/ (kind chosen, estimate shown)", width_name)
+
+    page_at.goto(f"{base}/notifications/")
+    assert page_at.locator("[data-testid=unread-count]").count() == 1
+    page_at.click("[data-testid=mark-all-read]")
+    page_at.wait_for_selector("[data-testid=notification-list]")
+    assert page_at.locator("[data-testid=unread-count]").count() == 0
+    for width_name in WIDTHS:
+        check_page(page_at, walk, "/notifications/ (all read)", width_name)
+
+    assert not walk.problems, "\n".join(walk.problems)
