@@ -19,6 +19,7 @@ from typing import Any
 from django.conf import settings
 from django.core.cache import cache
 from django.db import transaction
+from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
 from runtime import project_data, propagation, verdicts
@@ -467,13 +468,25 @@ def terminate_request_workload(
 
 def stuck_requests(*, older_than_seconds: int | None = None) -> list[tuple[int, int]]:
     """(request id, attempt) of requests admitted or launching for too long: launch them again.
-    A Job waiting in Kueue's queue is where it should be, however long it waits."""
+    A Job waiting in Kueue's queue is where it should be, however long it waits. A launch that
+    finished (its workload named on the allocation) waits for the status sync to see its pod
+    run, for up to LAUNCH_QUEUE_PATIENCE_SECONDS, before it is launched again."""
     seconds = older_than_seconds or settings.STUCK_TRANSITION_SECONDS
-    cutoff = timezone.now() - timedelta(seconds=seconds)
+    now = timezone.now()
+    cutoff = now - timedelta(seconds=seconds)
+    patience = max(seconds, settings.LAUNCH_QUEUE_PATIENCE_SECONDS)
+    launched = Allocation.objects.active().filter(
+        request=OuterRef("pk"), attempt=OuterRef("attempt"), workload_name__gt=""
+    )
     return list(
         GpuRequest.objects.filter(
             status__in=(RequestStatus.ADMITTED, RequestStatus.LAUNCHING), updated_at__lt=cutoff
         )
         .exclude(waiting_code=KUEUE_WAIT_CODE)
+        .exclude(
+            Exists(launched),
+            status=RequestStatus.LAUNCHING,
+            updated_at__gte=now - timedelta(seconds=patience),
+        )
         .values_list("pk", "attempt")
     )

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from datetime import timedelta
 from typing import Any
 
 import pytest
 from django.core.cache import cache
+from django.utils import timezone
 
 from runtime import execution
 from runtime import tasks as runtime_tasks
@@ -200,6 +202,26 @@ def test_the_sweeper_requeues_a_launch_the_queue_has_passed(
     with django_capture_on_commit_callbacks(execute=True):
         assert runtime_tasks.sweep_stuck_requests() == 1
     assert sent == [(dispatch.LAUNCH_WORKLOAD, (first.pk, 1))]
+
+
+def test_the_sweeper_leaves_a_finished_launch_to_the_status_sync(
+    org: Org,
+    fleet: Fleet,
+    sent: list[tuple[str, tuple[Any, ...]]],
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    launched, interrupted = admitted_requests(org, fleet, 2)
+    execution.launch_request(request_id=launched.pk, attempt=1, backend=CountingCluster(speed=1))
+    # A worker died after the move to `launching`, before the workload was created.
+    GpuRequest.objects.filter(pk=interrupted.pk).update(status=RequestStatus.LAUNCHING)
+    # Both moved to `launching` five minutes ago: past STUCK_TRANSITION_SECONDS, not the patience.
+    GpuRequest.objects.filter(pk__in=[launched.pk, interrupted.pk]).update(
+        updated_at=timezone.now() - timedelta(minutes=5)
+    )
+    sent.clear()
+    with django_capture_on_commit_callbacks(execute=True):
+        assert runtime_tasks.sweep_stuck_requests() == 1
+    assert sent == [(dispatch.LAUNCH_WORKLOAD, (interrupted.pk, 1))]
 
 
 def test_a_started_launch_is_watched_by_the_sweeper_again(
