@@ -36,6 +36,7 @@ from scheduling.models import (
     UtilisationSample,
 )
 from scheduling.selectors import (
+    deferring_lead,
     flavors_for_project,
     fleet_overview,
     governance_rules,
@@ -337,11 +338,12 @@ def approval_decide(request: HttpRequest, pk: int, decision: str) -> HttpRespons
     except DomainError as domain_error:
         error = domain_error.message
     gpu_request.refresh_from_db()
-    return render(
-        request,
-        "scheduling/_approval_row.html",
-        {"row": {"kind": "approval", "request": gpu_request}, "error": error},
-    )
+    row: dict[str, Any] = {"kind": "approval", "request": gpu_request}
+    if gpu_request.status == RequestStatus.PENDING_APPROVAL:
+        # Still pending (refused, or approved to run when quota frees): say where it stands.
+        row["impact"] = quota_impact(gpu_request=gpu_request)
+        row["is_deferred"] = deferring_lead(gpu_request) is not None
+    return render(request, "scheduling/_approval_row.html", {"row": row, "error": error})
 
 
 DECISIONS: dict[str, Callable[..., GpuRequest]] = {

@@ -107,7 +107,7 @@ def test_approve_to_run_when_quota_frees(org: Org, fleet: Fleet) -> None:
     row = client.post(
         reverse("approval-decide", args=[waiting.pk, "defer"]), HTTP_HX_REQUEST="true"
     )
-    assert row.status_code == 200
+    assert row.status_code == 200 and 'data-testid="deferred"' in row.content.decode()
     waiting.refresh_from_db()
     assert waiting.status == RequestStatus.PENDING_APPROVAL  # the limit is never passed
     assert 'data-testid="deferred"' in client.get(reverse("approvals-page")).content.decode()
