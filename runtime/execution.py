@@ -231,6 +231,7 @@ def launch_request(*, request_id: int, attempt: int, backend: ClusterBackend | N
         if error.status != 404:
             raise
         _ensure_launch_prerequisites(backend, request)
+        project_data.ensure_for_launch(request, backend)  # a new namespace has none of it
         name = backend.launch(spec)
     Allocation.objects.filter(pk=allocation.pk).update(workload_name=name)
     return name
