@@ -101,7 +101,7 @@ class AuditEventFilter(PortalFilterSet):
 
 
 class NotificationFilter(PortalFilterSet):
-    unread = django_filters.BooleanFilter(field_name="read_at", lookup_expr="isnull")
+    unread = StrictBooleanFilter(field_name="read_at", lookup_expr="isnull")
 
     class Meta:
         model = Notification
