@@ -156,6 +156,7 @@ SECTIONS: dict[str, Section] = {
                 ("Sharing", lambda pool: pool.get_sharing_mode_display()),
                 ("Placement", lambda pool: pool.get_placement_display()),
                 ("Scoring", lambda pool: pool.get_scoring_display()),
+                ("Devices", lambda pool: "DRA" if pool.allocation == "dra" else "Device plugin"),
                 ("Short reserve", lambda pool: pool.short_reserve_label or "–"),
             ),
             instance_arg="node_pool",

@@ -100,6 +100,7 @@ class NodePoolForm(ManageForm):
             "sharing_mode",
             "placement",
             "scoring",
+            "allocation",
             "scheduler_name",
             "node_selector",
             "taints",

@@ -42,7 +42,7 @@ from runtime.kueue_admission import KUEUE_WAIT_CODE, sync_kueue
 from runtime.observed import record_observation
 from runtime.relocation import relocated_claims
 from scheduling import dispatch
-from scheduling.choices import SHARING_MODE_OF_FLAVOR_KIND, RequestStatus
+from scheduling.choices import SHARING_MODE_OF_FLAVOR_KIND, DeviceAllocation, RequestStatus
 from scheduling.lifecycle import end_allocation, record_request_event, transition
 from scheduling.models import Allocation, GpuRequest, ReclaimPolicy
 from scheduling.snapshot import POOL_LABEL
@@ -100,6 +100,7 @@ def workload_spec(request: GpuRequest, allocation: Allocation) -> WorkloadSpec:
     nodes = [name for name in allocation.node_name.split(",") if name]
     placed_by_portal = pool.placement == "portal" and len(nodes) == 1
     gang = gang_members(request, allocation)
+    dra = pool.allocation == DeviceAllocation.DRA and sharing == "exclusive"
     return WorkloadSpec(
         request_id=str(request.pk),
         attempt=allocation.attempt,
@@ -131,10 +132,12 @@ def workload_spec(request: GpuRequest, allocation: Allocation) -> WorkloadSpec:
         owner=request.owner.get_username(),
         reason=request.reason[:200],
         gang=gang,
-        # The cards the engine chose, for HAMi to honour (vGPU, placed by the portal).
+        # The cards the engine chose, for HAMi to honour (vGPU) or for the ResourceClaim to
+        # select (DRA), when the portal placed the pod.
         device_indexes=tuple(c["device_index"] for c in allocation.claims if c["node"] == nodes[0])
-        if sharing == "vgpu" and placed_by_portal
+        if (sharing == "vgpu" or dra) and placed_by_portal
         else (),
+        allocation="dra" if dra else "device-plugin",
         route=workload_route(request),
         **project_data.workload_fields(request),
     )

@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from runtime.cluster.base import NodeInventory
 from runtime.cluster.gpu_models import gpu_products_for, merged_aliases, normalise_gpu_model
-from scheduling.choices import FlavorKind, SharingMode
+from scheduling.choices import DeviceAllocation, FlavorKind, SharingMode
 from scheduling.models import Flavor, GpuDevice, Node, NodePool
 from tenants.models import AuditEvent
 from tenants.services import record_audit_event
@@ -62,9 +62,17 @@ def access_problem(node: NodeInventory, pool: NodePool, mig_profiles: Sequence[s
     the cluster for that mode's resources; a node that does not advertise them would leave the
     work pending forever. vGPU nodes need HAMi's `nvidia.com/gpumem` and `nvidia.com/gpucores`,
     MIG nodes the `nvidia.com/mig-<profile>` instances of the pool's flavors (any, when it has
-    none yet), whole-card nodes `nvidia.com/gpu`, and not as HAMi's shares.
+    none yet), whole-card nodes `nvidia.com/gpu`, and not as HAMi's shares. Nodes of a DRA
+    pool need GPUs in the DRA driver's ResourceSlices instead.
     """
     have = {name for name, amount in node.allocatable.items() if _positive(amount)}
+    if pool.allocation == DeviceAllocation.DRA:
+        if node.dra_gpu_count == 0:
+            return (
+                f"Pool {pool.slug} allocates cards through DRA, but no ResourceSlice of "
+                "gpu.nvidia.com lists GPUs on the node (is NVIDIA's DRA driver running there?)."
+            )
+        return ""
     if pool.sharing_mode == SharingMode.VGPU:
         missing = [r for r in ("nvidia.com/gpumem", "nvidia.com/gpucores") if r not in have]
         if missing:

@@ -38,6 +38,7 @@ class NodePoolAdmin(ReadOnlyAdmin):
         "scheduler_name",
         "placement",
         "scoring",
+        "allocation",
         "short_reserve_fraction",
         "short_max_runtime_seconds",
     ]

@@ -41,6 +41,7 @@ NODE_POOL_FIELDS = frozenset(
         "scheduler_name",
         "placement",
         "scoring",
+        "allocation",
         "allowed_kinds",
         "short_reserve_fraction",
         "short_max_runtime_seconds",

@@ -29,6 +29,13 @@ class Placement(models.TextChoices):
     CLUSTER = "cluster", "The cluster's scheduler picks inside the pool"
 
 
+class DeviceAllocation(models.TextChoices):
+    """How a pool's pods ask the cluster for their cards (docs/kubernetes-backend.md)."""
+
+    DEVICE_PLUGIN = "device-plugin", "Device plugin (nvidia.com/gpu)"
+    DRA = "dra", "Dynamic Resource Allocation (ResourceClaim)"
+
+
 class Scoring(models.TextChoices):
     BINPACK = "binpack", "Bin-pack"
     SPREAD = "spread", "Spread"

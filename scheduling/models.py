@@ -12,6 +12,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from scheduling.choices import (
+    DeviceAllocation,
     FlavorKind,
     Placement,
     Priority,
@@ -77,6 +78,15 @@ class NodePool(models.Model):
     scheduler_name = models.CharField(max_length=63, default="default-scheduler")
     placement = models.CharField(max_length=10, choices=Placement.choices, default=Placement.PORTAL)
     scoring = models.CharField(max_length=10, choices=Scoring.choices, default=Scoring.BINPACK)
+    allocation = models.CharField(
+        max_length=16,
+        choices=DeviceAllocation.choices,
+        default=DeviceAllocation.DEVICE_PLUGIN,
+        help_text=(
+            "How pods get their cards: the device plugin's nvidia.com/gpu, or a ResourceClaim "
+            "(Dynamic Resource Allocation; whole cards only)."
+        ),
+    )
     allowed_kinds = models.JSONField(
         default=list, blank=True, help_text="Workload kinds allowed here; empty allows all."
     )
@@ -111,6 +121,15 @@ class NodePool(models.Model):
                 condition=Q(short_max_runtime_seconds__gte=1),
                 name="node_pool_short_threshold_positive",
                 violation_error_message="The short-request threshold must be at least 1 second.",
+            ),
+            models.CheckConstraint(
+                condition=Q(allocation=DeviceAllocation.DEVICE_PLUGIN)
+                | Q(sharing_mode=SharingMode.EXCLUSIVE),
+                name="node_pool_dra_whole_cards",
+                violation_error_message=(
+                    "Dynamic Resource Allocation gives whole cards only: vGPU and MIG pools "
+                    "use the device plugin."
+                ),
             ),
         ]
 

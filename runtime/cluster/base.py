@@ -23,6 +23,8 @@ TaintEffect = Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
 VolumeAccessMode = Literal["ReadWriteMany", "ReadWriteOnce"]
 SecretType = Literal["Opaque", "kubernetes.io/dockerconfigjson"]
 RouteKind = Literal["ingress", "httproute"]
+#: How a pod asks for its cards: the device plugin's `nvidia.com/gpu`, or a ResourceClaim (DRA).
+DeviceAllocation = Literal["device-plugin", "dra"]
 
 WORKLOAD_KINDS: tuple[WorkloadKind, ...] = ("job", "notebook", "service")
 SHARING_MODES: tuple[SharingMode, ...] = ("exclusive", "vgpu", "mig")
@@ -340,6 +342,9 @@ class WorkloadSpec:
 
     `queue_name` (SCHEDULER=kueue, jobs only) hands the Job to Kueue: created suspended in that
     LocalQueue, with `priority_class_name` as its WorkloadPriorityClass; Kueue resumes it.
+
+    `allocation="dra"` (whole cards only) asks for the cards with a ResourceClaimTemplate
+    (`dra_manifests`) instead of the `nvidia.com/gpu` extended resource.
     """
 
     request_id: str
@@ -381,9 +386,14 @@ class WorkloadSpec:
     secret_env: tuple[SecretEnvVar, ...] = ()
     image_pull_secrets: tuple[str, ...] = ()
     shm_mib: int | None = None
+    allocation: DeviceAllocation = "device-plugin"
 
     def __post_init__(self) -> None:
         workload_name(self.request_id, self.attempt)  # validates both
+        if self.allocation not in ("device-plugin", "dra"):
+            raise ValueError(f"unknown device allocation {self.allocation!r}")
+        if self.allocation == "dra" and self.sharing != "exclusive":
+            raise ValueError("Dynamic Resource Allocation gives whole cards only")
         if self.route is not None and self.kind not in RESUMABLE_KINDS:
             raise ValueError("only notebooks and services get a route")
         if self.queue_name is not None and (self.kind != "job" or self.gang):
@@ -536,6 +546,8 @@ class NodeInventory:
     # GPU resources held by running pods the portal did not create (no portal labels), e.g.
     # `{"nvidia.com/gpu": 2}`; HAMi's per-card gpumem/gpucores are totalled over the cards.
     foreign_usage: Mapping[str, int] = field(default_factory=dict)
+    # GPUs the node's ResourceSlices of driver gpu.nvidia.com offer (Dynamic Resource Allocation).
+    dra_gpu_count: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,7 +17,10 @@ from runtime.cluster.base import WorkloadSpec, workload_name
 DRIVER = "gpu.nvidia.com"
 DEVICE_CLASS = "gpu.nvidia.com"
 CLAIM_NAME = "gpus"
-API_VERSION = "resource.k8s.io/v1"
+GROUP = "resource.k8s.io"
+VERSION = "v1"
+API_VERSION = f"{GROUP}/{VERSION}"
+TEMPLATE_PLURAL = "resourceclaimtemplates"
 
 Manifest = dict[str, Any]
 

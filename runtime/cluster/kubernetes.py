@@ -16,6 +16,7 @@ import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
+from types import SimpleNamespace
 from typing import Any, TypeVar
 
 import urllib3.exceptions
@@ -24,6 +25,7 @@ from kubernetes import config as k8s_config
 from kubernetes import watch as k8s_watch
 from kubernetes.client.exceptions import ApiException
 
+from runtime.cluster import dra_manifests
 from runtime.cluster import kubernetes_manifests as manifests
 from runtime.cluster.base import (
     ATTEMPT_LABEL,
@@ -51,12 +53,14 @@ from runtime.cluster.base import (
 )
 from runtime.cluster.kubernetes_project_data import KubernetesProjectData
 from runtime.cluster.kubernetes_status import (
+    dra_gpus,
     foreign_gpu_usage,
     gang_status,
     is_gang,
     node_inventory,
     quantity,
     suspended_since,
+    with_dra_gpus,
     with_failed_create,
     with_hami_assignment,
     workload_status,
@@ -275,8 +279,10 @@ class KubernetesClusterBackend(KubernetesProjectData):
 
     def sync_inventory(self) -> list[NodeInventory]:
         """Every node, with the GPU resources that pods the portal did not create hold on it
-        (bound, unfinished pods without the portal's label, from every namespace)."""
+        (bound, unfinished pods without the portal's label, from every namespace), and the GPUs
+        the ResourceSlices of NVIDIA's DRA driver offer on it."""
         nodes = self._list_all(self.core.list_node)
+        slices = dra_gpus(self._resource_slices())
         others = self._list_all(
             self.core.list_pod_for_all_namespaces,
             label_selector=f"{MANAGED_BY_LABEL}!={MANAGED_BY_VALUE}",
@@ -284,10 +290,39 @@ class KubernetesClusterBackend(KubernetesProjectData):
         )
         foreign = foreign_gpu_usage(others)
         inventory = (
-            replace(node, foreign_usage=foreign.get(node.name, {}))
+            replace(
+                with_dra_gpus(node, slices.get(node.name)),
+                foreign_usage=foreign.get(node.name, {}),
+            )
             for node in map(node_inventory, nodes)
         )
         return sorted(inventory, key=lambda n: n.name)
+
+    def _resource_slices(self) -> list[dict[str, Any]]:
+        """The ResourceSlices of NVIDIA's DRA driver; none on a cluster without the
+        resource.k8s.io/v1 API (404) or where the portal may not list them (403)."""
+        items: list[dict[str, Any]] = []
+        token: str | None = None
+        try:
+            while True:
+                page: Any = self._call(
+                    self.custom.list_cluster_custom_object,
+                    dra_manifests.GROUP,
+                    dra_manifests.VERSION,
+                    "resourceslices",
+                    field_selector=f"spec.driver={dra_manifests.DRIVER}",
+                    limit=LIST_PAGE_SIZE,
+                    _continue=token,
+                )
+                items.extend(page.get("items") or [])
+                token = (page.get("metadata") or {}).get("continue")
+                if not token:
+                    return items
+        except ClusterError as exc:
+            if exc.status not in (403, 404):
+                raise
+            log.info("no ResourceSlices read (%s): DRA pools show no GPUs", exc.status)
+            return []
 
     def ensure_priority_classes(self, specs: Sequence[PrioritySpec]) -> None:
         """Create the classes; converge one whose value or policy drifted by re-creating it.
@@ -436,9 +471,10 @@ class KubernetesClusterBackend(KubernetesProjectData):
         try:
             self._create_workload(spec, manifests.workload_manifests(spec), made=made)
         except ClusterError:
-            deleters = {
+            deleters: dict[str, Callable[..., Any]] = {
                 "Job": self.batch.delete_namespaced_job,
                 "Service": self.core.delete_namespaced_service,
+                "ResourceClaimTemplate": self._delete_claim_template,
             }
             with contextlib.suppress(ClusterError):
                 for kind, name in reversed(made):
@@ -501,6 +537,7 @@ class KubernetesClusterBackend(KubernetesProjectData):
                 self.networking.read_namespaced_ingress,
             ),
             "HTTPRoute": (self._create_httproute, self._read_httproute),
+            "ResourceClaimTemplate": (self._create_claim_template, self._read_claim_template),
         }
         for body in bodies:
             create, read = creators[body["kind"]]
@@ -612,7 +649,62 @@ class KubernetesClusterBackend(KubernetesProjectData):
                 if exc.status != 404:
                     raise
         self._delete_pods(namespace, request_id, attempt, grace_seconds=grace_seconds)
+        # DRA: the attempt's claim templates (a gang has one per rank). Their claims belong to
+        # the pods and go with them.
+        self._delete_claim_templates(namespace, request_id, attempt)
         log.info("terminated %s/%s: %s", namespace, name, reason)
+
+    # DRA claim templates (resource.k8s.io/v1) ---------------------------------------------------
+
+    def _create_claim_template(self, namespace: str, body: dict[str, Any], **kwargs: Any) -> Any:
+        return self.custom.create_namespaced_custom_object(
+            dra_manifests.GROUP,
+            dra_manifests.VERSION,
+            namespace,
+            dra_manifests.TEMPLATE_PLURAL,
+            body,
+            **kwargs,
+        )
+
+    def _read_claim_template(self, name: str, namespace: str, **kwargs: Any) -> Any:
+        """The template as an object with `metadata`, like the client's typed models."""
+        body = self.custom.get_namespaced_custom_object(
+            dra_manifests.GROUP,
+            dra_manifests.VERSION,
+            namespace,
+            dra_manifests.TEMPLATE_PLURAL,
+            name,
+            **kwargs,
+        )
+        return _custom_object(body)
+
+    def _delete_claim_template(self, name: str, namespace: str, **kwargs: Any) -> Any:
+        return self.custom.delete_namespaced_custom_object(
+            dra_manifests.GROUP,
+            dra_manifests.VERSION,
+            namespace,
+            dra_manifests.TEMPLATE_PLURAL,
+            name,
+            **kwargs,
+        )
+
+    def _delete_claim_templates(self, namespace: str, request_id: str, attempt: int) -> None:
+        """Delete the attempt's claim templates; a cluster without the resource.k8s.io/v1 API
+        (404), or a role without it (403) on a cluster with no DRA pool, has none."""
+        try:
+            self._write(
+                self.custom.delete_collection_namespaced_custom_object,
+                dra_manifests.GROUP,
+                dra_manifests.VERSION,
+                namespace,
+                dra_manifests.TEMPLATE_PLURAL,
+                label_selector=manifests.workload_selector(request_id, attempt),
+            )
+        except ClusterError as exc:
+            if exc.status not in (403, 404):
+                raise
+            if exc.status == 403:
+                log.warning("may not delete ResourceClaimTemplates in %s: %s", namespace, exc)
 
     def _find_deployment(self, namespace: str, request_id: str, attempt: int) -> Any | None:
         """The Deployment serving this attempt: its own by name, else one it resumed (labelled
@@ -776,13 +868,22 @@ class KubernetesClusterBackend(KubernetesProjectData):
                             **new_selector,
                         },
                         "affinity": manifests.gpu_product_affinity(spec.gpu_products)
-                        if spec.gpu_products
+                        if spec.gpu_products and not manifests.uses_claim(spec)
                         else None,
                         "priorityClassName": spec.priority_class_name,
                     },
                 },
             },
         }
+        if manifests.uses_claim(spec):
+            # DRA: this attempt's template (the new placement's cards), and the pods use it.
+            self._create_workload(spec, manifests.claim_template_manifests(spec))
+            patch["spec"]["template"]["spec"]["resourceClaims"] = [  # type: ignore[index]
+                {
+                    "name": dra_manifests.CLAIM_NAME,
+                    "resourceClaimTemplateName": dra_manifests.claim_template_name(spec),
+                }
+            ]
         self._write(
             self.apps.patch_namespaced_deployment,
             name,
@@ -790,6 +891,12 @@ class KubernetesClusterBackend(KubernetesProjectData):
             patch,
             _content_type="application/merge-patch+json",
         )
+        if manifests.uses_claim(spec) and name != spec.name:
+            try:  # the earlier attempt's template, now unused
+                self._write(self._delete_claim_template, name, spec.namespace)
+            except ClusterError as exc:
+                if exc.status != 404:
+                    raise
         log.info(
             "resumed %s/%s as attempt %s (%s replicas)",
             spec.namespace,
@@ -1111,6 +1218,20 @@ class KubernetesClusterBackend(KubernetesProjectData):
                 raise error from exc
             log.info("watch resource version %s expired; asking for a re-list", resource_version)
             yield WorkloadEvent(type="resync", resource_version=self._pods_resource_version())
+
+
+def _custom_object(body: Any) -> Any:
+    """A custom-objects answer (a dict) as an object with the `metadata` attributes read here."""
+    meta = body.get("metadata", {}) if isinstance(body, dict) else {}
+    return SimpleNamespace(
+        metadata=SimpleNamespace(
+            name=meta.get("name"),
+            namespace=meta.get("namespace"),
+            labels=meta.get("labels") or {},
+            annotations=meta.get("annotations") or {},
+            deletion_timestamp=meta.get("deletionTimestamp"),
+        )
+    )
 
 
 def _newest_last(pods: Sequence[Any]) -> list[Any]:

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
+from runtime.cluster import dra_manifests
 from runtime.cluster.base import (
     ATTEMPT_LABEL,
     GANG_SIZE_LABEL,
@@ -153,9 +154,10 @@ def gpu_resource_limits(spec: WorkloadSpec) -> dict[str, str]:
     """The extended resources one container asks for, per sharing mode.
 
     Extended resources may not be overcommitted, so they go in `limits` only; Kubernetes copies
-    them into `requests`, which is what ResourceQuota counts.
+    them into `requests`, which is what ResourceQuota counts. A DRA pod asks for none: its
+    cards come through its ResourceClaim.
     """
-    if spec.gpu_count == 0:
+    if spec.gpu_count == 0 or spec.allocation == "dra":
         return {}
     if spec.sharing == "exclusive":
         return {GPU_RESOURCE: str(spec.gpu_count)}
@@ -272,7 +274,8 @@ def pod_spec(spec: WorkloadSpec, *, restart_policy: str) -> dict[str, Any]:
     selector = node_selector(spec)
     if selector:
         body["nodeSelector"] = selector
-    if spec.gpu_products:
+    if spec.gpu_products and not uses_claim(spec):
+        # (A claim selects the model itself, from the devices' productName.)
         body["affinity"] = gpu_product_affinity(spec.gpu_products)
     if spec.tolerations:
         body["tolerations"] = [_toleration(t) for t in spec.tolerations]
@@ -280,7 +283,14 @@ def pod_spec(spec: WorkloadSpec, *, restart_policy: str) -> dict[str, Any]:
         body["volumes"] = volumes
     if spec.image_pull_secrets:
         body["imagePullSecrets"] = [{"name": name} for name in spec.image_pull_secrets]
+    if uses_claim(spec):
+        body = dra_manifests.with_claim(body, spec)
     return body
+
+
+def uses_claim(spec: WorkloadSpec) -> bool:
+    """True when the pod gets its cards through a ResourceClaimTemplate (DRA pools)."""
+    return spec.allocation == "dra" and spec.gpu_count > 0
 
 
 def pod_volumes(spec: WorkloadSpec) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -589,24 +599,45 @@ def gang_job_manifest(spec: WorkloadSpec, rank: int) -> Manifest:
         metadata["labels"][GANG_SIZE_LABEL] = str(len(spec.gang))
     template["spec"]["hostname"] = name
     template["spec"]["subdomain"] = spec.name
+    for claim in template["spec"].get("resourceClaims", ()):
+        claim["resourceClaimTemplateName"] = name  # the rank's own template (its own count)
     template["spec"]["containers"][0]["ports"] = [
         {"name": "rendezvous", "containerPort": GANG_PORT, "protocol": "TCP"}
     ]
     return body
 
 
+def claim_template_manifests(spec: WorkloadSpec) -> list[Manifest]:
+    """The ResourceClaimTemplates of a DRA workload: one, or one per rank of a gang (named
+    after the rank, for that rank's cards on its node)."""
+    if not uses_claim(spec):
+        return []
+    if not spec.gang:
+        return [dra_manifests.resource_claim_template(spec, workload_labels(spec))]
+    templates = []
+    for rank, member in enumerate(spec.gang):
+        member_spec = replace(spec, gpu_count=member.gpu_count, node_name=member.node_name, gang=())
+        body = dra_manifests.resource_claim_template(member_spec, workload_labels(spec))
+        body["metadata"]["name"] = gang_member_name(spec.name, rank)
+        templates.append(body)
+    return templates
+
+
 def workload_manifests(spec: WorkloadSpec) -> list[Manifest]:
-    """Everything one launch creates, in creation order (a gang's Service first, so its names
+    """Everything one launch creates, in creation order: a DRA workload's claim templates
+    first (a pod whose template is missing waits), a gang's Service next (so its names
     resolve as soon as the pods start)."""
+    templates = claim_template_manifests(spec)
     if spec.gang:
         return [
+            *templates,
             gang_service_manifest(spec),
             *(gang_job_manifest(spec, rank) for rank in range(len(spec.gang))),
         ]
     if spec.kind == "job":
-        return [job_manifest(spec)]
+        return [*templates, job_manifest(spec)]
     routed = [route_manifest(spec)] if spec.route is not None else []
-    return [deployment_manifest(spec), service_manifest(spec), *routed]
+    return [*templates, deployment_manifest(spec), service_manifest(spec), *routed]
 
 
 def namespace_manifest(spec: ProjectSpec) -> Manifest:

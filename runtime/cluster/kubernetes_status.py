@@ -10,11 +10,12 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
 from typing import TYPE_CHECKING, Any
 
+from runtime.cluster import dra_manifests
 from runtime.cluster import kubernetes_manifests as manifests
 from runtime.cluster.base import (
     GANG_SIZE_LABEL,
@@ -615,6 +616,64 @@ def node_inventory(node: k8s.V1Node) -> NodeInventory:
         vgpu_slots=gpu_allocatable if hami else 0,
         cpu_millicores=int(quantity(cpu) * 1000) if cpu else 0,
         memory_mib=int(quantity(memory) / (1 << 20)) if memory else 0,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class DraGpus:
+    """The GPUs a node's ResourceSlices offer: how many, the product, the largest memory."""
+
+    count: int
+    product: str | None
+    memory_mib: int | None
+
+
+def dra_gpus(slices: Sequence[Mapping[str, Any]]) -> dict[str, DraGpus]:
+    """node → its GPUs, from the ResourceSlices (API-shaped dicts) of NVIDIA's DRA driver.
+
+    Only devices of type `gpu` count (the driver also publishes MIG devices and channels); the
+    product is the driver's `productName` in GPU feature discovery's spelling (`NVIDIA A100-SXM4-
+    80GB` → `NVIDIA-A100-SXM4-80GB`), so the alias table maps it like a node label.
+    """
+    found: dict[str, list[tuple[str | None, int | None]]] = {}
+    for item in slices:
+        spec = item.get("spec") or {}
+        node = spec.get("nodeName")
+        if spec.get("driver") != dra_manifests.DRIVER or not node:
+            continue
+        for device in spec.get("devices") or ():
+            attributes = device.get("attributes") or {}
+            if (attributes.get("type") or {}).get("string", "gpu") != "gpu":
+                continue
+            product = (attributes.get("productName") or {}).get("string")
+            memory = ((device.get("capacity") or {}).get("memory") or {}).get("value")
+            try:
+                memory_mib = int(quantity(str(memory)) / (1 << 20)) if memory else None
+            except ValueError:
+                memory_mib = None
+            found.setdefault(str(node), []).append(
+                (str(product).replace(" ", "-") if product else None, memory_mib)
+            )
+    return {
+        node: DraGpus(
+            count=len(devices),
+            product=next((p for p, _ in devices if p), None),
+            memory_mib=max((m for _, m in devices if m), default=None),
+        )
+        for node, devices in found.items()
+    }
+
+
+def with_dra_gpus(node: NodeInventory, gpus: DraGpus | None) -> NodeInventory:
+    """The node with its DRA GPUs: their count, and model and memory where no label says."""
+    if gpus is None:
+        return node
+    return replace(
+        node,
+        dra_gpu_count=gpus.count,
+        gpu_count=node.gpu_count or gpus.count,
+        gpu_model=node.gpu_model or gpus.product,
+        gpu_memory_mib=node.gpu_memory_mib or gpus.memory_mib,
     )
 
 

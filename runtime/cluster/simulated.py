@@ -35,6 +35,7 @@ from runtime.cluster.base import (
     gang_member_name,
 )
 from runtime.models import SimulatedWorkload
+from scheduling.choices import DeviceAllocation
 from scheduling.models import GpuDevice, Node
 
 START_DELAY_SECONDS = (5, 20)
@@ -103,13 +104,16 @@ class SimulatedCluster:
 
     def sync_inventory(self) -> list[NodeInventory]:
         inventory = []
-        for node in Node.objects.prefetch_related("devices").order_by("name"):
+        nodes = Node.objects.select_related("pool").prefetch_related("devices").order_by("name")
+        for node in nodes:
             devices: list[GpuDevice] = list(node.devices.all())
             mig: dict[str, int] = {}
             for device in devices:
                 for profile, count in device.mig_layout.items():
                     mig[profile] = mig.get(profile, 0) + int(count)
-            allocatable = {"nvidia.com/gpu": str(len(devices))}
+            # A DRA pool's cards are published as ResourceSlice devices, not nvidia.com/gpu.
+            dra = node.pool.allocation == DeviceAllocation.DRA
+            allocatable = {} if dra else {"nvidia.com/gpu": str(len(devices))}
             allocatable.update({f"nvidia.com/mig-{p}": str(c) for p, c in mig.items()})
             inventory.append(
                 NodeInventory(
@@ -124,6 +128,7 @@ class SimulatedCluster:
                     gpu_count=len(devices),
                     gpu_memory_mib=max((d.memory_mib for d in devices), default=None),
                     mig_devices=mig,
+                    dra_gpu_count=len(devices) if dra else 0,
                 )
             )
         return inventory

@@ -73,6 +73,7 @@ class NodePoolSerializer(serializers.ModelSerializer):
             "scheduler_name",
             "placement",
             "scoring",
+            "allocation",
             "allowed_kinds",
             "short_reserve_fraction",
             "short_max_runtime_seconds",

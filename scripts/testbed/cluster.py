@@ -123,6 +123,13 @@ PORTAL_RBAC_RULES: list[dict[str, Any]] = [
         "resources": ["workloads"],
         "verbs": ["get", "list", "watch"],
     },
+    # Pools with allocation=dra: a claim template per workload, GPUs read from ResourceSlices.
+    {
+        "apiGroups": ["resource.k8s.io"],
+        "resources": ["resourceclaimtemplates"],
+        "verbs": ["create", "get", "delete", "deletecollection"],
+    },
+    {"apiGroups": ["resource.k8s.io"], "resources": ["resourceslices"], "verbs": ["list"]},
 ]
 
 
