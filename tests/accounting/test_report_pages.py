@@ -103,3 +103,8 @@ def test_fleet_cost_is_the_same_in_the_figure_and_the_chart(
     trend = dashboard["trend_chart"]["datasets"][0]["data"]
     assert abs(Decimal(str(trend[-1])) - figure) < Decimal("0.01")
     assert figure > dashboard["this_month"].fleet["allocated_cost"]  # idle capacity is in it
+
+
+def test_a_lead_reaches_reports_and_statements_from_the_dashboard(org: Org) -> None:
+    page = login(org.lead_a).get(reverse("home")).content.decode()
+    assert reverse("reports-page") in page and reverse("statements-page") in page
