@@ -11,6 +11,7 @@ Registered as a template builtin (portal/settings.py), so no page needs to `{% l
 
 from __future__ import annotations
 
+import re
 from datetime import date, datetime
 from functools import cache
 from typing import Any
@@ -130,6 +131,20 @@ def object_url(event: Any, is_platform_admin: bool = False) -> str:
         return reverse(name, kwargs={"pk": int(target_id)})
     except (TypeError, ValueError, NoReverseMatch):
         return ""
+
+
+# Model names that do not read as words once split at their capitals.
+OBJECT_NOUNS = {"GpuRequest": "Request", "NodePool": "Pool", "RequestTemplate": "Template"}
+
+
+@register.filter
+def object_noun(target_type: str) -> str:
+    """An audit event's object type in words: "GpuRequest" → "Request", "ApprovalRule" →
+    "Approval rule"."""
+    if target_type in OBJECT_NOUNS:
+        return OBJECT_NOUNS[target_type]
+    words = re.sub(r"(?<=[a-z])(?=[A-Z])", " ", target_type)
+    return words[:1].upper() + words[1:].lower()
 
 
 @register.filter

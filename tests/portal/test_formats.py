@@ -6,7 +6,14 @@ from datetime import UTC, datetime
 
 import pytest
 
-from portal.templatetags.portal_format import duration, format_when, gpus, label, sharing_mode
+from portal.templatetags.portal_format import (
+    duration,
+    format_when,
+    gpus,
+    label,
+    object_noun,
+    sharing_mode,
+)
 
 
 def test_times_carry_the_portals_zone() -> None:
@@ -42,3 +49,5 @@ def test_codes_read_as_words() -> None:
     assert label("team_lead") == "Team lead"
     assert label("reclaim.idle_warning") == "Reclaim: idle warning"
     assert sharing_mode("mig") == "MIG profiles"
+    assert object_noun("GpuRequest") == "Request"
+    assert object_noun("ApprovalRule") == "Approval rule"
