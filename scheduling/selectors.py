@@ -390,9 +390,16 @@ def open_asks(*, user: Any) -> list[OpenAsk]:
 
 
 def deferred_approvals() -> QuerySet[GpuRequest]:
-    """Pending requests a lead approved to run once quota frees, oldest first."""
+    """Pending requests a lead approved to run once quota frees, oldest first. The audit events
+    are read for the pending requests only, so the read stays as small as the inbox."""
+    pending = [
+        str(pk)
+        for pk in GpuRequest.objects.filter(status=RequestStatus.PENDING_APPROVAL).values_list(
+            "pk", flat=True
+        )
+    ]
     deferred = AuditEvent.objects.filter(
-        target_type="GpuRequest", action=DEFERRED_APPROVAL_ACTION
+        target_type="GpuRequest", action=DEFERRED_APPROVAL_ACTION, target_id__in=pending
     ).values_list("target_id", flat=True)
     return GpuRequest.objects.filter(
         status=RequestStatus.PENDING_APPROVAL, pk__in=[int(pk) for pk in deferred]
