@@ -154,3 +154,18 @@ def sharing_mode(code: str) -> str:
         return str(SharingMode(code).label)
     except ValueError:
         return label(code)
+
+
+@register.simple_tag(takes_context=True)
+def nav_link(context: Any, url_name: str, text: str) -> SafeString:
+    """A nav item; the page the visitor is on is marked active and `aria-current="page"`."""
+    url = reverse(url_name)
+    request = context.get("request")
+    current = request is not None and request.path == url
+    return format_html(
+        '<li class="nav-item"><a class="nav-link{}" href="{}"{}>{}</a></li>',
+        " active" if current else "",
+        url,
+        format_html(' aria-current="page"') if current else "",
+        text,
+    )
