@@ -1,0 +1,60 @@
+"""Inventory of a DRA pool: nodes count the GPUs of their ResourceSlices, not nvidia.com/gpu."""
+
+from __future__ import annotations
+
+import pytest
+from django.core.exceptions import ValidationError
+
+from runtime.cluster.base import NodeInventory
+from runtime.cluster.simulated import SimulatedCluster
+from runtime.inventory import apply_inventory
+from scheduling.choices import DeviceAllocation
+from scheduling.models import GpuDevice, Node, NodePool
+from tests.scheduling.conftest import Fleet
+
+pytestmark = pytest.mark.django_db
+
+
+def dra_node(name: str, *, dra_gpu_count: int) -> NodeInventory:
+    return NodeInventory(
+        name=name,
+        labels={"gpu-portal/pool": "a100-training"},
+        taints=(),
+        ready=True,
+        schedulable=True,
+        allocatable={"cpu": "64"},
+        capacity={"cpu": "64"},
+        gpu_model="NVIDIA-A100-SXM4-80GB",
+        gpu_count=dra_gpu_count,
+        gpu_memory_mib=81920,
+        dra_gpu_count=dra_gpu_count,
+    )
+
+
+def test_a_dra_pools_node_takes_work_with_the_gpus_of_its_slices(fleet: Fleet) -> None:
+    NodePool.objects.filter(slug="a100-training").update(allocation=DeviceAllocation.DRA)
+    apply_inventory([dra_node("dra-1", dra_gpu_count=4)])
+    node = Node.objects.get(name="dra-1")
+    assert (node.gpu_model, node.held_back_reason) == ("A100-80G", "")
+    assert GpuDevice.objects.filter(node=node).count() == 4
+
+
+def test_a_device_plugin_pool_holds_back_a_node_with_only_dra_gpus(fleet: Fleet) -> None:
+    apply_inventory([dra_node("dra-1", dra_gpu_count=4)])
+    assert "nvidia.com/gpu" in Node.objects.get(name="dra-1").held_back_reason
+
+
+def test_the_simulated_cluster_reports_a_dra_pools_cards_as_slices(fleet: Fleet) -> None:
+    NodePool.objects.filter(slug="a100-training").update(allocation=DeviceAllocation.DRA)
+    reported = {n.name: n for n in SimulatedCluster().sync_inventory()}
+    a100 = reported["a100-training-1"]
+    assert (a100.dra_gpu_count, a100.allocatable) == (8, {})
+    apply_inventory(list(reported.values()))
+    assert Node.objects.get(name="a100-training-1").held_back_reason == ""
+
+
+def test_a_dra_pool_gives_whole_cards_only(fleet: Fleet) -> None:
+    pool = NodePool.objects.get(slug="l4-vgpu")
+    pool.allocation = DeviceAllocation.DRA
+    with pytest.raises(ValidationError, match="whole cards only"):
+        pool.full_clean()
