@@ -46,6 +46,7 @@ def _pool_form(tier: Tier, **overrides: Any) -> dict[str, Any]:
         "sharing_mode": "exclusive",
         "placement": "portal",
         "scoring": "binpack",
+        "allocation": "device-plugin",
         "scheduler_name": "default-scheduler",
         "node_selector": '{"gpu": "b200"}',
         "taints": "[]",
@@ -90,6 +91,12 @@ def test_admin_creates_edits_and_deletes_a_node_pool(org: Org, fleet: Fleet) -> 
     assert (pool.name, pool.scoring) == ("Blackwell B200", "spread")
     event = AuditEvent.objects.get(action="node_pool.updated", target_id=str(pool.pk))
     assert event.actor == org.admin and event.data["changes"]["scoring"] == ["binpack", "spread"]
+
+    # Dynamic Resource Allocation: whole cards only.
+    assert admin.post(edit, _pool_form(tier, allocation="dra")).status_code == 302
+    assert NodePool.objects.get(pk=pool.pk).allocation == "dra"
+    refused = admin.post(edit, _pool_form(tier, allocation="dra", sharing_mode="vgpu"))
+    assert "whole cards only" in refused.content.decode()
 
     delete = reverse("manage-pools-delete", kwargs={"pk": pool.pk})
     assert "Delete node pool" in admin.get(delete).content.decode()
