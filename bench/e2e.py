@@ -47,17 +47,24 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from bench.api import free_port, recreate_database
+from runtime.cluster.base import WorkloadSpec
+from runtime.cluster.dra_manifests import CLAIM_NAME, resource_claim_template
+from runtime.cluster.gpu_models import gpu_products_for, merged_aliases
 from scripts.testbed.cluster import (
+    POOL_LABEL,
     STAGES_FILE,
+    NodeShape,
     Testbed,
     missing_binaries,
     whole_card_node,
 )
+from scripts.testbed.dra import DraCards
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_URL = "postgres://portal:portal@127.0.0.1:5432/portal_bench_e2e"
@@ -65,6 +72,7 @@ DEFAULT_REDIS = "redis://127.0.0.1:6390/12"
 POOL = "a100-training"
 GPUS_PER_NODE = 8
 DIRECT_NAMESPACE = "e2e-direct"
+DRA_POOL = "e2e-dra"
 MANAGED = "app.kubernetes.io/managed-by=gpu-portal"
 REQUEST_LABEL = "gpu-portal/request"
 
@@ -605,31 +613,45 @@ def direct_template(portal_pod: dict[str, Any]) -> dict[str, Any]:
 
 
 def direct_side(
-    bed: Testbed, options: argparse.Namespace, spec: dict[str, Any]
+    bed: Testbed,
+    options: argparse.Namespace,
+    spec: dict[str, Any],
+    *,
+    side: str = "direct",
+    objects: Sequence[dict[str, Any]] = (),
 ) -> dict[str, float]:
+    """Pods straight through the API server, kube-scheduler alone placing them; `objects`
+    (namespaced, through the custom-objects API) are created in the side's namespace first."""
     from kubernetes import client as k8s
 
+    namespace, label = f"e2e-{side}", f"e2e-{side}"
     core: Any = k8s.CoreV1Api(bed.api_client())
-    core.create_namespace({"metadata": {"name": DIRECT_NAMESPACE}}, _preload_content=False)
-    bed.wait_default_service_account(DIRECT_NAMESPACE)
-    watch = PodWatch(core, namespace=DIRECT_NAMESPACE, selector="app=e2e-direct")
+    core.create_namespace({"metadata": {"name": namespace}}, _preload_content=False)
+    bed.wait_default_service_account(namespace)
+    for body in objects:
+        group, _, version = body["apiVersion"].partition("/")
+        plural = f"{body['kind'].lower()}s"
+        k8s.CustomObjectsApi(bed.api_client()).create_namespaced_custom_object(
+            group, version, namespace, plural, body, _preload_content=False
+        )
+    watch = PodWatch(core, namespace=namespace, selector=f"app={label}")
     created: dict[str, float] = {}
     calls: list[float] = []
 
     def create(index: int) -> None:
-        name = f"direct-{index:05d}"
+        name = f"{side}-{index:05d}"
         t0 = time.time()
         core.create_namespaced_pod(
-            DIRECT_NAMESPACE,
+            namespace,
             {
                 "apiVersion": "v1",
                 "kind": "Pod",
-                "metadata": {"name": name, "labels": {"app": "e2e-direct"}},
+                "metadata": {"name": name, "labels": {"app": label}},
                 "spec": spec,
             },
             _preload_content=False,
         )
-        created[f"{DIRECT_NAMESPACE}/{name}"] = now = time.time()
+        created[f"{namespace}/{name}"] = now = time.time()
         calls.append(now - t0)
 
     load = os.getloadavg()[0]
@@ -637,20 +659,20 @@ def direct_side(
         started = time.time()
         with ThreadPoolExecutor(max_workers=options.clients) as pool:
             list(pool.map(create, range(options.requests)))
-        log(f"direct: {options.requests} pods created in {time.time() - started:.1f}s")
+        log(f"{side}: {options.requests} pods created in {time.time() - started:.1f}s")
         done = watch.wait_running(options.requests, timeout=options.timeout)
         log(
-            f"direct: {len(watch.running)} pods running {time.time() - started:.1f}s after the "
+            f"{side}: {len(watch.running)} pods running {time.time() - started:.1f}s after the "
             "first create" + ("" if done else " (timed out)")
         )
     finally:
         watch.stop()
     log(
-        f"direct create call (API server): p50 {statistics.median(calls):.3f}s "
+        f"{side} create call (API server): p50 {statistics.median(calls):.3f}s "
         f"p99 {percentile(calls, 0.99):.3f}s"
     )
-    log(split("direct created -> bound (kube-scheduler)", watch.added, watch.bound))
-    log(split("direct bound -> Running (kwok)", watch.bound, watch.running))
+    log(split(f"{side} created -> bound (kube-scheduler)", watch.added, watch.bound))
+    log(split(f"{side} bound -> Running (kwok)", watch.bound, watch.running))
     latencies = [watch.running[n] - created[n] for n in created if n in watch.running]
     last = max(watch.running.values())
     return {
@@ -661,6 +683,73 @@ def direct_side(
         "p99": percentile(latencies, 0.99),
         "load": load,
     }
+
+
+# The DRA side ------------------------------------------------------------------------------------
+
+
+def dra_node(name: str) -> NodeShape:
+    """A node like `whole_card_node`, its 8 A100s published as DRA devices instead."""
+    return NodeShape(
+        name=name,
+        pool=DRA_POOL,
+        resources={},
+        dra_cards=DraCards(GPUS_PER_NODE, "NVIDIA A100-SXM4-80GB", 80),
+    )
+
+
+def dra_claim_template() -> dict[str, Any]:
+    """The claim template the portal compiles for one whole A100 placed by kube-scheduler."""
+    spec = WorkloadSpec(
+        request_id="e2e",
+        attempt=1,
+        team_slug="bench",
+        project_slug="bench",
+        namespace="e2e-dra",
+        kind="job",
+        image="bench",
+        sharing="exclusive",
+        gpu_count=1,
+        gpu_products=gpu_products_for("A100-80G", merged_aliases()),
+        allocation="dra",
+    )
+    return resource_claim_template(spec, {"app": "e2e-dra"})
+
+
+def dra_template(direct_spec: dict[str, Any], template_name: str) -> dict[str, Any]:
+    """The direct side's pod asking for its card through the claim template: no
+    nvidia.com/gpu, no GPU-product affinity (the claim selects the model), the DRA pool."""
+    spec = json.loads(json.dumps(direct_spec))
+    spec.pop("affinity", None)
+    spec["nodeSelector"] = {**spec.get("nodeSelector", {}), POOL_LABEL: DRA_POOL}
+    spec["resourceClaims"] = [{"name": CLAIM_NAME, "resourceClaimTemplateName": template_name}]
+    for container in spec["containers"]:
+        resources = container.setdefault("resources", {})
+        for kind in ("limits", "requests"):
+            resources.get(kind, {}).pop("nvidia.com/gpu", None)
+        resources["claims"] = [{"name": CLAIM_NAME}]
+    return spec
+
+
+def delete_direct_pods(bed: Testbed) -> None:
+    """Empty the fleet again before the DRA side (the same pods would otherwise stay bound)."""
+    from kubernetes import client as k8s
+
+    core: Any = k8s.CoreV1Api(bed.api_client())
+    t0 = time.monotonic()
+    while True:
+        core.delete_collection_namespaced_pod(
+            DIRECT_NAMESPACE, grace_period_seconds=0, _preload_content=False
+        )
+        left = json.loads(
+            core.list_namespaced_pod(DIRECT_NAMESPACE, limit=1, _preload_content=False).data
+        )
+        if not left["items"]:
+            break
+        if time.monotonic() - t0 > 300:
+            raise RuntimeError("the direct side's pods were not deleted within 300 s")
+        time.sleep(2.0)
+    log(f"direct pods deleted in {time.monotonic() - t0:.1f}s")
 
 
 def main() -> int:
@@ -694,7 +783,20 @@ def main() -> int:
         log(f"{nodes} kwok nodes Ready in {time.monotonic() - t0:.1f}s")
         portal, pod = portal_side(bed, options, workdir)
         delete_portal_workloads(bed, pod["metadata"]["namespace"])
-        direct = direct_side(bed, options, direct_template(pod))
+        direct_spec = direct_template(pod)
+        direct = direct_side(bed, options, direct_spec)
+        delete_direct_pods(bed)
+        t0 = time.monotonic()
+        bed.add_nodes([dra_node(f"e2e-dra-{i:04d}") for i in range(nodes)], timeout=600)
+        log(f"{nodes} kwok DRA nodes Ready, slices published, in {time.monotonic() - t0:.1f}s")
+        claim = dra_claim_template()
+        dra = direct_side(
+            bed,
+            options,
+            dra_template(direct_spec, claim["metadata"]["name"]),
+            side="dra",
+            objects=[claim],
+        )
     finally:
         bed.stop()
     approval = "rule" if options.auto_approve else "lead"
@@ -717,6 +819,16 @@ def main() -> int:
         **shape,
     )
     emit("e2e.ratio", portal["rate"] / direct["rate"], "x", target=0.8, **shape)
+    emit(
+        "e2e.dra_pods_per_second",
+        dra["rate"],
+        "pods/s",
+        seconds=round(dra["seconds"], 1),
+        load_average=round(dra["load"], 1),
+        extended_resource_pods_per_second=round(direct["rate"], 1),
+        **shape,
+    )
+    emit("e2e.dra_create_to_running_p99_seconds", dra["p99"], "s", p50=round(dra["p50"], 3))
     emit(
         "e2e.approval_to_running_p99_seconds",
         portal["p99"],
