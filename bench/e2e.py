@@ -25,6 +25,10 @@ kube-scheduler, kwok), one fleet of `ceil(N / 8)` kwok nodes with 8 `nvidia.com/
    portal's own pods as admitted (resources with the LimitRange defaults, tolerations, pool node
    selector, GPU-product affinity, priority class) minus the node pin: kube-scheduler alone
    picks the node.
+4. **dra**: the direct pods are deleted, as many kwok nodes again join with their 8 A100s
+   published only as DRA devices (scripts/testbed/dra.py), and the same number of pods ask for
+   one card each through the ResourceClaimTemplate a DRA pool compiles to: kube-scheduler and
+   the resourceclaim controller alone (`e2e.dra_pods_per_second`).
 
 Both sides are watched (one label-selected pod watch from a resourceVersion, no polling LISTs);
 a pod counts once its phase is Running. Rate = pods / (last Running - first client call);
