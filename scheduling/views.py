@@ -428,12 +428,13 @@ def audit_log(request: HttpRequest) -> HttpResponse:
     scope = scope_of(request.user)
     if not (scope.lead_team_ids or scope.is_platform_admin):
         raise Http404
-    events = AuditEvent.objects.visible_to(request.user).select_related("actor", "team")
     filters = {
         name: request.GET.get(name, "").strip()
         for name in ("action", "actor", "target_type", "target_id", "since", "until")
     }
-    events = filter_audit_events(events, **filters)
+    events = filter_audit_events(
+        AuditEvent.objects.visible_to(request.user).select_related("actor", "team"), **filters
+    )
     page = Paginator(events, 50).get_page(request.GET.get("page"))
     visible = AuditEvent.objects.visible_to(request.user).order_by()
     choices = {

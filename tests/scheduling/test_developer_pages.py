@@ -146,10 +146,14 @@ def test_a_developer_sees_why_approval_is_blocked(org: Org, fleet: Fleet) -> Non
 def test_flavor_options_filter_by_card_kind(org: Org, fleet: Fleet) -> None:
     client = login(org.dev_a)
     url = reverse("gpu-request-form-flavors")
-    vgpu = client.get(url, {"project": org.project_a.pk, "flavor_kind": "vgpu"}).content.decode()
+    vgpu = client.get(
+        url, {"project": str(org.project_a.pk), "flavor_kind": "vgpu"}
+    ).content.decode()
     assert fleet.l4_6g.name in vgpu and fleet.a100.name not in vgpu
     assert fleet.mig_1g.name not in vgpu
-    whole = client.get(url, {"project": org.project_a.pk, "flavor_kind": "whole"}).content.decode()
+    whole = client.get(
+        url, {"project": str(org.project_a.pk), "flavor_kind": "whole"}
+    ).content.decode()
     assert fleet.a100.name in whole and fleet.l4_6g.name not in whole
     form = client.get(reverse("gpu-request-new")).content.decode()
     assert 'data-testid="flavor-kind"' in form
