@@ -651,7 +651,7 @@ class KubernetesClusterBackend(KubernetesProjectData):
         self._delete_pods(namespace, request_id, attempt, grace_seconds=grace_seconds)
         # DRA: the attempt's claim templates (a gang has one per rank). Their claims belong to
         # the pods and go with them.
-        self._delete_claim_templates(namespace, request_id, attempt)
+        self._delete_claim_templates(namespace, request_id, attempt, grace_seconds=grace_seconds)
         log.info("terminated %s/%s: %s", namespace, name, reason)
 
     # DRA claim templates (resource.k8s.io/v1) ---------------------------------------------------
@@ -688,7 +688,9 @@ class KubernetesClusterBackend(KubernetesProjectData):
             **kwargs,
         )
 
-    def _delete_claim_templates(self, namespace: str, request_id: str, attempt: int) -> None:
+    def _delete_claim_templates(
+        self, namespace: str, request_id: str, attempt: int, *, grace_seconds: int
+    ) -> None:
         """Delete the attempt's claim templates; a cluster without the resource.k8s.io/v1 API
         (404), or a role without it (403) on a cluster with no DRA pool, has none."""
         try:
@@ -699,6 +701,8 @@ class KubernetesClusterBackend(KubernetesProjectData):
                 namespace,
                 dra_manifests.TEMPLATE_PLURAL,
                 label_selector=manifests.workload_selector(request_id, attempt),
+                propagation_policy="Background",
+                grace_period_seconds=grace_seconds,
             )
         except ClusterError as exc:
             if exc.status not in (403, 404):

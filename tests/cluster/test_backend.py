@@ -303,8 +303,12 @@ def test_list_pages_through_continue_tokens(
     for i in range(5):
         server.put(f"/api/v1/nodes/n{i}", {"metadata": {"name": f"n{i}"}})
     assert len(backend.sync_inventory()) == 5
-    # Three pages of nodes, then one of the pods the portal did not create.
-    assert [path for _, path in server.calls("GET")] == ["/api/v1/nodes"] * 3 + ["/api/v1/pods"]
+    # Three pages of nodes, the DRA driver's slices (none here), then one page of the pods the
+    # portal did not create.
+    assert [path for _, path in server.calls("GET")] == ["/api/v1/nodes"] * 3 + [
+        "/apis/resource.k8s.io/v1/resourceslices",
+        "/api/v1/pods",
+    ]
 
 
 def test_list_restarts_once_when_its_continue_token_expires(
