@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
+import time
+from typing import Any
+
 import pytest
 from django.core.exceptions import ValidationError
 
+from runtime import execution
 from runtime.cluster.base import NodeInventory
 from runtime.cluster.simulated import SimulatedCluster
 from runtime.inventory import apply_inventory
-from scheduling.choices import DeviceAllocation
-from scheduling.models import GpuDevice, Node, NodePool
+from scheduling import cycle
+from scheduling.choices import DeviceAllocation, RequestStatus
+from scheduling.models import Allocation, GpuDevice, GpuRequest, Node, NodePool
 from tests.scheduling.conftest import Fleet
+from tests.support.factories import GpuRequestFactory
+from tests.support.personas import Org
 
 pytestmark = pytest.mark.django_db
 
@@ -58,3 +65,35 @@ def test_a_dra_pool_gives_whole_cards_only(fleet: Fleet) -> None:
     pool.allocation = DeviceAllocation.DRA
     with pytest.raises(ValidationError, match="whole cards only"):
         pool.full_clean()
+
+
+def test_a_dra_pools_request_runs_on_the_simulated_cluster_with_the_engines_cards(
+    org: Org, fleet: Fleet, django_capture_on_commit_callbacks: Any
+) -> None:
+    NodePool.objects.filter(slug="a100-training").update(allocation=DeviceAllocation.DRA)
+    apply_inventory(SimulatedCluster().sync_inventory())
+    request = GpuRequestFactory.create(
+        to="queued", project=org.project_a, flavor=fleet.a100, gpu_count=2
+    )
+    admitted: list[tuple[int, int]] = []
+    with django_capture_on_commit_callbacks(execute=True):
+        cycle.run_cycle(on_admit=lambda r, a: admitted.append((r, a)))
+    assert admitted == [(request.pk, 1)]
+    allocation = Allocation.objects.get(request=request)
+    spec = execution.workload_spec(
+        GpuRequest.objects.select_related("flavor__pool", "project__team", "team", "owner").get(
+            pk=request.pk
+        ),
+        allocation,
+    )
+    assert spec.allocation == "dra"
+    assert (spec.node_name, sorted(spec.device_indexes)) == (
+        allocation.node_name,
+        sorted(claim["device_index"] for claim in allocation.claims),
+    )
+    backend = SimulatedCluster(speed=100_000)
+    execution.launch_request(request_id=request.pk, attempt=1, backend=backend)
+    time.sleep(0.05)
+    execution.sync_workloads(backend=backend)
+    request.refresh_from_db()
+    assert request.status in (RequestStatus.RUNNING, RequestStatus.SUCCEEDED, RequestStatus.FAILED)
