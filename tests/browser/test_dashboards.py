@@ -150,6 +150,8 @@ def test_finance_downloads_an_xlsx_whose_totals_match_the_api(
         api = response.json()
         assert sum(Decimal(str(row["cost"])) for row in rows) == Decimal(api["totals"]["cost"])
         page.click("[data-testid=drill-down] >> nth=0")
-        assert "group_by=project,flavor" in page.url
+        # The drill-down stays in the portal: the team's cost by project on the report page.
+        assert "/reports/" in page.url and "group_by=project" in page.url
+        assert page.locator("table").first.is_visible()
     finally:
         page.close()

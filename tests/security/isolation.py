@@ -11,9 +11,9 @@ from __future__ import annotations
 from django.db import models
 from knox.models import AuthToken
 
-from accounting.models import Budget
+from accounting.models import Budget, Statement
 from portal.manage import SECTIONS
-from scheduling.models import Flavor, GpuRequest, Tier
+from scheduling.models import Flavor, GpuRequest, Node, NodePool, Tier
 from tenants.models import Notification, Project
 from tests.support.routes import Route, all_routes
 
@@ -41,6 +41,9 @@ ROUTE_MODELS: dict[str, type[models.Model]] = {
     "simulated-workload": GpuRequest,
     "gpu-request-inspect-page": GpuRequest,
     "notification-read-page": Notification,
+    "statement-page": Statement,
+    "fleet-pool-page": NodePool,
+    "fleet-node-page": Node,
 }
 # The external auth check of workload Ingresses answers 403 to anyone who may not open the
 # workload, existing or not (ingress-nginx turns a 404 into a 500 for the browser); the 403

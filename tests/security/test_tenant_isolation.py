@@ -77,6 +77,8 @@ class World:
                 kwargs[name] = self._any_of(KWARG_MODELS[name]).pk
             elif name in ("pk", *KWARG_MODELS):
                 kwargs[name] = target.pk
+            elif name == "slug":
+                kwargs[name] = target.slug  # type: ignore[attr-defined]
             else:
                 raise LookupError(f"route {route.name}: teach the isolation walk about <{name}>")
         return kwargs
@@ -154,6 +156,7 @@ B_FACTORIES = {
 SHARED_CATALOG = {
     "scheduling.Flavor",
     "scheduling.NodePool",
+    "scheduling.Node",
     "scheduling.Tier",
     "scheduling.ApprovalRule",
     "scheduling.ReclaimPolicy",
