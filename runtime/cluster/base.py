@@ -524,8 +524,9 @@ class NodeInventory:
     """A node and its GPUs as the cluster reports them.
 
     `gpu_count` counts physical cards (from the GPU feature discovery label, HAMi's registration,
-    the `nvidia.com/gpu` allocatable or the DRA driver's ResourceSlices, in that order); `allocatable` keeps every resource as the
-    raw quantity string. `mig_devices` maps a MIG profile (`1g.10gb`) to its allocatable count.
+    the `nvidia.com/gpu` allocatable or the DRA driver's ResourceSlices, in that order);
+    `allocatable` keeps every resource as the raw quantity string. `mig_devices` maps a MIG
+    profile (`1g.10gb`) to its allocatable count.
     """
 
     name: str
