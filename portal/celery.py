@@ -15,6 +15,19 @@ app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
 
 
+def kueue_schedule() -> dict[str, dict[str, object]]:
+    """SCHEDULER=kueue: keep the cluster's Kueue objects in line with the portal's policy."""
+    if settings.SCHEDULER != "kueue":
+        return {}
+    return {
+        "reconcile-kueue-policy": {
+            "task": "runtime.tasks.reconcile_kueue_policy",
+            "schedule": settings.KUEUE_POLICY_SECONDS,
+            "options": {"expires": settings.KUEUE_POLICY_SECONDS},
+        }
+    }
+
+
 def demo_schedule() -> dict[str, dict[str, object]]:
     """The demo's simulated people (DEMO_TRAFFIC, on under `make run`); nothing otherwise."""
     if not settings.DEMO_TRAFFIC:
@@ -81,5 +94,6 @@ app.conf.beat_schedule = {
         "schedule": 300.0,
         "options": {"expires": 300},
     },
+    **kueue_schedule(),
     **demo_schedule(),
 }

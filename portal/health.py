@@ -26,6 +26,7 @@ from prometheus_client.registry import Collector
 
 from runtime.models import TaskFailureCount
 from scheduling.choices import RequestStatus
+from scheduling.kueue_drift import last_check
 from scheduling.models import Allocation, GpuRequest, NodePool, Quota, SchedulerLease
 from tenants.models import AuditEvent
 
@@ -202,6 +203,21 @@ class PortalCollector(Collector):
         lease = SchedulerLease.objects.filter(name="scheduling-cycle").first()
         cycle.add_metric([], lease.last_cycle_seconds if lease else 0.0)
         yield cycle
+
+        check = last_check() if settings.SCHEDULER == "kueue" else None
+        if check is not None:
+            drift = GaugeMetricFamily(
+                "gpu_portal_kueue_policy_drift_objects",
+                "Kueue objects that differed from the portal's policy at the last check",
+            )
+            drift.add_metric([], len(check.differences))
+            yield drift
+            checked = GaugeMetricFamily(
+                "gpu_portal_kueue_policy_checked_timestamp_seconds",
+                "When the Kueue objects were last checked against the policy",
+            )
+            checked.add_metric([], check.checked_at.timestamp())
+            yield checked
 
     def _lifecycle_isolation(self, now: datetime) -> Iterator[Any]:
         """Short-request reserves, and queue-to-admission waits of short vs long requests.

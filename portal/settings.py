@@ -238,6 +238,8 @@ if SCHEDULER not in {"portal", "kueue"}:
     raise environ.ImproperlyConfigured("SCHEDULER must be 'portal' or 'kueue'")
 if SCHEDULER == "kueue" and CLUSTER_BACKEND != "kubernetes":
     raise environ.ImproperlyConfigured("SCHEDULER=kueue needs CLUSTER_BACKEND=kubernetes")
+# How often the Kueue objects are checked against the portal's policy and re-applied.
+KUEUE_POLICY_SECONDS = env.float("KUEUE_POLICY_SECONDS", default=60.0)
 KUBECONFIG = env.str("KUBECONFIG", default="")
 KUBE_CONTEXT = env.str("KUBE_CONTEXT", default="") or None
 # Extra or overriding GPU product → model names (runtime/cluster/gpu_models.py), a JSON

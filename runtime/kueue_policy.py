@@ -1,15 +1,27 @@
 """The portal's quotas, pools, projects and priorities compiled into Kueue objects
 (`SCHEDULER=kueue`): read from the database here, compiled by `runtime.cluster.kueue_objects`,
-compared with and applied to the cluster by `manage.py kueue_policy`."""
+compared with and applied to the cluster by `reconcile` (`manage.py kueue_policy`, and the
+periodic `runtime.tasks.reconcile_kueue_policy`)."""
 
 from __future__ import annotations
 
 from collections import defaultdict
 from decimal import Decimal
+from typing import Any
 
-from runtime.cluster.kueue_objects import KueuePolicy, PoolFlavor, TeamQueue
+from django.conf import settings
+
+from runtime.cluster.kueue_objects import (
+    Change,
+    KueuePolicy,
+    PoolFlavor,
+    TeamQueue,
+    changes,
+    compile_objects,
+    object_key,
+)
 from runtime.execution import PRIORITY_CLASSES
-from runtime.propagation import flavor_quota
+from runtime.propagation import flavor_quota, push_project_quotas
 from scheduling.models import Flavor, NodePool, Quota
 from scheduling.snapshot import POOL_LABEL
 from tenants.models import Project, Team
@@ -64,3 +76,28 @@ def current_policy() -> KueuePolicy:
         priorities={spec.name: spec.value for spec in PRIORITY_CLASSES.values()},
         pool_resources={pool: frozenset(r) for pool, r in pool_resources.items()},
     )
+
+
+def reconcile(*, apply: bool, api_client: Any = None) -> list[Change]:
+    """What differs between the cluster's Kueue objects and the policy; with `apply`, make the
+    cluster match (project namespaces first: the LocalQueues live in them)."""
+    from runtime.cluster.kubernetes import KubernetesClusterBackend, load_api_client
+    from runtime.cluster.kubernetes_kueue import KueuePolicyClient
+
+    desired = compile_objects(current_policy())
+    if api_client is None:
+        api_client = load_api_client(settings.KUBECONFIG or None, settings.KUBE_CONTEXT)
+    client = KueuePolicyClient(api_client)
+    pending = changes(desired, client.live_objects())
+    if apply and pending:
+        push_project_quotas(
+            project_ids=Project.objects.values_list("pk", flat=True),
+            backend=KubernetesClusterBackend(api_client=api_client),
+        )
+        by_key = {object_key(m): m for m in desired}
+        for change in pending:
+            if change.action == "delete":
+                client.delete(change)
+            else:
+                client.apply(by_key[(change.kind, change.namespace, change.name)])
+    return pending

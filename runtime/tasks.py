@@ -16,6 +16,7 @@ from runtime import (
     execution,
     inspection,
     inventory,
+    kueue_policy,
     monitoring,
     project_data,
     propagation,
@@ -28,6 +29,7 @@ from scheduling.dispatch import (
     request_launch,
     request_scheduling_cycle,
 )
+from scheduling.kueue_drift import record_check
 from scheduling.models import GpuRequest
 
 log = logging.getLogger(__name__)
@@ -134,6 +136,22 @@ def sync_inventory() -> dict[str, int]:
     if counts["added"] or counts["lost"]:
         request_scheduling_cycle()  # node changes can unblock (or strand) work
     return counts
+
+
+@shared_task(base=ClusterTask)
+def reconcile_kueue_policy() -> int:
+    """SCHEDULER=kueue: put the cluster's Kueue objects back in line with the portal's policy
+    (after a quota or project change, or an edit made outside the portal), and record what
+    differed for the fleet page and /metrics. Returns how many objects differed."""
+    if settings.SCHEDULER != "kueue":
+        return 0
+    try:
+        differences = kueue_policy.reconcile(apply=True)
+    except PermanentClusterError as exc:
+        record_check([], applied=False, error=str(exc))
+        raise
+    record_check([str(change) for change in differences], applied=True)
+    return len(differences)
 
 
 @shared_task(acks_late=True, soft_time_limit=50, time_limit=60)

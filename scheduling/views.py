@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlencode
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
@@ -27,6 +28,7 @@ from scheduling.choices import (
 from scheduling.fleet import node_detail, pool_detail
 from scheduling.fleet_nodes import nodes_needing_attention
 from scheduling.forms import DecisionForm, GpuRequestForm, ProjectQuotaForm, initial_from_body
+from scheduling.kueue_drift import last_check
 from scheduling.models import (
     Flavor,
     GpuRequest,
@@ -459,7 +461,12 @@ def fleet(request: HttpRequest) -> HttpResponse:
     return render(
         request,
         "scheduling/fleet.html",
-        {"pools": fleet_overview(), "node_notes": nodes_needing_attention()},
+        {
+            "pools": fleet_overview(),
+            "node_notes": nodes_needing_attention(),
+            "kueue_check": last_check() if settings.SCHEDULER == "kueue" else None,
+            "scheduler": settings.SCHEDULER,
+        },
     )
 
 

@@ -9,6 +9,8 @@ from typing import Any
 import pytest
 from django.core.management import call_command
 
+from runtime.tasks import reconcile_kueue_policy
+from scheduling.kueue_drift import last_check
 from scheduling.models import Quota
 from scripts.testbed.cluster import Testbed
 from tests.k8s.conftest import Admin
@@ -72,7 +74,7 @@ def cluster_queue_quota(objects: Any, team: str, pool: str, resource: str) -> tu
 
 
 def test_diff_apply_converge_and_name_drift(
-    policy_cluster: Any, org: Org, k8s_admin: Admin
+    policy_cluster: Any, org: Org, k8s_admin: Admin, settings: Any
 ) -> None:
     objects = policy_cluster
     make_fleet(org)
@@ -96,7 +98,7 @@ def test_diff_apply_converge_and_name_drift(
         GROUP, VERSION, "gpu-team-b-b-one", "localqueues", "gpu-portal"
     )
     assert local["spec"]["clusterQueue"] == "gpu-portal-team-b"
-    assert kueue_policy("--diff") == [f"no changes ({len(planned)} objects match the policy)"]
+    assert kueue_policy("--diff") == ["no changes: the cluster's Kueue objects match the policy"]
 
     # Someone edits team B's queue by hand: the diff names the field, apply puts it back.
     objects.patch_cluster_custom_object(
@@ -109,6 +111,20 @@ def test_diff_apply_converge_and_name_drift(
     )
     drift = kueue_policy("--diff")
     assert drift == ["update ClusterQueue gpu-portal-team-b (spec.fairSharing.weight)"]
+    # The worker's periodic check finds it too, puts it back and tells the fleet page.
+    settings.SCHEDULER = "kueue"
+    assert reconcile_kueue_policy() == 1
+    check = last_check()
+    assert check is not None and check.differences == tuple(drift) and not check.error
+    assert kueue_policy("--diff")[0].startswith("no changes")
+    objects.patch_cluster_custom_object(
+        GROUP,
+        VERSION,
+        "clusterqueues",
+        "gpu-portal-team-b",
+        [{"op": "replace", "path": "/spec/fairSharing/weight", "value": "5"}],
+        _content_type="application/json-patch+json",
+    )
 
     # A lead moves a quota meanwhile; a project goes away.
     quota = Quota.objects.get(team=org.team_a, project=None, flavor__slug="a100-80g")

@@ -5,16 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from runtime.cluster.base import ClusterError
-from runtime.cluster.kubernetes import KubernetesClusterBackend, load_api_client
-from runtime.cluster.kubernetes_kueue import KueuePolicyClient
-from runtime.cluster.kueue_objects import changes, compile_objects, object_key
-from runtime.kueue_policy import current_policy
-from runtime.propagation import push_project_quotas
-from tenants.models import Project
+from runtime.kueue_policy import reconcile
 
 
 class Command(BaseCommand):
@@ -28,29 +22,13 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        desired = compile_objects(current_policy())
         try:
-            api_client = load_api_client(settings.KUBECONFIG or None, settings.KUBE_CONTEXT)
-            client = KueuePolicyClient(api_client)
-            pending = changes(desired, client.live_objects())
-            for change in pending:
-                self.stdout.write(str(change))
-            if not pending:
-                self.stdout.write(f"no changes ({len(desired)} objects match the policy)")
-                return
-            if not options["apply"]:
-                return
-            # LocalQueues live in the project namespaces, which launches otherwise create.
-            push_project_quotas(
-                project_ids=Project.objects.values_list("pk", flat=True),
-                backend=KubernetesClusterBackend(api_client=api_client),
-            )
-            by_key = {object_key(m): m for m in desired}
-            for change in pending:
-                if change.action == "delete":
-                    client.delete(change)
-                else:
-                    client.apply(by_key[(change.kind, change.namespace, change.name)])
+            pending = reconcile(apply=bool(options["apply"]))
         except ClusterError as exc:
             raise CommandError(str(exc)) from exc
-        self.stdout.write(self.style.SUCCESS(f"applied {len(pending)} changes"))
+        for change in pending:
+            self.stdout.write(str(change))
+        if not pending:
+            self.stdout.write("no changes: the cluster's Kueue objects match the policy")
+        elif options["apply"]:
+            self.stdout.write(self.style.SUCCESS(f"applied {len(pending)} changes"))
