@@ -32,14 +32,12 @@ def issue_api_token(*, user: Any, name: str = "") -> tuple[AuthToken, str, int]:
 
 
 def note_token_use(token: AuthToken) -> None:
-    """Record that `token` authenticated a request now (at most once a minute per token)."""
+    """Record that `token` authenticated a request now (at most once a minute per token).
+
+    One UPDATE, which touches no row while the last use is recent; a token made without a name
+    (outside `issue_api_token`) has no label and keeps no last-use time.
+    """
     now = timezone.now()
-    updated = (
-        ApiTokenLabel.objects.filter(token=token)
-        .exclude(last_used_at__gt=now - LAST_USED_PRECISION)
-        .update(last_used_at=now)
-    )
-    if not updated and not ApiTokenLabel.objects.filter(token=token).exists():
-        ApiTokenLabel.objects.get_or_create(
-            token=token, defaults={"name": "unnamed", "last_used_at": now}
-        )
+    ApiTokenLabel.objects.filter(token=token).exclude(
+        last_used_at__gt=now - LAST_USED_PRECISION
+    ).update(last_used_at=now)

@@ -185,6 +185,7 @@ def test_admin_edits_the_reserve_and_out_of_range_values_are_refused(
             "allowed_kinds": json.dumps(reserved.allowed_kinds),
             "short_reserve_fraction": fraction,
             "short_max_runtime_seconds": str(reserved.short_max_runtime_seconds),
+            "allocation": reserved.allocation,
         }
 
     refused = client.post(url, body("1.5"))
