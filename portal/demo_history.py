@@ -32,6 +32,7 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import transaction
+from django.urls import reverse
 from django.utils import timezone
 
 from accounting.models import AllocationMeter
@@ -39,7 +40,8 @@ from accounting.services import ingest_usage
 from portal.demo_ledger import close_months, insert_audit_events, usage_rows, write_budgets
 from scheduling.choices import FlavorKind, Priority, RequestStatus, WorkloadKind
 from scheduling.models import Allocation, Flavor, GpuRequest, Node, UtilisationSample
-from tenants.models import AuditEvent, Project, Team
+from tenants.choices import NotificationKind
+from tenants.models import AuditEvent, Notification, Project, Team
 
 HISTORY_MARKER = "demo.history_seeded"
 SEED = 20260101
@@ -161,6 +163,7 @@ def seed_demo_history(*, days: int, now: datetime | None = None) -> int:
     GpuRequest.objects.bulk_update(requests, ["created_at", "updated_at"], batch_size=500)
     allocations = _write_allocations(drawn, nodes, draw)
     _write_events(drawn)
+    _write_notices(drawn, users)
     # 3. Usage, through the ledger's bulk ingest; the meter leaves these allocations alone.
     ingest_usage(usage_rows(allocations))
     AllocationMeter.objects.bulk_create(
@@ -423,6 +426,57 @@ def _waiting_for_leads(
         )
         waiting.append(one)
     return waiting
+
+
+def _write_notices(drawn: list[Drawn], users: dict[str, Any]) -> None:
+    """The inbox at first sign-in: each lead is asked for the approvals waiting on them, and each
+    developer hears how their last decided request went (as `notify()` tells them live)."""
+    notices: list[tuple[datetime, Notification]] = []
+    for slug, (developer, lead) in PEOPLE.items():
+        for one in drawn:
+            request = one.request
+            if request.team.slug != slug:
+                continue
+            if request.status == RequestStatus.PENDING_APPROVAL:
+                notices.append(
+                    (
+                        one.created_at,
+                        Notification(
+                            recipient=users[lead],
+                            kind=NotificationKind.APPROVAL,
+                            event_type="request.approval_requested",
+                            subject=f"GPU request {request.pk} waits for your approval",
+                            body=request.status_reason,
+                            url=reverse("approvals-page"),
+                        ),
+                    )
+                )
+        decided = [
+            one
+            for one in drawn
+            if one.request.owner == users[developer]
+            and one.request.status in (RequestStatus.SUCCEEDED, RequestStatus.REJECTED)
+        ]
+        for one in decided[-3:]:
+            request = one.request
+            word = "was turned down" if request.status == RequestStatus.REJECTED else "finished"
+            notices.append(
+                (
+                    one.updated_at,
+                    Notification(
+                        recipient=users[developer],
+                        kind=NotificationKind.UPDATE,
+                        event_type=f"request.{request.status}",
+                        subject=f"GPU request {request.pk} ({request.name}) {word}",
+                        body=request.decision_comment or request.status_reason,
+                        url=reverse("gpu-request-page", args=[request.pk]),
+                    ),
+                )
+            )
+    written = Notification.objects.bulk_create([notice for _, notice in notices])
+    for (at, _), notice in zip(notices, written, strict=True):
+        notice.created_at = at
+    Notification.objects.bulk_update(written, ["created_at"])
 
 
 def _write_allocations(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -11,6 +12,7 @@ from django.core.management import call_command
 from django.db.models import Count
 from django.test import Client
 from django.urls import reverse
+from django.utils import timezone
 
 from accounting.models import BudgetAlert, Statement, UsageRecord
 from accounting.selectors import current_month
@@ -166,3 +168,18 @@ def test_every_role_s_pages_render_over_the_history(history: None) -> None:
         client.force_login(user(username))
         for name in names:
             assert client.get(reverse(name)).status_code == 200, (username, name)
+
+
+def test_the_inbox_is_not_empty_at_first_sign_in(history: None) -> None:
+    from tenants.models import Notification
+
+    for lead in ("bob", "dan"):
+        asks = Notification.objects.visible_to(user(lead)).filter(kind="approval", read_at=None)
+        assert asks.exists(), lead
+        assert all(n.url == reverse("approvals-page") for n in asks)
+    for developer in ("alice", "carol"):
+        updates = Notification.objects.visible_to(user(developer)).filter(kind="update")
+        assert 1 <= updates.count() <= 3, developer
+        assert all(n.created_at < timezone.now() - timedelta(minutes=1) for n in updates)
+    # Only the recipient sees a notice.
+    assert not Notification.objects.visible_to(user("alice")).filter(kind="approval").exists()
