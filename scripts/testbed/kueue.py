@@ -17,7 +17,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from scripts.testbed import crds
 from scripts.testbed.cluster import Testbed, TestbedError, cache_root, free_port, wait_until
+from scripts.testbed.crds import module_dir
 
 KUEUE_VERSION = os.environ.get("KUEUE_VERSION", "v0.17.0")
 MODULE = "sigs.k8s.io/kueue"
@@ -52,50 +54,12 @@ def build_kueue(version: str = KUEUE_VERSION) -> Path:
     return binary
 
 
-def module_dir(version: str = KUEUE_VERSION) -> Path:
-    """The Kueue module's source in the Go module cache (downloaded once from the proxy)."""
-    done = subprocess.run(  # noqa: S603
-        ["go", "mod", "download", "-json", f"{MODULE}@{version}"],  # noqa: S607 - go on PATH
-        capture_output=True,
-        text=True,
-        env={**os.environ, "GOFLAGS": "-mod=mod"},
-        cwd=cache_root() if cache_root().exists() else None,
-    )
-    if done.returncode != 0:
-        raise TestbedError(
-            f"go mod download {MODULE}@{version} failed: {done.stderr or done.stdout}"
-        )
-    return Path(json.loads(done.stdout)["Dir"])
-
-
 def install_crds(bed: Testbed, version: str = KUEUE_VERSION, *, timeout: float = 60.0) -> None:
     """Create Kueue's CRDs (as its release ships them, conversion webhooks left out: the portal
     speaks the storage version v1beta2 only) and wait until they are served."""
-    import yaml
-    from kubernetes import client as k8s
-    from kubernetes.client.exceptions import ApiException
-
-    bases = module_dir(version) / "config" / "components" / "crd" / "bases"
-    api: Any = k8s.ApiextensionsV1Api(bed.api_client())
-    names = []
-    for kind in CRD_KINDS:
-        body = yaml.safe_load((bases / f"kueue.x-k8s.io_{kind}.yaml").read_text())
-        names.append(body["metadata"]["name"])
-        try:
-            api.create_custom_resource_definition(body, _preload_content=False)
-        except ApiException as exc:
-            if exc.status != 409:
-                raise
-
-    def established() -> bool:
-        for name in names:
-            crd = api.read_custom_resource_definition(name)
-            conditions = {c.type: c.status for c in (crd.status.conditions or [])}
-            if conditions.get("Established") != "True":
-                return False
-        return True
-
-    wait_until("Kueue CRDs established", established, timeout=timeout)
+    bases = module_dir(MODULE, version) / "config" / "components" / "crd" / "bases"
+    files = [bases / f"kueue.x-k8s.io_{kind}.yaml" for kind in CRD_KINDS]
+    crds.install_crds(bed, files, what="Kueue", timeout=timeout)
 
 
 def kueue_configuration(bed: Testbed, cert_dir: Path) -> dict[str, Any]:
