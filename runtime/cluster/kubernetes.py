@@ -16,7 +16,6 @@ import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
-from types import SimpleNamespace
 from typing import Any, TypeVar
 
 import urllib3.exceptions
@@ -51,6 +50,7 @@ from runtime.cluster.base import (
     WorkloadStatus,
     workload_name,
 )
+from runtime.cluster.kubernetes_custom import NamespacedCustomResource
 from runtime.cluster.kubernetes_project_data import KubernetesProjectData
 from runtime.cluster.kubernetes_status import (
     dra_gpus,
@@ -474,7 +474,7 @@ class KubernetesClusterBackend(KubernetesProjectData):
             deleters: dict[str, Callable[..., Any]] = {
                 "Job": self.batch.delete_namespaced_job,
                 "Service": self.core.delete_namespaced_service,
-                "ResourceClaimTemplate": self._delete_claim_template,
+                "ResourceClaimTemplate": self.claim_templates.delete,
             }
             with contextlib.suppress(ClusterError):
                 for kind, name in reversed(made):
@@ -536,8 +536,8 @@ class KubernetesClusterBackend(KubernetesProjectData):
                 self.networking.create_namespaced_ingress,
                 self.networking.read_namespaced_ingress,
             ),
-            "HTTPRoute": (self._create_httproute, self._read_httproute),
-            "ResourceClaimTemplate": (self._create_claim_template, self._read_claim_template),
+            "HTTPRoute": (self.httproutes.create, self.httproutes.read),
+            "ResourceClaimTemplate": (self.claim_templates.create, self.claim_templates.read),
         }
         for body in bodies:
             create, read = creators[body["kind"]]
@@ -599,7 +599,7 @@ class KubernetesClusterBackend(KubernetesProjectData):
             ),
             (serving, self.core.delete_namespaced_service, None),
             (serving, self.networking.delete_namespaced_ingress, None),
-            (serving, self._delete_httproute, None),
+            (serving, self.httproutes.delete, None),
         ]
         for name, delete, annotate in targets:
             try:
@@ -656,36 +656,10 @@ class KubernetesClusterBackend(KubernetesProjectData):
 
     # DRA claim templates (resource.k8s.io/v1) ---------------------------------------------------
 
-    def _create_claim_template(self, namespace: str, body: dict[str, Any], **kwargs: Any) -> Any:
-        return self.custom.create_namespaced_custom_object(
-            dra_manifests.GROUP,
-            dra_manifests.VERSION,
-            namespace,
-            dra_manifests.TEMPLATE_PLURAL,
-            body,
-            **kwargs,
-        )
-
-    def _read_claim_template(self, name: str, namespace: str, **kwargs: Any) -> Any:
-        """The template as an object with `metadata`, like the client's typed models."""
-        body = self.custom.get_namespaced_custom_object(
-            dra_manifests.GROUP,
-            dra_manifests.VERSION,
-            namespace,
-            dra_manifests.TEMPLATE_PLURAL,
-            name,
-            **kwargs,
-        )
-        return _custom_object(body)
-
-    def _delete_claim_template(self, name: str, namespace: str, **kwargs: Any) -> Any:
-        return self.custom.delete_namespaced_custom_object(
-            dra_manifests.GROUP,
-            dra_manifests.VERSION,
-            namespace,
-            dra_manifests.TEMPLATE_PLURAL,
-            name,
-            **kwargs,
+    @property
+    def claim_templates(self) -> NamespacedCustomResource:
+        return NamespacedCustomResource(
+            self.custom, dra_manifests.GROUP, dra_manifests.VERSION, dra_manifests.TEMPLATE_PLURAL
         )
 
     def _delete_claim_templates(
@@ -897,7 +871,7 @@ class KubernetesClusterBackend(KubernetesProjectData):
         )
         if manifests.uses_claim(spec) and name != spec.name:
             try:  # the earlier attempt's template, now unused
-                self._write(self._delete_claim_template, name, spec.namespace)
+                self._write(self.claim_templates.delete, name, spec.namespace)
             except ClusterError as exc:
                 if exc.status != 404:
                     raise
@@ -1222,20 +1196,6 @@ class KubernetesClusterBackend(KubernetesProjectData):
                 raise error from exc
             log.info("watch resource version %s expired; asking for a re-list", resource_version)
             yield WorkloadEvent(type="resync", resource_version=self._pods_resource_version())
-
-
-def _custom_object(body: Any) -> Any:
-    """A custom-objects answer (a dict) as an object with the `metadata` attributes read here."""
-    meta = body.get("metadata", {}) if isinstance(body, dict) else {}
-    return SimpleNamespace(
-        metadata=SimpleNamespace(
-            name=meta.get("name"),
-            namespace=meta.get("namespace"),
-            labels=meta.get("labels") or {},
-            annotations=meta.get("annotations") or {},
-            deletion_timestamp=meta.get("deletionTimestamp"),
-        )
-    )
 
 
 def _newest_last(pods: Sequence[Any]) -> list[Any]:

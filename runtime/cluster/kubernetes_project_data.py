@@ -24,6 +24,7 @@ from runtime.cluster.base import (
     PermanentClusterError,
     ProjectDataSpec,
 )
+from runtime.cluster.kubernetes_custom import NamespacedCustomResource
 from runtime.cluster.kubernetes_status import quantity
 
 log = logging.getLogger(__name__)
@@ -155,43 +156,11 @@ class KubernetesProjectData:
 
     # Gateway API -------------------------------------------------------------------------------
 
-    def _create_httproute(self, namespace: str, body: dict[str, Any], **kwargs: Any) -> Any:
-        return self.custom.create_namespaced_custom_object(
+    @property
+    def httproutes(self) -> NamespacedCustomResource:
+        return NamespacedCustomResource(
+            self.custom,
             manifests.GATEWAY_API_GROUP,
             manifests.GATEWAY_API_VERSION,
-            namespace,
             manifests.HTTPROUTE_PLURAL,
-            body,
-            **kwargs,
-        )
-
-    def _read_httproute(self, name: str, namespace: str, **kwargs: Any) -> Any:
-        """The route as an object with `metadata`, like the client's typed models."""
-        body = self.custom.get_namespaced_custom_object(
-            manifests.GATEWAY_API_GROUP,
-            manifests.GATEWAY_API_VERSION,
-            namespace,
-            manifests.HTTPROUTE_PLURAL,
-            name,
-            **kwargs,
-        )
-        meta = body.get("metadata", {}) if isinstance(body, dict) else {}
-        return SimpleNamespace(
-            metadata=SimpleNamespace(
-                name=meta.get("name"),
-                namespace=meta.get("namespace"),
-                labels=meta.get("labels") or {},
-                annotations=meta.get("annotations") or {},
-                deletion_timestamp=meta.get("deletionTimestamp"),
-            )
-        )
-
-    def _delete_httproute(self, name: str, namespace: str, **kwargs: Any) -> Any:
-        return self.custom.delete_namespaced_custom_object(
-            manifests.GATEWAY_API_GROUP,
-            manifests.GATEWAY_API_VERSION,
-            namespace,
-            manifests.HTTPROUTE_PLURAL,
-            name,
-            **kwargs,
         )
