@@ -29,6 +29,13 @@ class Placement(models.TextChoices):
     CLUSTER = "cluster", "The cluster's scheduler picks inside the pool"
 
 
+class SchedulerMode(models.TextChoices):
+    """Who admits a cluster's requests (docs/kueue.md)."""
+
+    PORTAL = "portal", "The portal's engine"
+    KUEUE = "kueue", "Kueue on the cluster"
+
+
 class DeviceAllocation(models.TextChoices):
     """How a pool's pods ask the cluster for their cards (docs/kubernetes-backend.md)."""
 

@@ -17,6 +17,7 @@ from scheduling.choices import (
     Placement,
     Priority,
     RequestStatus,
+    SchedulerMode,
     Scoring,
     SharingMode,
     WorkloadKind,
@@ -66,12 +67,77 @@ class Tier(models.Model):
         return self.name
 
 
+LOCAL_CLUSTER_SLUG = "local"
+
+
+class Cluster(models.Model):
+    """A Kubernetes cluster whose GPU pools the portal runs work on.
+
+    The `local` cluster is the one this deployment's own settings name (CLUSTER_BACKEND,
+    KUBECONFIG, SCHEDULER); every other cluster brings its kubeconfig, kept sealed
+    (scheduling/sealing.py) and never shown again.
+    """
+
+    name = models.CharField(max_length=60, unique=True)
+    slug = models.SlugField(max_length=40, unique=True)
+    api_server = models.CharField(
+        max_length=255, blank=True, help_text="The API server the kubeconfig points at."
+    )
+    kubeconfig_sealed = models.TextField(blank=True, editable=False)
+    scheduler = models.CharField(
+        max_length=10, choices=SchedulerMode.choices, default=SchedulerMode.PORTAL
+    )
+    is_active = models.BooleanField(
+        default=True, help_text="An inactive cluster gets no new work; what runs there stays."
+    )
+    # Written by the per-cluster tasks: when the cluster last answered, and what failed since.
+    last_contact_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.TextField(blank=True)
+    last_error_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
+
+    objects = CatalogQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def is_local(self) -> bool:
+        return not self.kubeconfig_sealed
+
+    @property
+    def scheduler_mode(self) -> str:
+        """The local cluster follows the SCHEDULER setting; others their own field."""
+        return settings.SCHEDULER if self.is_local else self.scheduler
+
+    @property
+    def is_reachable(self) -> bool:
+        """False while the last contact failed (nothing heard since the last error)."""
+        if self.last_error_at is None:
+            return True
+        return self.last_contact_at is not None and self.last_contact_at > self.last_error_at
+
+
+def local_cluster_id() -> int:
+    """The default of `NodePool.cluster`: this deployment's own cluster, made on first use."""
+    cluster, _ = Cluster.objects.get_or_create(
+        slug=LOCAL_CLUSTER_SLUG, defaults={"name": "Local cluster"}
+    )
+    return cluster.pk
+
+
 class NodePool(models.Model):
     """A set of GPU nodes with one tier, one sharing mode and one way of being scheduled."""
 
     name = models.CharField(max_length=60, unique=True)
     slug = models.SlugField(max_length=40, unique=True)
     tier = models.ForeignKey(Tier, on_delete=models.PROTECT, related_name="pools")
+    cluster = models.ForeignKey(
+        Cluster, on_delete=models.PROTECT, related_name="pools", default=local_cluster_id
+    )
     sharing_mode = models.CharField(max_length=12, choices=SharingMode.choices)
     node_selector = models.JSONField(default=dict, blank=True)
     taints = models.JSONField(default=list, blank=True)
@@ -106,6 +172,11 @@ class NodePool(models.Model):
         validators=[MinValueValidator(1)],
         help_text="Requests with a max runtime up to this many seconds count as short.",
     )
+    # A pilot pool serves only its pilot teams until `pilot_until`; its sharing report is the
+    # evidence for widening it (docs/sharing-report.md).
+    is_pilot = models.BooleanField(default=False)
+    pilot_until = models.DateField(null=True, blank=True)
+    pilot_teams = models.ManyToManyField(Team, blank=True, related_name="pilot_pools")
 
     objects = CatalogQuerySet.as_manager()
 
@@ -220,6 +291,15 @@ class Flavor(models.Model):
     name = models.CharField(max_length=60, unique=True)
     slug = models.SlugField(max_length=40, unique=True)
     pool = models.ForeignKey(NodePool, on_delete=models.PROTECT, related_name="flavors")
+    other_pools = models.ManyToManyField(
+        NodePool,
+        blank=True,
+        related_name="other_flavors",
+        help_text=(
+            "The same cards in other pools (another cluster, say): the engine places a request "
+            "in whichever of the flavor's pools fits, unless the request names a cluster."
+        ),
+    )
     kind = models.CharField(max_length=8, choices=FlavorKind.choices)
     gpu_model = models.CharField(max_length=40)
     gpu_memory_mib = models.PositiveIntegerField(
@@ -407,6 +487,14 @@ class GpuRequest(models.Model):
     )
     reason = models.TextField(blank=True)
     gpu_equivalent = models.DecimalField(max_digits=8, decimal_places=4)
+    cluster = models.ForeignKey(
+        Cluster,
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="gpu_requests",
+        help_text="Run only on this cluster; empty lets the engine choose among the pools.",
+    )
 
     status = models.CharField(
         max_length=20, choices=RequestStatus.choices, default=RequestStatus.PENDING_APPROVAL
@@ -428,6 +516,12 @@ class GpuRequest(models.Model):
     # request page's estimated start comes from these, so it agrees with the reason.
     waiting_code = models.CharField(max_length=12, blank=True)
     reserved_start_at = models.DateTimeField(null=True, blank=True)
+    # When the engine's forward run expects the request to start, and the interval around it
+    # (docs/estimates.md); the most binding thing that keeps it waiting (docs/blockers.md).
+    estimated_start_at = models.DateTimeField(null=True, blank=True)
+    estimate_low_at = models.DateTimeField(null=True, blank=True)
+    estimate_high_at = models.DateTimeField(null=True, blank=True)
+    blocker = models.JSONField(default=dict, blank=True)
     queue_position = models.PositiveIntegerField(null=True, blank=True)
     attempt = models.PositiveIntegerField(default=0)
     idle_warned_at = models.DateTimeField(null=True, blank=True)
