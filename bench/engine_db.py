@@ -242,7 +242,7 @@ def write_floor(snapshot: Any, plan: Any) -> tuple[float, int]:
     from tenants.models import AuditEvent
 
     log = StatementLog()
-    pool_of = dict(Flavor.objects.values_list("pk", "pool_id"))
+    pool_of = dict(Flavor.objects.values_list("slug", "pool_id"))
     pending = {r.id: r for r in snapshot.pending}
     table = GpuRequest._meta.db_table
     t0 = time.perf_counter()
@@ -273,7 +273,7 @@ def write_floor(snapshot: Any, plan: Any) -> tuple[float, int]:
                 Allocation(
                     request_id=int(a.request_id),
                     attempt=owners[int(a.request_id)][2] + 1,
-                    pool_id=pool_of[int(pending[a.request_id].flavor)],
+                    pool_id=pool_of[pending[a.request_id].flavor],
                     claims=[_claim(c) for c in a.placement],
                     is_borrowed=a.borrowed,
                     is_preemptible=a.preemptible,

@@ -1,6 +1,6 @@
 """The request lifecycle: every status change goes through `transition()` (or, for several
-moves made at once, `transition_through()`; for one move of many requests, `transition_many()`),
-and only them.
+moves made at once, `transition_through()`; for one move of many requests, `transition_many()`;
+for many requests each along its own moves, `transition_each()`), and only them.
 
 A transition is a compare-and-set UPDATE (… WHERE status = <expected>), so two workers racing
 for the same move cannot both make it; repeating a move that already happened changes nothing.
@@ -9,6 +9,7 @@ for the same move cannot both make it; repeating a move that already happened ch
 from __future__ import annotations
 
 import itertools
+from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -120,6 +121,54 @@ def transition_many(
     return moved
 
 
+def transition_each(
+    paths: Sequence[tuple[GpuRequest, Sequence[Move]]], *, batch_size: int = 500
+) -> list[GpuRequest]:
+    """Move each request along its own moves (preempted, then queued), in batched
+    compare-and-set UPDATEs.
+
+    The cycle preempts hundreds of requests at once, from different statuses and for different
+    reasons. Each batch (1) locks the rows still in the status they were read in (a request that
+    moved meanwhile is left alone, as `transition_many` leaves it), (2) updates them with one
+    UPDATE per distinct set of changes (the moves' reasons differ, but the row each path leaves
+    mostly does not), and (3) files each move's audit event as if each request moved alone.
+    Returns the requests that moved, their fields updated in memory.
+    """
+    moved: list[GpuRequest] = []
+    for start in range(0, len(paths), batch_size):
+        batch = {
+            request.pk: (request, moves) for request, moves in paths[start : start + batch_size]
+        }
+        now = timezone.now()
+        planned = {
+            pk: _planned_changes(request, moves, now=now) for pk, (request, moves) in batch.items()
+        }
+        # 1. Lock the rows still where they were read.
+        locked = dict(
+            GpuRequest.objects.select_for_update()
+            .filter(pk__in=list(batch))
+            .values_list("pk", "status")
+        )
+        still = [pk for pk, (request, _) in batch.items() if locked.get(pk) == request.status]
+        # 2. Move them, one UPDATE for the rows that end the same.
+        groups: dict[tuple[tuple[str, Any], ...], list[int]] = defaultdict(list)
+        for pk in still:
+            groups[tuple(sorted(planned[pk].items()))].append(pk)
+        for changes, pks in groups.items():
+            GpuRequest.objects.filter(pk__in=pks).update(**dict(changes))
+        # 3. Audit each move.
+        events = []
+        for pk in still:
+            request, moves = batch[pk]
+            initial = request.status
+            for field, value in planned[pk].items():
+                setattr(request, field, value)
+            moved.append(request)
+            events.extend(_move_events(request, initial, moves))
+        AuditEvent.objects.bulk_create(events)
+    return moved
+
+
 def create_through(
     request: GpuRequest,
     moves: Sequence[Move] = (),
@@ -145,15 +194,18 @@ def create_through(
     AuditEvent.objects.bulk_create([submitted, *_move_events(request, initial, moves)])
 
 
-def _planned_changes(request: GpuRequest, moves: Sequence[Move], **fields: Any) -> dict[str, Any]:
-    """The fields `moves` set from the request's status; a ConflictError if one is not allowed."""
+def _planned_changes(
+    request: GpuRequest, moves: Sequence[Move], *, now: Any = None, **fields: Any
+) -> dict[str, Any]:
+    """The fields `moves` set from the request's status (stamped `now`, by default the current
+    time); a ConflictError if one is not allowed."""
     if not moves:
         raise ValueError("a lifecycle change needs at least one move")
     statuses = [request.status, *(move.to for move in moves)]
     for before, after in itertools.pairwise(statuses):
         if after not in TRANSITIONS[before]:
             raise _illegal(request, before, after)
-    now = timezone.now()
+    now = now or timezone.now()
     changes: dict[str, Any] = {"updated_at": now, **fields}
     for move in moves:
         if move.to in TIMESTAMP_OF_STATUS:
