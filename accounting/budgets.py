@@ -290,5 +290,6 @@ def adjust_submission(sender: Any, *, project: Project, **_: Any) -> SubmissionA
         return SubmissionAdjustment(
             lead_approval_reason="the budget is used up this month",
             note="over budget: needs lead approval",
+            blocker="budget",
         )
     return None

@@ -26,6 +26,7 @@ from django.db import transaction
 from runtime.cluster.base import workload_name
 from runtime.cluster.kueue_workloads import KueueView
 from scheduling import dispatch
+from scheduling.blockers import cluster_blocker
 from scheduling.choices import RequestStatus
 from scheduling.lifecycle import end_allocation, transition
 from scheduling.models import Allocation, GpuRequest, ReclaimPolicy
@@ -34,6 +35,7 @@ from scheduling.notifications import notify
 log = logging.getLogger(__name__)
 
 HELD_REASON = "Queued in Kueue: it starts when Kueue admits it."
+KUEUE_HEADLINE = "Kueue holds it until the team's ClusterQueue has quota for it."
 # The request's `waiting_code` while Kueue holds its Job: the reclaim's pending timeout skips it.
 KUEUE_WAIT_CODE = "kueue"
 
@@ -83,6 +85,7 @@ def record_kueue_wait(request: GpuRequest, view: KueueView) -> bool:
         "waiting_reason": view.message,
         "waiting_code": KUEUE_WAIT_CODE,
         "queue_position": view.position,
+        "blocker": cluster_blocker(headline=KUEUE_HEADLINE, reason=view.message),
     }
     if request.status == RequestStatus.LAUNCHING:
         fields["status_reason"] = HELD_REASON
@@ -97,9 +100,9 @@ def record_kueue_wait(request: GpuRequest, view: KueueView) -> bool:
 def record_kueue_admission(request: GpuRequest, view: KueueView) -> None:
     """Step 4: Kueue let a request it held go; the cluster's pending clock starts now."""
     GpuRequest.objects.filter(pk=request.pk, waiting_code=KUEUE_WAIT_CODE).update(
-        waiting_code="", queue_position=None
+        waiting_code="", queue_position=None, blocker={}
     )
-    request.waiting_code, request.queue_position = "", None
+    request.waiting_code, request.queue_position, request.blocker = "", None, {}
     if view.admitted_at is not None:
         Allocation.objects.filter(
             request=request,

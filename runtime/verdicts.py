@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from runtime.cluster.base import WorkloadStatus
 from runtime.outcomes import reclaim_timed_out, requeue_or_fail
+from scheduling.blockers import cluster_blocker
 from scheduling.choices import RequestStatus
 from scheduling.lifecycle import transition
 from scheduling.models import Allocation, GpuRequest, ReclaimPolicy
@@ -83,9 +84,12 @@ def record_wait(request: GpuRequest, status: WorkloadStatus) -> bool:
     headline, detail = cluster_wait(status)
     if detail == request.waiting_reason:
         return False
-    fields = {"waiting_reason": detail}
+    fields: dict[str, object] = {"waiting_reason": detail}
     if request.status == RequestStatus.LAUNCHING:
         fields["status_reason"] = headline or STARTING
+    # The cluster's reason is the request's blocker until it runs (scheduling/blockers.py).
+    launching = detail and request.status == RequestStatus.LAUNCHING
+    fields["blocker"] = cluster_blocker(headline=headline, reason=detail) if launching else {}
     # Compare-and-set on the status: a transition made meanwhile keeps its own reason.
     changed = GpuRequest.objects.filter(pk=request.pk, status=request.status).update(**fields)
     for field, value in fields.items():

@@ -27,6 +27,7 @@ from django.db.models import Field
 from django.utils import timezone
 
 from scheduling import engine
+from scheduling.blockers import record_blockers
 from scheduling.choices import TRANSITIONS, RequestStatus
 from scheduling.lifecycle import Move, transition_each, transition_many
 from scheduling.models import Allocation, GpuRequest, ReclaimPolicy, SchedulerLease
@@ -198,6 +199,7 @@ def run_cycle(
                 if on_admit:
                     _after_commit(on_admit, request_id, attempt)
             _record_waiting(plan.waiting, plan.reservations)
+            record_blockers(snapshot, plan)
         result.write_seconds = time.perf_counter() - plan_done
         # 4. Act: the on_commit callbacks above enqueue launches and terminations.
         result.seconds = time.perf_counter() - started

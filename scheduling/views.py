@@ -17,6 +17,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
 from scheduling import services
+from scheduling.blockers import shown_blocker
 from scheduling.choices import (
     CANCELLABLE_STATUSES,
     FINISHED_STATUSES,
@@ -213,6 +214,7 @@ def request_detail(request: HttpRequest, pk: int) -> HttpResponse:
             if is_queued
             else None,
             "quota_impact": quota_impact(gpu_request=gpu_request) if is_pending else None,
+            "blocker": shown_blocker(gpu_request.status, gpu_request.blocker),
             "history": history,
             "can_cancel": gpu_request.status in CANCELLABLE_STATUSES,
             "is_live": gpu_request.status in (RequestStatus.RUNNING, RequestStatus.LAUNCHING),

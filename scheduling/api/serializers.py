@@ -5,8 +5,10 @@ from typing import Any
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from scheduling.blockers import shown_blocker
 from scheduling.choices import Priority, WorkloadKind
 from scheduling.connect import connect_url, current_allocation
+from scheduling.engine.blockers import BLOCKER_CODES
 from scheduling.models import (
     REQUEST_BODY_FIELDS,
     ApprovalRule,
@@ -238,6 +240,16 @@ class SecretEnvSerializer(serializers.Serializer):
     key = serializers.RegexField(r"^[-._a-zA-Z0-9]{1,253}$", max_length=253)
 
 
+class BlockerSerializer(serializers.Serializer):
+    """What most keeps a waiting request from starting (docs/blockers.md); {} when nothing does."""
+
+    code = serializers.ChoiceField(choices=BLOCKER_CODES, required=False)
+    message = serializers.CharField(required=False, help_text="One sentence for people.")
+    detail = serializers.DictField(
+        required=False, help_text="The figures behind it; the keys depend on the code."
+    )
+
+
 class GpuRequestSerializer(serializers.ModelSerializer):
     """What a developer may write, and everything they may read back; status is read-only."""
 
@@ -317,11 +329,19 @@ class GpuRequestSerializer(serializers.ModelSerializer):
     termination_reason = serializers.SerializerMethodField(
         help_text='Why the container last ended, e.g. "OOMKilled: ..."; "" until it ends.'
     )
+    blocker = serializers.SerializerMethodField(
+        help_text="What most keeps it from starting: {code, message, detail}; {} when nothing."
+    )
 
     class Meta:
         model = GpuRequest
-        fields = [*REQUEST_WRITABLE_FIELDS, *REQUEST_READ_ONLY_FIELDS, *REQUEST_WORKLOAD_FIELDS]
-        read_only_fields = [*REQUEST_READ_ONLY_FIELDS, *REQUEST_WORKLOAD_FIELDS]
+        fields = [
+            *REQUEST_WRITABLE_FIELDS,
+            *REQUEST_READ_ONLY_FIELDS,
+            *REQUEST_WORKLOAD_FIELDS,
+            "blocker",
+        ]
+        read_only_fields = [*REQUEST_READ_ONLY_FIELDS, *REQUEST_WORKLOAD_FIELDS, "blocker"]
 
     @extend_schema_field(serializers.CharField(allow_null=True))
     def get_connect_url(self, gpu_request: GpuRequest) -> str | None:
@@ -350,6 +370,10 @@ class GpuRequestSerializer(serializers.ModelSerializer):
     def get_termination_reason(self, gpu_request: GpuRequest) -> str:
         allocation = current_allocation(gpu_request)
         return allocation.termination_reason if allocation else ""
+
+    @extend_schema_field(BlockerSerializer())
+    def get_blocker(self, gpu_request: GpuRequest) -> dict[str, Any]:
+        return shown_blocker(gpu_request.status, gpu_request.blocker)
 
 
 class RequestTemplateSerializer(serializers.ModelSerializer):

@@ -17,6 +17,7 @@ from django.dispatch import Signal
 from django.utils import timezone
 
 from scheduling import approval, dispatch
+from scheduling.blockers import approval_blocker
 from scheduling.choices import (
     CANCELLABLE_STATUSES,
     RESUMABLE_KINDS,
@@ -187,6 +188,8 @@ class SubmissionAdjustment:
     force_preemptible: bool = False
     lead_approval_reason: str = ""
     note: str = ""
+    # The blocker code of the request's wait for approval that this policy causes ("budget").
+    blocker: str = ""
 
 
 gpu_request_submitting = Signal()
@@ -370,6 +373,10 @@ def submit_gpu_request(
     if lead_reasons:
         request.needs_lead_approval_because = "; ".join(lead_reasons)
         request.status_reason = f"Waiting for a team lead: {request.needs_lead_approval_because}."
+        request.blocker = approval_blocker(
+            lead_reasons=lead_reasons,
+            policy_codes=[a.blocker for a in adjustments if a.lead_approval_reason],
+        )
         create_through(request, actor=actor, data=submitted_data)
         notify(
             users=team_leads(team=project.team),

@@ -1,0 +1,429 @@
+"""The one thing that most keeps each waiting request from starting, in words for its owner.
+
+`explain_waits(snapshot, plan)` returns a `Blocker` per request the plan leaves waiting. The
+engine's wait codes say *that* a request waits on quota or capacity; a blocker says *which*:
+
+- quota waits (`Waiting.code == "quota"`) are split by the quota ledger after the plan:
+  `team_quota` when the team (or the project) has used what it may ever use of the flavor
+  without borrowing; `borrowing_limit` when the request needs borrowed quota and may not
+  borrow: the team already borrows up to its limit, or its cohort has nothing idle to lend;
+- capacity waits (`capacity`, `reserved`) are split by the free capacity the plan leaves on
+  the nodes that could run the request (its pools, labels, GPU model, taints), counted in
+  GPU-equivalents (GE) for the request's kind (whole free cards, vGPU share, free MIG slices):
+  1. the healthy nodes have the GE it needs, yet no node or GPU has room for it:
+     `mig_layout` when it is a MIG request and the cards' fixed MIG layouts offer too few free
+     instances of its profile although the free slices would hold them, else `fragmentation`;
+  2. the GE it needs exists only with nodes that take no work (cordoned, held back or not
+     ready): `node_health`;
+  3. otherwise `capacity`: the pool is full. So are waits behind another request's reservation,
+     waits kept out of a pool's short-request reserve, and requests no pool can run.
+
+Approval, budget and cluster-side blockers are not the engine's to see: `approval_blocker` and
+`cluster_blocker` phrase them from what the portal records (scheduling/blockers.py).
+
+Pure: the plan's admissions and preemptions are replayed onto the snapshot's free capacity and
+quota usage, nothing else is read. Cost: one pass over the devices and allocations plus one
+pass per distinct request shape over the nodes that could run it.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Literal
+
+from .filters import POOL_FILTERS
+from .quota import EPS, QuotaLedger
+from .reserve import reserve_reason
+from .state import Shape, shape_of
+from .types import (
+    MIG_PROFILES,
+    MIG_SLICES,
+    DeviceClaim,
+    Flavor,
+    Node,
+    Plan,
+    Request,
+    Snapshot,
+    Waiting,
+    mig_bits,
+    mig_free_by_profile,
+    mig_layout_starts,
+)
+
+BlockerCode = Literal[
+    "approval",
+    "budget",
+    "team_quota",
+    "borrowing_limit",
+    "capacity",
+    "fragmentation",
+    "mig_layout",
+    "node_health",
+    "cluster",
+]
+#: Every code, in the order of the docs (docs/blockers.md).
+BLOCKER_CODES: tuple[BlockerCode, ...] = (
+    "approval",
+    "budget",
+    "team_quota",
+    "borrowing_limit",
+    "capacity",
+    "fragmentation",
+    "mig_layout",
+    "node_health",
+    "cluster",
+)
+#: The codes `explain_waits` gives (a queued request's blockers).
+ENGINE_CODES: frozenset[BlockerCode] = frozenset(
+    {
+        "team_quota",
+        "borrowing_limit",
+        "capacity",
+        "fragmentation",
+        "mig_layout",
+        "node_health",
+    }
+)
+
+DetailValue = str | int | float | list[str] | None
+
+
+@dataclass(frozen=True, slots=True)
+class Blocker:
+    """The most binding reason a request waits: a code, one sentence, and the figures behind it."""
+
+    code: BlockerCode
+    message: str
+    detail: dict[str, DetailValue] = field(default_factory=dict, hash=False, compare=True)
+
+    def as_dict(self) -> dict[str, object]:
+        return {"code": self.code, "message": self.message, "detail": dict(self.detail)}
+
+
+def _ge(value: float) -> float:
+    return round(value, 2)
+
+
+def _fmt(value: float) -> str:
+    return f"{value:.2f}".rstrip("0").rstrip(".")
+
+
+# ----------------------------------------------------------------------------- quota
+
+
+def quota_blocker(ledger: QuotaLedger, request: Request, demand: float, reason: str) -> Blocker:
+    """Team quota or borrowing limit, read from the ledger (usage after the plan)."""
+    team, flavor, project = request.team, request.flavor, request.project
+    key = (team, flavor)
+    limit = ledger.limit.get(key)
+    detail: dict[str, DetailValue] = {"reason": reason, "demand_ge": _ge(demand)}
+    if limit is None:
+        return Blocker("team_quota", f"Team {team} has no quota for {flavor}.", detail)
+    plimit = ledger.project_limit.get((team, project, flavor))
+    pused = ledger.project_used[(team, project, flavor)]
+    if plimit is not None and pused + demand > plimit + EPS:
+        detail |= {"used_ge": _ge(pused), "limit_ge": _ge(plimit)}
+        return Blocker(
+            "team_quota",
+            f"Project {project} has used its {flavor} quota "
+            f"({_fmt(pused)} of {_fmt(plimit)} GPU-eq).",
+            detail,
+        )
+    used, guaranteed = ledger.used[key], ledger.guaranteed[key]
+    detail |= {"used_ge": _ge(used), "guaranteed_ge": _ge(guaranteed), "limit_ge": _ge(limit)}
+    if used + demand > limit + EPS:
+        if limit > guaranteed + EPS:
+            return Blocker(
+                "borrowing_limit",
+                f"Team {team} borrows up to its {flavor} limit "
+                f"({_fmt(used)} of {_fmt(limit)} GPU-eq in use, {_fmt(guaranteed)} guaranteed).",
+                detail,
+            )
+        return Blocker(
+            "team_quota",
+            f"Team {team} has used its {flavor} quota ({_fmt(used)} of {_fmt(limit)} GPU-eq).",
+            detail,
+        )
+    if used + demand > guaranteed + EPS:
+        cohort = ledger.cohort_of.get(team)
+        if cohort is None:
+            return Blocker(
+                "team_quota",
+                f"Team {team} has used its guaranteed {flavor} quota "
+                f"({_fmt(used)} of {_fmt(guaranteed)} GPU-eq) and has no cohort to borrow from.",
+                detail,
+            )
+        idle = ledger.cohort_guaranteed[(cohort, flavor)] - ledger.cohort_used[(cohort, flavor)]
+        detail |= {"cohort": cohort, "cohort_idle_ge": _ge(max(0.0, idle))}
+        return Blocker(
+            "borrowing_limit",
+            f"Team {team} has used its guaranteed {flavor} quota "
+            f"({_fmt(used)} of {_fmt(guaranteed)} GPU-eq) and cohort {cohort} has "
+            f"{_fmt(max(0.0, idle))} GPU-eq idle to lend, {_fmt(demand)} needed.",
+            detail,
+        )
+    # Quota freed by the plan's preemptions after the request was considered.
+    return Blocker("team_quota", f"Team {team} was at its {flavor} quota this cycle.", detail)
+
+
+# ----------------------------------------------------------------------------- capacity
+
+
+@dataclass(slots=True)
+class _Device:
+    """Free capacity of one GPU after the plan (mutable copy of a snapshot GpuDevice)."""
+
+    memory_total_mib: int
+    memory_free_mib: int
+    cores_free_percent: int
+    mig_capable: bool
+    mig_used_mask: int
+    whole_allocated: bool
+    mig_layout: tuple[tuple[str, int], ...]
+
+    def take(self, claim: DeviceClaim, sign: int) -> None:
+        """Apply (sign 1) or give back (sign -1) one claim."""
+        if claim.whole:
+            self.whole_allocated = sign > 0
+        elif claim.mig_profile in MIG_PROFILES and claim.mig_start is not None:
+            bits = mig_bits(claim.mig_profile, claim.mig_start)
+            self.mig_used_mask = (
+                self.mig_used_mask | bits if sign > 0 else self.mig_used_mask & ~bits
+            )
+        else:
+            self.memory_free_mib -= sign * claim.memory_mib
+            self.cores_free_percent -= sign * claim.cores_percent
+
+    @property
+    def fully_free(self) -> bool:
+        return (
+            not self.whole_allocated
+            and self.mig_used_mask == 0
+            and self.memory_free_mib >= self.memory_total_mib
+            and self.cores_free_percent >= 100
+        )
+
+    def free_ge(self, kind: str) -> float:
+        """Free GE for a request of flavor kind `kind`."""
+        if self.whole_allocated:
+            return 0.0
+        if kind == "mig":
+            if not self.mig_capable:
+                return 0.0
+            return (MIG_SLICES - bin(self.mig_used_mask).count("1")) / MIG_SLICES
+        if kind == "vgpu":
+            memory = max(0, self.memory_free_mib) / max(1, self.memory_total_mib)
+            return max(0.0, min(memory, self.cores_free_percent / 100))
+        return 1.0 if self.fully_free else 0.0
+
+    def free_instances(self, profile: str, *, honour_layout: bool) -> int:
+        """Free instances of a MIG profile: as the card's fixed layout offers them, or as the
+        free slices alone would hold them."""
+        if not self.mig_capable or self.whole_allocated:
+            return 0
+        if not self.mig_layout or not honour_layout:
+            return mig_free_by_profile(self.mig_used_mask).get(profile, 0)
+        starts = mig_layout_starts(self.mig_layout).get(profile, ())
+        return sum(1 for s in starts if not self.mig_used_mask & mig_bits(profile, s))
+
+
+class _Fleet:
+    """The snapshot's nodes and devices with the plan's admissions and preemptions applied."""
+
+    def __init__(self, snapshot: Snapshot, plan: Plan) -> None:
+        self.snapshot = snapshot
+        self.devices: dict[str, list[_Device]] = defaultdict(list)
+        self.by_key: dict[tuple[str, int], _Device] = {}
+        for d in sorted(snapshot.devices, key=lambda d: (d.node_id, d.index)):
+            device = _Device(
+                d.memory_total_mib,
+                d.memory_free_mib,
+                d.cores_free_percent,
+                d.mig_capable,
+                d.mig_used_mask,
+                d.whole_allocated,
+                d.mig_layout,
+            )
+            self.devices[d.node_id].append(device)
+            self.by_key[(d.node_id, d.index)] = device
+        victims = {p.victim_id for p in plan.preemptions}
+        pending = {r.id: r for r in snapshot.pending}
+        self.exclusive: set[str] = set()
+        for alloc in snapshot.allocations:
+            if alloc.request_id in victims:
+                self._take(alloc.placement, -1)
+            elif alloc.exclusive_node:
+                self.exclusive.update(c.node_id for c in alloc.placement)
+        for admission in plan.admissions:
+            self._take(admission.placement, 1)
+            request = pending.get(admission.request_id)
+            if request is not None and not request.allow_shared_node:
+                self.exclusive.update(admission.node_ids)
+
+    def _take(self, placement: tuple[DeviceClaim, ...], sign: int) -> None:
+        for claim in placement:
+            device = self.by_key.get((claim.node_id, claim.device_index))
+            if device is not None:
+                device.take(claim, sign)
+
+    def nodes_for(self, shape: Shape) -> list[Node]:
+        """Nodes that could run `shape` once healthy: pool, labels, GPU model and taints fit."""
+        pools = {
+            p.name: p
+            for p in self.snapshot.pools
+            if all(check(p, shape) is None for check in POOL_FILTERS.values())
+        }
+        out = []
+        for node in self.snapshot.nodes:
+            pool = pools.get(node.pool)
+            if pool is None:
+                continue
+            labels = dict(node.labels)
+            if any(labels.get(k) != v for k, v in pool.node_selector + shape.node_selector):
+                continue
+            if shape.models is not None and node.gpu_model not in shape.models:
+                continue
+            pool_taints = {t.key for t in pool.taints}
+            if any(
+                t.effect in ("NoSchedule", "NoExecute")
+                and t.key not in pool_taints
+                and t.key not in shape.tolerations
+                for t in node.taints
+            ):
+                continue
+            out.append(node)
+        return out
+
+    def free_ge(self, node: Node, kind: str) -> float:
+        if node.id in self.exclusive:
+            return 0.0
+        return sum(d.free_ge(kind) for d in self.devices.get(node.id, ()))
+
+
+def capacity_blocker(fleet: _Fleet, request: Request, flavor: Flavor, wait: Waiting) -> Blocker:
+    """Capacity, fragmentation, MIG layout or node health (see the module docstring)."""
+    shape = shape_of(request, flavor)
+    demand = request.gpu_count * flavor.gpu_equivalent
+    nodes = fleet.nodes_for(shape)
+    pools = sorted({n.pool for n in nodes})
+    where = ", ".join(pools) if pools else "none"
+    detail: dict[str, DetailValue] = {
+        "reason": wait.reason,
+        "pools": pools,
+        "demand_ge": _ge(demand),
+    }
+    if not nodes:
+        return Blocker("capacity", "No pool has nodes that can run it.", detail)
+    if wait.code == "reservation":
+        return Blocker(
+            "capacity",
+            f"The free capacity of pool {where} that fits it is held for a request ahead of it.",
+            detail,
+        )
+    for pool in fleet.snapshot.pools:
+        reserved = pool.name in pools and pool.short_reserve_fraction > 0
+        if reserved and reserve_reason(pool) in wait.reason:
+            return Blocker(
+                "capacity",
+                f"Pool {pool.name} has no room for long work outside the share it keeps "
+                "for short requests.",
+                detail,
+            )
+    healthy = [n for n in nodes if n.schedulable]
+    unhealthy = [n for n in nodes if not n.schedulable]
+    healthy_free = sum(fleet.free_ge(n, shape.kind) for n in healthy)
+    unhealthy_free = sum(fleet.free_ge(n, shape.kind) for n in unhealthy)
+    detail |= {"free_ge": _ge(healthy_free)}
+    if healthy_free + EPS >= demand:
+        if shape.kind == "mig" and shape.mig_profile:
+            cards = [d for n in healthy if n.id not in fleet.exclusive for d in fleet.devices[n.id]]
+            offered = sum(d.free_instances(shape.mig_profile, honour_layout=True) for d in cards)
+            would_hold = sum(
+                d.free_instances(shape.mig_profile, honour_layout=False) for d in cards
+            )
+            laid_out = [d for d in cards if d.mig_layout]
+            never = bool(laid_out) and all(
+                shape.mig_profile not in dict(d.mig_layout) for d in laid_out
+            )
+            if offered < shape.gpu_count and (would_hold >= shape.gpu_count or never):
+                detail |= {"profile": shape.mig_profile, "free_instances": offered}
+                return Blocker(
+                    "mig_layout",
+                    f"The MIG layout of pool {where}'s cards offers {offered} free "
+                    f"{shape.mig_profile} instance{'s' if offered != 1 else ''}, "
+                    f"{shape.gpu_count} needed.",
+                    detail,
+                )
+        return Blocker(
+            "fragmentation",
+            f"Pool {where} has {_fmt(healthy_free)} GPU-eq free, enough for the "
+            f"{_fmt(demand)} it needs, but no single node or GPU has room for it.",
+            detail,
+        )
+    if unhealthy and healthy_free + unhealthy_free + EPS >= demand:
+        names = sorted(n.id for n in unhealthy if fleet.free_ge(n, shape.kind) > 0)
+        detail |= {"nodes": names, "unavailable_free_ge": _ge(unhealthy_free)}
+        shown = ", ".join(names[:3]) + (" ..." if len(names) > 3 else "")
+        return Blocker(
+            "node_health",
+            f"The capacity it needs is on nodes that take no work now (cordoned, held back or "
+            f"not ready): {shown}.",
+            detail,
+        )
+    return Blocker(
+        "capacity",
+        f"Pool {where} has {_fmt(healthy_free)} GPU-eq free, {_fmt(demand)} needed; "
+        "it starts as running work ends.",
+        detail,
+    )
+
+
+# ----------------------------------------------------------------------------- entry point
+
+
+def explain_waits(snapshot: Snapshot, plan: Plan) -> dict[str, Blocker]:
+    """The blocker of each request `plan` leaves waiting, by request id.
+
+    1. Replay the plan onto the snapshot: victims give back their capacity and quota,
+       admissions take theirs.
+    2. Classify each wait: quota waits by the ledger, capacity waits by the free capacity of the
+       nodes that could run it; requests of one shape share one capacity answer.
+    """
+    # 1. Replay.
+    fleet = _Fleet(snapshot, plan)
+    ledger = QuotaLedger(snapshot.teams, snapshot.quotas)
+    victims = {p.victim_id for p in plan.preemptions}
+    for alloc in snapshot.allocations:
+        if alloc.request_id not in victims:
+            ledger.charge(alloc.team, alloc.project, alloc.flavor, alloc.gpu_equivalents)
+    flavors = {f.id: f for f in snapshot.flavors}
+    pending = {r.id: r for r in snapshot.pending}
+    for admission in plan.admissions:
+        request = pending.get(admission.request_id)
+        if request is not None and request.flavor in flavors:
+            demand = request.gpu_count * flavors[request.flavor].gpu_equivalent
+            ledger.charge(request.team, request.project, request.flavor, demand)
+    # 2. Classify.
+    out: dict[str, Blocker] = {}
+    by_shape: dict[tuple[object, ...], Blocker] = {}
+    for wait in plan.waiting:
+        request = pending.get(wait.request_id)
+        if request is None:
+            continue
+        flavor = flavors.get(request.flavor)
+        if flavor is None or wait.code == "invalid":
+            out[wait.request_id] = Blocker(
+                "capacity", f"No pool can run it: {wait.reason}.", {"reason": wait.reason}
+            )
+            continue
+        if wait.code == "quota":
+            demand = request.gpu_count * flavor.gpu_equivalent
+            out[wait.request_id] = quota_blocker(ledger, request, demand, wait.reason)
+            continue
+        key = (shape_of(request, flavor), flavor.gpu_equivalent, wait.code, wait.reason)
+        hit = by_shape.get(key)
+        if hit is None:
+            hit = by_shape[key] = capacity_blocker(fleet, request, flavor, wait)
+        out[wait.request_id] = hit
+    return out
