@@ -46,7 +46,18 @@ def pool_sharing(pool: Pool, shape: Shape) -> str | None:
     return f"pool {pool.name} is {pool.sharing}, not {shape.kind}"
 
 
-POOL_FILTERS: dict[str, PoolFilter] = {"pool_kind": pool_kind, "pool_sharing": pool_sharing}
+def pool_candidate(pool: Pool, shape: Shape) -> str | None:
+    """A request offered several pools (its flavor's, in one or more clusters) runs in one."""
+    if not shape.pools or pool.name in shape.pools:
+        return None
+    return f"pool {pool.name} does not offer the request's flavor"
+
+
+POOL_FILTERS: dict[str, PoolFilter] = {
+    "pool_kind": pool_kind,
+    "pool_sharing": pool_sharing,
+    "pool_candidate": pool_candidate,
+}
 
 
 # ----------------------------------------------------------------------------- node filters

@@ -86,7 +86,7 @@ class Placer:
 
     def groups_for(self, shape: Shape) -> tuple[list[Group], str | None]:
         """Groups whose pool passes the pool filters and whose model the shape allows."""
-        key = (shape.kind, shape.models, shape.workload_kind)
+        key = (shape.kind, shape.models, shape.workload_kind, shape.pools)
         hit = self._groups.get(key)
         if hit is not None:
             return hit

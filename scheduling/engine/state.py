@@ -47,6 +47,7 @@ class Shape:
     allow_shared_node: bool
     node_selector: tuple[tuple[str, str], ...]
     tolerations: tuple[str, ...]
+    pools: tuple[str, ...] = ()
 
 
 def shape_of(request: Request, flavor: Flavor) -> Shape:
@@ -67,6 +68,7 @@ def shape_of(request: Request, flavor: Flavor) -> Shape:
         allow_shared_node=request.allow_shared_node,
         node_selector=tuple(sorted(request.node_selector)),
         tolerations=tuple(sorted(set(request.tolerations))),
+        pools=tuple(sorted(set(request.pools))),
     )
 
 

@@ -251,6 +251,9 @@ class Request:
     max_runtime_seconds: float = 86_400.0
     node_selector: tuple[tuple[str, str], ...] = ()
     tolerations: tuple[str, ...] = ()
+    # The pools it may run in (a flavor offered in several pools or clusters); empty: any pool
+    # its node selector and kind allow.
+    pools: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,45 @@
+"""A flavor offered in several pools (say, the same cards in two clusters): the engine places
+its requests in whichever of those pools fits, and never outside them."""
+
+from __future__ import annotations
+
+from scheduling.engine import Pool, plan
+
+from .builders import alloc, fleet, node, req, whole_claims
+
+EAST = Pool("east", tier=0, sharing="exclusive")
+WEST = Pool("west", tier=0, sharing="exclusive")
+OTHER = Pool("other", tier=0, sharing="exclusive")
+
+
+def _fleet(*pending: object, east_full: bool) -> object:
+    allocations = [alloc("busy", whole_claims("e1", range(8)))] if east_full else []
+    return fleet(
+        node("e1", pool="east"),
+        node("w1", pool="west"),
+        node("o1", pool="other"),
+        pools=(EAST, WEST, OTHER),
+        allocations=allocations,
+        pending=pending,
+    )
+
+
+def test_a_request_offered_two_pools_runs_in_the_one_with_room() -> None:
+    snapshot = _fleet(req("r", gpu_count=4, pools=("east", "west")), east_full=True)
+    (admission,) = plan(snapshot, now=0.0).admissions  # type: ignore[arg-type]
+    assert {claim.node_id for claim in admission.placement} == {"w1"}
+
+
+def test_a_request_limited_to_one_pool_waits_when_that_pool_is_full() -> None:
+    snapshot = _fleet(req("r", gpu_count=4, pools=("east",)), east_full=True)
+    result = plan(snapshot, now=0.0)  # type: ignore[arg-type]
+    assert result.admissions == ()
+    assert [waiting.request_id for waiting in result.waiting] == ["r"]
+
+
+def test_no_request_is_placed_outside_its_pools() -> None:
+    pending = [req(f"r{i}", gpu_count=4, pools=("east", "west")) for i in range(6)]
+    result = plan(_fleet(*pending, east_full=False), now=0.0)  # type: ignore[arg-type]
+    placed = [claim.node_id for a in result.admissions for claim in a.placement]
+    assert sorted(set(placed)) == ["e1", "w1"]
+    assert len(result.admissions) == 4  # two 8-card nodes hold four 4-card requests
