@@ -27,6 +27,7 @@ from runtime.cluster.base import (
     ClusterBackend,
     ClusterError,
     GangMember,
+    PermanentClusterError,
     PrioritySpec,
     ProjectSpec,
     Toleration,
@@ -44,7 +45,8 @@ from runtime.relocation import relocated_claims
 from scheduling import dispatch
 from scheduling.choices import SHARING_MODE_OF_FLAVOR_KIND, DeviceAllocation, RequestStatus
 from scheduling.lifecycle import end_allocation, record_request_event, transition
-from scheduling.models import Allocation, GpuRequest, ReclaimPolicy
+from scheduling.models import Allocation, Cluster, GpuRequest, ReclaimPolicy
+from scheduling.sealing import SealError, unseal
 from scheduling.snapshot import POOL_LABEL
 
 log = logging.getLogger(__name__)
@@ -74,6 +76,45 @@ def cluster_backend() -> ClusterBackend:
     return SimulatedCluster()
 
 
+def backend_for(cluster: Cluster | None) -> ClusterBackend:
+    """The backend of `cluster`: the local one (`cluster_backend`) or, for a registered
+    cluster, a Kubernetes backend built from its sealed kubeconfig."""
+    if cluster is None or cluster.is_local:
+        return cluster_backend()
+    return _registered_backend(cluster.pk, cluster.kubeconfig_sealed)
+
+
+# Keyed by the sealed text too, so a replaced kubeconfig builds a new client.
+@lru_cache(maxsize=32)
+def _registered_backend(cluster_id: int, kubeconfig_sealed: str) -> ClusterBackend:
+    from runtime.cluster.kubernetes import (
+        KubernetesClusterBackend,
+        api_client_from_kubeconfig_text,
+    )
+
+    try:
+        kubeconfig = unseal(kubeconfig_sealed)["kubeconfig"]
+    except (SealError, KeyError) as exc:
+        raise PermanentClusterError(f"cluster {cluster_id}: {exc}") from exc
+    return KubernetesClusterBackend(api_client=api_client_from_kubeconfig_text(kubeconfig))
+
+
+def attempt_cluster(request_id: int, attempt: int) -> Cluster | None:
+    """The cluster an attempt was placed on (its allocation's pool's), None before placement."""
+    allocation = (
+        Allocation.objects.filter(request_id=request_id, attempt=attempt)
+        .select_related("pool__cluster")
+        .order_by("-pk")
+        .first()
+    )
+    return allocation.pool.cluster if allocation else None
+
+
+def attempt_backend(request_id: int, attempt: int) -> ClusterBackend:
+    """The backend of the cluster the attempt runs (or ran) on."""
+    return backend_for(attempt_cluster(request_id, attempt))
+
+
 def project_spec(request: GpuRequest) -> ProjectSpec:
     """The request's project namespace and the ResourceQuota mirroring its quotas."""
     return propagation.project_spec(request.project)
@@ -89,13 +130,13 @@ def gang_members(request: GpuRequest, allocation: Allocation) -> tuple[GangMembe
     cards = Counter(claim["node"] for claim in allocation.claims)
     if set(cards) != set(nodes):
         return ()
-    pinned = request.flavor.pool.placement == "portal"
+    pinned = allocation.pool.placement == "portal"
     return tuple(GangMember(node_name=n if pinned else None, gpu_count=cards[n]) for n in nodes)
 
 
 def workload_spec(request: GpuRequest, allocation: Allocation) -> WorkloadSpec:
     flavor = request.flavor
-    pool = flavor.pool
+    pool = allocation.pool  # the flavor's pool, or the one of its other pools the engine chose
     sharing = SHARING_MODE_OF_FLAVOR_KIND[flavor.kind]
     nodes = [name for name in allocation.node_name.split(",") if name]
     placed_by_portal = pool.placement == "portal" and len(nodes) == 1
@@ -127,7 +168,7 @@ def workload_spec(request: GpuRequest, allocation: Allocation) -> WorkloadSpec:
         ),
         node_name=nodes[0] if placed_by_portal else None,
         priority_class_name=PRIORITY_CLASSES[request.priority].name,
-        queue_name=LOCAL_QUEUE_NAME if settings.SCHEDULER == "kueue" else None,
+        queue_name=LOCAL_QUEUE_NAME if pool.cluster.scheduler_mode == "kueue" else None,
         max_runtime_seconds=request.max_runtime_seconds,
         owner=request.owner.get_username(),
         reason=request.reason[:200],
@@ -144,7 +185,12 @@ def workload_spec(request: GpuRequest, allocation: Allocation) -> WorkloadSpec:
 
 
 def _live_allocation(request: GpuRequest, attempt: int) -> Allocation | None:
-    return Allocation.objects.active().filter(request=request, attempt=attempt).first()
+    return (
+        Allocation.objects.active()
+        .filter(request=request, attempt=attempt)
+        .select_related("pool__cluster")
+        .first()
+    )
 
 
 # How long a launch trusts that what it ensured (priority classes, a project's namespace, quota
@@ -208,8 +254,8 @@ def _ensure_launch_prerequisites(backend: ClusterBackend, request: GpuRequest) -
 
 
 def launch_request(*, request_id: int, attempt: int, backend: ClusterBackend | None = None) -> str:
-    """Create the workload of one admitted attempt; a repeat adopts the same object."""
-    backend = backend or cluster_backend()
+    """Create the workload of one admitted attempt on the cluster of its allocation's pool; a
+    repeat adopts the same object."""
     request = GpuRequest.objects.select_related(
         "project", "project__team", "team", "flavor", "flavor__pool", "owner"
     ).get(pk=request_id)
@@ -221,6 +267,7 @@ def launch_request(*, request_id: int, attempt: int, backend: ClusterBackend | N
     allocation = _live_allocation(request, attempt)
     if allocation is None:
         return "stale"
+    backend = backend or backend_for(allocation.pool.cluster)
     _ensure_launch_prerequisites(backend, request)
     project_data.ensure_for_launch(request, backend, ensured_objects(backend).ensure)
     spec = workload_spec(request, allocation)
@@ -378,8 +425,23 @@ def _workload_key(request: GpuRequest) -> WorkloadKey:
     return (request.project.namespace, str(request.pk), request.attempt)
 
 
+def live_requests_on(cluster: Cluster | None) -> list[GpuRequest]:
+    """Launching and running requests placed on `cluster` (every one when None). The local
+    cluster also answers for live requests that have no allocation to say where they run."""
+    live = GpuRequest.objects.filter(status__in=LIVE_STATUSES).select_related("project__team")
+    if cluster is not None:
+        placed = Allocation.objects.filter(request=OuterRef("pk"), ended_at__isnull=True)
+        here = placed.filter(pool__cluster_id=cluster.pk)
+        elsewhere = placed.exclude(pool__cluster_id=cluster.pk)
+        live = live.exclude(Exists(elsewhere)) if cluster.is_local else live.filter(Exists(here))
+    return list(live)
+
+
 def sync_workloads(
-    *, backend: ClusterBackend | None = None, only: Collection[WorkloadKey] | None = None
+    *,
+    backend: ClusterBackend | None = None,
+    only: Collection[WorkloadKey] | None = None,
+    cluster: Cluster | None = None,
 ) -> dict[str, int]:
     """Read every live request's workload (or those of `only`) from the cluster and move
     requests accordingly.
@@ -389,10 +451,10 @@ def sync_workloads(
     why), is read on its own (`get_workload`), so the answer is the same as reading each. A few
     requests (`only`, up to READ_ONE_BY_ONE_MAX) are read one by one.
     """
-    backend = backend or cluster_backend()
+    backend = backend or backend_for(cluster)
     moved: dict[str, int] = {}
-    live = list(GpuRequest.objects.filter(status__in=LIVE_STATUSES).select_related("project__team"))
-    if settings.SCHEDULER == "kueue":
+    live = live_requests_on(cluster)
+    if (cluster.scheduler_mode if cluster else settings.SCHEDULER) == "kueue":
         # Requests Kueue holds (or just evicted) have no pods to read (runtime/kueue_admission).
         held = sync_kueue(requests=live, backend=backend)
         live = [request for request in live if request.pk not in held]
@@ -414,7 +476,9 @@ def sync_workloads(
     return moved
 
 
-def sync_watched_workloads(*, backend: ClusterBackend | None = None) -> dict[str, int]:
+def sync_watched_workloads(
+    *, backend: ClusterBackend | None = None, cluster: Cluster | None = None
+) -> dict[str, int]:
     """The periodic sync: between full passes (`sync_workloads`, every FULL_SYNC_SECONDS) only
     the workloads whose pods changed since the last pass, as the backend's watch reports them
     from the resource version that pass reached (kept in the cache for every worker).
@@ -423,10 +487,11 @@ def sync_watched_workloads(*, backend: ClusterBackend | None = None) -> dict[str
     pass. The version is taken before a full pass lists, so nothing that changes meanwhile is
     missed; a change seen twice is read twice, which changes nothing.
     """
-    backend = backend or cluster_backend()
+    backend = backend or backend_for(cluster)
     if not isinstance(backend, WatchableClusterBackend):
-        return sync_workloads(backend=backend)
-    state = _cached_watch_state()
+        return sync_workloads(backend=backend, cluster=cluster)
+    state_key = f"{WATCH_STATE_KEY}:{cluster.slug}" if cluster else WATCH_STATE_KEY
+    state = _cached_watch_state(state_key)
     now = time.time()
     if state is not None and now - state["listed_at"] < FULL_SYNC_SECONDS:
         version, changed = state["version"], set()
@@ -437,27 +502,27 @@ def sync_watched_workloads(*, backend: ClusterBackend | None = None) -> dict[str
             if event.type in ("changed", "deleted"):
                 changed.add((event.namespace, event.request_id, event.attempt))
         else:
-            moved = sync_workloads(backend=backend, only=changed)
-            _cache_watch_state({"version": version, "listed_at": state["listed_at"]})
+            moved = sync_workloads(backend=backend, only=changed, cluster=cluster)
+            _cache_watch_state(state_key, {"version": version, "listed_at": state["listed_at"]})
             return moved
     (start,) = backend.watch_workloads(None)  # a `resync` with the current version
-    moved = sync_workloads(backend=backend)
-    _cache_watch_state({"version": start.resource_version, "listed_at": now})
+    moved = sync_workloads(backend=backend, cluster=cluster)
+    _cache_watch_state(state_key, {"version": start.resource_version, "listed_at": now})
     return moved
 
 
-def _cached_watch_state() -> dict[str, Any] | None:
+def _cached_watch_state(key: str) -> dict[str, Any] | None:
     try:
-        state = cache.get(WATCH_STATE_KEY)
+        state = cache.get(key)
     except Exception:
         log.warning("cache unavailable: a full workload sync", exc_info=True)
         return None
     return state if isinstance(state, dict) else None
 
 
-def _cache_watch_state(state: dict[str, Any]) -> None:
+def _cache_watch_state(key: str, state: dict[str, Any]) -> None:
     try:
-        cache.set(WATCH_STATE_KEY, state, timeout=int(FULL_SYNC_SECONDS * 2))
+        cache.set(key, state, timeout=int(FULL_SYNC_SECONDS * 2))
     except Exception:
         log.warning("cache unavailable: the next workload sync is a full one", exc_info=True)
 
@@ -465,7 +530,7 @@ def _cache_watch_state(state: dict[str, Any]) -> None:
 def terminate_request_workload(
     *, request_id: int, attempt: int, reason: str, backend: ClusterBackend | None = None
 ) -> None:
-    backend = backend or cluster_backend()
+    backend = backend or attempt_backend(request_id, attempt)
     request = GpuRequest.objects.select_related("project__team").get(pk=request_id)
     backend.terminate(request.project.namespace, str(request.pk), attempt, reason=reason)
 

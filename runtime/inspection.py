@@ -22,8 +22,8 @@ from django.core.cache import cache
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from runtime.cluster.base import ClusterError
-from runtime.execution import LIVE_STATUSES, cluster_backend
+from runtime.cluster.base import ClusterBackend, ClusterError
+from runtime.execution import LIVE_STATUSES, attempt_cluster, backend_for, cluster_backend
 from scheduling.models import GpuRequest
 from tenants.models import AuditEvent
 
@@ -40,12 +40,18 @@ class InspectUnavailable(Exception):
 # What the worker runs ----------------------------------------------------------------------
 
 
+def _backend(request_id: int, attempt: int) -> ClusterBackend:
+    """The backend of the cluster the attempt runs on."""
+    cluster = attempt_cluster(request_id, attempt)
+    return cluster_backend() if cluster is None or cluster.is_local else backend_for(cluster)
+
+
 def collect_logs(
     *, request_id: int, attempt: int, tail: int, since: str | None = None
 ) -> list[dict[str, Any]]:
     """The attempt's log lines as plain data (`pod`, `text`, `at` in ISO 8601)."""
     gpu_request = GpuRequest.objects.select_related("project").get(pk=request_id)
-    lines = cluster_backend().read_logs(
+    lines = _backend(request_id, attempt).read_logs(
         gpu_request.project.namespace,
         str(request_id),
         attempt,
@@ -61,7 +67,8 @@ def collect_logs(
 def collect_events(*, request_id: int, attempt: int) -> list[dict[str, Any]]:
     """The cluster's events about the attempt as plain data."""
     gpu_request = GpuRequest.objects.select_related("project").get(pk=request_id)
-    events = cluster_backend().list_events(gpu_request.project.namespace, str(request_id), attempt)
+    backend = _backend(request_id, attempt)
+    events = backend.list_events(gpu_request.project.namespace, str(request_id), attempt)
     return [{**asdict(event), "at": event.at.isoformat() if event.at else None} for event in events]
 
 

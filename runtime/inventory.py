@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from datetime import datetime
 
@@ -12,9 +13,11 @@ from django.utils import timezone
 from runtime.cluster.base import NodeInventory
 from runtime.cluster.gpu_models import gpu_products_for, merged_aliases, normalise_gpu_model
 from scheduling.choices import DeviceAllocation, FlavorKind, SharingMode
-from scheduling.models import Flavor, GpuDevice, Node, NodePool
+from scheduling.models import Cluster, Flavor, GpuDevice, Node, NodePool
 from tenants.models import AuditEvent
 from tenants.services import record_audit_event
+
+log = logging.getLogger(__name__)
 
 DEFAULT_GPU_MEMORY_MIB = 81920
 
@@ -130,7 +133,9 @@ NODE_COLUMNS = ("pool_id", *NODE_FIELDS[1:])
 
 
 @transaction.atomic
-def apply_inventory(inventory: Sequence[NodeInventory]) -> dict[str, int]:
+def apply_inventory(
+    inventory: Sequence[NodeInventory], *, cluster: Cluster | None = None
+) -> dict[str, int]:
     """Bring Node and GpuDevice rows in line with the cluster; nodes that vanished stop taking work.
 
     Set-wise, so a fleet of thousands costs a bounded number of statements: (1) read the known
@@ -139,13 +144,20 @@ def apply_inventory(inventory: Sequence[NodeInventory]) -> dict[str, int]:
     that are gone, and insert the audit events in bulk. Returns how many nodes were added,
     updated, lost and held back.
     """
-    pools = list(NodePool.objects.order_by("slug"))
+    pools = list(NodePool.objects.filter(**_in(cluster, "cluster")).order_by("slug"))
     aliases = gpu_model_aliases()
     now = timezone.now()
     counts = {"added": 0, "updated": 0, "lost": 0, "held_back": 0}
     mig_profiles = _mig_profiles_by_pool()
     # 1. Read what the database knows.
-    known = {node.name: node for node in Node.objects.all()}
+    known = {node.name: node for node in Node.objects.filter(**_in(cluster, "pool__cluster"))}
+    # Node names are the engine's ids, so they are unique across clusters: a node named like one
+    # of another cluster's is not taken in (see docs/clusters.md).
+    taken = set(
+        Node.objects.exclude(**_in(cluster, "pool__cluster")).values_list("name", flat=True)
+        if cluster is not None
+        else ()
+    )
     cards: dict[int, dict[int, tuple[int, dict[str, int]]]] = {}
     for node_id, index, memory, layout in GpuDevice.objects.values_list(
         "node_id", "index", "memory_mib", "mig_layout"
@@ -159,6 +171,9 @@ def apply_inventory(inventory: Sequence[NodeInventory]) -> dict[str, int]:
     for reported in inventory:
         pool = pool_for(reported, pools)
         if pool is None or reported.gpu_count == 0 or reported.name in seen:
+            continue
+        if reported.name in taken:
+            log.warning("node %s is already known in another cluster; ignored", reported.name)
             continue
         seen.add(reported.name)
         problem = access_problem(reported, pool, mig_profiles.get(pool.pk, []))
@@ -217,7 +232,11 @@ def apply_inventory(inventory: Sequence[NodeInventory]) -> dict[str, int]:
     )
     for count, node_ids in beyond.items():
         GpuDevice.objects.filter(node_id__in=node_ids, index__gte=count).delete()
-    lost = list(Node.objects.filter(is_schedulable=True).exclude(name__in=seen))
+    lost = list(
+        Node.objects.filter(is_schedulable=True, **_in(cluster, "pool__cluster")).exclude(
+            name__in=seen
+        )
+    )
     audit = [
         record_audit_event(
             actor=None, action=action, target=Node(pk=ids[name]), message=message, commit=False
@@ -240,6 +259,11 @@ def apply_inventory(inventory: Sequence[NodeInventory]) -> dict[str, int]:
     )
     stamp_unschedulable_nodes(now=now)
     return counts
+
+
+def _in(cluster: Cluster | None, lookup: str) -> dict[str, Cluster]:
+    """A filter to `cluster`'s rows, or none (every cluster's) when it is None."""
+    return {lookup: cluster} if cluster is not None else {}
 
 
 def stamp_unschedulable_nodes(*, now: datetime) -> None:

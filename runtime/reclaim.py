@@ -18,7 +18,8 @@ from django.db.models import Q
 from django.utils import timezone
 
 from runtime.cluster.base import ClusterBackend, WorkloadStatus
-from runtime.execution import cluster_backend
+from runtime.clusters import on_each_cluster
+from runtime.execution import attempt_backend
 from runtime.inventory import stamp_unschedulable_nodes
 from runtime.kueue_admission import KUEUE_WAIT_CODE
 from runtime.outcomes import reclaim_request, reclaim_timed_out, requeue_or_fail
@@ -53,7 +54,7 @@ def scale_request_workload_to_zero(
     *, request_id: int, attempt: int, reason: str, backend: ClusterBackend | None = None
 ) -> bool:
     """Scale a reclaimed attempt's workload to zero; True if it was kept (notebook, service)."""
-    backend = backend or cluster_backend()
+    backend = backend or attempt_backend(request_id, attempt)
     request = GpuRequest.objects.select_related("project__team").get(pk=request_id)
     return backend.scale_to_zero(request.project.namespace, str(request.pk), attempt, reason=reason)
 
@@ -316,5 +317,8 @@ def enforce_reclaim_policies(
         .exclude(status__in=(RequestStatus.LAUNCHING, RequestStatus.RUNNING))
         .values_list("pk", "attempt")
     )
-    _zombie_pass(backend or cluster_backend(), now, acted, outcome)
+    if backend is not None:
+        _zombie_pass(backend, now, acted, outcome)
+    else:
+        on_each_cluster(lambda cluster, backend: _zombie_pass(backend, now, acted, outcome))
     return dict(outcome)

@@ -13,6 +13,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from runtime import (
+    clusters,
     execution,
     inspection,
     inventory,
@@ -92,36 +93,54 @@ def scale_workload_to_zero(request_id: int, attempt: int, reason: str) -> bool:
 def set_workload_deadline(request_id: int, attempt: int) -> bool:
     """A lead's extension reaches the running Job: its deadline becomes the new max runtime."""
     return propagation.set_request_deadline(
-        request_id=request_id, attempt=attempt, backend=execution.cluster_backend()
+        request_id=request_id,
+        attempt=attempt,
+        backend=execution.attempt_backend(request_id, attempt),
     )
 
 
 @shared_task(base=ClusterTask)
 def push_project_quotas(team_id: int, project_id: int | None) -> int:
-    """A quota changed: converge the namespace ResourceQuota of every project it covers."""
-    return propagation.push_project_quotas(
-        project_ids=propagation.affected_projects(team_id=team_id, project_id=project_id),
-        backend=execution.cluster_backend(),
+    """A quota changed: converge the namespace ResourceQuota of every project it covers, on
+    every cluster."""
+    project_ids = propagation.affected_projects(team_id=team_id, project_id=project_id)
+    pushed = clusters.on_each_cluster(
+        lambda cluster, backend: propagation.push_project_quotas(
+            project_ids=project_ids, backend=backend
+        )
     )
+    return sum(pushed.values())
 
 
 @shared_task(base=ClusterTask)
 def sync_project_data(project_id: int) -> int:
-    """A workspace or secret changed: converge the project's claims and Secrets."""
-    return project_data.sync_project_data(
-        project_id=project_id, backend=execution.cluster_backend()
+    """A workspace or secret changed: converge the project's claims and Secrets, on every
+    cluster."""
+    synced = clusters.on_each_cluster(
+        lambda cluster, backend: project_data.sync_project_data(
+            project_id=project_id, backend=backend
+        )
     )
+    return sum(synced.values())
 
 
 @shared_task(base=ClusterTask)
 def remove_project_data(namespace: str, kind: str, names: list[str]) -> None:
     """A workspace or secret was deleted: delete its claims or Secret on the cluster."""
-    execution.cluster_backend().remove_project_data(namespace, kind, names)
+    clusters.on_each_cluster(
+        lambda cluster, backend: backend.remove_project_data(namespace, kind, names)
+    )
 
 
 @shared_task(base=ClusterTask)
 def sync_workloads() -> dict[str, int]:
-    moved = execution.sync_watched_workloads()
+    by_cluster = clusters.on_each_cluster(
+        lambda cluster, backend: execution.sync_watched_workloads(backend=backend, cluster=cluster)
+    )
+    moved: dict[str, int] = {}
+    for counts in by_cluster.values():
+        for status, count in counts.items():
+            moved[status] = moved.get(status, 0) + count
     if moved:
         request_scheduling_cycle()  # finished work frees capacity
     return moved
@@ -129,10 +148,17 @@ def sync_workloads() -> dict[str, int]:
 
 @shared_task(base=ClusterTask)
 def sync_inventory() -> dict[str, int]:
-    """Read nodes and GPUs from a real cluster (the simulated fleet is the database itself)."""
-    if settings.CLUSTER_BACKEND != "kubernetes":
-        return {}
-    counts = inventory.apply_inventory(execution.cluster_backend().sync_inventory())
+    """Read nodes and GPUs from each real cluster (a simulated fleet is the database itself)."""
+    by_cluster = clusters.on_each_cluster(
+        lambda cluster, backend: inventory.apply_inventory(
+            backend.sync_inventory(), cluster=cluster
+        ),
+        only=lambda cluster: not cluster.is_local or settings.CLUSTER_BACKEND == "kubernetes",
+    )
+    counts = {"added": 0, "updated": 0, "lost": 0, "held_back": 0}
+    for answer in by_cluster.values():
+        for key, value in answer.items():
+            counts[key] = counts.get(key, 0) + value
     if counts["added"] or counts["lost"]:
         request_scheduling_cycle()  # node changes can unblock (or strand) work
     return counts

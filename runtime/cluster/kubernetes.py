@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import urllib3.exceptions
+import yaml
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes import watch as k8s_watch
@@ -168,6 +169,18 @@ def load_api_client(kubeconfig: str | None = None, context: str | None = None) -
             return k8s_config.new_client_from_config(context=context)
     except (k8s_config.ConfigException, OSError) as exc:
         raise PermanentClusterError(f"cannot load Kubernetes configuration: {exc}") from exc
+
+
+def api_client_from_kubeconfig_text(text: str) -> k8s.ApiClient:
+    """An ApiClient from a kubeconfig held as text (a registered cluster's, unsealed), using its
+    current context."""
+    try:
+        config = yaml.safe_load(text)
+        if not isinstance(config, dict):
+            raise k8s_config.ConfigException("the kubeconfig is not a YAML mapping")
+        return k8s_config.new_client_from_config_dict(config)
+    except (k8s_config.ConfigException, yaml.YAMLError, OSError) as exc:
+        raise PermanentClusterError(f"cannot load the cluster's kubeconfig: {exc}") from exc
 
 
 def _same_quantities(have: Mapping[str, Any] | None, want: Mapping[str, str]) -> bool:
