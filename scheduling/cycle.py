@@ -30,7 +30,7 @@ from scheduling import engine
 from scheduling.blockers import record_blockers
 from scheduling.choices import TRANSITIONS, RequestStatus
 from scheduling.lifecycle import Move, transition_each, transition_many
-from scheduling.models import Allocation, GpuRequest, ReclaimPolicy, SchedulerLease
+from scheduling.models import Allocation, GpuRequest, Node, ReclaimPolicy, SchedulerLease
 from scheduling.notifications import notify
 from scheduling.snapshot import build_snapshot, claims_as_json
 
@@ -239,12 +239,15 @@ def _admit(admissions: tuple[engine.Admission, ...]) -> list[tuple[int, int]]:
             waiting_reason="",
             queue_position=None,
         )
+    # A flavor offered in several pools runs in the pool of the node the engine chose.
+    placed_nodes = {node for admission in admissions for node in admission.node_ids}
+    node_pools = dict(Node.objects.filter(name__in=placed_nodes).values_list("name", "pool_id"))
     Allocation.objects.bulk_create(
         [
             Allocation(
                 request=request,
                 attempt=request.attempt,
-                pool=request.flavor.pool,
+                pool_id=_pool_of(by_id[request.pk], node_pools, request.flavor.pool_id),
                 claims=claims_as_json(by_id[request.pk].placement),
                 is_borrowed=by_id[request.pk].borrowed,
                 is_preemptible=by_id[request.pk].preemptible or request.is_preemptible,
@@ -256,6 +259,12 @@ def _admit(admissions: tuple[engine.Admission, ...]) -> list[tuple[int, int]]:
     )
     attempts = {request.pk: request.attempt for request in admitted}
     return [(pk, attempts[pk]) for pk in by_id if pk in attempts]
+
+
+def _pool_of(admission: engine.Admission, node_pools: dict[str, int], default: int) -> int:
+    """The pool of the admission's first node; the flavor's own when it names no node."""
+    nodes = admission.node_ids
+    return node_pools.get(nodes[0], default) if nodes else default
 
 
 def _hand_to_kueue(
