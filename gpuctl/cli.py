@@ -9,6 +9,7 @@ from __future__ import annotations
 import sys
 import time
 import webbrowser
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -242,7 +243,39 @@ def list_requests(
 @click.pass_context
 def get(ctx: click.Context, request_id: int, output: str) -> None:
     """Show one request: every field the API returns."""
-    click.echo(render(portal(ctx).get(f"requests/{request_id}/"), output))
+    request = portal(ctx).get(f"requests/{request_id}/")
+    if output == "table" and isinstance(request.get("blocker"), dict):
+        request = {**request, "blocker": blocker_line(request["blocker"])}
+    if output == "table" and request.get("estimated_start_at"):
+        request = {**request, "likely_start": start_line(request)}
+    click.echo(render(request, output))
+
+
+def _clock(moment: str) -> str:
+    """An API time as local time: "14:20" today, else "Sat 14:20" (or the date beyond a week)."""
+    local = datetime.fromisoformat(moment.replace("Z", "+00:00")).astimezone()
+    days = (local.date() - datetime.now().astimezone().date()).days
+    if days == 0:
+        return local.strftime("%H:%M")
+    return local.strftime("%a %H:%M" if 0 < days < 7 else "%d %b %H:%M")
+
+
+def start_line(request: dict[str, Any]) -> str:
+    """A queued request's estimate for a table: "around 14:20, between 14:05 and 15:10"."""
+    line = f"around {_clock(request['estimated_start_at'])}"
+    low, high = request.get("estimate_low_at"), request.get("estimate_high_at")
+    if low and high and low != high:
+        line += f", between {_clock(low)} and {_clock(high)}"
+    elif low and not high:
+        line += f", not before {_clock(low)}"
+    return line
+
+
+def blocker_line(blocker: dict[str, Any]) -> str:
+    """A request's blocker for a table: "code: message", or "-" when nothing blocks it."""
+    if not blocker.get("code"):
+        return "-"
+    return f"{blocker['code']}: {blocker.get('message', '')}"
 
 
 @cli.command()
