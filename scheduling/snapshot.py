@@ -276,10 +276,25 @@ def _quotas() -> tuple[engine.Quota, ...]:
     )
 
 
+def offered_pools() -> dict[str, tuple[tuple[str, int], ...]]:
+    """(pool slug, cluster id) of each flavor offered in more than its own pool, by flavor slug."""
+    offered: dict[str, list[tuple[str, int]]] = defaultdict(list)
+    for flavor, pool, cluster in Flavor.objects.values_list(
+        "slug", "pool__slug", "pool__cluster_id"
+    ).order_by("slug"):
+        offered[flavor].append((pool, cluster))
+    for flavor, pool, cluster in Flavor.other_pools.through.objects.values_list(
+        "flavor__slug", "nodepool__slug", "nodepool__cluster_id"
+    ).order_by("flavor__slug", "nodepool__slug"):
+        offered[flavor].append((pool, cluster))
+    return {flavor: tuple(pools) for flavor, pools in offered.items() if len(pools) > 1}
+
+
 def _pending() -> tuple[engine.Request, ...]:
     """The queue, oldest first."""
+    offered = offered_pools()
     return tuple(
-        engine_request(row)
+        engine_request(row, offered)
         for row in GpuRequest.objects.filter(status=RequestStatus.QUEUED)
         .order_by("created_at", "pk")
         .values(*PENDING_FIELDS)
@@ -303,11 +318,27 @@ PENDING_FIELDS = (
     "flavor__mig_profile",
     "max_runtime_seconds",
     "flavor__pool__slug",
+    "flavor__pool__cluster_id",
+    "cluster_id",
 )
 
 
-def engine_request(row: dict[str, Any]) -> engine.Request:
-    """One queued request (a row of `PENDING_FIELDS`) as the engine sees it."""
+def engine_request(
+    row: dict[str, Any], offered: dict[str, tuple[tuple[str, int], ...]] | None = None
+) -> engine.Request:
+    """One queued request (a row of `PENDING_FIELDS`) as the engine sees it.
+
+    A flavor sold in one pool pins the request there by the pool label; one offered in several
+    (`offered_pools`) lets the engine choose among them, or among those of the cluster the
+    request names.
+    """
+    pools = (offered or {}).get(row["flavor__slug"]) or (
+        (row["flavor__pool__slug"], row.get("flavor__pool__cluster_id")),
+    )
+    named = row.get("cluster_id")
+    candidates = tuple(pool for pool, cluster in pools if named is None or cluster == named)
+    if not candidates:  # none of the flavor's pools is in the named cluster (any more)
+        candidates = (f"no pool of {row['flavor__slug']} in the cluster the request names",)
     return engine.Request(
         id=str(row["pk"]),
         team=row["team__slug"],
@@ -325,5 +356,6 @@ def engine_request(row: dict[str, Any]) -> engine.Request:
         vgpu_cores_percent=row["gpu_cores_percent"] or 0,
         mig_profile=row["flavor__mig_profile"] or None,
         max_runtime_seconds=float(row["max_runtime_seconds"]),
-        node_selector=((POOL_LABEL, row["flavor__pool__slug"]),),
+        node_selector=((POOL_LABEL, candidates[0]),) if len(pools) == 1 and named is None else (),
+        pools=candidates if len(pools) > 1 or named is not None else (),
     )
