@@ -1,0 +1,313 @@
+"""When will it start: run the queue forward through the planner and read off each start.
+
+Work rarely runs its declared max runtime. A `RatioBand` says how long it really runs: the
+ratio actual/declared runtime of past runs, as quantiles; its 20%, 50% and 80% points give a
+low, a typical and a high value. The caller blends the owner's and the flavor's bands per
+request (`blend`).
+
+`forecast(snapshot, now=..., bands=...)` then simulates, once per band value (low, mid, high):
+
+1. Each running allocation ends at started_at + declared max runtime x ratio, the ratio
+   taken among past runs that lasted at least as long as it has run so far (so work that has
+   outlived the typical run is expected to end later, not at once). Work at its declared max
+   runtime ends now.
+2. At the current moment t (first `now`) release the work that has ended, run one planning
+   cycle (`Scheduler.plan`, the live planner with the live policy, so reservations, quotas,
+   preemption and fair share behave as they will) and record the admitted requests' start t.
+   Admitted work joins the running set with its own expected end; preemption victims leave it.
+3. Advance t to the next expected end (ends within `resolution_seconds` of it are released in
+   the same step) and repeat, until every pending request (or every one of `targets`) has
+   started, nothing runs any more, or `max_steps` cycles were simulated.
+
+The point estimate is the start in the "mid" run; the interval is [start in the "low" run,
+start in the "high" run], widened to contain the point (a planner need not be monotone in
+runtimes). Requests that did not start within the simulated steps get no estimate. Future
+arrivals are not known, so work submitted later that outranks a request delays it beyond the
+estimate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Literal
+
+from .planner import Scheduler
+from .types import (
+    MIG_PROFILES,
+    Allocation,
+    DeviceClaim,
+    Flavor,
+    GpuDevice,
+    Policy,
+    Request,
+    Snapshot,
+    mig_bits,
+)
+
+Which = Literal["low", "mid", "high"]
+#: Ratios below this are treated as this (a run that ended at once still took a moment).
+MIN_RATIO = 0.01
+#: How many past runs weigh as much as the prior in `blend`.
+PRIOR_WEIGHT = 5.0
+#: A band keeps the ratio at these shares of the runs: 0%, 10%, ..., 100%.
+STEPS = 10
+#: The shares of runs that the low, typical and high value stand for.
+SHARE: dict[Which, float] = {"low": 0.2, "mid": 0.5, "high": 0.8}
+
+
+@dataclass(frozen=True, slots=True)
+class RatioBand:
+    """How actual runtime compares with the declared max: the ratio actual/declared at 0%,
+    10%, ..., 100% of past runs (a quantile function, non-decreasing) and the number of runs it
+    rests on. The default says: work runs its declared max."""
+
+    quantiles: tuple[float, ...] = (1.0,) * (STEPS + 1)
+    samples: int = 0
+
+    def at(self, share: float) -> float:
+        """The ratio that `share` (0-1) of runs stay under (interpolated)."""
+        pos = min(max(share, 0.0), 1.0) * STEPS
+        i = min(int(pos), STEPS - 1)
+        lo, hi = self.quantiles[i], self.quantiles[i + 1]
+        return lo + (hi - lo) * (pos - i)
+
+    def share_below(self, ratio: float) -> float:
+        """The share of runs that ended before reaching `ratio` of their declared runtime."""
+        q = self.quantiles
+        if ratio < q[0]:
+            return 0.0
+        if ratio >= q[-1]:
+            return 1.0
+        for i in range(STEPS):
+            if q[i] <= ratio < q[i + 1]:
+                return (i + (ratio - q[i]) / (q[i + 1] - q[i])) / STEPS
+        return 1.0  # pragma: no cover - the quantiles are non-decreasing
+
+    def value(self, which: Which, elapsed: float = 0.0) -> float:
+        """The low, typical or high ratio of a run that has already lasted `elapsed` (as a
+        ratio of its declared runtime): among the past runs that lasted at least that long."""
+        done = self.share_below(elapsed)
+        if done >= 1.0:  # longer than any run seen: between now and its declared end
+            return {"low": elapsed, "mid": (elapsed + 1.0) / 2, "high": 1.0}[which]
+        return max(elapsed, self.at(done + SHARE[which] * (1.0 - done)))
+
+    @property
+    def mid(self) -> float:
+        return self.at(0.5)
+
+
+DECLARED = RatioBand()
+
+
+def ratio_band(ratios: Sequence[float]) -> RatioBand:
+    """The band of observed actual/declared ratios (each clamped to [MIN_RATIO, 1]: work is
+    stopped at its declared max runtime); DECLARED when there are none."""
+    if not ratios:
+        return DECLARED
+    ordered = sorted(min(1.0, max(MIN_RATIO, r)) for r in ratios)
+    last = len(ordered) - 1
+
+    def quantile(share: float) -> float:
+        pos = share * last
+        lo = int(pos)
+        hi = min(lo + 1, last)
+        return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+    return RatioBand(tuple(quantile(i / STEPS) for i in range(STEPS + 1)), len(ordered))
+
+
+def blend(
+    *bands: RatioBand | None, prior: RatioBand = DECLARED, prior_weight: float = PRIOR_WEIGHT
+) -> RatioBand:
+    """The bands (the owner's, the flavor's) averaged share by share, weighted by their
+    sample counts, with `prior` weighing as `prior_weight` runs: little history stays close
+    to the prior."""
+    parts = [(b, float(b.samples)) for b in bands if b is not None and b.samples > 0]
+    parts.append((prior, prior_weight))
+    total = sum(w for _, w in parts)
+    return RatioBand(
+        tuple(sum(b.quantiles[i] * w for b, w in parts) / total for i in range(STEPS + 1)),
+        sum(b.samples for b, _ in parts[:-1]),
+    )
+
+
+def expected_end(allocation: Allocation, band: RatioBand, which: Which, now: float) -> float:
+    """When running work is expected to end (step 1 of the module docstring)."""
+    declared = allocation.max_runtime_seconds
+    if declared <= 0:
+        return now
+    elapsed = (now - allocation.started_at) / declared
+    if elapsed >= 1.0:
+        return now  # at its declared max: stopped now
+    return max(now, allocation.started_at + declared * band.value(which, max(elapsed, 0.0)))
+
+
+@dataclass(frozen=True, slots=True)
+class StartForecast:
+    """A pending request's estimated start, with the interval around it (epoch seconds).
+
+    `high_at` is None when the pessimistic run did not reach the request within its steps.
+    """
+
+    request_id: str
+    start_at: float
+    low_at: float
+    high_at: float | None
+
+
+def forecast(
+    snapshot: Snapshot,
+    *,
+    now: float,
+    bands: Mapping[str, RatioBand],
+    policy: Policy | None = None,
+    targets: Collection[str] | None = None,
+    max_steps: int = 200,
+    resolution_seconds: float = 60.0,
+    with_interval: bool = True,
+) -> dict[str, StartForecast]:
+    """Estimated start of each pending request of `snapshot` (see the module docstring).
+
+    `bands` holds the ratio band of running and pending work by request id (DECLARED where
+    missing). With `targets`, the simulation stops once those requests have started and only
+    they are returned. Without `with_interval` only the typical run is simulated and the
+    interval is the point.
+    """
+    wanted = frozenset(targets) if targets is not None else None
+
+    def run(which: Which) -> dict[str, float]:
+        return simulate_starts(
+            snapshot,
+            now=now,
+            bands=bands,
+            which=which,
+            policy=policy,
+            targets=wanted,
+            max_steps=max_steps,
+            resolution_seconds=resolution_seconds,
+        )
+
+    mid = run("mid")
+    low = run("low") if with_interval else mid
+    high = run("high") if with_interval else mid
+    out: dict[str, StartForecast] = {}
+    for rid, at in mid.items():
+        if wanted is not None and rid not in wanted:
+            continue
+        hi = high.get(rid)
+        out[rid] = StartForecast(
+            request_id=rid,
+            start_at=at,
+            low_at=min(low.get(rid, at), at),
+            high_at=max(hi, at) if hi is not None else None,
+        )
+    return out
+
+
+def simulate_starts(
+    snapshot: Snapshot,
+    *,
+    now: float,
+    bands: Mapping[str, RatioBand],
+    which: Which = "mid",
+    policy: Policy | None = None,
+    targets: frozenset[str] | None = None,
+    max_steps: int = 200,
+    resolution_seconds: float = 60.0,
+) -> dict[str, float]:
+    """Start time of each pending request that starts within `max_steps` simulated cycles,
+    running work ending at its `which` expected end (steps 1-3 of the module docstring)."""
+    policy = policy or Policy()
+    flavors = {f.id: f for f in snapshot.flavors}
+    devices = {(d.node_id, d.index): d for d in snapshot.devices}
+    running: dict[str, tuple[Allocation, float]] = {
+        a.request_id: (a, expected_end(a, bands.get(a.request_id, DECLARED), which, now))
+        for a in snapshot.allocations
+    }
+    pending: dict[str, Request] = {r.id: r for r in snapshot.pending}
+    starts: dict[str, float] = {}
+    t = now
+    for _ in range(max_steps):
+        # 1. Release the work that has ended by t (or within the resolution after it).
+        for rid, (alloc, end) in list(running.items()):
+            if end <= t + resolution_seconds:
+                _give_back(devices, alloc.placement)
+                del running[rid]
+        # 2. One planning cycle at t, on what runs and waits then.
+        step = replace(
+            snapshot,
+            devices=tuple(devices.values()),
+            allocations=tuple(alloc for alloc, _ in running.values()),
+            pending=tuple(pending.values()),
+        )
+        plan = Scheduler(step, policy).plan(t)
+        for pre in plan.preemptions:
+            victim = running.pop(pre.victim_id, None)
+            if victim is not None:
+                _give_back(devices, victim[0].placement)
+        for adm in plan.admissions:
+            request = pending.pop(adm.request_id)
+            starts[request.id] = t
+            alloc = _allocation(request, flavors[request.flavor], adm.placement, t)
+            alloc = replace(alloc, borrowed=adm.borrowed, preemptible=adm.preemptible)
+            _take(devices, alloc.placement)
+            band = bands.get(request.id, DECLARED)
+            running[request.id] = (alloc, t + request.max_runtime_seconds * band.value(which))
+        if not pending or (targets is not None and targets <= starts.keys()):
+            break
+        # 3. Advance to the next expected end.
+        if not running:
+            break
+        t = max(t, min(end for _, end in running.values()))
+    return starts
+
+
+def _allocation(
+    request: Request, flavor: Flavor, placement: tuple[DeviceClaim, ...], t: float
+) -> Allocation:
+    return Allocation(
+        request_id=request.id,
+        team=request.team,
+        flavor=request.flavor,
+        gpu_equivalents=request.gpu_count * flavor.gpu_equivalent,
+        placement=placement,
+        started_at=t,
+        # The planner reserves by declared max runtime, as the live one does.
+        max_runtime_seconds=request.max_runtime_seconds,
+        project=request.project,
+        priority=request.priority,
+        exclusive_node=not request.allow_shared_node,
+    )
+
+
+def _take(devices: dict[tuple[str, int], GpuDevice], claims: tuple[DeviceClaim, ...]) -> None:
+    _apply(devices, claims, sign=-1)
+
+
+def _give_back(devices: dict[tuple[str, int], GpuDevice], claims: tuple[DeviceClaim, ...]) -> None:
+    _apply(devices, claims, sign=1)
+
+
+def _apply(
+    devices: dict[tuple[str, int], GpuDevice], claims: tuple[DeviceClaim, ...], sign: int
+) -> None:
+    """Take (sign -1) or give back (+1) what `claims` hold, as the portal's snapshot counts it:
+    a MIG instance by its slices, a whole card by its flag, a vGPU share by memory and cores."""
+    for c in claims:
+        key = (c.node_id, c.device_index)
+        d = devices.get(key)
+        if d is None:
+            continue
+        if c.mig_profile in MIG_PROFILES and c.mig_start is not None:
+            bits = mig_bits(str(c.mig_profile), c.mig_start)
+            mask = d.mig_used_mask | bits if sign < 0 else d.mig_used_mask & ~bits
+            devices[key] = replace(d, mig_used_mask=mask)
+        elif c.whole:
+            devices[key] = replace(d, whole_allocated=sign < 0)
+        else:
+            devices[key] = replace(
+                d,
+                memory_free_mib=min(d.memory_total_mib, d.memory_free_mib + sign * c.memory_mib),
+                cores_free_percent=min(100, d.cores_free_percent + sign * c.cores_percent),
+            )
