@@ -4,12 +4,18 @@
 - `quotas`: team quotas and their split over projects;
 - `governance`: the lead's oversight of running work — asks, idle exemptions, longer runtimes;
 - `templates`: saved request templates, and submitting a finished request again;
-- `project_data`: a project's workspace, home volumes, secrets and the team's storage quota.
+- `project_data`: a project's workspace, home volumes, secrets and the team's storage quota;
+- `clusters`: the clusters the portal runs work on, and their sealed kubeconfigs.
 
 The public services are re-exported here, so `scheduling.services.submit_gpu_request` is the
 name other apps and the views use, as for every app's `services`.
 """
 
+from scheduling.services.clusters import (
+    delete_cluster,
+    register_cluster,
+    update_cluster,
+)
 from scheduling.services.governance import ask_lead, extend_runtime, grant_idle_exemption
 from scheduling.services.project_data import (
     create_project_secret,
@@ -57,6 +63,7 @@ __all__ = [
     "create_project_secret",
     "create_request_template",
     "create_workspace",
+    "delete_cluster",
     "delete_project_secret",
     "delete_storage_quota",
     "delete_workspace",
@@ -67,6 +74,7 @@ __all__ = [
     "gpu_request_submitting",
     "grant_idle_exemption",
     "preview_submission",
+    "register_cluster",
     "reject_gpu_request",
     "request_body_of",
     "resubmit_gpu_request",
@@ -76,6 +84,7 @@ __all__ = [
     "set_storage_quota",
     "submit_gpu_request",
     "template_body_of",
+    "update_cluster",
     "update_project_secret",
     "update_request_template",
     "update_workspace",
