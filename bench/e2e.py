@@ -9,8 +9,10 @@ kube-scheduler, kwok), one fleet of `ceil(N / 8)` kwok nodes with 8 `nvidia.com/
 
 1. **portal**: the product as deployed, on loopback. PostgreSQL database `portal_bench_e2e`
    (recreated, migrated, the demo organisation and fleet; the team's A100 quota raised to N),
-   Redis db 12 as the broker, gunicorn (`portal.wsgi`, one sync worker per core) and one Celery
-   worker with embedded beat (prefork, `--concurrency 4` as in deploy/manifests/50-worker.yaml)
+   Redis db 12 as the broker, gunicorn (`portal.wsgi`, one sync worker per core) and two Celery
+   workers as deploy/manifests/50-worker.yaml runs them, one per queue (portal/celery.py): the
+   `celery` queue (launches, notifications; prefork `--concurrency 4`) and the `periodic` queue
+   (the cycle, workload and inventory sync, the sweeps; `--concurrency 2`, with embedded beat),
    with `CLUSTER_BACKEND=kubernetes` and the test bed's least-privilege `portal.kubeconfig`.
    Client threads `POST /api/v1/requests/` (one whole A100 card each, a developer's token) and,
    as the team lead, `POST /api/v1/requests/<id>/approve/` (whole cards in the training tier need
@@ -25,17 +27,17 @@ kube-scheduler, kwok), one fleet of `ceil(N / 8)` kwok nodes with 8 `nvidia.com/
    portal's own pods as admitted (resources with the LimitRange defaults, tolerations, pool node
    selector, GPU-product affinity, priority class) minus the node pin: kube-scheduler alone
    picks the node.
-4. **dra**: the direct pods are deleted, as many kwok nodes again join with their 8 A100s
-   published only as DRA devices (scripts/testbed/dra.py), and the same number of pods ask for
-   one card each through the ResourceClaimTemplate a DRA pool compiles to: kube-scheduler and
-   the resourceclaim controller alone (`e2e.dra_pods_per_second`).
+4. **dra** (left out with `--no-dra`): the direct pods are deleted, as many kwok nodes again
+   join with their 8 A100s published only as DRA devices (scripts/testbed/dra.py), and the same
+   number of pods ask for one card each through the ResourceClaimTemplate a DRA pool compiles
+   to: kube-scheduler and the resourceclaim controller alone (`e2e.dra_pods_per_second`).
 
 Both sides are watched (one label-selected pod watch from a resourceVersion, no polling LISTs);
 a pod counts once its phase is Running. Rate = pods / (last Running - first client call);
 latency = each request's approval (the API's answer) to its pod Running. Pods stay running (the
 kwok stages are copied with `pod-complete` delayed to an hour), so the two sides hold the same
 pods at the end. The time split is printed from the audit trail (queued, admitted, launching),
-the watch (pod created, bound, running) and the worker log (task durations).
+the watch (pod created, bound, running) and the workers' logs (task durations).
 """
 
 from __future__ import annotations
@@ -318,11 +320,15 @@ def start_gunicorn(env: dict[str, str], port: int, workers: int) -> subprocess.P
     raise SystemExit("gunicorn did not answer /healthz within 60 s")
 
 
-def start_worker(env: dict[str, str], log_path: Path, concurrency: int) -> subprocess.Popen[bytes]:
+def start_worker(
+    env: dict[str, str], log_path: Path, concurrency: int, *, queue: str, beat: bool
+) -> subprocess.Popen[bytes]:
+    """A Celery worker consuming `queue`, named after it; with `beat`, beat runs inside it."""
     schedule = log_path.parent / "beat-schedule"
     command = [
         sys.executable, "-m", "celery", "-A", "portal", "worker",
-        "--beat", "--schedule", str(schedule),
+        "-Q", queue, "-n", f"{queue}@%h",
+        *(["--beat", "--schedule", str(schedule)] if beat else []),
         "--loglevel", "info", "--concurrency", str(concurrency),
         "--without-gossip", "--without-mingle",
     ]  # fmt: skip
@@ -430,10 +436,11 @@ def audit_times(ids: list[int]) -> dict[str, dict[int, float]]:
 TASK_LINE = re.compile(r"Task ([\w.]+)\[[^\]]+\] succeeded in ([0-9.]+)s")
 
 
-def task_durations(log_path: Path) -> dict[str, list[float]]:
+def task_durations(*log_paths: Path) -> dict[str, list[float]]:
     durations: dict[str, list[float]] = {}
-    for match in TASK_LINE.finditer(log_path.read_text(errors="replace")):
-        durations.setdefault(match.group(1), []).append(float(match.group(2)))
+    for log_path in log_paths:
+        for match in TASK_LINE.finditer(log_path.read_text(errors="replace")):
+            durations.setdefault(match.group(1), []).append(float(match.group(2)))
     return durations
 
 
@@ -486,12 +493,16 @@ def portal_side(
     log(f"inventory: {counts}")
     connections.close_all()
 
-    # 2. The server and the worker.
+    # 2. The server and the workers, one per queue.
     port = free_port()
     host = f"http://127.0.0.1:{port}"
     server = start_gunicorn(env, port, options.web_workers)
     worker_log = workdir / "worker.log"
-    worker = start_worker(env, worker_log, options.worker_concurrency)
+    periodic_log = workdir / "periodic-worker.log"
+    worker = start_worker(env, worker_log, options.worker_concurrency, queue="celery", beat=False)
+    periodic = start_worker(
+        env, periodic_log, options.periodic_concurrency, queue="periodic", beat=True
+    )
     core: Any = k8s.CoreV1Api(bed.api_client())
     watch = PodWatch(core, namespace=None, selector=MANAGED)
     try:
@@ -521,6 +532,7 @@ def portal_side(
             time.sleep(1.0)
         seen_running = GpuRequest.objects.filter(status="running").count()
     finally:
+        stop_process(periodic)
         stop_process(worker)
         stop_process(server)
         watch.stop()
@@ -546,7 +558,7 @@ def portal_side(
     log(split("pod created -> bound (kube-scheduler)", pod["added"], pod["bound"]))
     log(split("bound -> Running (kwok)", pod["bound"], pod["running"]))
     log(split("approved -> Running", approved, pod["running"]))
-    for task, seconds in sorted(task_durations(worker_log).items()):
+    for task, seconds in sorted(task_durations(worker_log, periodic_log).items()):
         log(
             f"task {task}: n={len(seconds)} total {sum(seconds):.1f}s "
             f"p50 {statistics.median(seconds):.3f}s max {max(seconds):.2f}s"
@@ -763,7 +775,9 @@ def main() -> int:
     parser.add_argument("--requests", type=int, default=2000)
     parser.add_argument("--clients", type=int, default=8, help="client threads on each side")
     parser.add_argument("--web-workers", type=int, default=os.cpu_count() or 2)
-    parser.add_argument("--worker-concurrency", type=int, default=4)
+    parser.add_argument("--worker-concurrency", type=int, default=4, help="the celery queue")
+    parser.add_argument("--periodic-concurrency", type=int, default=2, help="the periodic queue")
+    parser.add_argument("--no-dra", action="store_true", help="leave out the DRA side")
     parser.add_argument("--cycle-seconds", type=float, default=10.0, help="beat: the cycle")
     parser.add_argument("--sync-seconds", type=float, default=5.0, help="beat: workload sync")
     parser.add_argument("--auto-approve", action="store_true", help="the tier's rule approves")
@@ -789,18 +803,20 @@ def main() -> int:
         delete_portal_workloads(bed, pod["metadata"]["namespace"])
         direct_spec = direct_template(pod)
         direct = direct_side(bed, options, direct_spec)
-        delete_direct_pods(bed)
-        t0 = time.monotonic()
-        bed.add_nodes([dra_node(f"e2e-dra-{i:04d}") for i in range(nodes)], timeout=600)
-        log(f"{nodes} kwok DRA nodes Ready, slices published, in {time.monotonic() - t0:.1f}s")
-        claim = dra_claim_template()
-        dra = direct_side(
-            bed,
-            options,
-            dra_template(direct_spec, claim["metadata"]["name"]),
-            side="dra",
-            objects=[claim],
-        )
+        dra: dict[str, Any] | None = None
+        if not options.no_dra:
+            delete_direct_pods(bed)
+            t0 = time.monotonic()
+            bed.add_nodes([dra_node(f"e2e-dra-{i:04d}") for i in range(nodes)], timeout=600)
+            log(f"{nodes} kwok DRA nodes Ready, slices published, in {time.monotonic() - t0:.1f}s")
+            claim = dra_claim_template()
+            dra = direct_side(
+                bed,
+                options,
+                dra_template(direct_spec, claim["metadata"]["name"]),
+                side="dra",
+                objects=[claim],
+            )
     finally:
         bed.stop()
     approval = "rule" if options.auto_approve else "lead"
@@ -823,16 +839,17 @@ def main() -> int:
         **shape,
     )
     emit("e2e.ratio", portal["rate"] / direct["rate"], "x", target=0.8, **shape)
-    emit(
-        "e2e.dra_pods_per_second",
-        dra["rate"],
-        "pods/s",
-        seconds=round(dra["seconds"], 1),
-        load_average=round(dra["load"], 1),
-        extended_resource_pods_per_second=round(direct["rate"], 1),
-        **shape,
-    )
-    emit("e2e.dra_create_to_running_p99_seconds", dra["p99"], "s", p50=round(dra["p50"], 3))
+    if dra is not None:
+        emit(
+            "e2e.dra_pods_per_second",
+            dra["rate"],
+            "pods/s",
+            seconds=round(dra["seconds"], 1),
+            load_average=round(dra["load"], 1),
+            extended_resource_pods_per_second=round(direct["rate"], 1),
+            **shape,
+        )
+        emit("e2e.dra_create_to_running_p99_seconds", dra["p99"], "s", p50=round(dra["p50"], 3))
     emit(
         "e2e.approval_to_running_p99_seconds",
         portal["p99"],
@@ -848,7 +865,7 @@ def main() -> int:
          running_in_database=portal["seen_running"])  # fmt: skip
     emit("e2e.load_average_after", os.getloadavg()[0], "runnable")
     print(json.dumps({"note": NOTE}), flush=True)
-    log(f"worker log: {workdir / 'worker.log'}")
+    log(f"worker logs: {workdir / 'worker.log'}, {workdir / 'periodic-worker.log'}")
     return 0
 
 

@@ -1,4 +1,16 @@
-"""The Celery app, with the whole beat schedule in one place."""
+"""The Celery app, with the whole beat schedule and the task queues in one place.
+
+Two queues, so that a burst of launches cannot starve the work that keeps the portal in step
+with the cluster:
+
+* `celery` (the default): launches, terminations, notifications and other work queued by a
+  request's life;
+* `periodic`: every task the beat schedule sends (workload and inventory sync, the sweeps,
+  reclaim, metering, …) and the scheduling cycle, however it is asked for.
+
+A worker started without `-Q` consumes both (they are the app's `task_queues`); production runs
+one worker Deployment per queue (`deploy/manifests/50-worker.yaml`, docs/operations.md).
+"""
 
 from __future__ import annotations
 
@@ -7,12 +19,19 @@ import os
 from celery import Celery
 from celery.schedules import crontab
 from django.conf import settings
+from kombu import Queue
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
 
 app = Celery("portal")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+
+DEFAULT_QUEUE = "celery"
+PERIODIC_QUEUE = "periodic"
+# Queued on demand as well as by beat (a burst of approvals asks for one cycle): it admits what
+# the launch queue then carries, so it must not wait behind that queue.
+RUN_SCHEDULING_CYCLE = "scheduling.tasks.run_scheduling_cycle"
 
 
 def kueue_schedule() -> dict[str, dict[str, object]]:
@@ -96,4 +115,13 @@ app.conf.beat_schedule = {
     },
     **kueue_schedule(),
     **demo_schedule(),
+}
+
+app.conf.task_default_queue = DEFAULT_QUEUE
+app.conf.task_queues = (Queue(DEFAULT_QUEUE), Queue(PERIODIC_QUEUE))
+app.conf.task_routes = {
+    name: {"queue": PERIODIC_QUEUE}
+    for name in sorted(
+        {str(entry["task"]) for entry in app.conf.beat_schedule.values()} | {RUN_SCHEDULING_CYCLE}
+    )
 }

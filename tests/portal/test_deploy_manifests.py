@@ -101,7 +101,7 @@ def test_only_the_worker_pods_carry_a_service_account_token() -> None:
         if obj["kind"] not in WORKLOADS:
             continue
         spec = pod_spec(obj)
-        if obj["metadata"]["name"] == "gpu-portal-worker":
+        if obj["metadata"]["name"] in {"gpu-portal-worker", "gpu-portal-worker-periodic"}:
             assert spec["serviceAccountName"] == "gpu-portal-worker"
             continue
         assert spec["automountServiceAccountToken"] is False, obj["metadata"]["name"]

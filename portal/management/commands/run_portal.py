@@ -2,8 +2,9 @@
 
 1. Migrates the database and seeds the demo organisation (idempotent).
 2. Starts an embedded Redis-protocol server, unless REDIS_URL or CELERY_BROKER_URL is set.
-3. Collects the static files, then starts a Celery worker, Celery beat and the web server with
-   debug pages off (`demo_environment`), each writing its log to var/log/<name>.log.
+3. Collects the static files, then starts two Celery workers (one per queue, `portal/celery.py`),
+   Celery beat and the web server with debug pages off (`demo_environment`), each writing its
+   log to var/log/<name>.log.
 4. Prints where to sign in, then a status line every STATUS_INTERVAL_SECONDS; Ctrl-C stops
    everything it started.
 """
@@ -132,11 +133,19 @@ class Command(BaseCommand):
         python = sys.executable
         manage = str(settings.BASE_DIR / "manage.py")
         address = f"{options['host']}:{options['port']}"
-        commands = {
-            "worker": [python, "-m", "celery", "-A", "portal", "worker", "-l", "info", "-c", "2"],
-            "beat": [python, "-m", "celery", "-A", "portal", "beat", "-l", "info"],
+        celery = [python, "-m", "celery", "-A", "portal"]
+        commands: dict[str, list[str]] = {
+            # One worker per queue (portal/celery.py), so launches cannot starve the periodic
+            # work: the cycle, workload and inventory sync, the sweeps.
+            "worker": [
+                *celery, "worker", "-Q", "celery", "-n", "worker@%h", "-l", "info", "-c", "2",
+            ],
+            "periodic-worker": [
+                *celery, "worker", "-Q", "periodic", "-n", "periodic@%h", "-l", "info", "-c", "1",
+            ],
+            "beat": [*celery, "beat", "-l", "info"],
             "web": [python, manage, "runserver", address, "--noreload"],
-        }
+        }  # fmt: skip
         log_files: dict[str, IO[bytes]] = {}
         processes: dict[str, subprocess.Popen[bytes]] = {}
         try:
@@ -213,7 +222,7 @@ class Command(BaseCommand):
             self.style.SUCCESS(f"\nGPU Portal is running: http://{address}/\n")
             + f"  API docs: http://{address}/api/docs/\n"
             + f"  Demo logins (password '{settings.DEMO_PASSWORD}'):\n{logins}\n"
-            + f"  Logs: {shown_logs}/web.log, worker.log, beat.log\n"
+            + f"  Logs: {shown_logs}/web.log, worker.log, periodic-worker.log, beat.log\n"
             + f"  A status line follows every {STATUS_INTERVAL_SECONDS} s.\n"
             + "  Ctrl-C stops the portal, its worker, beat and broker.\n"
         )

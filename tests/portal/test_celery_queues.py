@@ -1,0 +1,52 @@
+"""Periodic work has a queue of its own, so a burst of launches cannot starve it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+from django.conf import settings
+
+from portal.celery import DEFAULT_QUEUE, PERIODIC_QUEUE, app
+from scheduling import dispatch
+
+ROOT = Path(settings.BASE_DIR)
+
+
+def queue_of(task_name: str) -> str:
+    return str(app.amqp.router.route({}, task_name)["queue"].name)
+
+
+def test_every_task_beat_sends_and_the_cycle_go_to_the_periodic_queue() -> None:
+    for entry in app.conf.beat_schedule.values():
+        assert queue_of(str(entry["task"])) == PERIODIC_QUEUE, entry["task"]
+    assert queue_of(dispatch.RUN_SCHEDULING_CYCLE) == PERIODIC_QUEUE
+
+
+def test_launches_and_the_rest_of_a_requests_life_stay_on_the_default_queue() -> None:
+    for name in (
+        dispatch.LAUNCH_WORKLOAD,
+        dispatch.TERMINATE_WORKLOAD,
+        dispatch.SEND_NOTIFICATION,
+        dispatch.PUSH_PROJECT_QUOTAS,
+    ):
+        assert queue_of(name) == DEFAULT_QUEUE, name
+
+
+def test_a_worker_started_without_q_consumes_both_queues() -> None:
+    assert {queue.name for queue in app.conf.task_queues} == {DEFAULT_QUEUE, PERIODIC_QUEUE}
+
+
+def test_deployed_workers_consume_every_queue_between_them() -> None:
+    consumed: set[str] = set()
+    for doc in yaml.safe_load_all((ROOT / "deploy/manifests/50-worker.yaml").read_text()):
+        for container in doc["spec"]["template"]["spec"]["containers"]:
+            command = container["command"]
+            consumed.update(command[command.index("-Q") + 1].split(","))
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    composed: set[str] = set()
+    for service in compose["services"].values():
+        command = service.get("command") or []
+        if command[:4] == ["celery", "-A", "portal", "worker"]:
+            composed.update(command[command.index("-Q") + 1].split(","))
+    assert consumed == composed == {DEFAULT_QUEUE, PERIODIC_QUEUE}
