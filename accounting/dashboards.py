@@ -23,7 +23,6 @@ from scheduling.selectors import (
     approval_inbox,
     open_asks,
     quota_usage,
-    start_estimates,
 )
 from tenants.models import AuditEvent, scope_of
 
@@ -51,9 +50,6 @@ def developer(user: Any) -> dict[str, Any]:
         .select_related("project", "flavor")
         .order_by("queue_position", "created_at")
     )
-    starts = start_estimates(live)
-    for request in live:
-        request.start_estimate = starts.get(request.pk)
     awaiting_approval = list(
         GpuRequest.objects.visible_to(user)
         .filter(owner=user, status=RequestStatus.PENDING_APPROVAL)

@@ -48,6 +48,7 @@ SET_WORKLOAD_DEADLINE = "runtime.tasks.set_workload_deadline"
 PUSH_PROJECT_QUOTAS = "runtime.tasks.push_project_quotas"
 SYNC_PROJECT_DATA = "runtime.tasks.sync_project_data"
 REMOVE_PROJECT_DATA = "runtime.tasks.remove_project_data"
+REFRESH_START_ESTIMATES = "scheduling.tasks.refresh_start_estimates"
 
 
 CYCLE_PENDING_KEY = "scheduling:cycle-pending"
@@ -92,6 +93,23 @@ def clear_pending_cycle() -> None:
 
 def is_cycle_pending() -> bool:
     return bool(_cache_call("cycle mark", lambda: cache.get(CYCLE_PENDING_KEY), False))
+
+
+ESTIMATES_QUEUED_KEY = "scheduling:estimates-queued"
+#: At most one refresh of the start estimates per this many seconds, however many cycles run.
+ESTIMATES_EVERY_SECONDS = 30
+
+
+def send_start_estimates() -> None:
+    """After a cycle: refresh the queue's start estimates, throttled to one per window (the
+    first asker sets the mark and queues; the mark expires by itself)."""
+    first = _cache_call(
+        "estimates mark",
+        lambda: cache.add(ESTIMATES_QUEUED_KEY, time.time(), ESTIMATES_EVERY_SECONDS),
+        True,
+    )
+    if first:
+        send(REFRESH_START_ESTIMATES)
 
 
 LAUNCH_PROGRESS_KEY = "runtime:launch-progress"

@@ -18,6 +18,7 @@ from scheduling.choices import (
     SharingMode,
     WorkloadKind,
 )
+from scheduling.engine.forecast import RatioBand, blend, ratio_band
 from scheduling.engine.reserve import format_duration
 from scheduling.models import (
     MIG_SLICES_PER_GPU,
@@ -695,63 +696,67 @@ def recent_admission_waits(
     return waits
 
 
+#: Statuses whose run ended by itself or by its owner: their runtimes say how long work runs.
+RAN_TO_AN_END = (
+    RequestStatus.SUCCEEDED,
+    RequestStatus.FAILED,
+    RequestStatus.CANCELLED,
+    RequestStatus.RECLAIMED,
+)
+
+
 @dataclass(frozen=True, slots=True)
-class StartEstimate:
-    """When a queued request is likely to start, and what the guess rests on.
+class RuntimeHistory:
+    """How actual runtimes compared with the declared max runtime lately, by owner and flavor.
 
-    `basis` is "reservation" (the scheduler holds capacity for it from `at`), "history" (queue
-    time plus the pool's recent median wait), "quota" (it waits for its team's quota, so only
-    finishing work can start it: no time is given) or "none" (nothing to go by yet).
+    `band_for` blends the owner's and the flavor's ratio bands (engine/forecast.py): little
+    history stays close to "runs its declared max".
     """
 
-    at: datetime | None
-    basis: str
+    by_owner: dict[int, RatioBand]
+    by_flavor: dict[int, RatioBand]
+
+    def band_for(self, *, owner_id: int, flavor_id: int) -> RatioBand:
+        return blend(self.by_owner.get(owner_id), self.by_flavor.get(flavor_id))
 
 
-def start_estimates(
-    requests: list[GpuRequest], *, now: datetime | None = None, since_days: int = 7
-) -> dict[int, StartEstimate]:
-    """The start estimate of each queued request, agreeing with the reason it waits.
-
-    1. Capacity reserved for it by the last cycle (backfilling): that reservation's start.
-    2. Waiting for quota: no time; it starts when the team's work frees quota.
-    3. Otherwise its queue time plus the median wait of the work its pool admitted lately,
-       short and long requests apart (a pool's short-request reserve makes their waits
-       differ); none where the pool has no recent admissions to go by.
-
-    An estimate, not a promise: the engine decides each cycle anew.
-    """
+def runtime_history(
+    *, now: datetime | None = None, since_days: int = 90, limit: int = 20_000
+) -> RuntimeHistory:
+    """Ratio actual/declared runtime of the runs that ended in the last `since_days` days
+    (the newest `limit`), as bands per owner and per flavor."""
     now = now or timezone.now()
-    queued = [r for r in requests if r.status == RequestStatus.QUEUED]
-    pool_ids = {r.flavor.pool_id for r in queued}
-    pools = {p.pk: p for p in NodePool.objects.filter(pk__in=pool_ids)}
-    waits = recent_admission_waits(pools=pools, since=now - timedelta(days=since_days))
-    estimates: dict[int, StartEstimate] = {}
-    for request in queued:
-        if request.reserved_start_at is not None:
-            estimates[request.pk] = StartEstimate(
-                max(now, request.reserved_start_at), "reservation"
-            )
+    by_owner: dict[int, list[float]] = {}
+    by_flavor: dict[int, list[float]] = {}
+    rows = (
+        GpuRequest.objects.filter(
+            status__in=RAN_TO_AN_END,
+            started_at__isnull=False,
+            finished_at__gt=now - timedelta(days=since_days),
+            max_runtime_seconds__gt=0,
+        )
+        .order_by("-finished_at")
+        .values_list("owner_id", "flavor_id", "started_at", "finished_at", "max_runtime_seconds")
+    )[:limit]
+    for owner_id, flavor_id, started_at, finished_at, declared in rows:
+        if finished_at < started_at:
             continue
-        if request.waiting_code == "quota":
-            estimates[request.pk] = StartEstimate(None, "quota")
-            continue
-        pool = pools[request.flavor.pool_id]
-        short = request.max_runtime_seconds <= pool.short_max_runtime_seconds
-        median = _percentile(waits.get((pool.pk, short), []), 0.5)
-        if median is None or request.queued_at is None:
-            estimates[request.pk] = StartEstimate(None, "none")
-        else:
-            at = max(now, request.queued_at + timedelta(seconds=median))
-            estimates[request.pk] = StartEstimate(at, "history")
-    return estimates
+        ratio = (finished_at - started_at).total_seconds() / declared
+        by_owner.setdefault(owner_id, []).append(ratio)
+        by_flavor.setdefault(flavor_id, []).append(ratio)
+    return RuntimeHistory(
+        by_owner={k: ratio_band(v) for k, v in by_owner.items()},
+        by_flavor={k: ratio_band(v) for k, v in by_flavor.items()},
+    )
 
 
-def estimated_starts(
-    requests: list[GpuRequest], *, now: datetime | None = None, since_days: int = 7
-) -> dict[int, datetime | None]:
-    """When each queued request is likely to start (see `start_estimates`), None where unknown."""
+def ratio_bands_by_request(
+    request_ids: list[int], *, history: RuntimeHistory
+) -> dict[str, RatioBand]:
+    """The blended ratio band of each request, keyed as the engine names requests (str pk)."""
     return {
-        pk: estimate.at
-        for pk, estimate in start_estimates(requests, now=now, since_days=since_days).items()
+        str(pk): history.band_for(owner_id=owner_id, flavor_id=flavor_id)
+        for pk, owner_id, flavor_id in GpuRequest.objects.filter(pk__in=request_ids).values_list(
+            "pk", "owner_id", "flavor_id"
+        )
     }

@@ -15,7 +15,7 @@ from celery import shared_task
 from django.conf import settings
 from django.core.mail import send_mail
 
-from scheduling import cycle, dispatch, services
+from scheduling import cycle, dispatch, estimates, services
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +60,8 @@ def run_scheduling_cycle() -> dict[str, Any]:
     )
     if result.ran and dispatch.is_cycle_pending():
         dispatch.send(dispatch.RUN_SCHEDULING_CYCLE)
+    if result.ran:
+        dispatch.send_start_estimates()
     return {
         "ran": result.ran,
         "admitted": len(result.admitted),
@@ -67,3 +69,9 @@ def run_scheduling_cycle() -> dict[str, Any]:
         "waiting": result.waiting,
         "seconds": round(result.seconds, 4),
     }
+
+
+@shared_task(acks_late=True, soft_time_limit=50, time_limit=60)
+def refresh_start_estimates() -> int:
+    """Estimated starts of the queue (scheduling/estimates.py); queued after cycles, throttled."""
+    return estimates.refresh_start_estimates()

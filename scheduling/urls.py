@@ -2,12 +2,13 @@ from __future__ import annotations
 
 from django.urls import path
 
-from scheduling import project_data_views, views
+from scheduling import project_data_views, replay_views, views
 
 urlpatterns = [
     path("requests/", views.request_list, name="gpu-requests-page"),
     path("requests/new/", views.request_new, name="gpu-request-new"),
     path("requests/new/flavors/", views.request_form_flavors, name="gpu-request-form-flavors"),
+    path("requests/new/what-if/", views.request_what_if, name="gpu-request-what-if-page"),
     path("requests/<int:pk>/", views.request_detail, name="gpu-request-page"),
     path("requests/<int:pk>/cancel/", views.request_cancel, name="gpu-request-cancel-page"),
     path("requests/<int:pk>/resubmit/", views.request_resubmit, name="gpu-request-resubmit-page"),
@@ -38,4 +39,5 @@ urlpatterns = [
     path("fleet/", views.fleet, name="fleet-page"),
     path("fleet/pools/<slug:slug>/", views.fleet_pool, name="fleet-pool-page"),
     path("fleet/nodes/<int:pk>/", views.fleet_node, name="fleet-node-page"),
+    path("fleet/replay/", replay_views.policy_replay, name="policy-replay-page"),
 ]

@@ -26,6 +26,7 @@ from scheduling.choices import (
     RequestStatus,
     WorkloadKind,
 )
+from scheduling.estimates import what_if
 from scheduling.fleet import node_detail, pool_detail
 from scheduling.fleet_nodes import nodes_needing_attention
 from scheduling.forms import DecisionForm, GpuRequestForm, ProjectQuotaForm, initial_from_body
@@ -45,7 +46,6 @@ from scheduling.selectors import (
     governance_rules,
     quota_impact,
     quota_rows,
-    start_estimates,
 )
 from tenants.errors import DomainError, show_on_form
 from tenants.models import AuditEvent, Project, scope_of
@@ -186,6 +186,38 @@ def request_form_flavors(request: HttpRequest) -> HttpResponse:
     )
 
 
+def _what_if_number(value: str | None, default: float, *, low: float, high: float) -> float:
+    try:
+        number = float(value) if value else default
+    except ValueError:
+        return default
+    return min(max(number, low), high)
+
+
+@login_required
+def request_what_if(request: HttpRequest) -> HttpResponse:
+    """HTMX: for each flavor the chosen project may use, when a request of the form's size
+    submitted now would likely start (scheduling/estimates.py)."""
+    project = _chosen_project(request, _member_projects(request.user))
+    gpu_count = int(_what_if_number(request.GET.get("gpu_count"), 1, low=1, high=1024))
+    hours = _what_if_number(request.GET.get("max_runtime_hours"), 2, low=1 / 60, high=90 * 24)
+    kind = request.GET.get("kind", "")
+    flavors = list(_form_flavors(project, kind).order_by("name"))
+    rows = (
+        what_if(
+            project=project,
+            owner=request.user,
+            flavors=flavors,
+            gpu_count=gpu_count,
+            max_runtime_seconds=int(hours * 3600),
+            kind=kind if kind in WorkloadKind.values else WorkloadKind.JOB,
+        )
+        if project is not None
+        else []
+    )
+    return render(request, "scheduling/_what_if.html", {"rows": rows, "gpu_count": gpu_count})
+
+
 @login_required
 def request_detail(request: HttpRequest, pk: int) -> HttpResponse:
     gpu_request = get_object_or_404(
@@ -203,16 +235,12 @@ def request_detail(request: HttpRequest, pk: int) -> HttpResponse:
         .values_list("sampled_at", "activity_percent", "memory_used_mib")[:240]
     )[::-1]
     scope = scope_of(request.user)
-    is_queued = gpu_request.status == RequestStatus.QUEUED
     is_pending = gpu_request.status == RequestStatus.PENDING_APPROVAL
     return render(
         request,
         "scheduling/request_detail.html",
         {
             "gpu_request": gpu_request,
-            "start_estimate": start_estimates([gpu_request]).get(gpu_request.pk)
-            if is_queued
-            else None,
             "quota_impact": quota_impact(gpu_request=gpu_request) if is_pending else None,
             "blocker": shown_blocker(gpu_request.status, gpu_request.blocker),
             "history": history,

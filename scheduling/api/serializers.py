@@ -208,6 +208,9 @@ REQUEST_READ_ONLY_FIELDS = [
     "approval_expires_at",
     "waiting_reason",
     "queue_position",
+    "estimated_start_at",
+    "estimate_low_at",
+    "estimate_high_at",
     "attempt",
     "idle_warned_at",
     "idle_exempt_until",
@@ -374,6 +377,28 @@ class GpuRequestSerializer(serializers.ModelSerializer):
     @extend_schema_field(BlockerSerializer())
     def get_blocker(self, gpu_request: GpuRequest) -> dict[str, Any]:
         return shown_blocker(gpu_request.status, gpu_request.blocker)
+
+
+class WhatIfQuerySerializer(serializers.Serializer):
+    """The request one thinks of submitting: its project, size and max runtime."""
+
+    project = serializers.IntegerField(min_value=1)
+    gpu_count = serializers.IntegerField(min_value=1, max_value=1024, default=1)
+    max_runtime_seconds = serializers.IntegerField(
+        min_value=60, max_value=90 * 24 * 3600, default=7200
+    )
+    kind = serializers.ChoiceField(choices=WorkloadKind.choices, default=WorkloadKind.JOB)
+
+
+class WhatIfSerializer(serializers.Serializer):
+    """When a request of one flavor, submitted now, would likely start."""
+
+    flavor = serializers.IntegerField(source="flavor.pk")
+    flavor_name = serializers.CharField(source="flavor.name")
+    estimated_start_at = serializers.DateTimeField(
+        source="start_at", allow_null=True, help_text="null: not within the forecast's horizon."
+    )
+    wait_seconds = serializers.FloatField(allow_null=True)
 
 
 class RequestTemplateSerializer(serializers.ModelSerializer):

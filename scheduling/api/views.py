@@ -5,6 +5,7 @@ from typing import Any, cast
 
 from django.core.cache import caches
 from django.db.models import Count, Prefetch, QuerySet, Sum
+from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, permissions, status, viewsets
 from rest_framework.decorators import action
@@ -32,8 +33,11 @@ from scheduling.api.serializers import (
     RequestTemplateSerializer,
     TierSerializer,
     UtilisationPointSerializer,
+    WhatIfQuerySerializer,
+    WhatIfSerializer,
 )
 from scheduling.choices import COMMITTED_STATUSES, RequestStatus
+from scheduling.estimates import what_if
 from scheduling.models import (
     Allocation,
     ApprovalRule,
@@ -46,10 +50,10 @@ from scheduling.models import (
     Tier,
     UtilisationSample,
 )
-from scheduling.selectors import committed_by_quota_key
+from scheduling.selectors import committed_by_quota_key, flavors_for_project
 from tenants.api.base import ScopedModelViewSet, ScopedViewSetMixin
 from tenants.api.permissions import PlatformAdminWrites
-from tenants.models import Scope, scope_of
+from tenants.models import Project, Scope, scope_of
 
 SUMMARY_CACHE_SECONDS = 5
 # What a request's page shows: its own columns and its owner's username.
@@ -441,6 +445,33 @@ class GpuRequestViewSet(
             data = _request_summary(GpuRequest.objects.visible_to(request.user))
             local.set(key, data, SUMMARY_CACHE_SECONDS)
         return Response(data)
+
+    @extend_schema(parameters=[WhatIfQuerySerializer], responses=WhatIfSerializer(many=True))
+    @action(
+        detail=False,
+        methods=["get"],
+        url_path="what-if",
+        pagination_class=None,
+        filter_backends=[],
+    )
+    def what_if(self, request: Request) -> Response:
+        """For each flavor the project may use: when a request submitted now would likely
+        start (a forecast of the queue, docs/estimates.md). Another tenant's project is 404."""
+        query = WhatIfQuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        project = get_object_or_404(
+            Project.objects.visible_to(request.user).select_related("team"),
+            pk=query.validated_data["project"],
+        )
+        rows = what_if(
+            project=project,
+            owner=request.user,
+            flavors=flavors_for_project(project=project).order_by("name"),
+            gpu_count=query.validated_data["gpu_count"],
+            max_runtime_seconds=query.validated_data["max_runtime_seconds"],
+            kind=query.validated_data["kind"],
+        )
+        return Response(WhatIfSerializer(rows, many=True).data)
 
     @extend_schema(request=None, responses={201: GpuRequestSerializer})
     @action(detail=True, methods=["post"])

@@ -1,84 +1,231 @@
-"""Estimated start of queued work: queue time plus the pool's recent median wait."""
+"""Estimated starts from the engine's forecast: written after cycles, shown on the request page,
+in the API and on the request form (what-if), with a cross-tenant check of the what-if route."""
 
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 import pytest
-from django.test import Client
+from django.core.cache import cache
+from django.test import Client, TestCase
 from django.urls import reverse
 from django.utils import timezone
 
+from scheduling import cycle, dispatch, estimates, tasks
 from scheduling.choices import RequestStatus
-from scheduling.models import Allocation, Flavor, GpuRequest
-from scheduling.selectors import estimated_starts
-from tests.scheduling.conftest import Fleet
-from tests.support.factories import GpuRequestFactory
-from tests.support.personas import Org
+from scheduling.models import Flavor, GpuRequest
+from scheduling.selectors import runtime_history
+from scheduling.templatetags.estimate_tags import clock, wait_words
+from tests.support.cross_tenant import covers
+from tests.support.factories import (
+    FlavorFactory,
+    GpuDeviceFactory,
+    GpuRequestFactory,
+    NodeFactory,
+    QuotaFactory,
+    TierFactory,
+)
+from tests.support.personas import Org, api_client
 
 pytestmark = pytest.mark.django_db
 
+HOUR = 3600
 
-def admitted_after(org: Org, flavor: Flavor, wait_seconds: int, *, runtime_seconds: int) -> None:
-    """A finished request of the pool that waited `wait_seconds` in the queue."""
-    request = GpuRequestFactory.create(
-        project=org.project_a, flavor=flavor, max_runtime_seconds=runtime_seconds
+
+def whole_pool(org: Org, *, gpus: int = 4) -> Flavor:
+    """A whole-card flavor of team A in a pool of its own: one node of `gpus` cards."""
+    tier = TierFactory.create(allowed_teams=[org.team_a])
+    flavor: Flavor = FlavorFactory.create(pool__tier=tier)
+    node = NodeFactory.create(pool=flavor.pool, gpu_model=flavor.gpu_model)
+    for index in range(gpus):
+        GpuDeviceFactory.create(node=node, index=index, memory_mib=flavor.gpu_memory_mib)
+    QuotaFactory.create(team=org.team_a, flavor=flavor, guaranteed=16, limit=16)
+    return flavor
+
+
+def submit(org: Org, flavor: Flavor, gpu_count: int, **fields: Any) -> GpuRequest:
+    return GpuRequestFactory.create(
+        project=org.project_a, flavor=flavor, gpu_count=gpu_count, to="queued", **fields
     )
-    admitted = timezone.now() - timedelta(hours=1)
+
+
+def run_cycle() -> None:
+    with TestCase.captureOnCommitCallbacks(execute=False):
+        cycle.run_cycle()
+
+
+def finished(org: Org, flavor: Flavor, *, ratio: float, declared: int = 4 * HOUR) -> None:
+    """A run of dev_a that ended after `ratio` of its declared max runtime."""
+    request = submit(org, flavor, 1, max_runtime_seconds=declared)
+    ended = timezone.now() - timedelta(hours=1)
     GpuRequest.objects.filter(pk=request.pk).update(
-        status=RequestStatus.SUCCEEDED, queued_at=admitted - timedelta(seconds=wait_seconds)
+        status=RequestStatus.SUCCEEDED,
+        started_at=ended - timedelta(seconds=declared * ratio),
+        finished_at=ended,
     )
-    allocation = Allocation.objects.create(request=request, attempt=1, pool=flavor.pool)
-    Allocation.objects.filter(pk=allocation.pk).update(admitted_at=admitted, ended_at=admitted)
 
 
-def queued(org: Org, flavor: Flavor, *, waited_seconds: int, runtime_seconds: int) -> GpuRequest:
-    request = GpuRequestFactory.create(
-        project=org.project_a, flavor=flavor, max_runtime_seconds=runtime_seconds
-    )
-    GpuRequest.objects.filter(pk=request.pk).update(
-        status=RequestStatus.QUEUED, queued_at=timezone.now() - timedelta(seconds=waited_seconds)
-    )
-    return GpuRequest.objects.select_related("flavor").get(pk=request.pk)
-
-
-def test_queued_request_is_expected_after_the_median_wait_of_its_pool_and_length(
-    org: Org, fleet: Fleet
-) -> None:
-    pool = fleet.l4_6g.pool
-    pool.short_max_runtime_seconds = 2 * 3600
-    pool.save()
-    for wait in (60, 120, 600):
-        admitted_after(org, fleet.l4_6g, wait, runtime_seconds=3600)  # short ones
-    admitted_after(org, fleet.l4_6g, 7200, runtime_seconds=8 * 3600)  # a long one
-    short = queued(org, fleet.l4_6g, waited_seconds=30, runtime_seconds=1800)
-    long = queued(org, fleet.l4_6g, waited_seconds=30, runtime_seconds=6 * 3600)
-    elsewhere = queued(org, fleet.a100, waited_seconds=30, runtime_seconds=1800)
-    now = timezone.now()
-
-    estimates = estimated_starts([short, long, elsewhere], now=now)
-    assert short.queued_at and long.queued_at
-
-    assert estimates[short.pk] == short.queued_at + timedelta(seconds=120)
-    assert estimates[long.pk] == long.queued_at + timedelta(seconds=7200)
-    assert estimates[elsewhere.pk] is None  # no admissions in that pool to go by
-
-
-def test_an_overdue_estimate_is_now_and_running_work_has_none(org: Org, fleet: Fleet) -> None:
-    admitted_after(org, fleet.l4_6g, 60, runtime_seconds=3600)
-    late = queued(org, fleet.l4_6g, waited_seconds=900, runtime_seconds=3600)
-    running = GpuRequestFactory.create(project=org.project_a, flavor=fleet.l4_6g)
-    GpuRequest.objects.filter(pk=running.pk).update(status=RequestStatus.RUNNING)
+def busy_then_waiting(org: Org, flavor: Flavor) -> tuple[GpuRequest, GpuRequest]:
+    """The pool's 4 cards taken by one request (8 h declared), a second one waiting for them."""
+    running = submit(org, flavor, 4, max_runtime_seconds=8 * HOUR)
+    waiting = submit(org, flavor, 4, max_runtime_seconds=HOUR)
+    run_cycle()
     running.refresh_from_db()
-    now = timezone.now()
-    estimates = estimated_starts([late, running], now=now)
-    assert estimates == {late.pk: now}
+    waiting.refresh_from_db()
+    assert running.status == RequestStatus.ADMITTED and waiting.status == RequestStatus.QUEUED
+    return running, waiting
 
 
-def test_developer_dashboard_shows_the_estimated_start(org: Org, fleet: Fleet) -> None:
-    admitted_after(org, fleet.l4_6g, 3 * 3600, runtime_seconds=3600)
-    queued(org, fleet.l4_6g, waited_seconds=0, runtime_seconds=3600)
+def test_refresh_stores_the_estimate_and_its_interval_on_queued_requests(org: Org) -> None:
+    flavor = whole_pool(org)
+    running, waiting = busy_then_waiting(org, flavor)
+    before = timezone.now()
+    estimates.refresh_start_estimates()
+    waiting.refresh_from_db()
+    running.refresh_from_db()
+    assert waiting.estimated_start_at is not None
+    assert waiting.estimate_low_at is not None and waiting.estimate_high_at is not None
+    assert waiting.estimate_low_at <= waiting.estimated_start_at <= waiting.estimate_high_at
+    # No history: the running work takes its declared 8 h.
+    expected = before + timedelta(hours=8)
+    assert abs((waiting.estimated_start_at - expected).total_seconds()) < 120
+    assert running.estimated_start_at is None
+
+
+def test_history_of_shorter_runs_brings_the_estimate_forward(org: Org) -> None:
+    flavor = whole_pool(org)
+    for _ in range(20):
+        finished(org, flavor, ratio=0.25)
+    history = runtime_history()
+    assert history.band_for(owner_id=org.dev_a.pk, flavor_id=flavor.pk).mid < 0.5
+    _, waiting = busy_then_waiting(org, flavor)
+    estimates.refresh_start_estimates()
+    waiting.refresh_from_db()
+    assert waiting.estimated_start_at is not None
+    wait = (waiting.estimated_start_at - timezone.now()).total_seconds()
+    assert 1 * HOUR < wait < 4 * HOUR  # 8 h declared, runs take ~a quarter (blended: ~0.37)
+
+
+def test_estimates_are_cleared_once_the_request_leaves_the_queue(org: Org) -> None:
+    flavor = whole_pool(org)
+    running, waiting = busy_then_waiting(org, flavor)
+    estimates.refresh_start_estimates()
+    GpuRequest.objects.filter(pk=running.pk).update(status=RequestStatus.CANCELLED)
+    GpuRequest.objects.filter(pk=waiting.pk).update(status=RequestStatus.ADMITTED)
+    estimates.refresh_start_estimates()
+    waiting.refresh_from_db()
+    assert (waiting.estimated_start_at, waiting.estimate_low_at, waiting.estimate_high_at) == (
+        None,
+        None,
+        None,
+    )
+
+
+def test_the_cycle_task_queues_the_refresh_which_writes_the_fields(org: Org) -> None:
+    flavor = whole_pool(org)
+    submit(org, flavor, 4, max_runtime_seconds=8 * HOUR)
+    waiting = submit(org, flavor, 4, max_runtime_seconds=HOUR)
+    cache.delete("scheduling:estimates-queued")
+    tasks.run_scheduling_cycle()  # tasks run inline in tests: the refresh runs after the cycle
+    waiting.refresh_from_db()
+    assert waiting.status == RequestStatus.QUEUED
+    assert waiting.estimated_start_at is not None
+
+
+def test_the_refresh_is_throttled_across_cycles(org: Org, monkeypatch: Any) -> None:
+    sent: list[str] = []
+
+    def send(name: str, *args: Any) -> bool:
+        sent.append(name)
+        return True
+
+    monkeypatch.setattr(dispatch, "send", send)
+    cache.delete(dispatch.ESTIMATES_QUEUED_KEY)
+    dispatch.send_start_estimates()
+    dispatch.send_start_estimates()
+    assert sent == [dispatch.REFRESH_START_ESTIMATES]
+
+
+def test_request_page_and_api_show_the_estimate(org: Org) -> None:
+    flavor = whole_pool(org)
+    _, waiting = busy_then_waiting(org, flavor)
+    estimates.refresh_start_estimates()
+    waiting.refresh_from_db()
     client = Client()
     client.force_login(org.dev_a)
-    page = client.get(reverse("home")).content.decode()
-    assert "in ≈ 2\xa0hours" in page or "in ≈ 3\xa0hours" in page
+    page = client.get(reverse("gpu-request-page", args=[waiting.pk])).content.decode()
+    assert "likely to start around" in page
+    assert f"between {clock(waiting.estimate_low_at)} and" in page or (
+        waiting.estimate_low_at == waiting.estimate_high_at
+    )
+    body = api_client(org.dev_a).get(f"/api/v1/requests/{waiting.pk}/").json()
+    assert waiting.estimated_start_at is not None
+    for field in ("estimated_start_at", "estimate_low_at", "estimate_high_at"):
+        assert body[field] is not None
+    assert body["estimated_start_at"].startswith(waiting.estimated_start_at.strftime("%Y-%m-%dT"))
+
+
+def test_schema_documents_the_estimate_fields_read_only() -> None:
+    from drf_spectacular.generators import SchemaGenerator
+
+    schema = SchemaGenerator().get_schema(request=None, public=True)
+    props = schema["components"]["schemas"]["GpuRequest"]["properties"]
+    for field in ("estimated_start_at", "estimate_low_at", "estimate_high_at"):
+        assert props[field]["readOnly"] is True and props[field].get("nullable") is True
+    assert "/api/v1/requests/what-if/" in schema["paths"]
+
+
+def test_what_if_on_the_form_names_each_flavor_with_its_wait(org: Org) -> None:
+    flavor = whole_pool(org)
+    busy_then_waiting(org, flavor)
+    client = Client()
+    client.force_login(org.dev_a)
+    url = reverse("gpu-request-what-if-page")
+    page = client.get(url, {"project": org.project_a.pk, "gpu_count": 1}).content.decode()
+    assert f'data-flavor="{flavor.slug}"' in page
+    # The 8 h run ends, the queued 4-card request (older) runs its hour, then this one.
+    assert "in about 9 h" in page
+
+
+def test_what_if_api_lists_flavors_and_hides_other_tenants_projects(org: Org) -> None:
+    flavor = whole_pool(org)
+    submit(org, flavor, 2, max_runtime_seconds=HOUR)
+    run_cycle()
+    own = api_client(org.dev_a).get(
+        "/api/v1/requests/what-if/", {"project": org.project_a.pk, "gpu_count": 2}
+    )
+    assert own.status_code == 200, own.content
+    rows = {row["flavor"]: row for row in own.json()}
+    assert rows[flavor.pk]["wait_seconds"] == 0  # two cards are free now
+    big = api_client(org.dev_a).get(
+        "/api/v1/requests/what-if/", {"project": org.project_a.pk, "gpu_count": 4}
+    )
+    wait = {row["flavor"]: row for row in big.json()}[flavor.pk]["wait_seconds"]
+    assert abs(wait - HOUR) < 120
+    other = api_client(org.dev_b).get(
+        "/api/v1/requests/what-if/", {"project": org.project_a.pk, "gpu_count": 1}
+    )
+    assert other.status_code == 404
+    assert api_client(None).get("/api/v1/requests/what-if/", {"project": 1}).status_code in (
+        401,
+        403,
+    )
+
+
+@covers("gpu-request-what-if-page", "gpu-request-what-if")
+def test_what_if_fragment_shows_nothing_of_another_teams_project(org: Org) -> None:
+    flavor = whole_pool(org)
+    client = Client()
+    client.force_login(org.dev_b)
+    page = client.get(reverse("gpu-request-what-if-page"), {"project": org.project_a.pk})
+    assert page.status_code == 200
+    assert flavor.slug not in page.content.decode()
+
+
+def test_wait_words_read_as_people_say_them() -> None:
+    assert wait_words(30) == "now"
+    assert wait_words(40 * 60) == "in about 40 min"
+    assert wait_words(5 * HOUR) == "in about 5 h"
+    assert wait_words(3 * 86400) == "in about 3 days"
+    assert wait_words(None) == "not within the forecast"

@@ -1,0 +1,152 @@
+"""Estimated starts: run the queue forward with the engine (scheduling/engine/forecast.py).
+
+`refresh_start_estimates` runs after scheduling cycles (a throttled task, see
+scheduling/dispatch.py): (1) read the snapshot and the runtime history, (2) forecast, (3) write
+each queued request's estimate and interval in batched UPDATEs, clearing those of requests that
+left the queue. `what_if` answers "when would it start if I submitted it now?" per flavor, for
+the request form and the API, without writing anything. See docs/estimates.md.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from typing import Any
+
+from django.conf import settings
+
+from scheduling.choices import Priority, RequestStatus, WorkloadKind
+from scheduling.cycle import POLICY
+from scheduling.engine.forecast import forecast
+from scheduling.models import Flavor, GpuRequest
+from scheduling.selectors import ratio_bands_by_request, runtime_history
+from scheduling.snapshot import PENDING_FIELDS, build_snapshot, engine_request
+from tenants.models import Project
+
+#: Simulated cycles per forecast: enough for the queues we see, bounded so a refresh stays fast.
+MAX_STEPS = 200
+WHAT_IF_MAX_STEPS = 120
+ESTIMATE_FIELDS = ["estimated_start_at", "estimate_low_at", "estimate_high_at"]
+
+
+def _at(seconds: float | None) -> datetime | None:
+    return datetime.fromtimestamp(round(seconds), tz=UTC) if seconds is not None else None
+
+
+def refresh_start_estimates(*, now: float | None = None) -> int:
+    """Store the estimated start and its interval on every queued request; returns how many
+    rows changed. Under SCHEDULER=kueue the engine does not decide, so nothing is estimated."""
+    if settings.SCHEDULER == "kueue":
+        return 0
+    now = now if now is not None else time.time()
+    # 1. Read.
+    snapshot = build_snapshot()
+    ids = [int(a.request_id) for a in snapshot.allocations] + [int(r.id) for r in snapshot.pending]
+    bands = ratio_bands_by_request(ids, history=runtime_history())
+    # 2. Forecast.
+    starts = forecast(snapshot, now=now, bands=bands, policy=POLICY, max_steps=MAX_STEPS)
+    # 3. Write what changed.
+    wanted = {
+        int(r.id): (
+            _at(f.start_at),
+            _at(f.low_at),
+            _at(f.high_at),
+        )
+        if (f := starts.get(r.id)) is not None
+        else (None, None, None)
+        for r in snapshot.pending
+    }
+    stored = {
+        pk: tuple(values)
+        for pk, *values in GpuRequest.objects.filter(
+            pk__in=list(wanted), status=RequestStatus.QUEUED
+        ).values_list("pk", *ESTIMATE_FIELDS)
+    }
+    changed = [
+        GpuRequest(pk=pk, **dict(zip(ESTIMATE_FIELDS, values, strict=True)))
+        for pk, values in wanted.items()
+        if pk in stored and stored[pk] != values
+    ]
+    GpuRequest.objects.bulk_update(changed, ESTIMATE_FIELDS, batch_size=500)
+    cleared = (
+        GpuRequest.objects.exclude(status=RequestStatus.QUEUED)
+        .filter(estimated_start_at__isnull=False)
+        .update(estimated_start_at=None, estimate_low_at=None, estimate_high_at=None)
+    )
+    return len(changed) + cleared
+
+
+@dataclass(frozen=True, slots=True)
+class WhatIf:
+    """When a request of `flavor` submitted now would likely start; None: not within the
+    simulated horizon (the queue is long, or the team's quota never allows it)."""
+
+    flavor: Flavor
+    start_at: datetime | None
+    wait_seconds: float | None
+
+
+def what_if(
+    *,
+    project: Project,
+    owner: Any,
+    flavors: Iterable[Flavor],
+    gpu_count: int = 1,
+    max_runtime_seconds: int = 7200,
+    kind: str = WorkloadKind.JOB,
+    now: float | None = None,
+) -> list[WhatIf]:
+    """For each flavor, the estimated start of a request submitted now (before any approval
+    it may need): one typical forecast per flavor, the request last in its age."""
+    now = now if now is not None else time.time()
+    flavors = list(flavors)
+    if not flavors or settings.SCHEDULER == "kueue":
+        return [WhatIf(flavor, None, None) for flavor in flavors]
+    snapshot = build_snapshot()
+    history = runtime_history()
+    ids = [int(a.request_id) for a in snapshot.allocations] + [int(r.id) for r in snapshot.pending]
+    bands = ratio_bands_by_request(ids, history=history)
+    created = datetime.fromtimestamp(now, tz=UTC)
+    out = []
+    for flavor in flavors:
+        rid = f"what-if-{flavor.pk}"
+        known = {
+            "pk": 0,
+            "team__slug": project.team.slug,
+            "project__slug": project.slug,
+            "flavor__slug": flavor.slug,
+            "created_at": created,
+            "gpu_count": gpu_count,
+            "kind": kind,
+            "priority": Priority.NORMAL,
+            "is_preemptible": False,
+            "allow_shared_node": True,
+            "flavor__gpu_model": flavor.gpu_model,
+            "flavor__mig_profile": flavor.mig_profile,
+            "max_runtime_seconds": max_runtime_seconds,
+            "flavor__pool__slug": flavor.pool.slug,
+        }
+        # A queued row as the snapshot reads it (PENDING_FIELDS); the rest left empty.
+        row = {field: known.get(field) for field in PENDING_FIELDS}
+        request = replace(engine_request(row), id=rid, submitted_at=now)
+        step = replace(snapshot, pending=(*snapshot.pending, request))
+        band = history.band_for(owner_id=owner.pk, flavor_id=flavor.pk)
+        got = forecast(
+            step,
+            now=now,
+            bands={**bands, rid: band},
+            policy=POLICY,
+            targets=(rid,),
+            max_steps=WHAT_IF_MAX_STEPS,
+            with_interval=False,
+        ).get(rid)
+        out.append(
+            WhatIf(
+                flavor,
+                _at(got.start_at) if got else None,
+                max(0.0, got.start_at - now) if got else None,
+            )
+        )
+    return out
