@@ -2,10 +2,11 @@ from __future__ import annotations
 
 from rest_framework.routers import SimpleRouter
 
-from scheduling.api import project_data, views
+from scheduling.api import clusters, project_data, views
 
 router = SimpleRouter()
 router.register("tiers", views.TierViewSet, basename="tier")
+router.register("clusters", clusters.ClusterViewSet, basename="cluster")
 router.register("pools", views.NodePoolViewSet, basename="pool")
 router.register("flavors", views.FlavorViewSet, basename="flavor")
 router.register("approval-rules", views.ApprovalRuleViewSet, basename="approval-rule")
