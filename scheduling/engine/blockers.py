@@ -334,8 +334,10 @@ def capacity_blocker(fleet: _Fleet, request: Request, flavor: Flavor, wait: Wait
     unhealthy = [n for n in nodes if not n.schedulable]
     healthy_free = sum(fleet.free_ge(n, shape.kind) for n in healthy)
     unhealthy_free = sum(fleet.free_ge(n, shape.kind) for n in unhealthy)
-    detail |= {"free_ge": _ge(healthy_free)}
     if healthy_free + EPS >= demand:
+        # The free figure is given where it is the point; a full pool's blocker leaves it out,
+        # so that it stays the same (and is not written again) while the pool's load moves.
+        detail |= {"free_ge": _ge(healthy_free)}
         if shape.kind == "mig" and shape.mig_profile:
             cards = [d for n in healthy if n.id not in fleet.exclusive for d in fleet.devices[n.id]]
             offered = sum(d.free_instances(shape.mig_profile, honour_layout=True) for d in cards)
@@ -373,7 +375,7 @@ def capacity_blocker(fleet: _Fleet, request: Request, flavor: Flavor, wait: Wait
         )
     return Blocker(
         "capacity",
-        f"Pool {where} has {_fmt(healthy_free)} GPU-eq free, {_fmt(demand)} needed; "
+        f"Pool {where} has too little free for the {_fmt(demand)} GPU-eq it needs; "
         "it starts as running work ends.",
         detail,
     )

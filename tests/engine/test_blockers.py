@@ -113,8 +113,8 @@ def test_a_full_pool_is_capacity_and_counts_the_plans_own_admissions() -> None:
     snap = fleet(node("n", gpus=4), pending=[req("first", gpu_count=4), req("r", gpu_count=1)])
     blocker = only(snap)
     assert blocker.code == "capacity"
-    assert (
-        blocker.message == "Pool excl has 0 GPU-eq free, 1 needed; it starts as running work ends."
+    assert blocker.message == (
+        "Pool excl has too little free for the 1 GPU-eq it needs; it starts as running work ends."
     )
 
 
@@ -165,12 +165,16 @@ def test_preempted_capacity_is_free_again_for_the_blockers() -> None:
         allocations=[
             alloc("victim", whole_claims("n", [0, 1, 2, 3]), team="v", priority=1, preemptible=True)
         ],
-        pending=[req("high", gpu_count=2, priority=3), req("r", gpu_count=3, priority=1)],
+        # "r" wants a node of its own: the card the victim leaves free is not enough.
+        pending=[
+            req("high", gpu_count=3, priority=3),
+            req("r", gpu_count=1, priority=1, allow_shared_node=False),
+        ],
     )
     planned = plan(snap, now=0.0, policy=NO_BACKFILL)
     assert [p.victim_id for p in planned.preemptions] == ["victim"]
     blocker = explain_waits(snap, planned)["r"]
-    assert blocker.code == "capacity" and blocker.detail["free_ge"] == 2.0
+    assert blocker.code == "fragmentation" and blocker.detail["free_ge"] == 1.0
 
 
 def test_a_wait_behind_a_reservation_is_capacity() -> None:

@@ -4,6 +4,7 @@ shows (the API and its schema, the request page)."""
 from __future__ import annotations
 
 from decimal import Decimal
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -14,9 +15,10 @@ from accounting.choices import OverBudgetPolicy
 from accounting.models import Budget
 from runtime import execution
 from runtime.cluster.base import WorkloadStatus
-from scheduling import cycle, services
+from scheduling import blockers, cycle, engine, services
 from scheduling.choices import RequestStatus
 from scheduling.models import Allocation, Flavor, GpuRequest, Quota
+from scheduling.snapshot import build_snapshot
 from tests.accounting.test_api import usage  # noqa: F401  (fixture)
 from tests.scheduling.conftest import Fleet
 from tests.support.factories import (
@@ -112,7 +114,8 @@ def test_a_request_in_a_full_pool_is_blocked_by_capacity(org: Org) -> None:
     blocker = blocker_of(second)
     assert blocker["code"] == "capacity"
     assert blocker["message"] == (
-        f"Pool {flavor.pool.slug} has 0 GPU-eq free, 2 needed; it starts as running work ends."
+        f"Pool {flavor.pool.slug} has too little free for the 2 GPU-eq it needs; it starts as "
+        "running work ends."
     )
 
 
@@ -222,6 +225,23 @@ def test_a_team_past_its_budget_awaits_approval_for_the_budget(org: Org, fleet: 
         "message": "The team's budget is used up this month, so a team lead must approve it.",
         "detail": {"reasons": ["the budget is used up this month"]},
     }
+
+
+@pytest.mark.parametrize("path", ["native", "portable"])
+def test_a_quiet_cycle_writes_no_blocker_again(
+    org: Org, path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if path == "portable":  # the ORM's bulk_update, as SQLite takes it
+        monkeypatch.setattr(blockers, "connection", SimpleNamespace(vendor="other"))
+    flavor = whole_pool(org, nodes=(4,), guaranteed=16, limit=16)
+    submit(org, flavor, 4)
+    waiting = submit(org, flavor, 2)
+    snapshot = build_snapshot()
+    planned = engine.plan(snapshot, now=0.0)
+    GpuRequest.objects.filter(pk=waiting.pk).update(blocker={})
+    assert blockers.record_blockers(snapshot, planned) == 1
+    assert blocker_of(waiting)["code"] == "capacity"
+    assert blockers.record_blockers(snapshot, planned) == 0
 
 
 # ----------------------------------------------------------------------------- where it shows
