@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 PY_STAMP := $(VENV)/.installed
 JS_STAMP := node_modules/.installed
 
-.PHONY: install run test lint typecheck test-only bench bench-engine bench-pipeline bench-reports bench-api clean
+.PHONY: install run test lint typecheck test-only bench bench-engine bench-pipeline bench-reports bench-api bench-estimates clean
 
 $(PY_STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -40,7 +40,7 @@ test: install lint typecheck
 test-only: install
 	$(BIN)/pytest
 
-bench: bench-engine bench-pipeline bench-reports bench-api
+bench: bench-engine bench-pipeline bench-reports bench-api bench-estimates
 
 # The engine in memory, then the real cycle on PostgreSQL (BENCH_DATABASE_URL, recreated).
 bench-engine: install
@@ -52,6 +52,10 @@ bench-pipeline: install
 
 bench-reports: install
 	$(BIN)/python -m bench.reports $(if $(ROWS),--rows $(ROWS),)
+
+# Start estimates: a generated week replayed through the engine, estimates against actual starts.
+bench-estimates: install
+	$(BIN)/python -m bench.estimates $(if $(DAYS),--days $(DAYS),)
 
 # API load: a compiled load generator (bench/loadgen, Go) against gunicorn + PostgreSQL (BENCH_API_DATABASE_URL, recreated) on loopback.
 bench-api: install

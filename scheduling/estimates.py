@@ -19,6 +19,7 @@ from django.conf import settings
 
 from scheduling.choices import Priority, RequestStatus, WorkloadKind
 from scheduling.cycle import POLICY
+from scheduling.engine import Snapshot
 from scheduling.engine.forecast import forecast
 from scheduling.models import Flavor, GpuRequest
 from scheduling.selectors import ratio_bands_by_request, runtime_history
@@ -28,6 +29,21 @@ from tenants.models import Project
 #: Simulated cycles per forecast: enough for the queues we see, bounded so a refresh stays fast.
 MAX_STEPS = 200
 WHAT_IF_MAX_STEPS = 120
+#: A simulated cycle costs about (queued requests + GPUs) units, ~70 us each on the benchmark
+#: machine; a forecast's runs (three with the interval) share this many units, ~15 s, so large
+#: fleets simulate fewer cycles (docs/estimates.md).
+WORK_BUDGET = 240_000
+MIN_STEPS = 1
+#: The what-if answers a page: its runs together get at most this many units (~4 s).
+WHAT_IF_BUDGET = 60_000
+
+
+def steps_for(snapshot: Snapshot, limit: int, *, runs: int = 3, budget: int = WORK_BUDGET) -> int:
+    """How many cycles each of a forecast's `runs` may simulate within `budget` units."""
+    per_step = max(1, len(snapshot.pending) + len(snapshot.devices))
+    return max(MIN_STEPS, min(limit, budget // (per_step * runs)))
+
+
 ESTIMATE_FIELDS = ["estimated_start_at", "estimate_low_at", "estimate_high_at"]
 
 
@@ -46,7 +62,9 @@ def refresh_start_estimates(*, now: float | None = None) -> int:
     ids = [int(a.request_id) for a in snapshot.allocations] + [int(r.id) for r in snapshot.pending]
     bands = ratio_bands_by_request(ids, history=runtime_history())
     # 2. Forecast.
-    starts = forecast(snapshot, now=now, bands=bands, policy=POLICY, max_steps=MAX_STEPS)
+    starts = forecast(
+        snapshot, now=now, bands=bands, policy=POLICY, max_steps=steps_for(snapshot, MAX_STEPS)
+    )
     # 3. Write what changed.
     wanted = {
         int(r.id): (
@@ -105,6 +123,9 @@ def what_if(
     if not flavors or settings.SCHEDULER == "kueue":
         return [WhatIf(flavor, None, None) for flavor in flavors]
     snapshot = build_snapshot()
+    if (len(snapshot.pending) + len(snapshot.devices)) * len(flavors) > WHAT_IF_BUDGET:
+        # A page must answer in a moment: a fleet this large gets no what-if.
+        return [WhatIf(flavor, None, None) for flavor in flavors]
     history = runtime_history()
     ids = [int(a.request_id) for a in snapshot.allocations] + [int(r.id) for r in snapshot.pending]
     bands = ratio_bands_by_request(ids, history=history)
@@ -139,7 +160,7 @@ def what_if(
             bands={**bands, rid: band},
             policy=POLICY,
             targets=(rid,),
-            max_steps=WHAT_IF_MAX_STEPS,
+            max_steps=steps_for(step, WHAT_IF_MAX_STEPS, runs=len(flavors), budget=WHAT_IF_BUDGET),
             with_interval=False,
         ).get(rid)
         out.append(

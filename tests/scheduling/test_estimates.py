@@ -229,3 +229,15 @@ def test_wait_words_read_as_people_say_them() -> None:
     assert wait_words(5 * HOUR) == "in about 5 h"
     assert wait_words(3 * 86400) == "in about 3 days"
     assert wait_words(None) == "not within the forecast"
+
+
+def test_large_fleets_simulate_fewer_cycles_within_the_budget() -> None:
+    from scheduling.engine import GpuDevice, Snapshot
+
+    def snapshot(gpus: int) -> Snapshot:
+        devices = tuple(GpuDevice(f"n{i // 8}", i % 8, 1, 1) for i in range(gpus))
+        return Snapshot(pools=(), nodes=(), devices=devices, flavors=())
+
+    assert estimates.steps_for(snapshot(16), 200) == 200
+    assert estimates.steps_for(snapshot(8_000), 200) == 10
+    assert estimates.steps_for(snapshot(1_000_000), 200) == 1
