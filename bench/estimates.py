@@ -1,0 +1,413 @@
+"""How good are start estimates? Replay a generated week through the engine and compare.
+
+The trace (seeded, `numpy.random.default_rng`): a fleet of 8 A100 nodes x 8 cards (whole-card
+pool) and 2 H100 nodes x 8 cards in MIG mode; 5 teams of 5 owners with guaranteed quotas and
+limits; arrivals over `--days` days (Poisson with a day/night swing, offered load ~95% of the
+capacity in GPU-equivalent hours); declared max runtimes of 30 min to 24 h; the actual runtime
+is the declared one times a ratio drawn around the owner's own habit (each owner's typical
+ratio is fixed between 0.15 and 0.9; 10% of runs fail early), so actual runtimes are shorter
+than declared, as in recorded traces.
+
+The replay ("live"): at every arrival and every end one planning cycle of the engine runs on
+the fleet as it then is (the real planner, default policy); a request starts when a cycle
+admits it. At each submission, before that cycle, three estimates of its start are made from
+what is known then (the running work, the queue, the finished runs' history):
+
+* `forecast`: scheduling/engine/forecast.py with ratio bands blended from the owner's and the
+  flavor's finished runs (as the portal does);
+* `declared`: the same forward simulation with every run taking its declared max runtime (no
+  correction);
+* `pool_median`: submission time plus the median wait of the pool's admissions of the last 7
+  days (the estimate the portal showed before).
+
+Printed figures (JSON lines, like the other benches): `estimates.within_25pct` is the share of
+requests scored whose actual wait fell within +-25% of the estimated wait, or within 2 minutes
+(max(0.25 x estimate, 120 s)); `estimates.median_abs_error_seconds` the median of
+|actual - estimated start|. Both for all scored requests and for those that waited (actual or
+estimated wait over 2 minutes), plus the interval's coverage and the forecast's time per
+submission. Requests submitted during the first day (warm-up: empty fleet, no history) are not
+scored.
+"""
+
+from __future__ import annotations
+
+import argparse
+import heapq
+import json
+import math
+import statistics
+import time
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from scheduling.engine import (
+    MIG_PROFILES,
+    Allocation,
+    DeviceClaim,
+    Flavor,
+    GpuDevice,
+    Node,
+    Policy,
+    Pool,
+    Priority,
+    Quota,
+    Request,
+    Scheduler,
+    Snapshot,
+    Team,
+)
+from scheduling.engine.forecast import RatioBand, blend, forecast, ratio_band
+from scheduling.engine.types import mig_bits
+
+DAY = 86_400.0
+T0 = 1_800_000_000.0
+MEM = 81_920
+TEAMS = 5
+OWNERS_PER_TEAM = 5
+DECLARED_HOURS = (0.5, 1.0, 2.0, 4.0, 8.0, 12.0, 24.0)
+DECLARED_P = (0.10, 0.20, 0.20, 0.20, 0.15, 0.08, 0.07)
+SHORT_WAIT_SECONDS = 120.0
+WINDOW_SECONDS = 7 * DAY
+LOAD = 0.9
+
+
+def _emit(metric: str, value: float, unit: str) -> None:
+    print(json.dumps({"metric": metric, "value": round(value, 6), "unit": unit}))
+
+
+def build_fleet() -> tuple[tuple[Pool, ...], tuple[Node, ...], tuple[GpuDevice, ...]]:
+    pools = (Pool("a100", tier=0), Pool("h100-mig", tier=1, sharing="mig"))
+    nodes: list[Node] = []
+    devices: list[GpuDevice] = []
+    for i in range(8):
+        nodes.append(Node(f"a100-{i}", "a100", "A100-80G"))
+        devices += [GpuDevice(f"a100-{i}", d, MEM, MEM) for d in range(8)]
+    for i in range(2):
+        nodes.append(Node(f"h100-{i}", "h100-mig", "H100-80G"))
+        devices += [GpuDevice(f"h100-{i}", d, MEM, MEM, mig_capable=True) for d in range(8)]
+    return pools, tuple(nodes), tuple(devices)
+
+
+FLAVORS = (
+    Flavor("a100", "whole", "A100-80G"),
+    Flavor("h100-1g", "mig", "H100-80G", mig_profile="1g.10gb", gpu_equivalent=1 / 7),
+    Flavor("h100-3g", "mig", "H100-80G", mig_profile="3g.40gb", gpu_equivalent=3 / 7),
+)
+POOL_OF = {"a100": "a100", "h100-1g": "h100-mig", "h100-3g": "h100-mig"}
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    request: Request
+    owner: str
+    actual_seconds: float
+
+
+def generate_trace(seed: int, days: float) -> list[Job]:
+    """Arrivals over `days` days at ~95% offered load (see the module docstring)."""
+    rng = np.random.default_rng(seed)
+    owners = [f"t{t}-u{u}" for t in range(TEAMS) for u in range(OWNERS_PER_TEAM)]
+    habit = {o: float(rng.uniform(0.15, 0.9)) for o in owners}
+    owner_weight = rng.dirichlet(np.ones(len(owners)) * 2.0)
+
+    def shape() -> tuple[str, int]:
+        if rng.random() < 0.7:
+            return "a100", int(rng.choice((1, 2, 4, 8), p=(0.6, 0.2, 0.12, 0.08)))
+        return ("h100-1g" if rng.random() < 0.7 else "h100-3g"), 1
+
+    # Mean GE-hours actually used per request, to set the arrival rate for the target load.
+    mean_count = 0.7 * (0.6 + 0.4 + 0.48 + 0.64) + 0.3 * (0.7 / 7 + 0.3 * 3 / 7)
+    mean_hours = sum(h * p for h, p in zip(DECLARED_HOURS, DECLARED_P, strict=True)) * 0.5
+    capacity_ge = 64 + 16
+    rate_per_second = LOAD * capacity_ge / (mean_count * mean_hours) / 3600
+    jobs: list[Job] = []
+    t = T0
+    end = T0 + days * DAY
+    i = 0
+    while True:
+        # Thinning: day/night swing of +-40% around the mean rate.
+        t += float(rng.exponential(1 / (rate_per_second * 1.4)))
+        if t >= end:
+            break
+        swing = 1 + 0.4 * math.sin(2 * math.pi * (t - T0) / DAY)
+        if rng.random() > swing / 1.4:
+            continue
+        owner = owners[int(rng.choice(len(owners), p=owner_weight))]
+        flavor, count = shape()
+        declared = 3600 * float(rng.choice(DECLARED_HOURS, p=DECLARED_P))
+        if rng.random() < 0.1:
+            ratio = float(rng.uniform(0.005, 0.08))  # failed early
+        else:
+            ratio = float(np.clip(habit[owner] * rng.lognormal(0, 0.25), 0.02, 1.0))
+        prio = Priority.HIGH if rng.random() < 0.1 else Priority.NORMAL
+        i += 1
+        jobs.append(
+            Job(
+                Request(
+                    id=f"r{i:05d}",
+                    team=owner.split("-")[0],
+                    flavor=flavor,
+                    submitted_at=t,
+                    gpu_count=count,
+                    priority=prio,
+                    max_runtime_seconds=declared,
+                ),
+                owner,
+                declared * ratio,
+            )
+        )
+    return jobs
+
+
+class History:
+    """Finished runs' actual/declared ratios by owner and by flavor, as the portal keeps them."""
+
+    def __init__(self) -> None:
+        self.by_owner: dict[str, list[float]] = {}
+        self.by_flavor: dict[str, list[float]] = {}
+        self.all: list[float] = []
+        self._bands: dict[str, RatioBand] | None = None
+
+    def add(self, owner: str, flavor: str, ratio: float) -> None:
+        self.by_owner.setdefault(owner, []).append(ratio)
+        self.by_flavor.setdefault(flavor, []).append(ratio)
+        self.all.append(ratio)
+        self._bands = None
+
+    def band(self, owner: str, flavor: str) -> RatioBand:
+        if self._bands is None:
+            self._bands = {}
+        key = f"{owner}|{flavor}"
+        hit = self._bands.get(key)
+        if hit is None:
+            hit = self._bands[key] = blend(
+                ratio_band(self.by_owner.get(owner, [])),
+                ratio_band(self.by_flavor.get(flavor, [])),
+            )
+        return hit
+
+
+@dataclass
+class Estimate:
+    submitted_at: float
+    forecast_at: float | None
+    low_at: float | None
+    high_at: float | None
+    declared_at: float | None
+    median_at: float | None
+
+
+class Replay:
+    """The live side: device state, running work, the queue, one engine cycle per event."""
+
+    def __init__(self, jobs: list[Job]) -> None:
+        self.pools, self.nodes, devices = build_fleet()
+        self.devices = {(d.node_id, d.index): d for d in devices}
+        self.teams = tuple(Team(f"t{t}", cohort="org") for t in range(TEAMS))
+        # Guaranteed: a fifth of each flavor's capacity (in GE) per team; limit: twice that.
+        self.quotas = tuple(
+            Quota(team.name, f.id, cap / TEAMS * 1.0, cap / TEAMS * 2.0)
+            for team in self.teams
+            for f, cap in ((FLAVORS[0], 64.0), (FLAVORS[1], 16.0), (FLAVORS[2], 16.0))
+        )
+        self.jobs = {j.request.id: j for j in jobs}
+        self.running: dict[str, Allocation] = {}
+        self.pending: dict[str, Request] = {}
+        self.started: dict[str, float] = {}
+        self.history = History()
+        self.admissions: dict[str, list[tuple[float, float]]] = {}  # pool -> (at, wait)
+        self.preempted = 0
+        self.policy = Policy()
+
+    def snapshot(self, pending: tuple[Request, ...]) -> Snapshot:
+        return Snapshot(
+            pools=self.pools,
+            nodes=self.nodes,
+            devices=tuple(self.devices.values()),
+            flavors=FLAVORS,
+            teams=self.teams,
+            quotas=self.quotas,
+            allocations=tuple(self.running.values()),
+            pending=pending,
+        )
+
+    def _claims(self, claims: tuple[DeviceClaim, ...], take: bool) -> None:
+        for c in claims:
+            key = (c.node_id, c.device_index)
+            d = self.devices[key]
+            if c.mig_profile in MIG_PROFILES and c.mig_start is not None:
+                bits = mig_bits(str(c.mig_profile), c.mig_start)
+                mask = d.mig_used_mask | bits if take else d.mig_used_mask & ~bits
+                self.devices[key] = replace(d, mig_used_mask=mask)
+            else:
+                self.devices[key] = replace(d, whole_allocated=take)
+
+    def cycle(self, now: float, events: list[tuple[float, int, str]]) -> None:
+        plan = Scheduler(self.snapshot(tuple(self.pending.values())), self.policy).plan(now)
+        for pre in plan.preemptions:  # work on borrowed quota: back to the queue, same age
+            victim = self.running.pop(pre.victim_id, None)
+            if victim is not None:
+                self._claims(victim.placement, take=False)
+                self.pending[victim.request_id] = self.jobs[victim.request_id].request
+                self.preempted += 1
+        for adm in plan.admissions:
+            request = self.pending.pop(adm.request_id)
+            flavor = next(f for f in FLAVORS if f.id == request.flavor)
+            self.running[request.id] = Allocation(
+                request_id=request.id,
+                team=request.team,
+                flavor=request.flavor,
+                gpu_equivalents=request.gpu_count * flavor.gpu_equivalent,
+                placement=adm.placement,
+                started_at=now,
+                max_runtime_seconds=request.max_runtime_seconds,
+                priority=request.priority,
+                borrowed=adm.borrowed,
+                preemptible=adm.preemptible,
+            )
+            self._claims(adm.placement, take=True)
+            self.started.setdefault(request.id, now)  # the first start counts
+            pool = POOL_OF[request.flavor]
+            self.admissions.setdefault(pool, []).append((now, now - request.submitted_at))
+            job = self.jobs[request.id]
+            heapq.heappush(events, (now + job.actual_seconds, 0, request.id))
+
+    def end(self, rid: str, at: float) -> None:
+        alloc = self.running.get(rid)
+        if alloc is None or alloc.started_at + self.jobs[rid].actual_seconds != at:
+            return  # preempted since: this end belongs to an earlier attempt
+        del self.running[rid]
+        self._claims(alloc.placement, take=False)
+        job = self.jobs[rid]
+        self.history.add(
+            job.owner, job.request.flavor, job.actual_seconds / alloc.max_runtime_seconds
+        )
+
+    def bands(self) -> dict[str, RatioBand]:
+        out: dict[str, RatioBand] = {}
+        for rid in (*self.running, *self.pending):
+            job = self.jobs[rid]
+            out[rid] = self.history.band(job.owner, job.request.flavor)
+        return out
+
+    def pool_median(self, pool: str, now: float) -> float | None:
+        waits = [w for at, w in self.admissions.get(pool, []) if at > now - WINDOW_SECONDS]
+        return statistics.median(waits) if waits else None
+
+
+def run(seed: int, days: float) -> tuple[dict[str, Estimate], dict[str, float], list[float]]:
+    jobs = generate_trace(seed, days)
+    replay = Replay(jobs)
+    events: list[tuple[float, int, str]] = [(j.request.submitted_at, 1, j.request.id) for j in jobs]
+    heapq.heapify(events)
+    estimates: dict[str, Estimate] = {}
+    forecast_seconds: list[float] = []
+    while events:
+        now = events[0][0]
+        while events and events[0][0] == now:
+            at, kind, rid = heapq.heappop(events)
+            if kind == 0:
+                replay.end(rid, at)
+                continue
+            request = replay.jobs[rid].request
+            snap = replay.snapshot((*replay.pending.values(), request))
+            bands = replay.bands()
+            bands[rid] = replay.history.band(replay.jobs[rid].owner, request.flavor)
+            started = time.perf_counter()
+            got = forecast(snap, now=now, bands=bands, targets=(rid,)).get(rid)
+            forecast_seconds.append(time.perf_counter() - started)
+            declared = forecast(snap, now=now, bands={}, targets=(rid,), with_interval=False)
+            median = replay.pool_median(POOL_OF[request.flavor], now)
+            estimates[rid] = Estimate(
+                submitted_at=now,
+                forecast_at=got.start_at if got else None,
+                low_at=got.low_at if got else None,
+                high_at=got.high_at if got else None,
+                declared_at=declared[rid].start_at if rid in declared else None,
+                median_at=now + median if median is not None else None,
+            )
+            replay.pending[rid] = request
+        replay.cycle(now, events)
+    return estimates, replay.started, forecast_seconds
+
+
+def within(actual_wait: float, estimated_wait: float) -> bool:
+    """Within +-25% of the estimated wait, or within 2 minutes for short waits."""
+    return abs(actual_wait - estimated_wait) <= max(0.25 * estimated_wait, SHORT_WAIT_SECONDS)
+
+
+def covered(est: Estimate, started_at: float) -> bool:
+    """Whether the actual start fell in the estimated interval (give or take 2 minutes)."""
+    if est.low_at is None:
+        return False
+    high = est.high_at if est.high_at is not None else math.inf
+    return est.low_at - SHORT_WAIT_SECONDS <= started_at <= high + SHORT_WAIT_SECONDS
+
+
+def score(
+    estimates: dict[str, Estimate], started: dict[str, float], pick: str, *, waited_only: bool
+) -> tuple[float, float, int]:
+    """(share within, median absolute error in seconds, requests scored) for one estimator."""
+    hits: list[bool] = []
+    errors: list[float] = []
+    for rid, est in estimates.items():
+        at = getattr(est, pick)
+        if rid not in started or est.submitted_at < T0 + DAY:
+            continue
+        actual_wait = started[rid] - est.submitted_at
+        # No estimate at all counts as a miss, with the error of guessing "now".
+        estimated_wait = (at - est.submitted_at) if at is not None else 0.0
+        if waited_only and max(actual_wait, estimated_wait) <= SHORT_WAIT_SECONDS:
+            continue
+        hits.append(at is not None and within(actual_wait, estimated_wait))
+        errors.append(abs(actual_wait - estimated_wait))
+    if not hits:
+        return 0.0, 0.0, 0
+    return sum(hits) / len(hits), statistics.median(errors), len(hits)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--seed", type=int, default=11)
+    parser.add_argument("--days", type=float, default=7.0)
+    args = parser.parse_args()
+    started_at = time.perf_counter()
+    estimates, started, forecast_seconds = run(args.seed, args.days)
+    wall = time.perf_counter() - started_at
+    scored = [rid for rid, e in estimates.items() if rid in started and e.submitted_at >= T0 + DAY]
+    waits = [started[rid] - estimates[rid].submitted_at for rid in scored]
+    print(
+        f"trace: seed {args.seed}, {args.days:g} days, {len(estimates)} submissions, "
+        f"{len(started)} started, {len(scored)} scored after the first day; "
+        f"wait p50 {statistics.median(waits):.0f} s, p90 {np.percentile(waits, 90):.0f} s, "
+        f"{sum(w > SHORT_WAIT_SECONDS for w in waits)} waited over 2 min; replay {wall:.1f} s"
+    )
+    for pick, name in (
+        ("forecast_at", "forecast"),
+        ("declared_at", "declared"),
+        ("median_at", "pool_median"),
+    ):
+        for waited_only, suffix in ((False, ""), (True, "_waited")):
+            share, error, n = score(estimates, started, pick, waited_only=waited_only)
+            print(
+                f"{name:12s} {'waited' if waited_only else 'all':6s}: {share:.3f} within 25% "
+                f"or 2 min, median |error| {error:.0f} s over {n} requests"
+            )
+            prefix = "estimates" if name == "forecast" else f"estimates.{name}"
+            _emit(f"{prefix}.within_25pct{suffix}", share, "share")
+            _emit(f"{prefix}.median_abs_error_seconds{suffix}", error, "s")
+    inside = [covered(estimates[rid], started[rid]) for rid in scored]
+    coverage = sum(inside) / len(inside) if inside else 0.0
+    print(f"interval [low, high] (+-2 min) holds the actual start for {coverage:.3f}")
+    _emit("estimates.interval_coverage", coverage, "share")
+    ms = sorted(s * 1000 for s in forecast_seconds)
+    print(
+        f"forecast per submission (3 runs, stopping when the request starts): "
+        f"p50 {statistics.median(ms):.1f} ms, p95 {ms[int(0.95 * (len(ms) - 1))]:.1f} ms"
+    )
+    _emit("estimates.forecast_ms_p50", statistics.median(ms), "ms")
+
+
+if __name__ == "__main__":
+    main()
