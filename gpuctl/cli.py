@@ -266,7 +266,7 @@ def start_line(request: dict[str, Any]) -> str:
     low, high = request.get("estimate_low_at"), request.get("estimate_high_at")
     if low and high and low != high:
         line += f", between {_clock(low)} and {_clock(high)}"
-    elif low and not high:
+    elif low and not high and low != request["estimated_start_at"]:
         line += f", not before {_clock(low)}"
     return line
 
