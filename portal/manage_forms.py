@@ -16,12 +16,14 @@ from django.contrib.auth import get_user_model
 from accounting.models import Price
 from scheduling.models import (
     ApprovalRule,
+    Cluster,
     Flavor,
     NodePool,
     Quota,
     ReclaimPolicy,
     StorageQuota,
     Tier,
+    local_cluster_id,
 )
 from tenants.errors import DomainError, show_on_form
 from tenants.models import Membership, Project, Team
@@ -91,12 +93,25 @@ class TierForm(ManageForm):
 
 
 class NodePoolForm(ManageForm):
+    cluster = forms.ModelChoiceField(
+        queryset=Cluster.objects.all(),
+        required=False,
+        empty_label="Local cluster",
+        help_text="The cluster the pool's nodes are in.",
+    )
+
+    def clean_cluster(self) -> Cluster:
+        """Left empty: the local cluster, as for a pool made through the API."""
+        chosen: Cluster | None = self.cleaned_data["cluster"]
+        return chosen or Cluster.objects.get(pk=local_cluster_id())
+
     class Meta:
         model = NodePool
         fields = [
             "name",
             "slug",
             "tier",
+            "cluster",
             "sharing_mode",
             "placement",
             "scoring",
@@ -117,6 +132,7 @@ class FlavorForm(ManageForm):
             "name",
             "slug",
             "pool",
+            "other_pools",
             "kind",
             "gpu_model",
             "gpu_memory_mib",

@@ -6,6 +6,7 @@ from django.contrib import admin
 
 from scheduling.models import (
     ApprovalRule,
+    Cluster,
     Flavor,
     GpuDevice,
     GpuRequest,
@@ -29,11 +30,21 @@ class NodeInline(ReadOnlyInline):
     fields = ["name", "gpu_model", "is_schedulable"]
 
 
+@admin.register(Cluster)
+class ClusterAdmin(ReadOnlyAdmin):
+    """Clusters without their kubeconfig: it is sealed and never shown (scheduling.services)."""
+
+    list_display = ["name", "slug", "api_server", "scheduler", "is_active", "last_contact_at"]
+    list_filter = ["is_active", "scheduler"]
+    exclude = ["kubeconfig_sealed"]
+
+
 @admin.register(NodePool)
 class NodePoolAdmin(ReadOnlyAdmin):
     list_display = [
         "name",
         "tier",
+        "cluster",
         "sharing_mode",
         "scheduler_name",
         "placement",
@@ -60,6 +71,7 @@ class NodeAdmin(ReadOnlyAdmin):
 @admin.register(Flavor)
 class FlavorAdmin(ReadOnlyAdmin):
     list_display = ["name", "pool", "kind", "gpu_model", "gpu_equivalent", "is_active"]
+    filter_horizontal = ["other_pools"]
     list_filter = ["kind", "pool"]
 
 

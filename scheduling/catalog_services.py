@@ -35,6 +35,7 @@ NODE_POOL_FIELDS = frozenset(
         "name",
         "slug",
         "tier",
+        "cluster",
         "sharing_mode",
         "node_selector",
         "taints",
@@ -52,6 +53,7 @@ FLAVOR_FIELDS = frozenset(
         "name",
         "slug",
         "pool",
+        "other_pools",
         "kind",
         "gpu_model",
         "gpu_memory_mib",
@@ -204,11 +206,40 @@ def delete_node_pool(*, actor: Any, node_pool: NodePool) -> None:
 # Flavors
 
 
+def _set_other_pools(flavor: Flavor, pools: Iterable[NodePool] | None) -> dict[str, list[Any]]:
+    """Set the other pools that hold the flavor's cards (another cluster's, say): each shares
+    the flavor's pool's sharing mode. Answer {"other_pools": [before, after]} when they change."""
+    if pools is None:
+        return {}
+    pools = list(pools)
+    for pool in pools:
+        if pool.pk == flavor.pool_id:
+            raise DomainError(
+                "invalid",
+                f"{pool} is the flavor's own pool.",
+                fields={"other_pools": f"{pool} is the flavor's own pool."},
+            )
+        if pool.sharing_mode != flavor.pool.sharing_mode:
+            message = f"{pool} shares its cards otherwise than {flavor.pool}."
+            raise DomainError("invalid", message, fields={"other_pools": message})
+    before = sorted(flavor.other_pools.values_list("pk", flat=True))
+    after = sorted(pool.pk for pool in pools)
+    if before == after:
+        return {}
+    flavor.other_pools.set(pools)
+    return {"other_pools": [before, after]}
+
+
 @transaction.atomic
 def create_flavor(*, actor: Any, **fields: Any) -> Flavor:
     require_platform_admin(actor, "create flavors")
-    flavor = Flavor(**known_fields(fields, FLAVOR_FIELDS))
+    plain = dict(known_fields(fields, FLAVOR_FIELDS))
+    other_pools = plain.pop("other_pools", None)
+    if other_pools is not None:
+        fields["other_pools"] = other_pools = list(other_pools)
+    flavor = Flavor(**plain)
     save_valid(flavor)
+    _set_other_pools(flavor, other_pools)
     _audit(actor, "flavor.created", flavor, {"fields": audit_value(fields)})
     return flavor
 
@@ -222,8 +253,10 @@ def update_flavor(*, actor: Any, flavor: Flavor, **fields: Any) -> Flavor:
             "flavor_in_use",
             f"Requests were made for {flavor} as it is: add a new flavor for another shape.",
         )
+    other_pools = fields.pop("other_pools", None)
     changes = apply_changes(flavor, fields)
     save_valid(flavor)
+    changes.update(_set_other_pools(flavor, other_pools))
     _audit(actor, "flavor.updated", flavor, {"changes": changes})
     if changes:
         dispatch.request_scheduling_cycle()

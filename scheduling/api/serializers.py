@@ -12,6 +12,7 @@ from scheduling.engine.blockers import BLOCKER_CODES
 from scheduling.models import (
     REQUEST_BODY_FIELDS,
     ApprovalRule,
+    Cluster,
     Flavor,
     GpuRequest,
     NodePool,
@@ -56,6 +57,12 @@ class NodePoolSerializer(serializers.ModelSerializer):
     tier: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
         slug_field="slug", queryset=Tier.objects.all()
     )
+    cluster: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
+        slug_field="slug",
+        queryset=Cluster.objects.all(),
+        required=False,
+        help_text="The cluster the pool's nodes are in (slug); the local cluster if left out.",
+    )
     node_count = serializers.IntegerField(read_only=True)
     gpu_count = serializers.IntegerField(read_only=True)
     short_reserve_label = serializers.CharField(
@@ -69,6 +76,7 @@ class NodePoolSerializer(serializers.ModelSerializer):
             "name",
             "slug",
             "tier",
+            "cluster",
             "sharing_mode",
             "node_selector",
             "taints",
@@ -90,6 +98,13 @@ class FlavorSerializer(serializers.ModelSerializer):
     pool: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
         slug_field="slug", queryset=NodePool.objects.all()
     )
+    other_pools: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
+        slug_field="slug",
+        queryset=NodePool.objects.all(),
+        many=True,
+        required=False,
+        help_text="Other pools (slugs) with the same cards, e.g. in another cluster.",
+    )
     tier = serializers.CharField(source="pool.tier.slug", read_only=True)
     resource_names = serializers.ListField(child=serializers.CharField(), read_only=True)
 
@@ -100,6 +115,7 @@ class FlavorSerializer(serializers.ModelSerializer):
             "name",
             "slug",
             "pool",
+            "other_pools",
             "tier",
             "kind",
             "gpu_model",

@@ -147,12 +147,12 @@ class NodePoolViewSet(CatalogViewSet):
     """GPU node pools: tier, sharing mode, how work is placed."""
 
     queryset = (
-        NodePool.objects.select_related("tier")
+        NodePool.objects.select_related("tier", "cluster")
         .annotate(node_count=Count("nodes", distinct=True), gpu_count=Count("nodes__devices"))
         .order_by("name")
     )
     serializer_class = NodePoolSerializer
-    filterset_fields = ["sharing_mode", "tier__slug"]
+    filterset_fields = ["sharing_mode", "tier__slug", "cluster__slug"]
 
     def perform_create(self, serializer: BaseSerializer) -> None:
         pool = catalog_services.create_node_pool(
@@ -174,7 +174,7 @@ class NodePoolViewSet(CatalogViewSet):
 class FlavorViewSet(CatalogViewSet):
     """What can be requested, and the GPU-equivalent weight quotas and prices count in."""
 
-    queryset = Flavor.objects.select_related("pool", "pool__tier")
+    queryset = Flavor.objects.select_related("pool", "pool__tier").prefetch_related("other_pools")
     serializer_class = FlavorSerializer
     filterset_class = FlavorFilter
 
