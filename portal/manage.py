@@ -106,6 +106,14 @@ def _names(objects: Any) -> str:
     return ", ".join(str(obj) for obj in objects.all()) or "–"
 
 
+def _pilot_label(pool: NodePool) -> str:
+    """ "Vision, Speech until 2027-01-31" for a pilot pool, "–" for any other."""
+    if not pool.is_pilot:
+        return "–"
+    until = f" until {pool.pilot_until:%Y-%m-%d}" if pool.pilot_until else ""
+    return f"{_names(pool.pilot_teams)}{until}"
+
+
 def _update_storage_quota(*, actor: Any, quota: StorageQuota, **changes: Any) -> StorageQuota:
     """A storage quota is set by team: the row names it."""
     return data_services.set_storage_quota(
@@ -149,7 +157,9 @@ SECTIONS: dict[str, Section] = {
             noun="node pool",
             intro="Sets of GPU nodes with one tier, one sharing mode and one way of scheduling.",
             form=NodePoolForm,
-            queryset=lambda: NodePool.objects.select_related("tier", "cluster"),
+            queryset=lambda: NodePool.objects.select_related("tier", "cluster").prefetch_related(
+                "pilot_teams"
+            ),
             columns=(
                 ("Name", lambda pool: pool.name),
                 ("Tier", lambda pool: pool.tier),
@@ -159,6 +169,7 @@ SECTIONS: dict[str, Section] = {
                 ("Scoring", lambda pool: pool.get_scoring_display()),
                 ("Devices", lambda pool: "DRA" if pool.allocation == "dra" else "Device plugin"),
                 ("Short reserve", lambda pool: pool.short_reserve_label or "–"),
+                ("Pilot", _pilot_label),
             ),
             instance_arg="node_pool",
             create=catalog_services.create_node_pool,

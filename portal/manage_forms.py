@@ -122,7 +122,16 @@ class NodePoolForm(ManageForm):
             "allowed_kinds",
             "short_reserve_fraction",
             "short_max_runtime_seconds",
+            "is_pilot",
+            "pilot_until",
+            "pilot_teams",
         ]
+        labels = {"is_pilot": "Pilot", "pilot_until": "Pilot until (last day)"}
+        help_texts = {
+            "is_pilot": "A pilot pool serves only its pilot teams until its last day, then "
+            "every team its tier allows.",
+        }
+        widgets = {"pilot_until": forms.DateInput(attrs={"type": "date"}, format="%Y-%m-%d")}
 
 
 class FlavorForm(ManageForm):

@@ -52,8 +52,11 @@ class NodePoolAdmin(ReadOnlyAdmin):
         "allocation",
         "short_reserve_fraction",
         "short_max_runtime_seconds",
+        "is_pilot",
+        "pilot_until",
     ]
-    list_filter = ["sharing_mode", "tier"]
+    list_filter = ["sharing_mode", "tier", "is_pilot"]
+    filter_horizontal = ["pilot_teams"]
     inlines = [NodeInline]
 
 

@@ -46,6 +46,9 @@ NODE_POOL_FIELDS = frozenset(
         "allowed_kinds",
         "short_reserve_fraction",
         "short_max_runtime_seconds",
+        "is_pilot",
+        "pilot_until",
+        "pilot_teams",
     }
 )
 FLAVOR_FIELDS = frozenset(
@@ -164,8 +167,12 @@ def delete_tier(*, actor: Any, tier: Tier) -> None:
 @transaction.atomic
 def create_node_pool(*, actor: Any, **fields: Any) -> NodePool:
     require_platform_admin(actor, "create node pools")
-    pool = NodePool(**known_fields(fields, NODE_POOL_FIELDS))
+    plain = known_fields(fields, NODE_POOL_FIELDS)
+    pilot_teams = plain.pop("pilot_teams", None)
+    pool = NodePool(**plain)
     save_valid(pool)
+    if pilot_teams is not None:
+        pool.pilot_teams.set(pilot_teams)
     _audit(actor, "node_pool.created", pool, {"fields": audit_value(fields)})
     return pool
 
@@ -179,8 +186,15 @@ def update_node_pool(*, actor: Any, node_pool: NodePool, **fields: Any) -> NodeP
             "node_pool_in_use",
             f"Pool {node_pool} has flavors of its sharing mode: remove them first.",
         )
+    pilot_teams = fields.pop("pilot_teams", None)
     changes = apply_changes(node_pool, fields)
     save_valid(node_pool)
+    if pilot_teams is not None:
+        before = sorted(node_pool.pilot_teams.values_list("pk", flat=True))
+        after = sorted(team.pk for team in pilot_teams)
+        if before != after:
+            node_pool.pilot_teams.set(pilot_teams)
+            changes["pilot_teams"] = [before, after]
     _audit(actor, "node_pool.updated", node_pool, {"changes": changes})
     if changes:
         dispatch.request_scheduling_cycle()

@@ -36,6 +36,7 @@ from scheduling.lifecycle import (
 )
 from scheduling.models import ApprovalRule, Flavor, GpuRequest, gpu_equivalent_of
 from scheduling.notifications import notify
+from scheduling.pilots import pilot_refusal
 from scheduling.selectors import (
     DEFERRED_APPROVAL_ACTION,
     PoolCapacity,
@@ -275,6 +276,9 @@ def submit_gpu_request(
         raise invalid_field("flavor", f"Flavor {flavor} is retired.")
     if not tier_allowed_for_project(tier=tier, project=project):
         raise invalid_field("flavor", f"Project {project} may not use the {tier} tier.")
+    refusal = pilot_refusal(pool=flavor.pool, team=project.team, today=timezone.localdate())
+    if refusal is not None:
+        raise invalid_field("flavor", refusal, "pilot_only")
     if max_runtime_seconds > tier.max_runtime_seconds:
         raise invalid_field(
             "max_runtime_seconds",
