@@ -3,6 +3,7 @@ from __future__ import annotations
 from django.urls import path
 
 from accounting import views
+from accounting.sharing import views as sharing_views
 
 urlpatterns = [
     path("requests/new/estimate/", views.request_estimate, name="request-estimate"),
@@ -13,6 +14,12 @@ urlpatterns = [
     ),
     path("approvals/", views.approvals, name="approvals-page"),
     path("reports/", views.reports, name="reports-page"),
+    path("reports/sharing/", sharing_views.sharing_report_page, name="sharing-report-page"),
+    path(
+        "reports/sharing/pilots/",
+        sharing_views.sharing_pilots_fragment,
+        name="sharing-pilots-fragment",
+    ),
     path("reports/statements/", views.statements_page, name="statements-page"),
     path("reports/statements/<int:pk>/", views.statement_detail, name="statement-page"),
     path("budgets/", views.budgets_page, name="budgets-page"),

@@ -39,7 +39,15 @@ from accounting.models import AllocationMeter
 from accounting.services import ingest_usage
 from portal.demo_ledger import close_months, insert_audit_events, usage_rows, write_budgets
 from scheduling.choices import FlavorKind, Priority, RequestStatus, WorkloadKind
-from scheduling.models import Allocation, Flavor, GpuRequest, Node, UtilisationSample
+from scheduling.models import (
+    Allocation,
+    Flavor,
+    GpuDevice,
+    GpuRequest,
+    Node,
+    NodePool,
+    UtilisationSample,
+)
 from tenants.choices import NotificationKind
 from tenants.models import AuditEvent, Notification, Project, Team
 
@@ -83,6 +91,32 @@ FLAVOR_MIX = {
 }
 # team: (developer, lead)
 PEOPLE = {"vision": ("alice", "bob"), "speech": ("carol", "dan")}
+# The sharing report's evidence: a nightly benchmark per sharing pool, once alone on its card
+# and once beside a neighbour on another card, so the same work is timed both ways.
+# (team, owner, flavor, name, image, minutes alone, slowdown drawn when shared)
+BENCHMARKS = (
+    (
+        "vision",
+        "bob",
+        "l4-6g",
+        "resnet50-bench",
+        "ghcr.io/gpu-portal/bench-resnet50:1.2",
+        40,
+        (1.04, 1.14),
+    ),
+    (
+        "speech",
+        "dan",
+        "h100-1g10gb",
+        "whisper-bench",
+        "ghcr.io/gpu-portal/bench-whisper:0.9",
+        25,
+        (1.01, 1.05),
+    ),
+)
+NEIGHBOUR_IMAGE = "ghcr.io/gpu-portal/data-prep:2.0"
+BENCHMARK_DAYS = 28
+PILOT_POOL, PILOT_DAYS_LEFT = "l4-vgpu", 30
 REJECTIONS = [
     "Please use the vGPU pool for this; whole cards are booked for the release training.",
     "Above our guarantee this week; try again after Friday's run.",
@@ -111,6 +145,7 @@ class Drawn:
     updated_at: datetime
     runs: list[Run] = field(default_factory=list)
     events: list[tuple[datetime, dict[str, Any]]] = field(default_factory=list)
+    card: tuple[str, int] | None = None  # a benchmark's card; the rest are drawn
 
 
 def history_seeded() -> bool:
@@ -155,13 +190,14 @@ def seed_demo_history(*, days: int, now: datetime | None = None) -> int:
                 if one is not None:
                     drawn.append(one)
     drawn += _waiting_for_leads(users, teams, projects, flavors, now)
+    drawn += _benchmarks(users, teams, projects, flavors, nodes, days, now)
     drawn.sort(key=lambda d: d.created_at)
     # 2. Requests, allocations and audit events.
     requests = GpuRequest.objects.bulk_create([d.request for d in drawn], batch_size=500)
     for one, request in zip(drawn, requests, strict=True):
         request.created_at, request.updated_at = one.created_at, one.updated_at
     GpuRequest.objects.bulk_update(requests, ["created_at", "updated_at"], batch_size=500)
-    allocations = _write_allocations(drawn, nodes, draw)
+    allocations = _write_allocations(drawn, nodes, draw, _cards_of_nodes())
     _write_events(drawn)
     _write_notices(drawn, users)
     # 3. Usage, through the ledger's bulk ingest; the meter leaves these allocations alone.
@@ -177,6 +213,7 @@ def seed_demo_history(*, days: int, now: datetime | None = None) -> int:
     # 4. Samples, budgets with their alerts, closed statements.
     _write_samples(allocations, drawn, now, draw)
     write_budgets(teams, users, projects, start, now)
+    _mark_pilot(teams, now)
     close_months(teams, users["fiona"], start, now)
     AuditEvent.objects.create(
         action=HISTORY_MARKER,
@@ -428,6 +465,129 @@ def _waiting_for_leads(
     return waiting
 
 
+def _benchmark_run(
+    *,
+    team: Team,
+    owner: Any,
+    project: Project,
+    flavor: Flavor,
+    name: str,
+    image: str,
+    card: tuple[str, int],
+    started: datetime,
+    seconds: float,
+) -> Drawn:
+    """One finished benchmark job on a given card: approved, queued, run, succeeded."""
+    submitted = started - timedelta(seconds=30)
+    request = GpuRequest(
+        project=project,
+        team=team,
+        owner=owner,
+        flavor=flavor,
+        name=name,
+        gpu_count=1,
+        gpu_memory_mib=flavor.gpu_memory_mib if flavor.kind == FlavorKind.VGPU else None,
+        gpu_cores_percent=flavor.gpu_cores_percent if flavor.kind == FlavorKind.VGPU else None,
+        kind=WorkloadKind.JOB,
+        image=image,
+        command=["python", "bench.py"],
+        max_runtime_seconds=min(flavor.pool.tier.max_runtime_seconds, 2 * HOUR),
+        gpu_equivalent=flavor.gpu_equivalent,
+        approved_at=submitted,
+        queued_at=submitted,
+        approval_expires_at=submitted + timedelta(hours=72),
+    )
+    one = Drawn(request=request, created_at=submitted, updated_at=submitted, card=card)
+    one.events.append((submitted, {"actor": owner, "action": "request.submitted"}))
+    _move(
+        one, submitted, RequestStatus.APPROVED, "Approved automatically: within guaranteed quota."
+    )
+    _move(one, submitted, RequestStatus.QUEUED, "Waiting for the next scheduling cycle.")
+    admitted = started - timedelta(seconds=20)
+    _run(one, admitted, started)
+    request.started_at = started
+    ended = started + timedelta(seconds=seconds)
+    run = Run(admitted, started, ended, "")
+    one.runs.append(run)
+    return _finish(one, RequestStatus.SUCCEEDED, ended, "The workload completed.", None, run)
+
+
+def _benchmarks(
+    users: dict[str, Any],
+    teams: dict[str, Team],
+    projects: dict[str, list[Project]],
+    flavors: dict[str, Flavor],
+    nodes: dict[int, list[str]],
+    days: int,
+    now: datetime,
+) -> list[Drawn]:
+    """Nightly benchmarks on the sharing pools (`BENCHMARKS`): each night one run alone on the
+    first card of the pool's first node, one on the second card beside a data-prep neighbour.
+    Their own draw leaves the rest of the history as it was."""
+    draw = random.Random(f"{SEED}/benchmarks/{now:%Y-%m-%d}")
+    out: list[Drawn] = []
+    for slug, username, flavor_slug, name, image, minutes, slowdown in BENCHMARKS:
+        flavor = flavors[flavor_slug]
+        pool_nodes = nodes[flavor.pool_id]
+        if slug not in teams or not pool_nodes:
+            continue
+        common = {
+            "team": teams[slug],
+            "owner": users[username],
+            "project": projects[slug][0],
+            "flavor": flavor,
+        }
+        alone, shared = (pool_nodes[0], 0), (pool_nodes[0], 1)
+        base = minutes * 60
+        for back in range(min(days, BENCHMARK_DAYS), 0, -1):
+            night = (now - timedelta(days=back)).replace(hour=1, minute=0, second=0, microsecond=0)
+            neighbour_seconds = base * 1.3 + 1200
+            if night + timedelta(hours=2, seconds=neighbour_seconds) >= now - timedelta(minutes=10):
+                continue
+            out.append(
+                _benchmark_run(
+                    **common,
+                    name=name,
+                    image=image,
+                    card=alone,
+                    started=night + timedelta(seconds=draw.uniform(0, 600)),
+                    seconds=base * draw.uniform(0.98, 1.02),
+                )
+            )
+            out.append(
+                _benchmark_run(
+                    **common,
+                    name="data-prep",
+                    image=NEIGHBOUR_IMAGE,
+                    card=shared,
+                    started=night + timedelta(hours=1, minutes=50),
+                    seconds=neighbour_seconds,
+                )
+            )
+            out.append(
+                _benchmark_run(
+                    **common,
+                    name=name,
+                    image=image,
+                    card=shared,
+                    started=night + timedelta(hours=2),
+                    seconds=base * draw.uniform(*slowdown),
+                )
+            )
+    return out
+
+
+def _mark_pilot(teams: dict[str, Team], now: datetime) -> None:
+    """The vGPU pool is the demo's sharing pilot, for both teams, for another 30 days."""
+    pool = NodePool.objects.filter(slug=PILOT_POOL).first()
+    if pool is None:
+        return
+    pool.is_pilot = True
+    pool.pilot_until = (now + timedelta(days=PILOT_DAYS_LEFT)).date()
+    pool.save(update_fields=["is_pilot", "pilot_until"])
+    pool.pilot_teams.set(teams.values())
+
+
 def _write_notices(drawn: list[Drawn], users: dict[str, Any]) -> None:
     """The inbox at first sign-in: each lead is asked for the approvals waiting on them, and each
     developer hears how their last decided request went (as `notify()` tells them live)."""
@@ -479,28 +639,133 @@ def _write_notices(drawn: list[Drawn], users: dict[str, Any]) -> None:
     Notification.objects.bulk_update(written, ["created_at"])
 
 
+@dataclass(frozen=True, slots=True)
+class DemoCard:
+    index: int
+    memory_mib: int
+    mig_layout: dict[str, int]
+
+
+# (node, index) -> [(start, end, whole, memory MiB, cores %, MIG profile)] of the claims so far
+Booked = dict[tuple[str, int], list[tuple[datetime, datetime, bool, int, int, str]]]
+
+
+def _cards_of_nodes() -> dict[str, list[DemoCard]]:
+    cards: dict[str, list[DemoCard]] = defaultdict(list)
+    for name, index, memory, layout in GpuDevice.objects.order_by(
+        "node__name", "index"
+    ).values_list("node__name", "index", "memory_mib", "mig_layout"):
+        cards[name].append(DemoCard(index, memory, layout if isinstance(layout, dict) else {}))
+    return cards
+
+
+def _fits(
+    booked: Booked, key: tuple[str, int], card: DemoCard, run: Run, claim: dict[str, Any]
+) -> bool:
+    """Whether the claim fits the card beside what is booked on it during the run."""
+    during = [b for b in booked.get(key, []) if b[0] < run.ended_at and run.started_at < b[1]]
+    if claim["whole"] or any(b[2] for b in during):
+        return not during
+    profile = claim["mig_profile"]
+    if profile:
+        same = sum(1 for b in during if b[5] == profile)
+        return same < card.mig_layout.get(profile, 0)
+    memory = sum(b[3] for b in during) + claim["memory_mib"]
+    cores = sum(b[4] for b in during) + claim["cores_percent"]
+    return memory <= card.memory_mib and cores <= 100
+
+
+def _place(
+    *,
+    pool_nodes: list[str],
+    drawn_node: str,
+    offsets: list[int],
+    claim: dict[str, Any],
+    run: Run,
+    cards: dict[str, list[DemoCard]],
+    booked: Booked,
+    kept: set[tuple[str, int]],
+) -> tuple[str, list[int]]:
+    """Cards for the run that are free enough while it runs, looked for from the drawn node and
+    card on; the drawn ones if none are (the benchmarks' cards in `kept` are never taken)."""
+    start = pool_nodes.index(drawn_node)
+    for node in pool_nodes[start:] + pool_nodes[:start]:
+        devices = cards.get(node, [])
+        if not devices:
+            continue
+        first = offsets[0] % len(devices)
+        order = devices[first:] + devices[:first]
+        free = [
+            d.index
+            for d in order
+            if (node, d.index) not in kept and _fits(booked, (node, d.index), d, run, claim)
+        ]
+        if len(free) >= len(offsets):
+            return node, free[: len(offsets)]
+    devices = cards.get(drawn_node, [])
+    count = len(devices) or 8
+    indexes = [(position + offset) % count for position, offset in enumerate(offsets)]
+    return drawn_node, [
+        (i + 2) % count if (drawn_node, i) in kept and count >= 4 else i for i in indexes
+    ]
+
+
 def _write_allocations(
-    drawn: list[Drawn], nodes: dict[int, list[str]], draw: random.Random
+    drawn: list[Drawn],
+    nodes: dict[int, list[str]],
+    draw: random.Random,
+    cards: dict[str, list[DemoCard]],
 ) -> list[Allocation]:
+    """The runs' allocations on cards that had room for them (whole cards are never shared);
+    the benchmarks keep their own two cards."""
     allocations: list[Allocation] = []
     moments: list[datetime] = []
+    booked: Booked = defaultdict(list)
+    kept = {
+        (one.card[0], one.card[1] + index)
+        for one in drawn
+        if one.card is not None
+        for index in range(one.request.gpu_count)
+    }
     for one in drawn:
         request = one.request
         pool_id = request.flavor.pool_id
         for attempt, run in enumerate(one.runs, start=1):
-            node = draw.choice(nodes[pool_id]) if nodes[pool_id] else ""
-            claims = [
-                {
-                    "node": node,
-                    "device_index": (index + draw.randrange(8)) % 8,
-                    "whole": request.flavor.kind == FlavorKind.WHOLE,
-                    "memory_mib": request.gpu_memory_mib or request.flavor.gpu_memory_mib,
-                    "cores_percent": request.gpu_cores_percent or request.flavor.gpu_cores_percent,
-                    "mig_profile": request.flavor.mig_profile,
-                    "mig_start": None,
-                }
-                for index in range(request.gpu_count)
-            ]
+            claim: dict[str, Any] = {
+                "whole": request.flavor.kind == FlavorKind.WHOLE,
+                "memory_mib": request.gpu_memory_mib or request.flavor.gpu_memory_mib,
+                "cores_percent": request.gpu_cores_percent or request.flavor.gpu_cores_percent,
+                "mig_profile": request.flavor.mig_profile,
+                "mig_start": None,
+            }
+            if one.card is not None:
+                node, first_card = one.card
+                indexes = [first_card + index for index in range(request.gpu_count)]
+            elif nodes[pool_id]:
+                node, indexes = _place(
+                    pool_nodes=nodes[pool_id],
+                    drawn_node=draw.choice(nodes[pool_id]),
+                    offsets=[draw.randrange(8) for _ in range(request.gpu_count)],
+                    claim=claim,
+                    run=run,
+                    cards=cards,
+                    booked=booked,
+                    kept=kept,
+                )
+            else:
+                node, indexes = "", [draw.randrange(8) for _ in range(request.gpu_count)]
+            claims = [{"node": node, "device_index": index, **claim} for index in indexes]
+            for index in indexes:
+                booked[(node, index)].append(
+                    (
+                        run.started_at,
+                        run.ended_at,
+                        claim["whole"],
+                        claim["memory_mib"],
+                        claim["cores_percent"],
+                        claim["mig_profile"],
+                    )
+                )
             allocations.append(
                 Allocation(
                     request=request,

@@ -4,6 +4,7 @@ from django.urls import path
 from rest_framework.routers import SimpleRouter
 
 from accounting.api import views
+from accounting.sharing.api import SharingReportView
 
 router = SimpleRouter()
 router.register("budgets", views.BudgetViewSet, basename="budget")
@@ -14,6 +15,7 @@ urlpatterns = [
     path("usage/", views.UsageView.as_view(), name="usage"),
     path("chargeback/", views.ChargebackView.as_view(), name="chargeback"),
     path("efficiency/", views.EfficiencyView.as_view(), name="efficiency"),
+    path("reports/sharing/", SharingReportView.as_view(), name="sharing-report"),
     path(
         "requests/<int:pk>/efficiency/",
         views.RequestEfficiencyView.as_view(),
