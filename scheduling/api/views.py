@@ -6,7 +6,8 @@ from typing import Any, cast
 from django.core.cache import caches
 from django.db.models import Count, Prefetch, QuerySet, Sum
 from django.shortcuts import get_object_or_404
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import mixins, permissions, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.request import Request
@@ -446,7 +447,16 @@ class GpuRequestViewSet(
             local.set(key, data, SUMMARY_CACHE_SECONDS)
         return Response(data)
 
-    @extend_schema(parameters=[WhatIfQuerySerializer], responses=WhatIfSerializer(many=True))
+    @extend_schema(
+        parameters=[WhatIfQuerySerializer],
+        responses={
+            200: WhatIfSerializer(many=True),
+            404: OpenApiResponse(
+                response=OpenApiTypes.OBJECT,
+                description="No such project within the caller's reach (the error shape).",
+            ),
+        },
+    )
     @action(
         detail=False,
         methods=["get"],
