@@ -314,6 +314,7 @@ class Scheduler:
             req.mig_profile,
             req.node_selector,
             req.tolerations,
+            req.pools,
             self._long_in(req) if self.reserve_pools else (),
         )
         hit = self._shapes.get(raw)

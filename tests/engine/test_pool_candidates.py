@@ -43,3 +43,13 @@ def test_no_request_is_placed_outside_its_pools() -> None:
     placed = [claim.node_id for a in result.admissions for claim in a.placement]
     assert sorted(set(placed)) == ["e1", "w1"]
     assert len(result.admissions) == 4  # two 8-card nodes hold four 4-card requests
+
+
+def test_requests_alike_but_for_their_pools_each_go_to_their_own() -> None:
+    pending = [
+        req("to-west", gpu_count=4, pools=("west",)),
+        req("to-east", gpu_count=4, pools=("east",)),
+    ]
+    result = plan(_fleet(*pending, east_full=False), now=0.0)  # type: ignore[arg-type]
+    nodes = {a.request_id: {claim.node_id for claim in a.placement} for a in result.admissions}
+    assert nodes == {"to-west": {"w1"}, "to-east": {"e1"}}
