@@ -13,8 +13,9 @@ from django.urls import reverse
 
 from accounting.choices import OverBudgetPolicy
 from accounting.models import Budget
-from runtime import execution
+from runtime import execution, kueue_admission
 from runtime.cluster.base import WorkloadStatus
+from runtime.cluster.kueue_workloads import KueueView
 from scheduling import blockers, cycle, engine, services
 from scheduling.choices import RequestStatus
 from scheduling.models import Allocation, Flavor, GpuRequest, Quota
@@ -188,6 +189,25 @@ def test_an_image_the_cluster_cannot_pull_is_a_cluster_blocker_until_it_runs(org
         "detail": {"reason": "ErrImagePull: pull access denied"},
     }
     report_running(request)
+    assert blocker_of(request) == {}
+
+
+def test_a_job_kueue_holds_is_a_cluster_blocker_until_kueue_admits_it(org: Org) -> None:
+    flavor = whole_pool(org, nodes=(4,), guaranteed=4, limit=4)
+    request = submit(org, flavor, 1)
+    GpuRequest.objects.filter(pk=request.pk).update(status=RequestStatus.LAUNCHING, attempt=1)
+    Allocation.objects.create(request=request, attempt=1, pool=flavor.pool, claims=[])
+    request = GpuRequest.objects.select_related("project").get(pk=request.pk)
+    key = (org.project_a.namespace, f"gpr-{request.pk}-a1")
+    held = KueueView(*key, "pending", "Pending", "insufficient unused quota", "cq", position=1)
+    kueue_admission.apply_kueue_views([request], {key: held})
+    assert blocker_of(request) == {
+        "code": "cluster",
+        "message": "Kueue holds it until the team's ClusterQueue has quota for it.",
+        "detail": {"reason": "insufficient unused quota"},
+    }
+    admitted = KueueView(*key, "admitted", "Admitted", "Admitted", "cq")
+    kueue_admission.apply_kueue_views([request], {key: admitted})
     assert blocker_of(request) == {}
 
 
