@@ -246,6 +246,8 @@ def get(ctx: click.Context, request_id: int, output: str) -> None:
     request = portal(ctx).get(f"requests/{request_id}/")
     if output == "table" and isinstance(request.get("blocker"), dict):
         request = {**request, "blocker": blocker_line(request["blocker"])}
+    if output == "table" and "cluster" in request and request["cluster"] is None:
+        request = {**request, "cluster": "any (the scheduler chooses)"}
     if output == "table" and request.get("estimated_start_at"):
         request = {**request, "likely_start": start_line(request)}
     click.echo(render(request, output))

@@ -6,7 +6,7 @@ from typing import Any
 from django import forms
 
 from scheduling.choices import Priority, WorkloadKind
-from scheduling.models import Flavor
+from scheduling.models import Cluster, Flavor
 from tenants.models import Project
 
 
@@ -18,6 +18,13 @@ class GpuRequestForm(forms.Form):
     )
     project = forms.ModelChoiceField(queryset=Project.objects.none())
     flavor = forms.ModelChoiceField(queryset=Flavor.objects.none())
+    cluster = forms.ModelChoiceField(
+        queryset=Cluster.objects.filter(is_active=True),
+        required=False,
+        to_field_name="slug",
+        empty_label="Any that fits",
+        help_text="Run only there; it must hold one of the flavor's pools",
+    )
     gpu_count = forms.IntegerField(min_value=1, max_value=1024, initial=1, label="GPUs")
     kind = forms.ChoiceField(choices=WorkloadKind.choices, initial=WorkloadKind.JOB)
     image = forms.CharField(max_length=255, initial="pytorch/pytorch:2.4.0-cuda12.1-cudnn9-runtime")

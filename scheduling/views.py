@@ -26,6 +26,7 @@ from scheduling.choices import (
     RequestStatus,
     WorkloadKind,
 )
+from scheduling.cluster_selectors import fleet_by_cluster, placed_cluster
 from scheduling.estimates import what_if
 from scheduling.fleet import node_detail, pool_detail
 from scheduling.fleet_nodes import nodes_needing_attention
@@ -241,6 +242,7 @@ def request_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "scheduling/request_detail.html",
         {
             "gpu_request": gpu_request,
+            "placed_cluster": None if gpu_request.cluster_id else placed_cluster(gpu_request),
             "quota_impact": quota_impact(gpu_request=gpu_request) if is_pending else None,
             "blocker": shown_blocker(gpu_request.status, gpu_request.blocker),
             "history": history,
@@ -488,11 +490,13 @@ def fleet(request: HttpRequest) -> HttpResponse:
     """Platform admins: allocated vs capacity, activity, stranded capacity and waits per pool."""
     if not scope_of(request.user).is_platform_admin:
         raise Http404
+    pools = fleet_overview()
     return render(
         request,
         "scheduling/fleet.html",
         {
-            "pools": fleet_overview(),
+            "pools": pools,
+            "clusters": fleet_by_cluster(pools),
             "node_notes": nodes_needing_attention(),
             "kueue_check": last_check() if settings.SCHEDULER == "kueue" else None,
             "scheduler": settings.SCHEDULER,

@@ -210,7 +210,7 @@ class QuotaSerializer(serializers.ModelSerializer):
         return used.get((quota.team_id, quota.project_id, quota.flavor_id), 0)
 
 
-REQUEST_WRITABLE_FIELDS = ["name", "project", *REQUEST_BODY_FIELDS, "reason"]
+REQUEST_WRITABLE_FIELDS = ["name", "project", *REQUEST_BODY_FIELDS, "cluster", "reason"]
 REQUEST_READ_ONLY_FIELDS = [
     "id",
     "team",
@@ -277,6 +277,15 @@ class GpuRequestSerializer(serializers.ModelSerializer):
     project = ScopedPrimaryKeyRelatedField(queryset=Project.objects.select_related("team"))
     flavor = ScopedPrimaryKeyRelatedField(
         queryset=Flavor.objects.select_related("pool__tier__approval_rule")
+    )
+    cluster: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
+        slug_field="slug",
+        queryset=Cluster.objects.all(),
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="Run only on this cluster (slug): it must be active and hold one of the "
+        "flavor's pools. Null: the engine chooses among the flavor's pools.",
     )
     owner = serializers.CharField(source="owner.username", read_only=True)
     team: serializers.PrimaryKeyRelatedField[Any] = serializers.PrimaryKeyRelatedField(

@@ -65,6 +65,7 @@ REQUEST_COLUMNS_SHOWN = [
         if name != "owner" and name not in REQUEST_WORKLOAD_FIELDS
     ),
     "owner__username",
+    "cluster__slug",
 ]
 # What the request's workload fields read from its allocations (prefetched, one query).
 ALLOCATION_COLUMNS_SHOWN = [
@@ -345,7 +346,7 @@ class GpuRequestViewSet(
         if self.action in ("list", "retrieve"):
             queryset = (
                 queryset.select_related(None)
-                .select_related("owner")
+                .select_related("owner", "cluster")
                 .only(*REQUEST_COLUMNS_SHOWN)
                 .prefetch_related(
                     Prefetch(

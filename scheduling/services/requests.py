@@ -34,7 +34,7 @@ from scheduling.lifecycle import (
     transition,
     transition_through,
 )
-from scheduling.models import ApprovalRule, Flavor, GpuRequest, gpu_equivalent_of
+from scheduling.models import ApprovalRule, Cluster, Flavor, GpuRequest, gpu_equivalent_of
 from scheduling.notifications import notify
 from scheduling.pilots import pilot_refusal
 from scheduling.selectors import (
@@ -47,6 +47,7 @@ from scheduling.selectors import (
     team_leads,
     tier_allowed_for_project,
 )
+from scheduling.services.clusters import check_request_cluster
 from scheduling.services.common import invalid_field, require_decider
 from scheduling.services.project_data import ensure_home_volume, validate_secret_env
 from tenants.errors import ConflictError, ForbiddenError
@@ -264,6 +265,7 @@ def submit_gpu_request(
     shm_mib: int | None = None,
     home_volume: bool = False,
     secret_env: list[dict[str, str]] | None = None,
+    cluster: Cluster | None = None,
 ) -> GpuRequest:
     """Validate and record a request; approve it at once when the tier's rule allows."""
     scope = scope_of(actor)
@@ -274,6 +276,7 @@ def submit_gpu_request(
     tier = flavor.pool.tier
     if not flavor.is_active:
         raise invalid_field("flavor", f"Flavor {flavor} is retired.")
+    check_request_cluster(flavor=flavor, cluster=cluster)
     if not tier_allowed_for_project(tier=tier, project=project):
         raise invalid_field("flavor", f"Project {project} may not use the {tier} tier.")
     refusal = pilot_refusal(pool=flavor.pool, team=project.team, today=timezone.localdate())
@@ -361,6 +364,7 @@ def submit_gpu_request(
         home_volume=home_volume,
         secret_env=secret_env,
         reason=reason,
+        cluster=cluster,
         gpu_equivalent=unit_equivalent * gpu_count,
         approval_expires_at=timezone.now() + approval_ttl,
     )
