@@ -29,6 +29,7 @@ from accounting import price_services
 from accounting.models import Price
 from portal.manage_forms import (
     ApprovalRuleForm,
+    ClusterForm,
     FlavorForm,
     ManageForm,
     MembershipForm,
@@ -46,6 +47,7 @@ from scheduling import catalog_services
 from scheduling.engine.reserve import format_duration
 from scheduling.models import (
     ApprovalRule,
+    Cluster,
     Flavor,
     NodePool,
     Quota,
@@ -53,6 +55,7 @@ from scheduling.models import (
     StorageQuota,
     Tier,
 )
+from scheduling.services import clusters as cluster_services
 from scheduling.services import project_data as data_services
 from tenants import services as tenant_services
 from tenants.errors import ConflictError, DomainError, ForbiddenError
@@ -128,6 +131,27 @@ def _update_team_quota(*, actor: Any, quota: Quota, **amounts: Any) -> Quota:
     )
 
 
+def _register_cluster(*, actor: Any, kubeconfig: str = "", **fields: Any) -> Cluster:
+    return cluster_services.register_cluster(actor=actor, kubeconfig_text=kubeconfig, **fields)
+
+
+def _update_cluster(
+    *, actor: Any, cluster: Cluster, kubeconfig: str = "", **fields: Any
+) -> Cluster:
+    """The form's empty kubeconfig keeps the stored one; a typed one replaces it."""
+    return cluster_services.update_cluster(
+        actor=actor, cluster=cluster, kubeconfig_text=kubeconfig, **fields
+    )
+
+
+def _cluster_health(cluster: Cluster) -> str:
+    if not cluster.is_reachable:
+        return f"Unreachable since {format_when(cluster.last_error_at)}: {cluster.last_error}"
+    if cluster.last_contact_at is None:
+        return "Not contacted yet"
+    return f"Reachable (last contact {format_when(cluster.last_contact_at)})"
+
+
 SECTIONS: dict[str, Section] = {
     section.slug: section
     for section in (
@@ -150,6 +174,30 @@ SECTIONS: dict[str, Section] = {
             create=catalog_services.create_tier,
             update=catalog_services.update_tier,
             delete=catalog_services.delete_tier,
+        ),
+        Section(
+            slug="clusters",
+            title="Clusters",
+            noun="cluster",
+            intro="The Kubernetes clusters whose pools the portal runs work on. A cluster is "
+            "registered with a kubeconfig, sealed at once and never shown again; edit a cluster "
+            "to replace it or to stop giving it new work. The local cluster is this "
+            "deployment's own.",
+            form=ClusterForm,
+            queryset=lambda: Cluster.objects.prefetch_related("pools"),
+            columns=(
+                ("Name", lambda cluster: cluster.name),
+                ("Slug", lambda cluster: cluster.slug),
+                ("API server", lambda cluster: cluster.api_server or "This deployment's own"),
+                ("Scheduler", lambda cluster: cluster.scheduler_mode),
+                ("Active", lambda cluster: _yes_no(cluster.is_active)),
+                ("Health", _cluster_health),
+                ("Pools", lambda cluster: _names(cluster.pools)),
+            ),
+            instance_arg="cluster",
+            create=_register_cluster,
+            update=_update_cluster,
+            delete=cluster_services.delete_cluster,
         ),
         Section(
             slug="pools",

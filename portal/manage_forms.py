@@ -228,6 +228,47 @@ class PriceForm(ManageForm):
         }
 
 
+class WriteOnlyTextarea(forms.Textarea):
+    """A textarea that never renders a value: what was typed into it is not sent back."""
+
+    def format_value(self, value: Any) -> str | None:
+        return None
+
+
+class ClusterForm(ManageForm):
+    """A cluster: its kubeconfig is required to register it and replaces the stored one when
+    given on edit; the page never shows it. The local cluster takes none."""
+
+    kubeconfig = forms.CharField(
+        required=False,
+        strip=False,
+        widget=WriteOnlyTextarea(attrs={"spellcheck": "false", "autocomplete": "off"}),
+        help_text="The kubeconfig the portal reaches the cluster with (its current context). "
+        "It is sealed and never shown again.",
+    )
+
+    class Meta:
+        model = Cluster
+        fields = ["name", "slug", "scheduler", "is_active", "kubeconfig"]
+        labels = {"is_active": "Active (gets new work)", "scheduler": "Scheduler mode"}
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["kubeconfig"].widget.attrs["rows"] = "8"
+        if self.instance.pk is None:
+            return
+        if self.instance.is_local:
+            del self.fields["kubeconfig"]
+            self.fields["slug"].disabled = True
+            scheduler = self.fields["scheduler"]
+            scheduler.disabled = True
+            scheduler.help_text = "This deployment's own cluster follows the SCHEDULER setting."
+        else:
+            kubeconfig = self.fields["kubeconfig"]
+            kubeconfig.label = "Replace the kubeconfig"
+            kubeconfig.help_text = "Leave empty to keep the stored one, which is never shown."
+
+
 class TeamForm(ManageForm):
     class Meta:
         model = Team
