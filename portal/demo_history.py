@@ -687,8 +687,16 @@ def _place(
     kept: set[tuple[str, int]],
 ) -> tuple[str, list[int]]:
     """Cards for the run that are free enough while it runs, looked for from the drawn node and
-    card on; the drawn ones if none are (the benchmarks' cards in `kept` are never taken)."""
+    card on, shares packed onto cards already in use first (as the engine bin-packs); the drawn
+    ones if none fit (the benchmarks' cards in `kept` are never taken)."""
     start = pool_nodes.index(drawn_node)
+
+    def in_use(node: str, index: int) -> bool:
+        return any(
+            b[0] < run.ended_at and run.started_at < b[1] for b in booked.get((node, index), [])
+        )
+
+    candidates = []
     for node in pool_nodes[start:] + pool_nodes[:start]:
         devices = cards.get(node, [])
         if not devices:
@@ -700,8 +708,14 @@ def _place(
             for d in order
             if (node, d.index) not in kept and _fits(booked, (node, d.index), d, run, claim)
         ]
+        if not claim["whole"]:
+            free.sort(key=lambda index: not in_use(node, index))
         if len(free) >= len(offsets):
-            return node, free[: len(offsets)]
+            candidates.append((node, free[: len(offsets)]))
+    if candidates:
+        if claim["whole"]:
+            return candidates[0]
+        return max(candidates, key=lambda c: sum(in_use(c[0], index) for index in c[1]))
     devices = cards.get(drawn_node, [])
     count = len(devices) or 8
     indexes = [(position + offset) % count for position, offset in enumerate(offsets)]

@@ -4,7 +4,8 @@ Per pool and period (docs/sharing-report.md says the same in prose):
 
 1. GPU-equivalents sold per physical GPU: GE-hours held by runs inside the period over the
    GPU-hours the pool's cards could give (from when each card existed); also per busy card,
-   i.e. over the card-hours in which the card held any work.
+   i.e. over the card-hours in which the card held any work, and the shares (claims) a card
+   in use held on average.
 2. GPU activity per GPU-equivalent: the GE-hours-weighted mean activity of the runs that have
    utilisation samples in the period.
 3. Memory headroom: 1 - (sum of each sampled run's peak memory) / (sum of the memory it held).
@@ -17,8 +18,8 @@ Per pool and period (docs/sharing-report.md says the same in prose):
    alone runs, and only groups whose alone runs agree (spread within `max_baseline_spread`)
    count. Each shared run's ratio is its runtime over that baseline: the slowdown is the mean
    ratio, the jitter their standard deviation.
-6. The verdict line from the thresholds: not enough data, jitter too high, too slow, or sharing
-   pays.
+6. The verdict line from the thresholds: not enough data, jitter too high, too slow, no gain
+   (cards in use held barely more than one share: sharing packed nothing), or sharing pays.
 """
 
 from __future__ import annotations
@@ -34,7 +35,8 @@ MIG_SLICES = 7
 SHARED_AT = 0.5  # a run with neighbours for at least this share of its runtime ran shared
 ALONE_BELOW = 0.05  # ... and one with neighbours for less than this share ran alone
 
-PAYS, JITTER, SLOW, NO_DATA, NOT_SHARED = "pays", "jitter", "slow", "no_data", "not_shared"
+PAYS, JITTER, SLOW, NO_GAIN = "pays", "jitter", "slow", "no_gain"
+NO_DATA, NOT_SHARED = "no_data", "not_shared"
 
 
 def mig_slices(profile: str) -> int:
@@ -126,6 +128,7 @@ class Thresholds:
     max_baseline_spread: float = 0.10
     max_slowdown: float = 1.25
     max_jitter: float = 0.15
+    min_shares_per_busy_gpu: float = 1.1
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,6 +148,7 @@ class PoolSharing:
     sold_gpu_equivalent_hours: float
     ge_sold_per_gpu: float | None
     ge_sold_per_busy_gpu: float | None
+    shares_per_busy_gpu: float | None
     activity_percent_per_ge: float | None
     memory_headroom_percent: float | None
     stranded_gpu_hours: float
@@ -208,6 +212,7 @@ def stranded_share(card: Card, held: Sequence[Shape], wanted: Sequence[Shape]) -
 @dataclass
 class _Sweep:
     busy_seconds: float = 0.0
+    share_seconds: float = 0.0  # card-seconds × the shares the card held
     stranded_seconds: float = 0.0  # card-share seconds
     neighbour_seconds: dict[int, float] = field(default_factory=lambda: defaultdict(float))
 
@@ -275,6 +280,7 @@ def _sweep(
             if inside <= 0:
                 continue
             sweep.busy_seconds += inside
+            sweep.share_seconds += inside * len(holders)
             if pool.sharing_mode != EXCLUSIVE:
                 share = stranded_share(card, list(holders.values()), wanted)
                 sweep.stranded_seconds += share * inside
@@ -295,6 +301,7 @@ def _verdict(
     pool: Pool,
     *,
     ge_per_gpu: float | None,
+    shares: float | None,
     compared: int,
     slowdown: float | None,
     jitter: float | None,
@@ -313,7 +320,10 @@ def _verdict(
         return JITTER, f"jitter too high: {measured} (at most ± {thresholds.max_jitter:.2f})"
     if slowdown > thresholds.max_slowdown:
         return SLOW, f"too slow: {measured} (at most {thresholds.max_slowdown:.2f}×)"
-    return PAYS, f"sharing pays: {sold}, {measured}"
+    packed = f"{shares or 0:.1f} shares per card in use"
+    if shares is None or shares < thresholds.min_shares_per_busy_gpu:
+        return NO_GAIN, f"no gain: {packed}, {measured}"
+    return PAYS, f"sharing pays: {packed}, {sold}, {measured}"
 
 
 def _ratio(numerator: float, denominator: float, scale: float = 1.0) -> float | None:
@@ -403,9 +413,11 @@ def sharing_report(
         slowdown = statistics.fmean(ratios) if ratios else None
         jitter = statistics.pstdev(ratios) if ratios else None
         ge_per_gpu = _ratio(sold, capacity)
+        shares = _ratio(sweep.share_seconds, sweep.busy_seconds)
         verdict, line = _verdict(
             pool,
             ge_per_gpu=ge_per_gpu,
+            shares=shares,
             compared=len(ratios),
             slowdown=slowdown,
             jitter=jitter,
@@ -427,6 +439,7 @@ def sharing_report(
                 sold_gpu_equivalent_hours=round(_hours(sold), 2),
                 ge_sold_per_gpu=_round(ge_per_gpu, 3),
                 ge_sold_per_busy_gpu=_round(_ratio(sold, sweep.busy_seconds), 3),
+                shares_per_busy_gpu=_round(shares, 2),
                 activity_percent_per_ge=_round(_ratio(active, measured), 1),
                 memory_headroom_percent=_round(headroom, 1),
                 stranded_gpu_hours=round(_hours(sweep.stranded_seconds), 2),

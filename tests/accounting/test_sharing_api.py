@@ -35,6 +35,7 @@ POOL_FIELDS = {
     "sold_gpu_equivalent_hours",
     "ge_sold_per_gpu",
     "ge_sold_per_busy_gpu",
+    "shares_per_busy_gpu",
     "activity_percent_per_ge",
     "memory_headroom_percent",
     "stranded_gpu_hours",

@@ -9,6 +9,7 @@ import pytest
 from accounting.sharing.report import (
     JITTER,
     NO_DATA,
+    NO_GAIN,
     NOT_SHARED,
     PAYS,
     SLOW,
@@ -106,6 +107,7 @@ def test_figures_of_a_crafted_vgpu_pool_are_exact() -> None:
     assert one.ge_sold_per_gpu == pytest.approx(3.1 / 16, abs=1e-3)
     assert one.busy_gpu_hours == 6.0  # card 0 for 2 h, card 1 for 4 h
     assert one.ge_sold_per_busy_gpu == pytest.approx(3.1 / 6, abs=1e-3)
+    assert one.shares_per_busy_gpu == 1.4  # (1 + 1 + 4 + 1.1 + 1.3) share-hours / 6 h
     assert one.activity_percent_per_ge == 76.7  # (0.25 × 50 + 2 × 80) / 2.25
     assert one.memory_headroom_percent == 33.3  # 1 - (3000 + 9000) / (6000 + 12000)
     # While the 12 GB request waited, card 1 had 6 GB and 25 % free: a quarter card for 1 h.
@@ -114,7 +116,9 @@ def test_figures_of_a_crafted_vgpu_pool_are_exact() -> None:
     assert one.slowdown == 1.2
     assert one.jitter == 0.1
     assert one.verdict == PAYS
-    assert one.verdict_line == "sharing pays: 0.19 GE sold per card, slowdown 1.20× ± 0.10"
+    assert one.verdict_line == (
+        "sharing pays: 1.4 shares per card in use, 0.19 GE sold per card, slowdown 1.20× ± 0.10"
+    )
 
 
 def test_too_few_compared_runs_is_not_enough_data() -> None:
@@ -133,6 +137,12 @@ def test_a_large_slowdown_is_too_slow() -> None:
     one = report(max_slowdown=1.1)
     assert one.verdict == SLOW
     assert one.verdict_line.startswith("too slow: slowdown 1.20× ± 0.10")
+
+
+def test_cards_that_held_one_share_at_a_time_are_no_gain() -> None:
+    one = report(min_shares_per_busy_gpu=1.5)
+    assert one.verdict == NO_GAIN
+    assert one.verdict_line == "no gain: 1.4 shares per card in use, slowdown 1.20× ± 0.10"
 
 
 def test_alone_runs_that_disagree_give_no_baseline() -> None:
@@ -168,6 +178,7 @@ def test_a_whole_card_pool_is_not_shared_and_strands_nothing() -> None:
     one = report(runs, pool=pool)
     assert one.ge_sold_per_gpu == pytest.approx(6 / 16, abs=1e-3)
     assert one.ge_sold_per_busy_gpu == 1.0
+    assert one.shares_per_busy_gpu == 1.0
     assert one.stranded_gpu_hours == 0.0
     assert one.verdict == NOT_SHARED
     assert one.verdict_line == "whole cards, not shared: 0.38 GE sold per card"
