@@ -2,11 +2,11 @@
 
 The trace (seeded, `numpy.random.default_rng`): a fleet of 8 A100 nodes x 8 cards (whole-card
 pool) and 2 H100 nodes x 8 cards in MIG mode; 5 teams of 5 owners with guaranteed quotas and
-limits; arrivals over `--days` days (Poisson with a day/night swing, offered load ~95% of the
-capacity in GPU-equivalent hours); declared max runtimes of 30 min to 24 h; the actual runtime
-is the declared one times a ratio drawn around the owner's own habit (each owner's typical
-ratio is fixed between 0.15 and 0.9; 10% of runs fail early), so actual runtimes are shorter
-than declared, as in recorded traces.
+limits; arrivals over `--days` days (Poisson with a day/night swing, offered load `--load`,
+0.9 by default, of the capacity in GPU-equivalent hours); declared max runtimes of 30 min to
+24 h; the actual runtime is the declared one times a ratio drawn around the owner's own habit
+(each owner's typical ratio is fixed between 0.15 and 0.9; 10% of runs fail early), so actual
+runtimes are shorter than declared, as in recorded traces.
 
 The replay ("live"): at every arrival and every end one planning cycle of the engine runs on
 the fleet as it then is (the real planner, default policy); a request starts when a cycle
@@ -104,8 +104,8 @@ class Job:
     actual_seconds: float
 
 
-def generate_trace(seed: int, days: float) -> list[Job]:
-    """Arrivals over `days` days at ~95% offered load (see the module docstring)."""
+def generate_trace(seed: int, days: float, load: float = LOAD) -> list[Job]:
+    """Arrivals over `days` days at `load` offered load (see the module docstring)."""
     rng = np.random.default_rng(seed)
     owners = [f"t{t}-u{u}" for t in range(TEAMS) for u in range(OWNERS_PER_TEAM)]
     habit = {o: float(rng.uniform(0.15, 0.9)) for o in owners}
@@ -120,7 +120,7 @@ def generate_trace(seed: int, days: float) -> list[Job]:
     mean_count = 0.7 * (0.6 + 0.4 + 0.48 + 0.64) + 0.3 * (0.7 / 7 + 0.3 * 3 / 7)
     mean_hours = sum(h * p for h, p in zip(DECLARED_HOURS, DECLARED_P, strict=True)) * 0.5
     capacity_ge = 64 + 16
-    rate_per_second = LOAD * capacity_ge / (mean_count * mean_hours) / 3600
+    rate_per_second = load * capacity_ge / (mean_count * mean_hours) / 3600
     jobs: list[Job] = []
     t = T0
     end = T0 + days * DAY
@@ -296,8 +296,10 @@ class Replay:
         return statistics.median(waits) if waits else None
 
 
-def run(seed: int, days: float) -> tuple[dict[str, Estimate], dict[str, float], list[float]]:
-    jobs = generate_trace(seed, days)
+def run(
+    seed: int, days: float, load: float = LOAD
+) -> tuple[dict[str, Estimate], dict[str, float], list[float]]:
+    jobs = generate_trace(seed, days, load)
     replay = Replay(jobs)
     events: list[tuple[float, int, str]] = [(j.request.submitted_at, 1, j.request.id) for j in jobs]
     heapq.heapify(events)
@@ -371,14 +373,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--seed", type=int, default=11)
     parser.add_argument("--days", type=float, default=7.0)
+    parser.add_argument("--load", type=float, default=LOAD, help="offered load, 0-1")
     args = parser.parse_args()
     started_at = time.perf_counter()
-    estimates, started, forecast_seconds = run(args.seed, args.days)
+    estimates, started, forecast_seconds = run(args.seed, args.days, args.load)
     wall = time.perf_counter() - started_at
     scored = [rid for rid, e in estimates.items() if rid in started and e.submitted_at >= T0 + DAY]
     waits = [started[rid] - estimates[rid].submitted_at for rid in scored]
     print(
-        f"trace: seed {args.seed}, {args.days:g} days, {len(estimates)} submissions, "
+        f"trace: seed {args.seed}, {args.days:g} days, load {args.load:g}, "
+        f"{len(estimates)} submissions, "
         f"{len(started)} started, {len(scored)} scored after the first day; "
         f"wait p50 {statistics.median(waits):.0f} s, p90 {np.percentile(waits, 90):.0f} s, "
         f"{sum(w > SHORT_WAIT_SECONDS for w in waits)} waited over 2 min; replay {wall:.1f} s"
