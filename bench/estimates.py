@@ -401,6 +401,18 @@ def main() -> None:
             prefix = "estimates" if name == "forecast" else f"estimates.{name}"
             _emit(f"{prefix}.within_25pct{suffix}", share, "share")
             _emit(f"{prefix}.median_abs_error_seconds{suffix}", error, "s")
+    signed = [
+        (e.forecast_at - e.submitted_at) - (started[rid] - e.submitted_at)
+        for rid in scored
+        if (e := estimates[rid]).forecast_at is not None
+        and max(started[rid], e.forecast_at) - e.submitted_at > SHORT_WAIT_SECONDS
+    ]
+    if signed:
+        p10, p25, p50, p75, p90 = np.percentile(signed, [10, 25, 50, 75, 90])
+        print(
+            f"forecast - actual start on work that waited (s): p10 {p10:.0f}, p25 {p25:.0f}, "
+            f"median {p50:.0f}, p75 {p75:.0f}, p90 {p90:.0f} (negative: started later)"
+        )
     inside = [covered(estimates[rid], started[rid]) for rid in scored]
     coverage = sum(inside) / len(inside) if inside else 0.0
     print(f"interval [low, high] (+-2 min) holds the actual start for {coverage:.3f}")
