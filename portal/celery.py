@@ -35,9 +35,12 @@ RUN_SCHEDULING_CYCLE = "scheduling.tasks.run_scheduling_cycle"
 
 
 def kueue_schedule() -> dict[str, dict[str, object]]:
-    """SCHEDULER=kueue: keep the cluster's Kueue objects in line with the portal's policy."""
-    if settings.SCHEDULER != "kueue":
-        return {}
+    """Keep every Kueue-mode cluster's Kueue objects in line with the portal's policy.
+
+    Always scheduled: a cluster can be registered in Kueue mode, or switched to it, while beat
+    runs, and beat reads its schedule once at start. With no Kueue-mode cluster the task reads
+    the cluster list and returns 0, without contacting any cluster.
+    """
     return {
         "reconcile-kueue-policy": {
             "task": "runtime.tasks.reconcile_kueue_policy",

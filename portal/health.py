@@ -26,7 +26,7 @@ from prometheus_client.registry import Collector
 
 from runtime.models import TaskFailureCount
 from scheduling.choices import RequestStatus
-from scheduling.kueue_drift import last_check
+from scheduling.kueue_drift import kueue_checks
 from scheduling.models import Allocation, GpuRequest, NodePool, Quota, SchedulerLease
 from tenants.models import AuditEvent
 
@@ -204,19 +204,22 @@ class PortalCollector(Collector):
         cycle.add_metric([], lease.last_cycle_seconds if lease else 0.0)
         yield cycle
 
-        check = last_check() if settings.SCHEDULER == "kueue" else None
-        if check is not None:
+        checks = [(k.slug, k.check) for k in kueue_checks() if k.check is not None]
+        if checks:
             drift = GaugeMetricFamily(
                 "gpu_portal_kueue_policy_drift_objects",
                 "Kueue objects that differed from the portal's policy at the last check",
+                labels=["cluster"],
             )
-            drift.add_metric([], len(check.differences))
-            yield drift
             checked = GaugeMetricFamily(
                 "gpu_portal_kueue_policy_checked_timestamp_seconds",
                 "When the Kueue objects were last checked against the policy",
+                labels=["cluster"],
             )
-            checked.add_metric([], check.checked_at.timestamp())
+            for slug, check in checks:
+                drift.add_metric([slug], len(check.differences))
+                checked.add_metric([slug], check.checked_at.timestamp())
+            yield drift
             yield checked
 
     def _lifecycle_isolation(self, now: datetime) -> Iterator[Any]:

@@ -23,7 +23,7 @@ from runtime import (
     propagation,
     reclaim,
 )
-from runtime.cluster.base import PermanentClusterError, TransientClusterError
+from runtime.cluster.base import ClusterError, PermanentClusterError, TransientClusterError
 from scheduling.dispatch import (
     clear_launch_queued,
     queued_launches,
@@ -31,7 +31,7 @@ from scheduling.dispatch import (
     request_scheduling_cycle,
 )
 from scheduling.kueue_drift import record_check
-from scheduling.models import GpuRequest
+from scheduling.models import Cluster, GpuRequest
 
 log = logging.getLogger(__name__)
 
@@ -166,17 +166,24 @@ def sync_inventory() -> dict[str, int]:
 
 @shared_task(base=ClusterTask)
 def reconcile_kueue_policy() -> int:
-    """SCHEDULER=kueue: put the cluster's Kueue objects back in line with the portal's policy
-    (after a quota or project change, or an edit made outside the portal), and record what
-    differed for the fleet page and /metrics. Returns how many objects differed."""
-    if settings.SCHEDULER != "kueue":
-        return 0
+    """Put each Kueue-mode cluster's Kueue objects back in line with the portal's policy (after
+    a quota or project change, or an edit made outside the portal), and record what differed
+    for the fleet page and /metrics, cluster by cluster. Returns how many objects differed in
+    all; with no Kueue-mode cluster it does nothing."""
+    differed = clusters.on_each_cluster(
+        lambda cluster, backend: _reconcile_kueue_policy_on(cluster),
+        only=lambda cluster: cluster.scheduler_mode == "kueue",
+    )
+    return sum(differed.values())
+
+
+def _reconcile_kueue_policy_on(cluster: Cluster) -> int:
     try:
-        differences = kueue_policy.reconcile(apply=True)
-    except PermanentClusterError as exc:
-        record_check([], applied=False, error=str(exc))
+        differences = kueue_policy.reconcile(apply=True, cluster=cluster)
+    except ClusterError as exc:
+        record_check([], applied=False, error=str(exc), cluster=cluster.slug)
         raise
-    record_check([str(change) for change in differences], applied=True)
+    record_check([str(change) for change in differences], applied=True, cluster=cluster.slug)
     return len(differences)
 
 

@@ -21,7 +21,6 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from django.conf import settings
 from django.db import DatabaseError, IntegrityError, connection, transaction
 from django.db.models import Field
 from django.utils import timezone
@@ -30,8 +29,17 @@ from scheduling import engine
 from scheduling.blockers import record_blockers
 from scheduling.choices import TRANSITIONS, RequestStatus
 from scheduling.lifecycle import Move, transition_each, transition_many
-from scheduling.models import Allocation, GpuRequest, Node, ReclaimPolicy, SchedulerLease
+from scheduling.models import (
+    Allocation,
+    Cluster,
+    GpuRequest,
+    Node,
+    NodePool,
+    ReclaimPolicy,
+    SchedulerLease,
+)
 from scheduling.notifications import notify
+from scheduling.scheduler_modes import flavor_pools_in, handed_to_kueue, kueue_cluster_ids
 from scheduling.snapshot import build_snapshot, claims_as_json
 
 log = logging.getLogger(__name__)
@@ -160,7 +168,12 @@ def run_cycle(
     now: float | None = None,
 ) -> CycleResult:
     """One cycle; `on_start()` runs once the lease is held, before the read;
-    `on_admit(request_id, attempt)` and `on_preempt(…)` run after commit."""
+    `on_admit(request_id, attempt)` and `on_preempt(…)` run after commit.
+
+    The requests of Kueue-mode clusters (scheduling/scheduler_modes.py) are handed to Kueue
+    first; the engine then plans the rest on a snapshot without those clusters. With no
+    portal-mode cluster left the engine does not run.
+    """
     holder = acquire_lease()
     if holder is None:
         return CycleResult(ran=False)
@@ -168,44 +181,82 @@ def run_cycle(
         on_start()
     started = time.perf_counter()
     try:
-        if settings.SCHEDULER == "kueue":
-            return _hand_to_kueue(holder, started=started, on_admit=on_admit)
-        # 1. Read.
-        snapshot = build_snapshot()
-        read_done = time.perf_counter()
-        # 2. Decide.
-        plan = engine.plan(snapshot, now=now if now is not None else time.time(), policy=POLICY)
-        plan_done = time.perf_counter()
-        # 3. Write.
-        result = CycleResult(
-            ran=True,
-            waiting=len(plan.waiting),
-            read_seconds=read_done - started,
-            plan_seconds=plan_done - read_done,
+        kueue = kueue_cluster_ids()
+        if not kueue:
+            return _plan_with_engine(
+                holder, started=started, now=now, on_admit=on_admit, on_preempt=on_preempt
+            )
+        handed = _hand_to_kueue(holder, kueue, started=started, on_admit=on_admit)
+        if not handed.ran or not Cluster.objects.exclude(pk__in=kueue).exists():
+            return handed
+        planned = _plan_with_engine(
+            holder,
+            started=time.perf_counter(),
+            now=now,
+            on_admit=on_admit,
+            on_preempt=on_preempt,
+            kueue=kueue,
         )
-        with transaction.atomic():
-            # The plan is only as good as the lease: renew it (its row stays locked until
-            # commit, so no other cycle can take it over meanwhile), or write nothing if another
-            # cycle took it over while this one read and planned.
-            if not renew_lease(holder):
-                log.warning("the scheduling lease expired during planning; the plan is dropped")
-                return CycleResult(ran=False)
-            for victim_id, attempt in _preempt(plan.preemptions):
-                result.preempted.append(victim_id)
-                if on_preempt:
-                    _after_commit(on_preempt, victim_id, attempt)
-            for request_id, attempt in _admit(plan.admissions):
-                result.admitted.append(request_id)
-                if on_admit:
-                    _after_commit(on_admit, request_id, attempt)
-            _record_waiting(plan.waiting, plan.reservations)
-            record_blockers(snapshot, plan)
-        result.write_seconds = time.perf_counter() - plan_done
-        # 4. Act: the on_commit callbacks above enqueue launches and terminations.
-        result.seconds = time.perf_counter() - started
-        return result
+        if not planned.ran:
+            return handed
+        return CycleResult(
+            ran=True,
+            admitted=handed.admitted + planned.admitted,
+            preempted=planned.preempted,
+            waiting=planned.waiting,
+            seconds=time.perf_counter() - started,
+            read_seconds=handed.read_seconds + planned.read_seconds,
+            plan_seconds=planned.plan_seconds,
+            write_seconds=handed.write_seconds + planned.write_seconds,
+        )
     finally:
         _release_after_cycle(holder, time.perf_counter() - started)
+
+
+def _plan_with_engine(
+    holder: str,
+    *,
+    started: float,
+    now: float | None,
+    on_admit: Callable[[int, int], None] | None,
+    on_preempt: Callable[[int, int], None] | None,
+    kueue: frozenset[int] = frozenset(),
+) -> CycleResult:
+    """The engine's part of a cycle, for every cluster but the Kueue ones `kueue`."""
+    # 1. Read.
+    snapshot = build_snapshot(kueue_clusters=kueue)
+    read_done = time.perf_counter()
+    # 2. Decide.
+    plan = engine.plan(snapshot, now=now if now is not None else time.time(), policy=POLICY)
+    plan_done = time.perf_counter()
+    # 3. Write.
+    result = CycleResult(
+        ran=True,
+        waiting=len(plan.waiting),
+        read_seconds=read_done - started,
+        plan_seconds=plan_done - read_done,
+    )
+    with transaction.atomic():
+        # The plan is only as good as the lease: renew it (its row stays locked until
+        # commit, so no other cycle can take it over meanwhile), or write nothing if another
+        # cycle took it over while this one read and planned.
+        if not renew_lease(holder):
+            log.warning("the scheduling lease expired during planning; the plan is dropped")
+            return CycleResult(ran=False)
+        for victim_id, attempt in _preempt(plan.preemptions):
+            result.preempted.append(victim_id)
+            if on_preempt:
+                _after_commit(on_preempt, victim_id, attempt)
+        for request_id, attempt in _admit(plan.admissions):
+            result.admitted.append(request_id)
+            if on_admit:
+                _after_commit(on_admit, request_id, attempt)
+        _record_waiting(plan.waiting, plan.reservations)
+        record_blockers(snapshot, plan)
+    result.write_seconds = time.perf_counter() - plan_done
+    # 4. Act: the on_commit callbacks above enqueue launches and terminations.
+    result.seconds = time.perf_counter() - started
+    return result
 
 
 def _after_commit(act: Callable[[int, int], None], request_id: int, attempt: int) -> None:
@@ -268,19 +319,27 @@ def _pool_of(admission: engine.Admission, node_pools: dict[str, int], default: i
 
 
 def _hand_to_kueue(
-    holder: str, *, started: float, on_admit: Callable[[int, int], None] | None
+    holder: str,
+    kueue: frozenset[int],
+    *,
+    started: float,
+    on_admit: Callable[[int, int], None] | None,
 ) -> CycleResult:
-    """SCHEDULER=kueue: the engine does not run. Every queued request is admitted at once into
-    an allocation with no node and no claims in its flavor's pool, so the launch path creates
-    its Job suspended in the project's LocalQueue; Kueue holds the Job until the team's
-    ClusterQueue has quota, and the request shows why meanwhile (runtime/kueue_admission.py).
+    """The Kueue clusters' part of a cycle, without the engine. Every queued request of the
+    clusters `kueue` is admitted at once into an allocation with no node and no claims, in its
+    flavor's pool on its cluster, so the launch path creates its Job suspended in the project's
+    LocalQueue there; Kueue holds the Job until the team's ClusterQueue has quota, and the
+    request shows why meanwhile (runtime/kueue_admission.py).
     """
-    # 1. Read: the queue, oldest first.
+    # 1. Read: the queue, oldest first, and the flavors' pools on the clusters requests name.
     queued = list(
         GpuRequest.objects.filter(status=RequestStatus.QUEUED)
+        .filter(handed_to_kueue(kueue))
         .select_related("flavor__pool", "team", "project")
         .order_by("queued_at", "pk")
     )
+    named = {request.cluster_id for request in queued if request.cluster_id is not None}
+    pools_in = {cluster_id: flavor_pools_in(cluster_id) for cluster_id in named}
     read_done = time.perf_counter()
     # 2. Decide: nothing to decide, Kueue does.
     result = CycleResult(ran=True, read_seconds=read_done - started)
@@ -302,7 +361,7 @@ def _hand_to_kueue(
                 Allocation(
                     request=request,
                     attempt=request.attempt,
-                    pool=request.flavor.pool,
+                    pool=_kueue_pool(request, pools_in),
                     claims=[],
                     is_preemptible=request.is_preemptible,
                     node_name="",
@@ -319,6 +378,13 @@ def _hand_to_kueue(
     result.write_seconds = time.perf_counter() - read_done
     result.seconds = time.perf_counter() - started
     return result
+
+
+def _kueue_pool(request: GpuRequest, pools_in: dict[int, dict[int, NodePool]]) -> NodePool:
+    """The flavor's pool on the cluster the request names, else the flavor's own pool."""
+    if request.cluster_id is None:
+        return request.flavor.pool
+    return pools_in[request.cluster_id].get(request.flavor_id, request.flavor.pool)
 
 
 def _preempt(preemptions: tuple[engine.Preemption, ...]) -> list[tuple[int, int]]:

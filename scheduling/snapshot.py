@@ -8,6 +8,7 @@ Quotas are counted in flavor units in the portal and in GPU-equivalents in the e
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Collection
 from typing import Any
 
 from scheduling import engine
@@ -15,6 +16,7 @@ from scheduling.choices import FlavorKind, Priority, RequestStatus, SharingMode,
 from scheduling.engine.types import MIG_PROFILES, mig_bits
 from scheduling.foreign_usage import subtract_foreign_usage
 from scheduling.models import Allocation, Flavor, GpuDevice, GpuRequest, Node, NodePool, Quota
+from scheduling.scheduler_modes import handed_to_kueue
 
 POOL_LABEL = "gpu-portal/pool"
 ENGINE_PRIORITY: dict[str, engine.Priority] = {
@@ -62,21 +64,24 @@ def claims_as_json(claims: tuple[engine.DeviceClaim, ...]) -> list[dict[str, Any
     ]
 
 
-def build_snapshot() -> engine.Snapshot:
+def build_snapshot(*, kueue_clusters: Collection[int] = ()) -> engine.Snapshot:
     """The fleet, what runs on it, what waits and the quotas, as one consistent value.
 
     Each table is read by a function of its own, as plain rows (`values()`): building model
     instances for 50,000 queued requests and their related rows cost most of the read.
+    The clusters in `kueue_clusters` are Kueue's (scheduling/scheduler_modes.py): their pools,
+    nodes, cards, allocations and queued requests are left out, so the engine plans the rest.
     """
-    pools = _pools()
-    nodes = _nodes()
+    kueue = frozenset(kueue_clusters)
+    pools = _pools(kueue)
+    nodes = _nodes(kueue)
     pool_of_node = {node["name"]: pools[node["pool_id"]] for node in nodes}
-    allocations = _allocations()
+    allocations = _allocations(kueue)
     quotas = _quotas()
     return engine.Snapshot(
         pools=tuple(pool for pool in sorted(pools.values(), key=lambda pool: pool.name)),
         nodes=tuple(_engine_node(node, pool_of_node[node["name"]]) for node in nodes),
-        devices=_devices(nodes, pool_of_node, allocations),
+        devices=_devices(nodes, pool_of_node, allocations, kueue),
         flavors=_flavors(),
         teams=tuple(
             engine.Team(name=slug, cohort="organisation")
@@ -84,12 +89,12 @@ def build_snapshot() -> engine.Snapshot:
         ),
         quotas=quotas,
         allocations=tuple(_engine_allocation(row) for row in allocations),
-        pending=_pending(),
+        pending=_pending(kueue),
     )
 
 
-def _pools() -> dict[int, engine.Pool]:
-    """Every node pool, by primary key."""
+def _pools(kueue: frozenset[int] = frozenset()) -> dict[int, engine.Pool]:
+    """Every node pool outside the Kueue clusters, by primary key."""
     return {
         row["pk"]: engine.Pool(
             name=row["slug"],
@@ -102,7 +107,9 @@ def _pools() -> dict[int, engine.Pool]:
             short_reserve_fraction=row["short_reserve_fraction"],
             short_max_runtime_seconds=float(row["short_max_runtime_seconds"]),
         )
-        for row in NodePool.objects.order_by("slug").values(
+        for row in NodePool.objects.exclude(cluster_id__in=kueue)
+        .order_by("slug")
+        .values(
             "pk",
             "slug",
             "tier__rank",
@@ -116,9 +123,11 @@ def _pools() -> dict[int, engine.Pool]:
     }
 
 
-def _nodes() -> list[dict[str, Any]]:
+def _nodes(kueue: frozenset[int] = frozenset()) -> list[dict[str, Any]]:
     return list(
-        Node.objects.order_by("name").values(
+        Node.objects.exclude(pool__cluster_id__in=kueue)
+        .order_by("name")
+        .values(
             "name",
             "pool_id",
             "gpu_model",
@@ -142,10 +151,12 @@ def _engine_node(node: dict[str, Any], pool: engine.Pool) -> engine.Node:
     )
 
 
-def _allocations() -> list[dict[str, Any]]:
-    """The running allocations with what the engine needs of their requests."""
+def _allocations(kueue: frozenset[int] = frozenset()) -> list[dict[str, Any]]:
+    """The running allocations outside the Kueue clusters with what the engine needs of their
+    requests."""
     return list(
         Allocation.objects.active()
+        .exclude(pool__cluster_id__in=kueue)
         .order_by("id")
         .values(
             "request_id",
@@ -186,6 +197,7 @@ def _devices(
     nodes: list[dict[str, Any]],
     pool_of_node: dict[str, engine.Pool],
     allocations: list[dict[str, Any]],
+    kueue: frozenset[int] = frozenset(),
 ) -> tuple[engine.GpuDevice, ...]:
     """Every card with what the running allocations and foreign pods leave free on it."""
     used_memory: dict[tuple[str, int], int] = defaultdict(int)
@@ -204,9 +216,12 @@ def _devices(
                 used_cores[key] += claim.get("cores_percent", 0)
 
     devices = []
-    for node_name, index, memory_mib, mig_layout in GpuDevice.objects.order_by(
+    cards = GpuDevice.objects.exclude(node__pool__cluster_id__in=kueue).order_by(
         "node__name", "index"
-    ).values_list("node__name", "index", "memory_mib", "mig_layout"):
+    )
+    for node_name, index, memory_mib, mig_layout in cards.values_list(
+        "node__name", "index", "memory_mib", "mig_layout"
+    ):
         key = (node_name, index)
         devices.append(
             engine.GpuDevice(
@@ -276,8 +291,14 @@ def _quotas() -> tuple[engine.Quota, ...]:
     )
 
 
-def offered_pools() -> dict[str, tuple[tuple[str, int], ...]]:
-    """(pool slug, cluster id) of each flavor offered in more than its own pool, by flavor slug."""
+def offered_pools(
+    kueue: frozenset[int] = frozenset(),
+) -> dict[str, tuple[tuple[str, int], ...]]:
+    """(pool slug, cluster id) of each flavor offered in more than its own pool, by flavor slug.
+
+    Pools in the Kueue clusters `kueue` are left out of the list, which may leave one pool or
+    none: the engine places only in portal-mode clusters.
+    """
     offered: dict[str, list[tuple[str, int]]] = defaultdict(list)
     for flavor, pool, cluster in Flavor.objects.values_list(
         "slug", "pool__slug", "pool__cluster_id"
@@ -287,17 +308,22 @@ def offered_pools() -> dict[str, tuple[tuple[str, int], ...]]:
         "flavor__slug", "nodepool__slug", "nodepool__cluster_id"
     ).order_by("flavor__slug", "nodepool__slug"):
         offered[flavor].append((pool, cluster))
-    return {flavor: tuple(pools) for flavor, pools in offered.items() if len(pools) > 1}
+    return {
+        flavor: tuple((pool, cluster) for pool, cluster in pools if cluster not in kueue)
+        for flavor, pools in offered.items()
+        if len(pools) > 1
+    }
 
 
-def _pending() -> tuple[engine.Request, ...]:
-    """The queue, oldest first."""
-    offered = offered_pools()
+def _pending(kueue: frozenset[int] = frozenset()) -> tuple[engine.Request, ...]:
+    """The queue, oldest first, without the requests handed to Kueue."""
+    offered = offered_pools(kueue)
+    queued = GpuRequest.objects.filter(status=RequestStatus.QUEUED)
+    if kueue:
+        queued = queued.exclude(handed_to_kueue(kueue))
     return tuple(
         engine_request(row, offered)
-        for row in GpuRequest.objects.filter(status=RequestStatus.QUEUED)
-        .order_by("created_at", "pk")
-        .values(*PENDING_FIELDS)
+        for row in queued.order_by("created_at", "pk").values(*PENDING_FIELDS)
     )
 
 

@@ -6,7 +6,6 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlencode
 
-from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
@@ -31,7 +30,7 @@ from scheduling.estimates import what_if
 from scheduling.fleet import node_detail, pool_detail
 from scheduling.fleet_nodes import nodes_needing_attention
 from scheduling.forms import DecisionForm, GpuRequestForm, ProjectQuotaForm, initial_from_body
-from scheduling.kueue_drift import last_check
+from scheduling.kueue_drift import kueue_checks
 from scheduling.models import (
     Flavor,
     GpuRequest,
@@ -498,8 +497,7 @@ def fleet(request: HttpRequest) -> HttpResponse:
             "pools": pools,
             "clusters": fleet_by_cluster(pools),
             "node_notes": nodes_needing_attention(),
-            "kueue_check": last_check() if settings.SCHEDULER == "kueue" else None,
-            "scheduler": settings.SCHEDULER,
+            "kueue_checks": kueue_checks(),
         },
     )
 

@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from django.conf import settings
 from django.db import transaction
 from django.dispatch import Signal
 from django.utils import timezone
@@ -24,6 +23,7 @@ from scheduling.choices import (
     FlavorKind,
     Priority,
     RequestStatus,
+    SchedulerMode,
     WorkloadKind,
 )
 from scheduling.lifecycle import (
@@ -37,6 +37,7 @@ from scheduling.lifecycle import (
 from scheduling.models import ApprovalRule, Cluster, Flavor, GpuRequest, gpu_equivalent_of
 from scheduling.notifications import notify
 from scheduling.pilots import pilot_refusal
+from scheduling.scheduler_modes import request_scheduler_mode
 from scheduling.selectors import (
     DEFERRED_APPROVAL_ACTION,
     PoolCapacity,
@@ -64,7 +65,13 @@ MAX_ENV_VARS = 128
 
 
 def _validate_workload(
-    *, image: str, command: list[str], env: dict[str, str], kind: str, flavor: Flavor
+    *,
+    image: str,
+    command: list[str],
+    env: dict[str, str],
+    kind: str,
+    flavor: Flavor,
+    cluster: Cluster | None = None,
 ) -> None:
     if not IMAGE_REFERENCE.match(image) or len(image) > 255:
         raise invalid_field(
@@ -80,10 +87,14 @@ def _validate_workload(
     if not flavor.pool.allows_kind(kind):
         allowed = ", ".join(flavor.pool.allowed_kinds)
         raise invalid_field("kind", f"Pool {flavor.pool} runs only {allowed} workloads.")
-    if settings.SCHEDULER == "kueue" and kind != WorkloadKind.JOB:
+    mode = request_scheduler_mode(flavor=flavor, cluster=cluster)
+    if mode == SchedulerMode.KUEUE and kind != WorkloadKind.JOB:
         # Kueue admits suspended Jobs here; notebooks and services (Deployments) are not yet.
+        where = (cluster or flavor.pool.cluster).name
         raise invalid_field(
-            "kind", "This portal runs batch jobs only under SCHEDULER=kueue (docs/kueue.md)."
+            "kind",
+            f"This portal runs batch jobs only under SCHEDULER=kueue: cluster {where} admits "
+            "through Kueue (docs/kueue.md).",
         )
 
 
@@ -287,7 +298,9 @@ def submit_gpu_request(
             "max_runtime_seconds",
             f"The {tier} tier allows at most {tier.max_runtime_seconds} seconds.",
         )
-    _validate_workload(image=image, command=command, env=env, kind=kind, flavor=flavor)
+    _validate_workload(
+        image=image, command=command, env=env, kind=kind, flavor=flavor, cluster=cluster
+    )
     host = resolve_host_resources(
         flavor=flavor, cpu_millicores=cpu_millicores, memory_mib=memory_mib, shm_mib=shm_mib
     )

@@ -1,4 +1,4 @@
-"""Under SCHEDULER=kueue the fleet page and /metrics say what the last policy check found."""
+"""For each Kueue-mode cluster the fleet page and /metrics say what its last policy check found."""
 
 from __future__ import annotations
 
@@ -39,5 +39,5 @@ def test_metrics_count_the_drift_of_the_last_check(org: Org, settings: Any) -> N
     settings.SCHEDULER = "kueue"
     record_check([DRIFT, "delete LocalQueue gpu-team-a-old/gpu-portal"], applied=True)
     body = Client().get(reverse("metrics")).content.decode()  # from loopback
-    assert "gpu_portal_kueue_policy_drift_objects 2.0" in body
-    assert "gpu_portal_kueue_policy_checked_timestamp_seconds " in body
+    assert 'gpu_portal_kueue_policy_drift_objects{cluster="local"} 2.0' in body
+    assert 'gpu_portal_kueue_policy_checked_timestamp_seconds{cluster="local"} ' in body

@@ -1,5 +1,6 @@
-"""`manage.py kueue_policy --diff | --apply`: the portal's policy as Kueue objects on the cluster
-that KUBECONFIG (and KUBE_CONTEXT) name."""
+"""`manage.py kueue_policy --diff | --apply [--cluster SLUG]`: the portal's policy as Kueue objects
+on one cluster: the local one (KUBECONFIG and KUBE_CONTEXT) unless `--cluster` names a registered
+one, reached with its own kubeconfig."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from runtime.cluster.base import ClusterError
 from runtime.kueue_policy import reconcile
+from scheduling.models import LOCAL_CLUSTER_SLUG, Cluster
 
 
 class Command(BaseCommand):
@@ -20,10 +22,27 @@ class Command(BaseCommand):
         mode.add_argument(
             "--apply", action="store_true", help="apply with server-side apply; delete leftovers"
         )
+        parser.add_argument(
+            "--cluster",
+            default=LOCAL_CLUSTER_SLUG,
+            help=f"the cluster's slug (default: {LOCAL_CLUSTER_SLUG}, this deployment's own)",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
+        slug = options["cluster"]
+        cluster = Cluster.objects.filter(slug=slug).first()
+        if cluster is None and slug != LOCAL_CLUSTER_SLUG:
+            known = ", ".join(Cluster.objects.values_list("slug", flat=True)) or "none"
+            raise CommandError(f"No cluster {slug!r} (registered: {known}).")
+        if cluster is not None and cluster.scheduler_mode != "kueue":
+            self.stderr.write(
+                self.style.WARNING(
+                    f"Cluster {slug} runs the portal's scheduler, not Kueue: "
+                    "its requests do not use these objects."
+                )
+            )
         try:
-            pending = reconcile(apply=bool(options["apply"]))
+            pending = reconcile(apply=bool(options["apply"]), cluster=cluster)
         except ClusterError as exc:
             raise CommandError(str(exc)) from exc
         for change in pending:
