@@ -19,21 +19,29 @@ from accounting.selectors import (
     totals,
     usage_rows,
 )
-from scheduling.models import Flavor, NodePool
+from scheduling.models import Cluster, Flavor, NodePool
 from tenants.models import Project, Team, scope_of
 
 GROUP_CHOICES = (
     ("team", "Team"),
     ("project", "Project"),
     ("user", "User"),
+    ("cluster", "Cluster"),
     ("pool", "Pool"),
     ("flavor", "Flavor"),
 )
 # Clicking a row narrows the report to it and groups one level down.
-DRILL_DOWN = {"team": "project", "project": "user", "pool": "flavor", "flavor": "project"}
+DRILL_DOWN = {
+    "team": "project",
+    "project": "user",
+    "cluster": "pool",
+    "pool": "flavor",
+    "flavor": "project",
+}
 FILTER_MODELS: dict[str, Any] = {
     "team": Team,
     "project": Project,
+    "cluster": Cluster,
     "pool": NodePool,
     "flavor": Flavor,
 }
@@ -87,6 +95,7 @@ def _params(query: UsageQuery, group_by: str, **changes: Any) -> dict[str, Any]:
         "project": query.project_id,
         "pool": query.pool_id,
         "flavor": query.flavor_id,
+        "cluster": query.cluster_id,
     }
     params.update(changes)
     return {key: value for key, value in params.items() if value not in (None, "")}

@@ -21,18 +21,20 @@ from django.utils import timezone
 from accounting.models import DailyUsage, MonthlyUsage, Price, TeamMonthlyUsage, UsageRecord
 from accounting.periods import billing_zone, month_bounds, month_of, next_month, seconds_between
 from scheduling.choices import FINISHED_STATUSES
-from scheduling.models import Allocation, Flavor, GpuDevice, GpuRequest, NodePool
+from scheduling.models import Allocation, Cluster, Flavor, GpuDevice, GpuRequest, NodePool
 from tenants.errors import DomainError, ForbiddenError
 from tenants.models import Project, Team, scope_of
 from tenants.scope import Scope
 
 SIX_PLACES = Decimal("0.000001")
-GROUP_KEYS = ("team", "project", "flavor", "pool", "user", "month", "day")
+GROUP_KEYS = ("team", "project", "flavor", "pool", "cluster", "user", "month", "day")
 _COLUMN = {
     "team": "team_id",
     "project": "project_id",
     "flavor": "flavor_id",
     "pool": "pool_id",
+    # A request's cluster is its allocation's pool's: usage is keyed by that pool.
+    "cluster": "pool__cluster_id",
     "user": "owner_id",
 }
 
@@ -133,6 +135,7 @@ class UsageQuery:
     project_id: int | None = None
     pool_id: int | None = None
     flavor_id: int | None = None
+    cluster_id: int | None = None
     group_by: tuple[str, ...] = ("team",)
     months: list[date] = field(default_factory=list)
 
@@ -167,6 +170,8 @@ def check_filters(*, user: Any, query: UsageQuery) -> None:
         errors["pool"] = "No such pool."
     if query.flavor_id is not None and not Flavor.objects.filter(pk=query.flavor_id).exists():
         errors["flavor"] = "No such flavor."
+    if query.cluster_id is not None and not Cluster.objects.filter(pk=query.cluster_id).exists():
+        errors["cluster"] = "No such cluster."
     if errors:
         raise DomainError("invalid", "Invalid input: see the fields.", fields=errors)
 
@@ -212,6 +217,7 @@ def _narrow(rows: QuerySet[Any], *, scope: Scope, query: UsageQuery) -> QuerySet
         ("project_id", query.project_id),
         ("pool_id", query.pool_id),
         ("flavor_id", query.flavor_id),
+        ("pool__cluster_id", query.cluster_id),
     ):
         if value is not None:
             rows = rows.filter(**{name: value})
@@ -236,6 +242,7 @@ def _named_models() -> dict[str, tuple[Any, str]]:
         "project_id": (Project, "name"),
         "flavor_id": (Flavor, "name"),
         "pool_id": (NodePool, "name"),
+        "pool__cluster_id": (Cluster, "name"),
         "owner_id": (get_user_model(), "username"),
     }
 
@@ -343,7 +350,8 @@ def capacity_hours(*, months: list[date], now: datetime) -> dict[int, Decimal]:
 
 
 def idle_capacity(*, query: UsageQuery, now: datetime | None = None) -> list[dict[str, Any]]:
-    """Per pool: capacity, allocated and idle GPU-hours over the months; idle at the pool rate."""
+    """Per pool (and its cluster): capacity, allocated and idle GPU-hours over the months; idle
+    at the pool rate."""
     now = now or timezone.now()
     allocated = dict(
         TeamMonthlyUsage.objects.filter(period__gte=query.month_from, period__lte=query.month_to)
@@ -352,9 +360,11 @@ def idle_capacity(*, query: UsageQuery, now: datetime | None = None) -> list[dic
         .values_list("pool_id", "h")
     )
     capacity = capacity_hours(months=query.months, now=now)
-    pools = NodePool.objects.order_by("name")
+    pools = NodePool.objects.select_related("cluster").order_by("name")
     if query.pool_id is not None:
         pools = pools.filter(pk=query.pool_id)
+    if query.cluster_id is not None:
+        pools = pools.filter(cluster_id=query.cluster_id)
     out = []
     for pool in pools:
         used = _money(allocated.get(pool.pk))
@@ -365,6 +375,8 @@ def idle_capacity(*, query: UsageQuery, now: datetime | None = None) -> list[dic
             {
                 "pool_id": pool.pk,
                 "pool": pool.name,
+                "cluster_id": pool.cluster_id,
+                "cluster": pool.cluster.name,
                 "capacity_gpu_hours": total,
                 "allocated_gpu_hours": used,
                 "idle_gpu_hours": idle,

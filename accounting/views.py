@@ -110,6 +110,7 @@ def reports(request: HttpRequest) -> HttpResponse:
             project_id=data["project"],
             pool_id=data["pool"],
             flavor_id=data["flavor"],
+            cluster_id=data["cluster"],
             group_by=(data["group_by"] or "team",),
         )
         try:

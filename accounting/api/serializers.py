@@ -42,6 +42,7 @@ class UsageQuerySerializer(serializers.Serializer):
     project = serializers.IntegerField(min_value=1, max_value=MAX_ID, required=False)
     pool = serializers.IntegerField(min_value=1, max_value=MAX_ID, required=False)
     flavor = serializers.IntegerField(min_value=1, max_value=MAX_ID, required=False)
+    cluster = serializers.IntegerField(min_value=1, max_value=MAX_ID, required=False)
     group_by = serializers.RegexField(
         GROUP_BY_PATTERN,
         required=False,
@@ -71,6 +72,7 @@ class UsageQuerySerializer(serializers.Serializer):
             project_id=data.get("project"),
             pool_id=data.get("pool"),
             flavor_id=data.get("flavor"),
+            cluster_id=data.get("cluster"),
             group_by=data.get("group_by") or self.default_group_by,
         )
 
