@@ -32,7 +32,7 @@ from tests.support.personas import Org
 pytestmark = pytest.mark.django_db
 
 CYCLE = 10
-WINDOW = 1800
+WINDOW = 1200
 
 
 @dataclass(frozen=True)
@@ -45,11 +45,11 @@ class Arrival:
 
 
 def scenario() -> list[Arrival]:
-    """Both teams over-asking for the 16 A100 cards, plus MIG and vGPU work, over 10 minutes."""
+    """Both teams over-asking for the 16 A100 cards, plus MIG and vGPU work, over 5 minutes."""
     out = []
-    for i in range(24):
-        out.append(Arrival(20 * i + 3, "ab"[i % 2], "a100-80g", 1 + (i * 7) % 4, 200 + 47 * i))
-    for i in range(8):
+    for i in range(16):
+        out.append(Arrival(15 * i + 3, "ab"[i % 2], "a100-80g", 1 + (i * 7) % 4, 150 + 31 * i))
+    for i in range(6):
         out.append(Arrival(40 * i + 7, "ab"[i % 2], "h100-1g10gb", 1, 200 + 61 * i))
         out.append(Arrival(45 * i + 5, "ba"[i % 2], "l4-12g", 1, 300 + 53 * i))
     return sorted(out, key=lambda a: (a.offset, a.flavor))
@@ -74,6 +74,12 @@ def run_live(org: Org, start: datetime) -> list[tuple[str, float, tuple[str, ...
     starts: list[tuple[str, float, tuple[str, ...]]] = []
     for k in range(WINDOW // CYCLE + 1):
         now = start + timedelta(seconds=CYCLE * k)
+        if (
+            not arrivals
+            and not running
+            and not GpuRequest.objects.filter(status=RequestStatus.QUEUED).exists()
+        ):
+            break  # all done: later cycles would find nothing to do
         for pk, (began, ran) in list(running.items()):
             if began + timedelta(seconds=ran) <= now:
                 ended = began + timedelta(seconds=ran)
@@ -122,7 +128,7 @@ def test_replay_admits_what_the_live_cycle_admitted_on_the_same_policy(
 ) -> None:
     equal_quotas(org, fleet)
     live = run_live(org, window_start)
-    assert len(live) > 30  # most of the scenario ran, much of it after waiting
+    assert len(live) >= len(scenario())  # all of it ran, some of it after waiting
 
     trace = recorded_trace(days=WINDOW / 86_400, now=window_start + timedelta(seconds=WINDOW))
     assert trace.start == window_start.timestamp()
@@ -163,7 +169,7 @@ def test_raising_a_teams_weight_shortens_its_wait(
     """Both teams ask for far more A100 cards than there are; weighting team B 4:1 serves its
     requests first whenever cards free up."""
     equal_quotas(org, fleet)
-    burst = [Arrival(5 * i, "ab"[i % 2], "a100-80g", 4, 600) for i in range(24)]
+    burst = [Arrival(5 * i, "ab"[i % 2], "a100-80g", 4, 300) for i in range(12)]
     record_history(org, window_start, burst)
     trace = recorded_trace(days=WINDOW / 86_400, now=window_start + timedelta(seconds=WINDOW))
     change = load_policy_change("team_weights: {team-b: 4.0}", fleet=trace.fleet)
@@ -172,7 +178,7 @@ def test_raising_a_teams_weight_shortens_its_wait(
     before = dict(comparison.current.team_wait_p50)
     after = dict(comparison.changed.team_wait_p50)
     assert after["team-b"] < before["team-b"]
-    assert after["team-a"] > before["team-a"]
+    assert after["team-a"] >= before["team-a"]
 
 
 def test_a_policy_naming_an_unknown_team_or_a_bad_value_is_refused(org: Org, fleet: Fleet) -> None:
