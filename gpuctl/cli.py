@@ -162,6 +162,7 @@ def submit(
       name: resnet sweep
       project: vision-research     # id or slug
       flavor: a100-80g             # id or slug
+      cluster: east                # optional: run only there (slug)
       gpu_count: 1
       kind: job                    # job, notebook or service
       image: pytorch/pytorch:2.4.0-cuda12.1-cudnn9-runtime
