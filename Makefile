@@ -46,6 +46,7 @@ bench: bench-engine bench-pipeline bench-reports bench-api bench-estimates
 bench-engine: install
 	$(BIN)/python -m bench.engine
 	$(BIN)/python -m bench.engine_db
+	$(BIN)/python -m bench.replay
 
 bench-pipeline: install
 	$(BIN)/python -m bench.pipeline
