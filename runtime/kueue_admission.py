@@ -1,8 +1,9 @@
-"""SCHEDULER=kueue: Kueue's word on the portal's Jobs, written onto their requests.
+"""On a Kueue-mode cluster: Kueue's word on the portal's Jobs, written onto their requests.
 
-The cycle hands every queued request to Kueue (`scheduling.cycle._hand_to_kueue`) and the launch
-creates its Job suspended in the project's LocalQueue. From then on Kueue decides, and this
-module reads its Workloads back, once per sync (`execution.sync_workloads`):
+The cycle hands the queued requests of Kueue-mode clusters to Kueue
+(`scheduling.cycle._hand_to_kueue`) and the launch creates each Job suspended in the project's
+LocalQueue on its cluster. From then on Kueue decides, and this module reads its Workloads
+back, once per sync of that cluster (`execution.sync_workloads(cluster=...)`):
 1. read every Workload and LocalQueue (`KueueWorkloadReader`), mapped by the pure
    `kueue_workloads.kueue_views`;
 2. a request whose Workload is pending shows Kueue's reason in `waiting_reason` and its computed
