@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
+import pytest
+
 from gpuctl.cli import start_line
+from scheduling import estimates
+from tests.cli.conftest import Gpuctl
+from tests.scheduling.test_estimates import busy_then_waiting, whole_pool
+from tests.support.personas import Org
 
 
 def iso(moment: datetime) -> str:
@@ -33,3 +41,20 @@ def test_start_line_reads_api_times_and_says_not_before_without_a_high_bound() -
         {"estimated_start_at": iso(later), "estimate_low_at": iso(at), "estimate_high_at": None}
     )
     assert line == f"around {later.strftime('%a')} 09:00, not before 09:00"
+
+
+@pytest.mark.integration
+def test_gpuctl_get_shows_when_a_queued_request_will_likely_start(
+    logged_in: Callable[[str], Gpuctl], org: Org
+) -> None:
+    _, waiting = busy_then_waiting(org, whole_pool(org))
+    estimates.refresh_start_estimates()
+    waiting.refresh_from_db()
+    assert waiting.estimated_start_at is not None
+    gpuctl = logged_in("dev_a")
+    as_table = gpuctl("get", str(waiting.pk))
+    assert as_table.returncode == 0, as_table.stderr
+    line = next(row for row in as_table.stdout.splitlines() if row.startswith("likely_start "))
+    assert line.split(None, 1)[1].startswith("around ")
+    as_json = json.loads(gpuctl("get", str(waiting.pk), "-o", "json").stdout)
+    assert as_json["estimated_start_at"] is not None and "likely_start" not in as_json
