@@ -587,6 +587,18 @@ def portal_side(
 # Between the sides ------------------------------------------------------------------------------
 
 
+def deleting(call: Any, *args: Any, **kwargs: Any) -> None:
+    """A collection delete; on a loaded bed the API server may answer 504 (or drop the
+    connection) while it goes on deleting, so the caller's wait until none is left decides."""
+    from kubernetes.client.exceptions import ApiException
+    from urllib3.exceptions import HTTPError
+
+    try:
+        call(*args, _preload_content=False, **kwargs)
+    except (ApiException, HTTPError) as error:
+        log(f"collection delete answered {getattr(error, 'status', error)}; waiting for it")
+
+
 def delete_portal_workloads(bed: Testbed, namespace: str) -> None:
     from kubernetes import client as k8s
 
@@ -594,12 +606,18 @@ def delete_portal_workloads(bed: Testbed, namespace: str) -> None:
     batch: Any = k8s.BatchV1Api(api)
     core: Any = k8s.CoreV1Api(api)
     t0 = time.monotonic()
-    batch.delete_collection_namespaced_job(
-        namespace, label_selector=MANAGED, propagation_policy="Background", _preload_content=False
+    deleting(
+        batch.delete_collection_namespaced_job,
+        namespace,
+        label_selector=MANAGED,
+        propagation_policy="Background",
     )
     while True:
-        core.delete_collection_namespaced_pod(
-            namespace, label_selector=MANAGED, grace_period_seconds=0, _preload_content=False
+        deleting(
+            core.delete_collection_namespaced_pod,
+            namespace,
+            label_selector=MANAGED,
+            grace_period_seconds=0,
         )
         left = json.loads(
             core.list_namespaced_pod(
@@ -754,9 +772,7 @@ def delete_direct_pods(bed: Testbed) -> None:
     core: Any = k8s.CoreV1Api(bed.api_client())
     t0 = time.monotonic()
     while True:
-        core.delete_collection_namespaced_pod(
-            DIRECT_NAMESPACE, grace_period_seconds=0, _preload_content=False
-        )
+        deleting(core.delete_collection_namespaced_pod, DIRECT_NAMESPACE, grace_period_seconds=0)
         left = json.loads(
             core.list_namespaced_pod(DIRECT_NAMESPACE, limit=1, _preload_content=False).data
         )
