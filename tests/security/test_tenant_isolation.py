@@ -154,6 +154,7 @@ B_FACTORIES = {
 }
 # The catalogue every member sees (`CatalogQuerySet`): no object of it belongs to team B.
 SHARED_CATALOG = {
+    "scheduling.Cluster",
     "scheduling.Flavor",
     "scheduling.NodePool",
     "scheduling.Node",
