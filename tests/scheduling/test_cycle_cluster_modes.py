@@ -172,6 +172,25 @@ def test_naming_the_kueue_cluster_hands_the_request_to_kueue_in_its_pool(
     assert (allocation.pool.slug, allocation.node_name) == ("east-x", "")
 
 
+def test_naming_a_portal_cluster_lets_the_engine_place_a_kueue_flavor_there(
+    org: Org, east: Cluster, east_flavor: Flavor, seen_snapshots: list[Any]
+) -> None:
+    local_pool = NodePoolFactory.create(tier=east_flavor.pool.tier, slug="local-x")
+    node = NodeFactory.create(pool=local_pool, gpu_model=east_flavor.gpu_model)
+    for index in range(4):
+        GpuDeviceFactory.create(node=node, index=index, memory_mib=east_flavor.gpu_memory_mib)
+    east_flavor.other_pools.add(local_pool)
+    local = Cluster.objects.get(slug="local")
+    named, unnamed = _queued(org, east_flavor, cluster=local), _queued(org, east_flavor)
+
+    assert sorted(cycle.run_cycle().admitted) == sorted([named.pk, unnamed.pk])
+
+    assert Allocation.objects.get(request=named).node_name == node.name
+    assert Allocation.objects.get(request=unnamed).pool == east_flavor.pool  # Kueue's
+    (pending,) = seen_snapshots[0].pending
+    assert (pending.id, pending.pools) == (str(named.pk), ("local-x",))
+
+
 def test_only_jobs_are_taken_where_kueue_admits(
     org: Org, east: Cluster, local_flavor: Flavor, east_flavor: Flavor
 ) -> None:
