@@ -39,9 +39,9 @@ def test_two_loops_started_at_once_only_one_acts(
     ids = submit_and_approve(org, a100, 24)  # 16 A100s: 16 admitted, 8 left waiting
     build = cycle.build_snapshot
 
-    def slow_snapshot() -> Any:
+    def slow_snapshot(**kwargs: Any) -> Any:
         time.sleep(0.3)  # both loops are inside a cycle at the same time
-        return build()
+        return build(**kwargs)
 
     monkeypatch.setattr(cycle, "build_snapshot", slow_snapshot)
     barrier = threading.Barrier(2)

@@ -267,11 +267,11 @@ def test_a_burst_of_approvals_queues_one_cycle(
 def test_a_cycle_asked_for_while_one_runs_follows_it(
     org: Org, fleet: Fleet, sent: list[tuple[str, tuple[Any, ...]]], monkeypatch: Any
 ) -> None:
-    build_snapshot: Callable[[], Any] = cycle.build_snapshot
+    build_snapshot: Callable[..., Any] = cycle.build_snapshot
     nested: list[bool] = []
 
-    def read_while_an_approval_lands() -> Any:
-        snapshot = build_snapshot()
+    def read_while_an_approval_lands(**kwargs: Any) -> Any:
+        snapshot = build_snapshot(**kwargs)
         if not nested:
             # An approval commits after this cycle read; its cycle starts while this one runs,
             # finds the lease held and exits.
