@@ -97,6 +97,10 @@ def _submit(portal: dict[str, Any], cluster: Cluster) -> GpuRequest:
     return request
 
 
+def _request_label(job: Any) -> str:
+    return str(job.metadata.labels["gpu-portal/request"])
+
+
 def _run(requests: list[GpuRequest], captured: Any) -> None:
     """A cycle admits them; each is launched on its cluster; the periodic sync (the task, on
     every cluster) follows them until they finish."""
@@ -145,10 +149,10 @@ def test_each_cluster_runs_its_request_and_survives_the_others_outage(
             assert request.status == RequestStatus.SUCCEEDED, request.status_reason
         east_jobs = east_batch.list_namespaced_job(project.namespace).items
         local_jobs = k8s_admin.batch.list_namespaced_job(project.namespace).items
-        assert [j.metadata.labels["gpu-portal/request"] for j in east_jobs] == [str(on_east.pk)]
-        assert [j.metadata.labels["gpu-portal/request"] for j in local_jobs] == [str(on_local.pk)]
+        assert [_request_label(job) for job in east_jobs] == [str(on_east.pk)]
+        assert [_request_label(job) for job in local_jobs] == [str(on_local.pk)]
         (pod,) = east_core.list_namespaced_pod(project.namespace).items
-        assert pod.spec.node_name == EAST_NODE
+        assert pod.spec and pod.spec.node_name == EAST_NODE
 
         # East goes down: the local cluster still launches and finishes work; the outage is
         # recorded on east, and east's node is not declared lost for a failed read.
