@@ -21,7 +21,6 @@ class GpuRequestForm(forms.Form):
     cluster = forms.ModelChoiceField(
         queryset=Cluster.objects.filter(is_active=True),
         required=False,
-        to_field_name="slug",
         empty_label="Any that fits",
         help_text="Run only there; it must hold one of the flavor's pools",
     )

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from drf_spectacular.utils import extend_schema_field
@@ -23,6 +24,18 @@ from scheduling.models import (
 )
 from tenants.api.base import ScopedPrimaryKeyRelatedField
 from tenants.models import Project, Team
+
+SLUG_PATTERN = re.compile(r"[-a-zA-Z0-9_]+")
+
+
+class SlugReferenceField(serializers.SlugRelatedField):
+    """An object named by its slug; text that cannot be a slug (control characters, say) does
+    not exist either, and is refused before it reaches the database."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        if not isinstance(data, str) or not SLUG_PATTERN.fullmatch(data):
+            self.fail("does_not_exist", slug_name=self.slug_field, value=str(data)[:80])
+        return super().to_internal_value(data)
 
 
 class TierSerializer(serializers.ModelSerializer):
@@ -57,7 +70,7 @@ class NodePoolSerializer(serializers.ModelSerializer):
     tier: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
         slug_field="slug", queryset=Tier.objects.all()
     )
-    cluster: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
+    cluster = SlugReferenceField(
         slug_field="slug",
         queryset=Cluster.objects.all(),
         required=False,
@@ -98,7 +111,7 @@ class FlavorSerializer(serializers.ModelSerializer):
     pool: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
         slug_field="slug", queryset=NodePool.objects.all()
     )
-    other_pools: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
+    other_pools = SlugReferenceField(
         slug_field="slug",
         queryset=NodePool.objects.all(),
         many=True,
@@ -278,7 +291,7 @@ class GpuRequestSerializer(serializers.ModelSerializer):
     flavor = ScopedPrimaryKeyRelatedField(
         queryset=Flavor.objects.select_related("pool__tier__approval_rule")
     )
-    cluster: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
+    cluster = SlugReferenceField(
         slug_field="slug",
         queryset=Cluster.objects.all(),
         required=False,

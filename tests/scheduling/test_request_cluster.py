@@ -50,11 +50,22 @@ def test_a_request_without_a_cluster_lets_the_engine_choose(org: Org, fleet: Fle
     assert body["cluster"] is None
 
 
-def test_an_unknown_cluster_is_a_400(org: Org, fleet: Fleet) -> None:
+@pytest.mark.parametrize("cluster", ["nowhere", "east\x00", "\u00a7 east"])
+def test_an_unknown_cluster_is_a_400(org: Org, fleet: Fleet, cluster: str) -> None:
+    _east_with_a100s(org, fleet)
     response = api_submit(
-        org.dev_a, request_body(org.project_a, fleet.a100, cluster="nowhere"), status=400
+        org.dev_a, request_body(org.project_a, fleet.a100, cluster=cluster), status=400
     )
     assert "does not exist" in response.json()["error"]["fields"]["cluster"]
+
+
+def test_the_form_refuses_a_cluster_that_is_not_a_choice(org: Org, fleet: Fleet) -> None:
+    client = _client(org.dev_a)
+    for value in ("east\x00", "east", "999999"):
+        response = client.post(reverse("gpu-request-new"), {"cluster": value})
+        assert response.status_code == 200
+        assert 'data-testid="error-cluster"' in response.content.decode()
+    assert not GpuRequest.objects.exists()
 
 
 def test_a_cluster_without_the_flavors_pools_or_inactive_is_a_400(org: Org, fleet: Fleet) -> None:
@@ -87,12 +98,13 @@ def test_the_form_takes_a_cluster_and_shows_its_refusal_on_the_field(
         "allow_shared_node": "on",
     }
     page = client.get(reverse("gpu-request-new")).content.decode()
-    assert 'name="cluster"' in page and 'value="east"' in page
-    refused = client.post(reverse("gpu-request-new"), {**form, "cluster": "east"})
+    east = Cluster.objects.get(slug="east")
+    assert 'name="cluster"' in page and f'value="{east.pk}">East<' in page
+    refused = client.post(reverse("gpu-request-new"), {**form, "cluster": east.pk})
     assert refused.status_code == 200
     assert "has no pool of" in refused.content.decode()
     assert not GpuRequest.objects.exists()
-    a100 = {**form, "flavor": fleet.a100.pk, "kind": "job", "cluster": "east"}
+    a100 = {**form, "flavor": fleet.a100.pk, "kind": "job", "cluster": east.pk}
     done = client.post(reverse("gpu-request-new"), a100)
     assert done.status_code == 302, done.content.decode()[-1500:]
     created = GpuRequest.objects.get()
