@@ -137,6 +137,7 @@ def test_replay_admits_what_the_live_cycle_admitted_on_the_same_policy(
     assert [(s.request_id, s.at, s.node_ids) for s in result.starts] == live
     waited = [s for s in result.starts if s.at > trace.start + 60]
     assert waited, "the scenario should make work wait for capacity"
+    assert result.preemptions, "borrowed A100 work should be reclaimed"
 
 
 def record_history(org: Org, start: datetime, arrivals: list[Arrival]) -> None:
