@@ -1,7 +1,7 @@
 """The policy replay page: platform admins replay the last days under a changed policy.
 
 The replay runs inside the request, and only for windows the page can replay while the admin
-waits (`policy_replay.too_large_for_page`: up to 200 nodes and 5,000 submissions, a few seconds
+waits (`policy_replay.too_large_for_page`: up to 200 nodes and 2,000 submissions, about 5 seconds
 of CPU at the benchmark's rate); a larger fleet is pointed to `manage.py replay`, which has no
 request timeout. Nothing is written, so a page reload is the retry. Other users get 403.
 """
