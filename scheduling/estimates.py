@@ -15,15 +15,14 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from django.conf import settings
-
 from scheduling.choices import Priority, RequestStatus, WorkloadKind
 from scheduling.cycle import POLICY
 from scheduling.engine import Snapshot
 from scheduling.engine.forecast import forecast
 from scheduling.models import Flavor, GpuRequest
+from scheduling.scheduler_modes import kueue_cluster_ids
 from scheduling.selectors import ratio_bands_by_request, runtime_history
-from scheduling.snapshot import PENDING_FIELDS, build_snapshot, engine_request
+from scheduling.snapshot import PENDING_FIELDS, build_snapshot, engine_request, offered_pools
 from tenants.models import Project
 
 #: Simulated cycles per forecast: enough for the queues we see, bounded so a refresh stays fast.
@@ -53,12 +52,10 @@ def _at(seconds: float | None) -> datetime | None:
 
 def refresh_start_estimates(*, now: float | None = None) -> int:
     """Store the estimated start and its interval on every queued request; returns how many
-    rows changed. Under SCHEDULER=kueue the engine does not decide, so nothing is estimated."""
-    if settings.SCHEDULER == "kueue":
-        return 0
+    rows changed. Kueue decides for the clusters in its mode, so their requests get no estimate."""
     now = now if now is not None else time.time()
     # 1. Read.
-    snapshot = build_snapshot()
+    snapshot = build_snapshot(kueue_clusters=kueue_cluster_ids())
     ids = [int(a.request_id) for a in snapshot.allocations] + [int(r.id) for r in snapshot.pending]
     bands = ratio_bands_by_request(ids, history=runtime_history())
     # 2. Forecast.
@@ -119,18 +116,21 @@ def what_if(
     """For each flavor, the estimated start of a request submitted now (before any approval
     it may need): one typical forecast per flavor, the request last in its age."""
     now = now if now is not None else time.time()
-    flavors = list(flavors)
-    if not flavors or settings.SCHEDULER == "kueue":
-        return [WhatIf(flavor, None, None) for flavor in flavors]
-    snapshot = build_snapshot()
+    asked = list(flavors)
+    kueue = kueue_cluster_ids()
+    flavors = [f for f in asked if f.pool.cluster_id not in kueue]  # Kueue decides the others
+    if not flavors:
+        return [WhatIf(flavor, None, None) for flavor in asked]
+    snapshot = build_snapshot(kueue_clusters=kueue)
+    offered = offered_pools(kueue)
     if (len(snapshot.pending) + len(snapshot.devices)) * len(flavors) > WHAT_IF_BUDGET:
         # A page must answer in a moment: a fleet this large gets no what-if.
-        return [WhatIf(flavor, None, None) for flavor in flavors]
+        return [WhatIf(flavor, None, None) for flavor in asked]
     history = runtime_history()
     ids = [int(a.request_id) for a in snapshot.allocations] + [int(r.id) for r in snapshot.pending]
     bands = ratio_bands_by_request(ids, history=history)
     created = datetime.fromtimestamp(now, tz=UTC)
-    out = []
+    answers: dict[int, WhatIf] = {}
     for flavor in flavors:
         rid = f"what-if-{flavor.pk}"
         known = {
@@ -148,10 +148,11 @@ def what_if(
             "flavor__mig_profile": flavor.mig_profile,
             "max_runtime_seconds": max_runtime_seconds,
             "flavor__pool__slug": flavor.pool.slug,
+            "flavor__pool__cluster_id": flavor.pool.cluster_id,
         }
         # A queued row as the snapshot reads it (PENDING_FIELDS); the rest left empty.
         row = {field: known.get(field) for field in PENDING_FIELDS}
-        request = replace(engine_request(row), id=rid, submitted_at=now)
+        request = replace(engine_request(row, offered), id=rid, submitted_at=now)
         step = replace(snapshot, pending=(*snapshot.pending, request))
         band = history.band_for(owner_id=owner.pk, flavor_id=flavor.pk)
         got = forecast(
@@ -163,11 +164,9 @@ def what_if(
             max_steps=steps_for(step, WHAT_IF_MAX_STEPS, runs=len(flavors), budget=WHAT_IF_BUDGET),
             with_interval=False,
         ).get(rid)
-        out.append(
-            WhatIf(
-                flavor,
-                _at(got.start_at) if got else None,
-                max(0.0, got.start_at - now) if got else None,
-            )
+        answers[flavor.pk] = WhatIf(
+            flavor,
+            _at(got.start_at) if got else None,
+            max(0.0, got.start_at - now) if got else None,
         )
-    return out
+    return [answers.get(flavor.pk) or WhatIf(flavor, None, None) for flavor in asked]
