@@ -2,7 +2,7 @@
 
 The portal's requests always name a flavor, a flavor belongs to one pool and one GPU model, and
 `scheduling/snapshot.py` turns each request into an engine request with
-`pinned_model=flavor.gpu_model` and `node_selector=((POOL_LABEL, pool),)`; every node carries its
+`pinned_model=flavor.gpu_model` and `pools=(pool,)`; every node carries its
 pool's label and the pool's taints, which admission to the pool tolerates; all teams share one
 cohort ("organisation"); quotas are whole units of a flavor, counted in GPU-equivalents by the
 flavor's weight (four decimals, as `Flavor.gpu_equivalent` stores it).
@@ -402,7 +402,7 @@ def engine_request(fleet: Fleet, r: RequestRow) -> engine.Request:
         vgpu_cores_percent=f.cores_percent if f.kind == "vgpu" else 0,
         mig_profile=f.mig_profile or None,
         max_runtime_seconds=float(r.max_runtime_seconds),
-        node_selector=((POOL_LABEL, f.pool),),
+        pools=(f.pool,),
     )
 
 

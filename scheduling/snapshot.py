@@ -354,9 +354,9 @@ def engine_request(
 ) -> engine.Request:
     """One queued request (a row of `PENDING_FIELDS`) as the engine sees it.
 
-    A flavor sold in one pool pins the request there by the pool label; one offered in several
-    (`offered_pools`) lets the engine choose among them, or among those of the cluster the
-    request names.
+    The request may run in its flavor's pool, or in any of the pools a flavor is offered in
+    (`offered_pools`), narrowed to the cluster the request names. The engine keeps it there with
+    its pool filter, which skips other pools whole rather than node by node.
     """
     pools = (offered or {}).get(row["flavor__slug"]) or (
         (row["flavor__pool__slug"], row.get("flavor__pool__cluster_id")),
@@ -382,6 +382,5 @@ def engine_request(
         vgpu_cores_percent=row["gpu_cores_percent"] or 0,
         mig_profile=row["flavor__mig_profile"] or None,
         max_runtime_seconds=float(row["max_runtime_seconds"]),
-        node_selector=((POOL_LABEL, candidates[0]),) if len(pools) == 1 and named is None else (),
-        pools=candidates if len(pools) > 1 or named is not None else (),
+        pools=candidates,
     )
