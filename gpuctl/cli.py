@@ -455,5 +455,55 @@ def templates(ctx: click.Context, output: str) -> None:
     click.echo(table(("id", "name", "scope", "kind", "flavor", "gpus", "image"), lines))
 
 
+@cli.command(name="what-if")
+@click.option("--project", required=True, help="Project id or slug.")
+@click.option("--gpus", "gpu_count", type=int, default=1, show_default=True)
+@click.option(
+    "--max-runtime",
+    "max_runtime_seconds",
+    type=int,
+    default=7200,
+    show_default=True,
+    help="Seconds.",
+)
+@click.option("--kind", default="job", show_default=True, help="job, notebook or service.")
+@output_option()
+@click.pass_context
+def what_if(
+    ctx: click.Context,
+    project: str,
+    gpu_count: int,
+    max_runtime_seconds: int,
+    kind: str,
+    output: str,
+) -> None:
+    """When a request submitted now would likely start, for each flavor you may use."""
+    client = portal(ctx)
+    query: dict[str, Any] = {"project": project}
+    _resolve(client, query, "project", "projects/")
+    rows = client.get(
+        "requests/what-if/",
+        project=query["project"],
+        gpu_count=gpu_count,
+        max_runtime_seconds=max_runtime_seconds,
+        kind=kind,
+    )
+    if output != "table":
+        click.echo(render(rows, output))
+        return
+    lines = [[row["flavor_name"], _when(row)] for row in rows]
+    click.echo(table(("flavor", "likely start"), lines))
+
+
+def _when(row: dict[str, Any]) -> str:
+    """ "now", "in about 40 min, around 14:20", or "not foreseeable" for a what-if row."""
+    if row["estimated_start_at"] is None:
+        return "not foreseeable (long queue or no quota)"
+    minutes = round((row["wait_seconds"] or 0) / 60)
+    if minutes < 1:
+        return "now"
+    return f"in about {minutes} min, around {_clock(row['estimated_start_at'])}"
+
+
 def main() -> None:
     cli(prog_name="gpuctl")

@@ -58,3 +58,26 @@ def test_gpuctl_get_shows_when_a_queued_request_will_likely_start(
     assert line.split(None, 1)[1].startswith("around ")
     as_json = json.loads(gpuctl("get", str(waiting.pk), "-o", "json").stdout)
     assert as_json["estimated_start_at"] is not None and "likely_start" not in as_json
+
+
+def test_gpuctl_what_if_says_per_flavor_when_a_request_would_start(
+    logged_in: Callable[[str], Gpuctl], org: Org
+) -> None:
+    busy, free = whole_pool(org), whole_pool(org)
+    busy_then_waiting(org, busy)
+    gpuctl = logged_in("dev_a")
+    result = gpuctl("what-if", "--project", org.project_a.slug, "--gpus", "4")
+    assert result.returncode == 0, result.stderr
+    rows = {
+        name: line.split(name, 1)[1].strip()
+        for line in result.stdout.splitlines()
+        for name in (busy.name, free.name)
+        if line.startswith(name)
+    }
+    assert rows[free.name] == "now"
+    assert rows[busy.name].startswith("in about ")
+    as_json = json.loads(
+        gpuctl("what-if", "--project", str(org.project_a.pk), "--gpus", "4", "-o", "json").stdout
+    )
+    waits = {row["flavor_name"]: row["wait_seconds"] for row in as_json}
+    assert waits[free.name] == 0.0 and waits[busy.name] > 0
