@@ -40,31 +40,16 @@ from scheduling.engine.replay import (
 )
 from scheduling.models import Allocation, GpuRequest, Tier
 from scheduling.snapshot import (
-    ENGINE_PRIORITY,
+    ALLOCATION_FIELDS,
     PENDING_FIELDS,
     build_snapshot,
+    engine_allocation,
     engine_request,
     offered_pools,
 )
 
 WITHDRAWN = (RequestStatus.CANCELLED, RequestStatus.EXPIRED, RequestStatus.REJECTED)
 HISTORY_FIELDS = ("status", "queued_at", "approved_at", "started_at", "finished_at", "updated_at")
-ALLOCATION_FIELDS = (
-    "request_id",
-    "claims",
-    "started_at",
-    "admitted_at",
-    "ended_at",
-    "is_preemptible",
-    "is_borrowed",
-    "request__team__slug",
-    "request__project__slug",
-    "request__flavor__slug",
-    "request__gpu_equivalent",
-    "request__max_runtime_seconds",
-    "request__priority",
-    "request__allow_shared_node",
-)
 #: The admin page replays in the request up to this size; larger windows go to the command.
 #: A day of the 200-node benchmark fleet (13,728 submissions) replays in about 17 s of CPU, and
 #: the page replays twice (current and changed): 2,000 submissions keep both to about 5 s.
@@ -88,36 +73,6 @@ class Comparison:
 # ----------------------------------------------------------------------------- read
 
 
-def engine_allocation(row: dict[str, Any]) -> engine.Allocation:
-    """An allocation row (`ALLOCATION_FIELDS`) as the engine sees running work, the way
-    `build_snapshot` reads it."""
-    return engine.Allocation(
-        request_id=str(row["request_id"]),
-        team=row["request__team__slug"],
-        project=row["request__project__slug"],
-        flavor=row["request__flavor__slug"],
-        gpu_equivalents=float(row["request__gpu_equivalent"]),
-        placement=tuple(
-            engine.DeviceClaim(
-                node_id=c["node"],
-                device_index=c["device_index"],
-                whole=c.get("whole", False),
-                memory_mib=c.get("memory_mib", 0),
-                cores_percent=c.get("cores_percent", 0),
-                mig_profile=c.get("mig_profile"),
-                mig_start=c.get("mig_start"),
-            )
-            for c in row["claims"]
-        ),
-        started_at=(row["started_at"] or row["admitted_at"]).timestamp(),
-        max_runtime_seconds=float(row["request__max_runtime_seconds"]),
-        priority=ENGINE_PRIORITY[row["request__priority"]],
-        preemptible=row["is_preemptible"],
-        borrowed=row["is_borrowed"],
-        exclusive_node=not row["request__allow_shared_node"],
-    )
-
-
 def recorded_trace(*, days: float, now: datetime) -> Trace:
     """The last `days` before `now` as the replay's input (see the module docstring)."""
     start = now - timedelta(days=days)
@@ -130,7 +85,7 @@ def recorded_trace(*, days: float, now: datetime) -> Trace:
         .filter(Q(started_at__lt=start) | Q(started_at__isnull=True, admitted_at__lt=start))
         .exclude(claims=[])
         .order_by("request_id", "attempt")
-        .values(*ALLOCATION_FIELDS)
+        .values(*ALLOCATION_FIELDS, "ended_at")
     ):
         allocations.setdefault(row["request_id"], row)
     requests = {

@@ -88,7 +88,7 @@ def build_snapshot(*, kueue_clusters: Collection[int] = ()) -> engine.Snapshot:
             for slug in sorted({quota.team for quota in quotas})
         ),
         quotas=quotas,
-        allocations=tuple(_engine_allocation(row) for row in allocations),
+        allocations=tuple(engine_allocation(row) for row in allocations),
         pending=_pending(kueue),
     )
 
@@ -151,6 +151,23 @@ def _engine_node(node: dict[str, Any], pool: engine.Pool) -> engine.Node:
     )
 
 
+ALLOCATION_FIELDS = (
+    "request_id",
+    "claims",
+    "started_at",
+    "admitted_at",
+    "is_preemptible",
+    "is_borrowed",
+    "request__team__slug",
+    "request__project__slug",
+    "request__flavor__slug",
+    "request__gpu_equivalent",
+    "request__max_runtime_seconds",
+    "request__priority",
+    "request__allow_shared_node",
+)
+
+
 def _allocations(kueue: frozenset[int] = frozenset()) -> list[dict[str, Any]]:
     """The running allocations outside the Kueue clusters with what the engine needs of their
     requests."""
@@ -158,25 +175,12 @@ def _allocations(kueue: frozenset[int] = frozenset()) -> list[dict[str, Any]]:
         Allocation.objects.active()
         .exclude(pool__cluster_id__in=kueue)
         .order_by("id")
-        .values(
-            "request_id",
-            "claims",
-            "started_at",
-            "admitted_at",
-            "is_preemptible",
-            "is_borrowed",
-            "request__team__slug",
-            "request__project__slug",
-            "request__flavor__slug",
-            "request__gpu_equivalent",
-            "request__max_runtime_seconds",
-            "request__priority",
-            "request__allow_shared_node",
-        )
+        .values(*ALLOCATION_FIELDS)
     )
 
 
-def _engine_allocation(row: dict[str, Any]) -> engine.Allocation:
+def engine_allocation(row: dict[str, Any]) -> engine.Allocation:
+    """An allocation row (`ALLOCATION_FIELDS`) as the engine sees running work."""
     return engine.Allocation(
         request_id=str(row["request_id"]),
         team=row["request__team__slug"],
