@@ -7,35 +7,28 @@ from __future__ import annotations
 
 import contextlib
 import os
-import uuid
 from collections.abc import Iterator
 from io import StringIO
 from typing import Any
 
 import pytest
-from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from kubernetes import client as k8s
 
 from runtime import execution, tasks
 from runtime.cluster.base import ClusterError
-from scheduling import cycle, services
+from scheduling import cycle
 from scheduling.choices import RequestStatus
-from scheduling.demo import seed_demo_fleet
 from scheduling.kueue_drift import last_check
-from scheduling.models import Allocation, Cluster, Flavor, GpuRequest, NodePool
+from scheduling.models import Allocation, GpuRequest
 from scripts.testbed.cluster import Testbed, missing_binaries, whole_card_node
 from scripts.testbed.cluster import TestbedError as BedError
-from tenants.models import Project
-from tenants.services import seed_demo_organisation
 from tests.k8s.conftest import Admin, eventually
-from tests.support.clusters import make_cluster
+from tests.k8s.east import EAST_NODE, EAST_POOL, seed_with_east, submit_a100
 
 pytestmark = [pytest.mark.k8s, pytest.mark.django_db]
 
 GROUP, VERSION = "kueue.x-k8s.io", "v1beta2"
-EAST_POOL = "east-a100"
-EAST_NODE = "east-a100-0"
 
 
 @pytest.fixture(scope="module")
@@ -71,54 +64,7 @@ def portal(
     settings.CLUSTER_BACKEND = "kubernetes"
     settings.SCHEDULER = "portal"
     monkeypatch.setattr(execution, "cluster_backend", lambda: k8s_backend)
-    teams = seed_demo_organisation(password="x")
-    seed_demo_fleet(teams=teams)
-    users = get_user_model().objects
-    east = make_cluster(
-        users.get(username="root"),
-        "east",
-        kubeconfig_text=kueue_east.portal_kubeconfig.read_text(),
-        scheduler="kueue",
-    )
-    a100 = Flavor.objects.get(slug="a100-80g")
-    east_pool = NodePool.objects.create(
-        name="East A100",
-        slug=EAST_POOL,
-        cluster=east,
-        tier=a100.pool.tier,
-        sharing_mode=a100.pool.sharing_mode,
-        taints=a100.pool.taints,  # the test bed's GPU nodes carry the demo's GPU taint
-    )
-    a100.other_pools.add(east_pool)
-    project = Project.objects.create(
-        team=teams["vision"], slug=f"k{uuid.uuid4().hex[:8]}", name="Kueue cluster"
-    )
-    return {
-        "east": east,
-        "east_pool": east_pool,
-        "local": Cluster.objects.get(slug="local"),
-        "a100": a100,
-        "project": project,
-        "alice": users.get(username="alice"),
-        "bob": users.get(username="bob"),
-    }
-
-
-def _submit(portal: dict[str, Any], cluster: Cluster | None) -> GpuRequest:
-    request = services.submit_gpu_request(
-        actor=portal["alice"],
-        project=portal["project"],
-        flavor=portal["a100"],
-        gpu_count=2,
-        kind="job",
-        image="registry.example.com/ml/train:1.0",
-        command=["python", "train.py"],
-        max_runtime_seconds=3600,
-        cluster=cluster,
-    )
-    if request.status == RequestStatus.PENDING_APPROVAL:
-        services.approve_gpu_request(actor=portal["bob"], request=request)
-    return request
+    return seed_with_east(kueue_east, scheduler="kueue")
 
 
 def test_a_kueue_cluster_and_a_portal_cluster_each_run_a_job_to_succeeded(
@@ -148,7 +94,7 @@ def test_a_kueue_cluster_and_a_portal_cluster_each_run_a_job_to_succeeded(
         assert last_check("local") is None
 
         tasks.sync_inventory()  # the local nodes, for the engine
-        on_local, on_east = _submit(portal, None), _submit(portal, east)
+        on_local, on_east = submit_a100(portal, None), submit_a100(portal, east)
         with django_capture_on_commit_callbacks(execute=True):
             admitted = cycle.run_cycle().admitted
         assert sorted(admitted) == sorted([on_local.pk, on_east.pk])

@@ -5,30 +5,22 @@ while the second is down the first keeps launching and finishing work."""
 from __future__ import annotations
 
 import contextlib
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from django.contrib.auth import get_user_model
 from kubernetes import client as k8s
 
 from runtime import execution, tasks
 from runtime.cluster.base import ClusterError
-from scheduling import cycle, services
+from scheduling import cycle
 from scheduling.choices import RequestStatus
-from scheduling.demo import seed_demo_fleet
-from scheduling.models import Cluster, Flavor, GpuRequest, Node, NodePool
+from scheduling.models import GpuRequest, Node
 from scripts.testbed.cluster import Testbed, whole_card_node
-from tenants.models import Project
-from tenants.services import seed_demo_organisation
 from tests.k8s.conftest import Admin, eventually
-from tests.support.clusters import make_cluster
+from tests.k8s.east import EAST_NODE, EAST_POOL, seed_with_east, submit_a100
 
 pytestmark = [pytest.mark.k8s, pytest.mark.django_db]
-
-EAST_POOL = "east-a100"
-EAST_NODE = "east-a100-0"
 
 
 @pytest.fixture(scope="module")
@@ -49,52 +41,7 @@ def portal(
     also sells the demo's A100 flavor."""
     settings.CLUSTER_BACKEND = "kubernetes"
     monkeypatch.setattr(execution, "cluster_backend", lambda: k8s_backend)
-    teams = seed_demo_organisation(password="x")
-    seed_demo_fleet(teams=teams)
-    users = get_user_model().objects
-    east = make_cluster(
-        users.get(username="root"),
-        "east",
-        kubeconfig_text=east_bed.portal_kubeconfig.read_text(),
-    )
-    a100 = Flavor.objects.get(slug="a100-80g")
-    east_pool = NodePool.objects.create(
-        name="East A100",
-        slug=EAST_POOL,
-        cluster=east,
-        tier=a100.pool.tier,
-        sharing_mode=a100.pool.sharing_mode,
-        taints=a100.pool.taints,  # the test bed's GPU nodes carry the demo's GPU taint
-    )
-    a100.other_pools.add(east_pool)
-    project = Project.objects.create(
-        team=teams["vision"], slug=f"k{uuid.uuid4().hex[:8]}", name="Two clusters"
-    )
-    return {
-        "east": east,
-        "east_pool": east_pool,
-        "local": Cluster.objects.get(slug="local"),
-        "a100": a100,
-        "project": project,
-        "alice": users.get(username="alice"),
-        "bob": users.get(username="bob"),
-    }
-
-
-def _submit(portal: dict[str, Any], cluster: Cluster) -> GpuRequest:
-    request = services.submit_gpu_request(
-        actor=portal["alice"],
-        project=portal["project"],
-        flavor=portal["a100"],
-        gpu_count=2,
-        image="registry.example.com/ml/train:1.0",
-        command=["python", "train.py"],
-        max_runtime_seconds=3600,
-    )
-    if request.status == RequestStatus.PENDING_APPROVAL:
-        services.approve_gpu_request(actor=portal["bob"], request=request)
-    GpuRequest.objects.filter(pk=request.pk).update(cluster=cluster)
-    return request
+    return seed_with_east(east_bed)
 
 
 def _request_label(job: Any) -> str:
@@ -140,7 +87,7 @@ def test_each_cluster_runs_its_request_and_survives_the_others_outage(
         assert east_node.is_schedulable
 
         # One request per cluster, both to succeeded, each on its own control plane.
-        on_local, on_east = _submit(portal, local), _submit(portal, east)
+        on_local, on_east = submit_a100(portal, local), submit_a100(portal, east)
         _run([on_local, on_east], django_capture_on_commit_callbacks)
         assert execution.attempt_cluster(on_east.pk, 1) == east
         assert execution.attempt_cluster(on_local.pk, 1) == local
@@ -157,7 +104,7 @@ def test_each_cluster_runs_its_request_and_survives_the_others_outage(
         # East goes down: the local cluster still launches and finishes work; the outage is
         # recorded on east, and east's node is not declared lost for a failed read.
         east_bed.stop_apiserver()
-        during = _submit(portal, local)
+        during = submit_a100(portal, local)
         _run([during], django_capture_on_commit_callbacks)
         during.refresh_from_db()
         assert during.status == RequestStatus.SUCCEEDED, during.status_reason
