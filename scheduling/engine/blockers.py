@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, get_args
 
 from .filters import POOL_FILTERS
 from .quota import EPS, QuotaLedger
@@ -63,17 +63,7 @@ BlockerCode = Literal[
     "cluster",
 ]
 #: Every code, in the order of the docs (docs/blockers.md).
-BLOCKER_CODES: tuple[BlockerCode, ...] = (
-    "approval",
-    "budget",
-    "team_quota",
-    "borrowing_limit",
-    "capacity",
-    "fragmentation",
-    "mig_layout",
-    "node_health",
-    "cluster",
-)
+BLOCKER_CODES: tuple[BlockerCode, ...] = get_args(BlockerCode)
 #: The codes `explain_waits` gives (a queued request's blockers).
 ENGINE_CODES: frozenset[BlockerCode] = frozenset(
     {
