@@ -19,7 +19,8 @@ pytestmark = pytest.mark.django_db
 
 # Statements of a cycle that preempts: the lease, the snapshot, the victims' three reads, and a
 # fixed number per batch of 500 (lock, update, audit events, allocations), admissions included.
-MAX_QUERIES = 30
+# 30 on PostgreSQL and 31 on SQLite for 2 and for 12 victims alike (one at a time: ~7 a victim).
+MAX_QUERIES = 40
 
 
 def borrowers_then_owners(org: Org, fleet: Fleet, owners: int) -> list[GpuRequest]:
