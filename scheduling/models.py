@@ -122,7 +122,7 @@ class Cluster(models.Model):
 
 
 def local_cluster_id() -> int:
-    """The default of `NodePool.cluster`: this deployment's own cluster, made on first use."""
+    """This deployment's own cluster (a pool's when it names none), made on first use."""
     cluster, _ = Cluster.objects.get_or_create(
         slug=LOCAL_CLUSTER_SLUG, defaults={"name": "Local cluster"}
     )
@@ -135,9 +135,9 @@ class NodePool(models.Model):
     name = models.CharField(max_length=60, unique=True)
     slug = models.SlugField(max_length=40, unique=True)
     tier = models.ForeignKey(Tier, on_delete=models.PROTECT, related_name="pools")
-    cluster = models.ForeignKey(
-        Cluster, on_delete=models.PROTECT, related_name="pools", default=local_cluster_id
-    )
+    # Left empty, the local cluster (set on save, not as a default: a default would query the
+    # database whenever a pool object is made, saved or not).
+    cluster = models.ForeignKey(Cluster, on_delete=models.PROTECT, related_name="pools", blank=True)
     sharing_mode = models.CharField(max_length=12, choices=SharingMode.choices)
     node_selector = models.JSONField(default=dict, blank=True)
     taints = models.JSONField(default=list, blank=True)
@@ -206,6 +206,11 @@ class NodePool(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        if self.cluster_id is None:
+            self.cluster_id = local_cluster_id()
+        super().save(*args, **kwargs)
 
     def allows_kind(self, kind: str) -> bool:
         return not self.allowed_kinds or kind in self.allowed_kinds
