@@ -176,11 +176,12 @@ def fair_share_gap(
 
 
 def flavor_pools(snap: Snapshot) -> dict[str, str]:
-    """Flavor -> the pool its requests are pinned to (the pool label of their node selector);
-    every flavor maps to "fleet" when any request names no pool (the unpinned workload)."""
+    """Flavor -> the pool its requests are pinned to (their one candidate pool, or the pool
+    label of their node selector); every flavor maps to "fleet" when any request names no pool
+    (the unpinned workload)."""
     out: dict[str, str] = {}
     for r in snap.pending:
-        pool = dict(r.node_selector).get(POOL_LABEL)
+        pool = r.pools[0] if len(r.pools) == 1 else dict(r.node_selector).get(POOL_LABEL)
         if pool is None:
             return {f.id: "fleet" for f in snap.flavors}
         out[r.flavor] = pool

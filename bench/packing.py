@@ -163,12 +163,13 @@ _Shape = tuple[
     tuple[tuple[str, str], ...],
     tuple[str, ...],
     str,
+    tuple[str, ...],
 ]
 
 
 def _usable_devices(devs: list[tuple[int, _Dev]], shape: _Shape) -> set[int]:
     """Devices of one node (index, state) that a request of `shape` could use now."""
-    kind, count, mem, cores, profile, _shared, _, _, _, _ = shape
+    kind, count, mem, cores, profile, _shared, _, _, _, _, _ = shape
     if kind == "whole":
         free = {i for i, d in devs if d.fully_free()}
         return free if len(free) >= min(count, len(devs)) else set()
@@ -245,6 +246,7 @@ def stranded(
             tuple(sorted(r.node_selector)),
             tuple(sorted(set(r.tolerations))),
             r.kind,
+            tuple(sorted(r.pools)),
         )
         shapes_all.add(shape)
         if within_quota(r):
@@ -253,8 +255,10 @@ def stranded(
     def node_ok(node: str, shape: _Shape) -> bool:
         n = nodes[node]
         pool = pools.get(n.pool)
-        kind, _, _, _, _, shared, model, selector, tolerations, wkind = shape
+        kind, _, _, _, _, shared, model, selector, tolerations, wkind, candidates = shape
         if pool is None or not n.schedulable or node in exclusive:
+            return False
+        if candidates and n.pool not in candidates:
             return False
         if wkind not in pool.allowed_kinds:
             return False
