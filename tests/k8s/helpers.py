@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import os
+from collections.abc import Iterator
 from typing import Any
+
+import pytest
 
 from runtime.cluster.base import (
     ProjectSpec,
@@ -13,7 +18,13 @@ from runtime.cluster.base import (
     WorkloadKind,
     WorkloadSpec,
 )
-from scripts.testbed.cluster import GPU_TAINT
+from scripts.testbed.cluster import (
+    GPU_TAINT,
+    NodeShape,
+    Testbed,
+    TestbedError,
+    missing_binaries,
+)
 
 GPU_TOLERATION = Toleration.for_taint(
     Taint(key=GPU_TAINT["key"], value=GPU_TAINT["value"], effect="NoSchedule")
@@ -78,3 +89,28 @@ def job(
     }
     fields.update(changes)
     return WorkloadSpec(**fields)
+
+
+@contextlib.contextmanager
+def kueue_testbed(nodes: list[NodeShape]) -> Iterator[Testbed]:
+    """A control plane of its own with Kueue's controller and `nodes`, stopped on exit; fails
+    (skips outside CI) when the binaries are missing."""
+    from scripts.testbed.kueue import kueue_binary, start_kueue
+
+    missing = [*missing_binaries(), *([] if kueue_binary().exists() else ["kueue"])]
+    if missing:
+        message = f"test-bed binaries missing: {', '.join(missing)} (make testbed-build)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    bed = Testbed()
+    try:
+        bed.start(nodes=nodes)
+        start_kueue(bed)
+    except TestbedError as exc:
+        bed.stop()
+        pytest.fail(f"the Kueue test bed did not start: {exc}")
+    try:
+        yield bed
+    finally:
+        bed.stop()

@@ -24,11 +24,10 @@ from runtime.cluster.base import WorkloadSpec
 from scheduling import services
 from scheduling.choices import RequestStatus
 from scheduling.models import Allocation, GpuRequest, Quota
-from scripts.testbed.cluster import Testbed, missing_binaries, whole_card_node
-from scripts.testbed.cluster import TestbedError as BedError
+from scripts.testbed.cluster import Testbed, whole_card_node
 from tenants.models import AuditEvent
 from tests.k8s.conftest import eventually
-from tests.k8s.helpers import runs_for
+from tests.k8s.helpers import kueue_testbed, runs_for
 from tests.support.factories import GpuRequestFactory
 from tests.support.fleet import Fleet, make_fleet
 from tests.support.personas import Org
@@ -44,25 +43,8 @@ def kueue_bed() -> Iterator[Testbed]:
     """A control plane with Kueue's controller, apart from the session's shared bed."""
     if os.environ.get("K8S_TESTBED") != "1":
         pytest.skip("the Kubernetes test bed is off: set K8S_TESTBED=1")
-    from scripts.testbed.kueue import kueue_binary, start_kueue
-
-    missing = [*missing_binaries(), *([] if kueue_binary().exists() else ["kueue"])]
-    if missing:
-        message = f"test-bed binaries missing: {', '.join(missing)} (make testbed-build)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
-    bed = Testbed()
-    try:
-        bed.start(nodes=[whole_card_node(f"a100-{i}") for i in range(2)])
-        start_kueue(bed)
-    except BedError as exc:
-        bed.stop()
-        pytest.fail(f"the Kueue test bed did not start: {exc}")
-    try:
+    with kueue_testbed([whole_card_node(f"a100-{i}") for i in range(2)]) as bed:
         yield bed
-    finally:
-        bed.stop()
 
 
 class Kwok:

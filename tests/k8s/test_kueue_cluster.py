@@ -6,7 +6,6 @@ other; each runs to `succeeded` on its own control plane."""
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Iterator
 from io import StringIO
 from typing import Any
@@ -21,10 +20,10 @@ from scheduling import cycle
 from scheduling.choices import RequestStatus
 from scheduling.kueue_drift import last_check
 from scheduling.models import Allocation, GpuRequest
-from scripts.testbed.cluster import Testbed, missing_binaries, whole_card_node
-from scripts.testbed.cluster import TestbedError as BedError
+from scripts.testbed.cluster import Testbed, whole_card_node
 from tests.k8s.conftest import Admin, eventually
 from tests.k8s.east import EAST_NODE, EAST_POOL, seed_with_east, submit_a100
+from tests.k8s.helpers import kueue_testbed
 
 pytestmark = [pytest.mark.k8s, pytest.mark.django_db]
 
@@ -34,25 +33,8 @@ GROUP, VERSION = "kueue.x-k8s.io", "v1beta2"
 @pytest.fixture(scope="module")
 def kueue_east(k8s_testbed: Testbed) -> Iterator[Testbed]:
     """A second control plane with Kueue's controller and one 8-card A100 node."""
-    from scripts.testbed.kueue import kueue_binary, start_kueue
-
-    missing = [*missing_binaries(), *([] if kueue_binary().exists() else ["kueue"])]
-    if missing:
-        message = f"test-bed binaries missing: {', '.join(missing)} (make testbed-build)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
-    bed = Testbed()
-    try:
-        bed.start(nodes=[whole_card_node(EAST_NODE, pool=EAST_POOL)])
-        start_kueue(bed)
-    except BedError as exc:
-        bed.stop()
-        pytest.fail(f"the Kueue test bed did not start: {exc}")
-    try:
+    with kueue_testbed([whole_card_node(EAST_NODE, pool=EAST_POOL)]) as bed:
         yield bed
-    finally:
-        bed.stop()
 
 
 @pytest.fixture
