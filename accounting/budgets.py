@@ -36,7 +36,7 @@ from accounting.choices import (
 )
 from accounting.models import Budget, BudgetAlert, MonthlyUsage
 from accounting.selectors import current_month
-from scheduling.notifications import notify
+from scheduling.services.notifications import notify
 from scheduling.services.requests import SubmissionAdjustment
 from tenants.choices import Role
 from tenants.errors import DomainError, ForbiddenError

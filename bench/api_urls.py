@@ -35,8 +35,8 @@ from rest_framework.views import APIView
 from portal.urls import handler404, handler500
 from portal.urls import urlpatterns as portal_urlpatterns
 from scheduling.api.serializers import GpuRequestSerializer
-from scheduling.connect import connect_url
 from scheduling.models import Allocation, GpuRequest
+from scheduling.selectors.connect import connect_url
 from tenants.models import Project
 
 

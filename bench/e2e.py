@@ -485,7 +485,7 @@ def portal_side(
     call_command("migrate", verbosity=0)
     ids = seed(options.requests, auto_approve=options.auto_approve)
     from runtime.cluster.kubernetes import KubernetesClusterBackend
-    from runtime.inventory import apply_inventory
+    from runtime.services.inventory import apply_inventory
 
     counts = apply_inventory(
         KubernetesClusterBackend(kubeconfig=str(bed.portal_kubeconfig)).sync_inventory()

@@ -6,9 +6,9 @@ Run from the repository root:
     .venv/bin/python -m bench.engine --quick    # 10% fleet, 5,000 pending, 3 runs
     .venv/bin/python -m bench.engine --unpinned # the earlier trace shape: requests name no pool
 
-The requests are built as scheduling/snapshot.py builds them (pinned to the flavor's pool and
-GPU model); bench.engine_db checks that the database reads back this very snapshot.  Nothing
-here touches a database: the cycle on PostgreSQL, and engine.decisions_per_second, come from
+The requests are built as scheduling/selectors/snapshot.py builds them (pinned to the flavor's
+pool and GPU model); bench.engine_db checks that the database reads back this very snapshot.
+Nothing here touches a database: the cycle on PostgreSQL, and engine.decisions_per_second, come from
 bench.engine_db.
 
 Figures (medians over --runs, all in one process on the same seeded workload):

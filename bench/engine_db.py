@@ -6,9 +6,9 @@
 The database named by BENCH_DATABASE_URL (default
 postgres://portal:portal@127.0.0.1:5432/portal_bench_engine) is dropped and created again,
 migrated, and loaded with `bench.product`'s rows by bulk_create (then ANALYZE).  The script checks
-that `scheduling.snapshot.build_snapshot()` reads back exactly the snapshot the in-memory
-benchmark plans, then runs `scheduling.cycle.run_cycle()` once, as a worker does, with no launch
-callbacks: nothing is dispatched after the commit.
+that `scheduling.selectors.snapshot.build_snapshot()` reads back exactly the snapshot the in-memory
+benchmark plans, then runs `scheduling.services.cycle.run_cycle()` once, as a worker does, with
+no launch callbacks: nothing is dispatched after the commit.
 
 Figures (one JSON line each):
 
@@ -211,7 +211,7 @@ def check_snapshot(expected: Any) -> None:
     """The snapshot read from the database is the one the in-memory benchmark plans."""
     from dataclasses import fields
 
-    from scheduling.snapshot import build_snapshot
+    from scheduling.selectors.snapshot import build_snapshot
 
     got = build_snapshot()
     for f in fields(got):
@@ -340,7 +340,7 @@ def write_floor(snapshot: Any, plan: Any) -> tuple[float, int]:
 
 
 def _claim(c: Any) -> dict[str, Any]:
-    from scheduling.snapshot import claims_as_json
+    from scheduling.selectors.snapshot import claims_as_json
 
     return claims_as_json((c,))[0]
 
@@ -399,8 +399,8 @@ def main() -> None:
     from django.db import connection
 
     from bench import product
-    from scheduling import cycle
     from scheduling.models import Allocation, GpuRequest
+    from scheduling.services import cycle
 
     scale: dict[str, float] = dict(scale=0.1, pending=5_000, teams=20) if args.quick else {}
     fleet = product.generate(seed=args.seed, **scale)  # type: ignore[arg-type]

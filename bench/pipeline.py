@@ -44,12 +44,13 @@ def main() -> None:
 
     from django.utils import timezone
 
-    from runtime import execution
     from runtime.cluster.simulated import SimulatedCluster
     from runtime.models import SimulatedWorkload
-    from scheduling import cycle, services
+    from runtime.services import execution
+    from scheduling import services
     from scheduling.choices import RequestStatus
     from scheduling.models import Flavor, GpuDevice, GpuRequest, Node, NodePool, Quota
+    from scheduling.services import cycle
     from tenants.models import Project
 
     pool = NodePool.objects.get(slug="l4-vgpu")

@@ -1,7 +1,7 @@
 """W-GPU-2k shaped like the product: every request pinned to its flavor's pool and GPU model.
 
 The portal's requests always name a flavor, a flavor belongs to one pool and one GPU model, and
-`scheduling/snapshot.py` turns each request into an engine request with
+`scheduling/selectors/snapshot.py` turns each request into an engine request with
 `pinned_model=flavor.gpu_model` and `pools=(pool,)`; every node carries its
 pool's label and the pool's taints, which admission to the pool tolerates; all teams share one
 cohort ("organisation"); quotas are whole units of a flavor, counted in GPU-equivalents by the
@@ -43,11 +43,11 @@ from bench.workload import _random_place as random_place
 from scheduling import engine
 from scheduling.engine.types import MIG_PROFILES, mig_bits
 
-POOL_LABEL = "gpu-portal/pool"  # scheduling.snapshot.POOL_LABEL
+POOL_LABEL = "gpu-portal/pool"  # scheduling.selectors.snapshot.POOL_LABEL
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
 ALL_KINDS = ("job", "notebook", "service")  # scheduling.choices.WorkloadKind
 PROJECT_SLUG = "main"  # every team has one project (bench.engine_db creates it so)
-#: scheduling.choices.Priority -> engine priority (scheduling.snapshot.ENGINE_PRIORITY)
+#: scheduling.choices.Priority -> engine priority (scheduling.selectors.snapshot.ENGINE_PRIORITY)
 ENGINE_PRIORITY = {"low": 1, "normal": 2, "high": 3, "critical": 4}
 PRIORITIES = ("low", "normal", "high", "critical")
 PRIORITY_P = (0.35, 0.40, 0.20, 0.05)
@@ -355,7 +355,7 @@ def generate(
 
 
 def _claim_json(c: engine.DeviceClaim) -> dict[str, Any]:
-    """scheduling.snapshot.claims_as_json for one claim."""
+    """scheduling.selectors.snapshot.claims_as_json for one claim."""
     return {
         "node": c.node_id,
         "device_index": c.device_index,
@@ -384,7 +384,7 @@ def _taints() -> tuple[engine.Taint, ...]:
 
 
 def engine_request(fleet: Fleet, r: RequestRow) -> engine.Request:
-    """scheduling.snapshot.engine_request for one row."""
+    """scheduling.selectors.snapshot.engine_request for one row."""
     f = fleet.flavors[r.flavor - 1]
     return engine.Request(
         id=str(r.pk),
@@ -407,7 +407,7 @@ def engine_request(fleet: Fleet, r: RequestRow) -> engine.Request:
 
 
 def snapshot(fleet: Fleet) -> engine.Snapshot:
-    """The engine snapshot `scheduling.snapshot.build_snapshot()` reads for these rows."""
+    """The engine snapshot `scheduling.selectors.snapshot.build_snapshot()` reads for these rows."""
     pool_by_slug = {p.slug: p for p in fleet.pools}
     used_memory: dict[tuple[str, int], int] = defaultdict(int)
     used_cores: dict[tuple[str, int], int] = defaultdict(int)

@@ -26,8 +26,8 @@ from prometheus_client.registry import Collector
 
 from runtime.models import TaskFailureCount
 from scheduling.choices import RequestStatus
-from scheduling.kueue_drift import kueue_checks
 from scheduling.models import Allocation, GpuRequest, NodePool, Quota, SchedulerLease
+from scheduling.services.kueue_drift import kueue_checks
 from tenants.models import AuditEvent
 
 WAIT_BUCKETS = (60, 300, 900, 1800, 3600, 4 * 3600, 12 * 3600, 86400)
@@ -87,7 +87,7 @@ def readyz(request: HttpRequest) -> HttpResponse:
         checks["broker"] = f"failed: {type(error).__name__}"
     if settings.READYZ_CHECKS_CLUSTER:
         try:
-            from runtime.execution import cluster_backend
+            from runtime.services.execution import cluster_backend
 
             cluster_backend().get_workload("default", "readiness-probe", 1)
             checks["cluster"] = "ok"

@@ -43,7 +43,6 @@ from portal.manage_forms import (
     TierForm,
 )
 from portal.templatetags.portal_format import format_when
-from scheduling import catalog_services
 from scheduling.engine.reserve import format_duration
 from scheduling.models import (
     ApprovalRule,
@@ -55,6 +54,7 @@ from scheduling.models import (
     StorageQuota,
     Tier,
 )
+from scheduling.services import catalog as catalog_services
 from scheduling.services import clusters as cluster_services
 from scheduling.services import project_data as data_services
 from tenants import services as tenant_services

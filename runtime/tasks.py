@@ -12,7 +12,8 @@ from celery import Task, shared_task
 from django.conf import settings
 from django.utils import timezone
 
-from runtime import (
+from runtime.cluster.base import ClusterError, PermanentClusterError, TransientClusterError
+from runtime.services import (
     clusters,
     execution,
     inspection,
@@ -23,15 +24,14 @@ from runtime import (
     propagation,
     reclaim,
 )
-from runtime.cluster.base import ClusterError, PermanentClusterError, TransientClusterError
 from scheduling.dispatch import (
     clear_launch_queued,
     queued_launches,
     request_launch,
     request_scheduling_cycle,
 )
-from scheduling.kueue_drift import record_check
 from scheduling.models import Cluster, GpuRequest
+from scheduling.services.kueue_drift import record_check
 
 log = logging.getLogger(__name__)
 
@@ -211,8 +211,9 @@ def sweep_stuck_requests() -> int:
     return len(stuck)
 
 
-# Reads for the web tier, which holds no cluster credentials (runtime/inspection.py): not retried,
-# not re-delivered (the web stops waiting after a few seconds), answered through the cache.
+# Reads for the web tier, which holds no cluster credentials (runtime/services/inspection.py):
+# not retried, not re-delivered (the web stops waiting after a few seconds), answered through the
+# cache.
 
 
 @shared_task(acks_late=False, ignore_result=True)

@@ -10,10 +10,10 @@ from django.utils.dateparse import parse_datetime
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_safe
 
-from runtime import inspection
-from runtime.execution import LIVE_STATUSES
-from scheduling.connect import connectable_request, current_allocation
+from runtime.services import inspection
+from runtime.services.execution import LIVE_STATUSES
 from scheduling.models import GpuRequest
+from scheduling.selectors.connect import connectable_request, current_allocation
 
 PAGE_TAIL = 100
 PAGE_POLL_SECONDS = 5

@@ -16,7 +16,7 @@ from django.shortcuts import render
 from django.utils import timezone
 from django.views.decorators.http import require_http_methods
 
-from scheduling.policy_replay import (
+from scheduling.services.policy_replay import (
     PolicyFileError,
     compare_policies,
     comparison_rows,

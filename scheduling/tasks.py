@@ -15,7 +15,8 @@ from celery import shared_task
 from django.conf import settings
 from django.core.mail import send_mail
 
-from scheduling import cycle, dispatch, estimates, services
+from scheduling import dispatch, services
+from scheduling.services import cycle, estimates
 
 log = logging.getLogger(__name__)
 
@@ -73,5 +74,6 @@ def run_scheduling_cycle() -> dict[str, Any]:
 
 @shared_task(acks_late=True, soft_time_limit=50, time_limit=60)
 def refresh_start_estimates() -> int:
-    """Estimated starts of the queue (scheduling/estimates.py); queued after cycles, throttled."""
+    """Estimated starts of the queue (scheduling/services/estimates.py); queued after cycles,
+    throttled."""
     return estimates.refresh_start_estimates()

@@ -16,7 +16,6 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
 from scheduling import services
-from scheduling.blockers import shown_blocker
 from scheduling.choices import (
     CANCELLABLE_STATUSES,
     FINISHED_STATUSES,
@@ -25,12 +24,7 @@ from scheduling.choices import (
     RequestStatus,
     WorkloadKind,
 )
-from scheduling.cluster_selectors import fleet_by_cluster, placed_cluster
-from scheduling.estimates import what_if
-from scheduling.fleet import node_detail, pool_detail
-from scheduling.fleet_nodes import nodes_needing_attention
 from scheduling.forms import DecisionForm, GpuRequestForm, ProjectQuotaForm, initial_from_body
-from scheduling.kueue_drift import kueue_checks
 from scheduling.models import (
     Flavor,
     GpuRequest,
@@ -47,6 +41,12 @@ from scheduling.selectors import (
     quota_impact,
     quota_rows,
 )
+from scheduling.selectors.clusters import fleet_by_cluster, placed_cluster
+from scheduling.selectors.fleet import node_detail, pool_detail
+from scheduling.selectors.fleet_nodes import nodes_needing_attention
+from scheduling.services.blockers import shown_blocker
+from scheduling.services.estimates import what_if
+from scheduling.services.kueue_drift import kueue_checks
 from tenants.errors import DomainError, show_on_form
 from tenants.models import AuditEvent, Project, scope_of
 from tenants.selectors import filter_audit_events
@@ -197,7 +197,7 @@ def _what_if_number(value: str | None, default: float, *, low: float, high: floa
 @login_required
 def request_what_if(request: HttpRequest) -> HttpResponse:
     """HTMX: for each flavor the chosen project may use, when a request of the form's size
-    submitted now would likely start (scheduling/estimates.py)."""
+    submitted now would likely start (scheduling/services/estimates.py)."""
     project = _chosen_project(request, _member_projects(request.user))
     gpu_count = int(_what_if_number(request.GET.get("gpu_count"), 1, low=1, high=1024))
     hours = _what_if_number(request.GET.get("max_runtime_hours"), 2, low=1 / 60, high=90 * 24)

@@ -1,7 +1,7 @@
 """The in-app inbox: deliver a notification to each recipient, mark them read, count the unread.
 
-Events are announced where they happen (`scheduling.notifications.notify`); this module only
-stores and reads them. A notification belongs to its recipient alone.
+Events are announced where they happen (`scheduling.services.notifications.notify`); this module
+only stores and reads them. A notification belongs to its recipient alone.
 """
 
 from __future__ import annotations

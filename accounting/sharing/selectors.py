@@ -22,7 +22,7 @@ from accounting.sharing.report import (
 )
 from scheduling.choices import FlavorKind, RequestStatus
 from scheduling.models import Allocation, GpuDevice, GpuRequest, NodePool
-from scheduling.pilots import pilot_in_force
+from scheduling.selectors.pilots import pilot_in_force
 from tenants.errors import ForbiddenError
 from tenants.models import scope_of
 

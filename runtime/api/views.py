@@ -13,7 +13,7 @@ from rest_framework.generics import GenericAPIView
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from runtime import inspection
+from runtime.services import inspection
 from scheduling.models import GpuRequest
 from tenants.api.base import ScopedViewSetMixin
 

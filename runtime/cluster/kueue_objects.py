@@ -1,7 +1,7 @@
 """The portal's policy as Kueue objects, and how the cluster's copy differs from it.
 
-Pure: plain data in, manifests out (no client, no Django). `runtime/kueue_policy.py` reads the
-database into `KueuePolicy` and talks to the cluster.
+Pure: plain data in, manifests out (no client, no Django). `runtime/services/kueue_policy.py`
+reads the database into `KueuePolicy` and talks to the cluster.
 
 The mapping (docs/kueue.md):
 - a ResourceFlavor per node pool (the pool's node labels and taints);

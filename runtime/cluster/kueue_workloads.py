@@ -1,8 +1,8 @@
 """What Kueue says about the portal's Jobs, read from its Workload objects (SCHEDULER=kueue).
 
 Pure: Workload and LocalQueue objects as the API returns them (plain dicts) in, one `KueueView`
-per portal Job out; `runtime/cluster/kubernetes_kueue.py` lists them, `runtime/kueue_admission.py`
-writes the views onto requests.
+per portal Job out; `runtime/cluster/kubernetes_kueue.py` lists them,
+`runtime/services/kueue_admission.py` writes the views onto requests.
 
 A Workload is matched to its Job by the Job owner reference Kueue sets. Its state, first match
 wins: Finished → finished; Evicted → evicted (preempted, deactivated, ...); Admitted → admitted;

@@ -6,9 +6,7 @@ from typing import Any
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from scheduling.blockers import shown_blocker
 from scheduling.choices import Priority, WorkloadKind
-from scheduling.connect import connect_url, current_allocation
 from scheduling.engine.blockers import BLOCKER_CODES
 from scheduling.models import (
     REQUEST_BODY_FIELDS,
@@ -22,6 +20,8 @@ from scheduling.models import (
     RequestTemplate,
     Tier,
 )
+from scheduling.selectors.connect import connect_url, current_allocation
+from scheduling.services.blockers import shown_blocker
 from tenants.api.base import ScopedPrimaryKeyRelatedField
 from tenants.models import Project, Team
 

@@ -15,7 +15,7 @@ from rest_framework.response import Response
 from rest_framework.serializers import BaseSerializer
 from rest_framework.throttling import ScopedRateThrottle
 
-from scheduling import catalog_services, services
+from scheduling import services
 from scheduling.api.filters import FlavorFilter, GpuRequestFilter, QuotaFilter
 from scheduling.api.serializers import (
     REQUEST_WORKLOAD_FIELDS,
@@ -38,7 +38,6 @@ from scheduling.api.serializers import (
     WhatIfSerializer,
 )
 from scheduling.choices import COMMITTED_STATUSES, RequestStatus
-from scheduling.estimates import what_if
 from scheduling.models import (
     Allocation,
     ApprovalRule,
@@ -52,6 +51,8 @@ from scheduling.models import (
     UtilisationSample,
 )
 from scheduling.selectors import committed_by_quota_key, flavors_for_project
+from scheduling.services import catalog as catalog_services
+from scheduling.services.estimates import what_if
 from tenants.api.base import ScopedModelViewSet, ScopedViewSetMixin
 from tenants.api.permissions import PlatformAdminWrites
 from tenants.models import Project, Scope, scope_of

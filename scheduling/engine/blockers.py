@@ -19,7 +19,7 @@ engine's wait codes say *that* a request waits on quota or capacity; a blocker s
      waits kept out of a pool's short-request reserve, and requests no pool can run.
 
 Approval, budget and cluster-side blockers are not the engine's to see: `approval_blocker` and
-`cluster_blocker` phrase them from what the portal records (scheduling/blockers.py).
+`cluster_blocker` phrase them from what the portal records (scheduling/services/blockers.py).
 
 Pure: the plan's admissions and preemptions are replayed onto the snapshot's free capacity and
 quota usage, nothing else is read. Cost: one pass over the devices and allocations plus one

@@ -16,7 +16,6 @@ from django.dispatch import Signal
 from django.utils import timezone
 
 from scheduling import approval, dispatch
-from scheduling.blockers import approval_blocker
 from scheduling.choices import (
     CANCELLABLE_STATUSES,
     RESUMABLE_KINDS,
@@ -26,18 +25,7 @@ from scheduling.choices import (
     SchedulerMode,
     WorkloadKind,
 )
-from scheduling.lifecycle import (
-    Move,
-    create_through,
-    end_allocation,
-    record_request_event,
-    transition,
-    transition_through,
-)
 from scheduling.models import ApprovalRule, Cluster, Flavor, GpuRequest, gpu_equivalent_of
-from scheduling.notifications import notify
-from scheduling.pilots import pilot_refusal
-from scheduling.scheduler_modes import request_scheduler_mode
 from scheduling.selectors import (
     DEFERRED_APPROVAL_ACTION,
     PoolCapacity,
@@ -48,8 +36,20 @@ from scheduling.selectors import (
     team_leads,
     tier_allowed_for_project,
 )
+from scheduling.selectors.pilots import pilot_refusal
+from scheduling.selectors.scheduler_modes import request_scheduler_mode
+from scheduling.services.blockers import approval_blocker
 from scheduling.services.clusters import check_request_cluster
 from scheduling.services.common import invalid_field, require_decider
+from scheduling.services.lifecycle import (
+    Move,
+    create_through,
+    end_allocation,
+    record_request_event,
+    transition,
+    transition_through,
+)
+from scheduling.services.notifications import notify
 from scheduling.services.project_data import ensure_home_volume, validate_secret_env
 from tenants.errors import ConflictError, ForbiddenError
 from tenants.models import Project, scope_of

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from django import template
 
-from scheduling.connect import connect_url as _connect_url
 from scheduling.models import GpuRequest
+from scheduling.selectors.connect import connect_url as _connect_url
 
 register = template.Library()
 

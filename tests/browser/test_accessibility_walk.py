@@ -25,7 +25,7 @@ from django.contrib.auth import get_user_model
 from django.core.management import call_command
 
 from scheduling.models import GpuRequest
-from scheduling.notifications import notify
+from scheduling.services.notifications import notify
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from gpuctl.cli import start_line
-from scheduling import estimates
+from scheduling.services import estimates
 from tests.cli.conftest import Gpuctl
 from tests.scheduling.test_estimates import busy_then_waiting, whole_pool
 from tests.support.personas import Org

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from runtime.cluster.base import NodeInventory
-from runtime.inventory import apply_inventory, gpu_products
+from runtime.services.inventory import apply_inventory, gpu_products
 from scheduling.models import Node
 from tests.scheduling.conftest import Fleet, fleet  # noqa: F401 — the fleet fixture
 

@@ -11,7 +11,7 @@ from runtime.cluster import kubernetes_manifests as manifests
 from runtime.cluster.base import NodeInventory, WorkloadStatus
 from runtime.cluster.kubernetes import KubernetesClusterBackend
 from runtime.cluster.kubernetes_status import foreign_gpu_usage, with_failed_create
-from runtime.inventory import access_problem
+from runtime.services.inventory import access_problem
 from scheduling.choices import SharingMode
 from scheduling.models import NodePool
 from tests.cluster import recorded as r

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from runtime.cluster.base import REQUEST_LABEL
-from runtime.inventory import apply_inventory
+from runtime.services.inventory import apply_inventory
 from scheduling.choices import RequestStatus
 from scheduling.demo import seed_demo_fleet
 from scheduling.models import Allocation, Flavor, GpuRequest, Quota

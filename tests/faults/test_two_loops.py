@@ -13,8 +13,8 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from scheduling import cycle
 from scheduling.models import Allocation, Flavor, GpuRequest, SchedulerLease
+from scheduling.services import cycle
 from tests.faults.conftest import report, sizes
 from tests.faults.pipeline import submit_and_approve
 from tests.support.personas import Org

@@ -82,7 +82,7 @@ def test_utilisation_timeline(org: Org, running: Runner) -> None:
 
 
 def reclaimed(running: Runner, **kwargs: Any) -> Any:
-    from runtime.reclaim import reclaim_request
+    from runtime.services.reclaim import reclaim_request
 
     request = running(minutes_ago=5, **kwargs)
     assert reclaim_request(request, reason="Reclaimed: idle.", code="idle", evidence={})

@@ -16,13 +16,14 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from runtime import execution
 from runtime.cluster.simulated import SCALED_TO_ZERO, SimulatedCluster
 from runtime.models import SimulatedWorkload
-from runtime.reclaim import enforce_reclaim_policies
-from scheduling import cycle, services
+from runtime.services import execution
+from runtime.services.reclaim import enforce_reclaim_policies
+from scheduling import services
 from scheduling.choices import RequestStatus
 from scheduling.models import Allocation, GpuRequest, ReclaimPolicy, Tier, UtilisationSample
+from scheduling.services import cycle
 from tests.governance.conftest import Runner
 from tests.scheduling.conftest import Fleet
 from tests.support.factories import GpuRequestFactory

@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from runtime.cluster.simulated import SimulatedCluster
 from runtime.models import SimulatedWorkload
-from runtime.reclaim import enforce_reclaim_policies
+from runtime.services.reclaim import enforce_reclaim_policies
 from scheduling import services
 from scheduling.choices import RequestStatus
 from scheduling.models import Allocation, Node

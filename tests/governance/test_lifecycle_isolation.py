@@ -13,10 +13,11 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from scheduling import cycle, services
+from scheduling import services
 from scheduling.choices import RequestStatus
 from scheduling.models import Allocation, GpuRequest, NodePool
 from scheduling.selectors import fleet_overview
+from scheduling.services import cycle
 from tests.governance.conftest import Runner
 from tests.scheduling.conftest import Fleet
 from tests.support.factories import GpuRequestFactory

@@ -14,7 +14,7 @@ from django.test import Client
 from django.urls import reverse
 
 from runtime.models import SimulatedWorkload
-from runtime.monitoring import PrometheusMetrics, SimulatedMetrics, record_samples
+from runtime.services.monitoring import PrometheusMetrics, SimulatedMetrics, record_samples
 from scheduling.models import Allocation, UtilisationSample
 from tests.governance.conftest import Runner
 from tests.support.services import free_port

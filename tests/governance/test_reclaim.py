@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from runtime.cluster.simulated import SimulatedCluster
 from runtime.models import SimulatedWorkload
-from runtime.reclaim import enforce_reclaim_policies
+from runtime.services.reclaim import enforce_reclaim_policies
 from scheduling.choices import RequestStatus
 from scheduling.models import Allocation, GpuRequest, Node, UtilisationSample
 from tenants.models import AuditEvent
@@ -162,7 +162,7 @@ def test_the_leftover_of_a_finished_request_is_cleanup_not_a_zombie(running: Run
 
 
 def test_running_request_whose_workload_vanished_fails(running: Runner) -> None:
-    from runtime.execution import sync_workloads
+    from runtime.services.execution import sync_workloads
 
     request = running(minutes_ago=1)
     SimulatedWorkload.objects.all().delete()

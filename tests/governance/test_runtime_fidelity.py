@@ -13,15 +13,15 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from runtime import execution
 from runtime.cluster.base import NodeInventory, ProjectSpec, WorkloadStatus
 from runtime.cluster.simulated import SimulatedCluster
-from runtime.inventory import apply_inventory
 from runtime.models import SimulatedWorkload
+from runtime.services import execution
+from runtime.services.inventory import apply_inventory
 from scheduling import services
 from scheduling.choices import RequestStatus
 from scheduling.models import Allocation, GpuRequest, Node, ReclaimPolicy
-from scheduling.snapshot import build_snapshot
+from scheduling.selectors.snapshot import build_snapshot
 from tenants.models import AuditEvent
 from tests.governance.conftest import Runner
 from tests.scheduling.conftest import Fleet

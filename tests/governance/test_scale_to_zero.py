@@ -10,14 +10,14 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
-from runtime import execution
 from runtime import tasks as _tasks  # noqa: F401 — registers the tasks queued by name
 from runtime.cluster.simulated import SCALED_TO_ZERO, SimulatedCluster
 from runtime.models import SimulatedWorkload
-from runtime.reclaim import enforce_reclaim_policies, reclaim_request
-from scheduling import cycle
+from runtime.services import execution
+from runtime.services.reclaim import enforce_reclaim_policies, reclaim_request
 from scheduling.choices import RequestStatus
 from scheduling.models import Allocation, GpuRequest
+from scheduling.services import cycle
 from tenants.models import AuditEvent
 from tests.governance.conftest import Runner
 from tests.support.personas import Org, api_client

@@ -114,7 +114,7 @@ def eventually(
 @pytest.fixture(scope="session")
 def portal_priorities(k8s_backend: Any) -> None:
     """The portal's PriorityClasses (gpu-portal-low/normal/high/critical), created once."""
-    from runtime.execution import PRIORITY_CLASSES
+    from runtime.services.execution import PRIORITY_CLASSES
 
     k8s_backend.ensure_priority_classes(list(PRIORITY_CLASSES.values()))
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from runtime.inventory import apply_inventory
+from runtime.services.inventory import apply_inventory
 from scheduling.demo import seed_demo_fleet
 from scheduling.models import Flavor, GpuDevice, Node
 from tenants.services import seed_demo_organisation

@@ -10,7 +10,7 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 
 from runtime.cluster.base import LimitRangeSpec, PermanentClusterError, PrioritySpec, ProjectSpec
-from runtime.execution import PRIORITY_CLASSES
+from runtime.services.execution import PRIORITY_CLASSES
 from tests.k8s.conftest import Admin, eventually
 from tests.k8s.helpers import GPU_TOLERATION, job, project
 

@@ -154,12 +154,13 @@ def test_the_portal_reclaims_a_notebook_to_zero_and_resume_brings_the_same_deplo
 
     from django.contrib.auth import get_user_model
 
-    from runtime import execution, reclaim
-    from runtime.inventory import apply_inventory
-    from scheduling import cycle, services
+    from runtime.services import execution, reclaim
+    from runtime.services.inventory import apply_inventory
+    from scheduling import services
     from scheduling.choices import RequestStatus
     from scheduling.demo import seed_demo_fleet
     from scheduling.models import Allocation, Flavor
+    from scheduling.services import cycle
     from tenants.models import Project
     from tenants.services import seed_demo_organisation
 

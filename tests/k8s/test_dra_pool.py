@@ -13,14 +13,15 @@ from typing import Any
 import pytest
 from django.contrib.auth import get_user_model
 
-from runtime import execution
 from runtime.cluster import dra_manifests
 from runtime.cluster.kubernetes import KubernetesClusterBackend
-from runtime.inventory import apply_inventory
-from scheduling import cycle, services
+from runtime.services import execution
+from runtime.services.inventory import apply_inventory
+from scheduling import services
 from scheduling.choices import DeviceAllocation, FlavorKind, RequestStatus, SharingMode
 from scheduling.demo import seed_demo_fleet
 from scheduling.models import Allocation, Flavor, Node, NodePool, Quota, Tier
+from scheduling.services import cycle
 from scripts.testbed.cluster import GPU_TAINT, NodeShape, Testbed, missing_binaries
 from scripts.testbed.cluster import TestbedError as BedError
 from scripts.testbed.dra import DraCards

@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 from django.core.management import call_command
 
-from runtime import execution
 from runtime.cluster.base import WorkloadSpec
+from runtime.services import execution
 from scheduling import services
 from scheduling.choices import RequestStatus
 from scheduling.models import Allocation, GpuRequest, Quota

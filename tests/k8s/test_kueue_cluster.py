@@ -14,12 +14,13 @@ import pytest
 from django.core.management import call_command
 from kubernetes import client as k8s
 
-from runtime import execution, tasks
+from runtime import tasks
 from runtime.cluster.base import ClusterError
-from scheduling import cycle
+from runtime.services import execution
 from scheduling.choices import RequestStatus
-from scheduling.kueue_drift import last_check
 from scheduling.models import Allocation, GpuRequest
+from scheduling.services import cycle
+from scheduling.services.kueue_drift import last_check
 from scripts.testbed.cluster import Testbed, whole_card_node
 from tests.k8s.conftest import Admin, eventually
 from tests.k8s.east import EAST_NODE, EAST_POOL, seed_with_east, submit_a100

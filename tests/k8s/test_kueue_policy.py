@@ -10,8 +10,8 @@ import pytest
 from django.core.management import call_command
 
 from runtime.tasks import reconcile_kueue_policy
-from scheduling.kueue_drift import last_check
 from scheduling.models import Quota
+from scheduling.services.kueue_drift import last_check
 from scripts.testbed.cluster import Testbed
 from tests.k8s.conftest import Admin
 from tests.support.fleet import make_fleet

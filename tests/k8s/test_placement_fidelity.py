@@ -20,13 +20,14 @@ from typing import Any
 import pytest
 from django.contrib.auth import get_user_model
 
-from runtime import execution
-from runtime.inventory import apply_inventory
-from scheduling import cycle, services
+from runtime.services import execution
+from runtime.services.inventory import apply_inventory
+from scheduling import services
 from scheduling.choices import FlavorKind, RequestStatus, SharingMode
 from scheduling.demo import GPU_TAINT, seed_demo_fleet
-from scheduling.lifecycle import transition
 from scheduling.models import Allocation, Flavor, GpuRequest, NodePool, Quota
+from scheduling.services import cycle
+from scheduling.services.lifecycle import transition
 from scripts.testbed.cluster import whole_card_node
 from tenants.models import AuditEvent, Project
 from tenants.services import seed_demo_organisation

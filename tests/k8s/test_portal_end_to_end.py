@@ -19,13 +19,14 @@ from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.utils import timezone
 
-from runtime import execution
 from runtime.cluster.base import WorkloadSpec
-from runtime.inventory import apply_inventory
-from scheduling import cycle, services
+from runtime.services import execution
+from runtime.services.inventory import apply_inventory
+from scheduling import services
 from scheduling.choices import RequestStatus
 from scheduling.demo import seed_demo_fleet
 from scheduling.models import Allocation, Flavor, GpuRequest, Quota, UtilisationSample
+from scheduling.services import cycle
 from scripts.testbed.cluster import Testbed
 from tenants.models import Project
 from tenants.services import seed_demo_organisation

@@ -9,12 +9,13 @@ from typing import Any
 import pytest
 from django.contrib.auth import get_user_model
 
-from runtime import execution
-from runtime.inventory import apply_inventory
-from scheduling import cycle, services
+from runtime.services import execution
+from runtime.services.inventory import apply_inventory
+from scheduling import services
 from scheduling.choices import RequestStatus
 from scheduling.demo import seed_demo_fleet
 from scheduling.models import Allocation, Flavor
+from scheduling.services import cycle
 from tenants.models import Project
 from tenants.services import seed_demo_organisation
 from tests.k8s.conftest import Admin, eventually

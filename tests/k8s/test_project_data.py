@@ -15,19 +15,20 @@ from unittest import mock
 import pytest
 from django.contrib.auth import get_user_model
 
-from runtime import execution
-from runtime import project_data as runtime_data
 from runtime.cluster.base import (
     ProjectDataSpec,
     SecretSpec,
     VolumeClaimSpec,
     WorkloadRoute,
 )
-from runtime.inventory import apply_inventory
-from scheduling import cycle, dispatch, services
+from runtime.services import execution
+from runtime.services import project_data as runtime_data
+from runtime.services.inventory import apply_inventory
+from scheduling import dispatch, services
 from scheduling.choices import RequestStatus
 from scheduling.demo import seed_demo_fleet
 from scheduling.models import Flavor, StorageQuota
+from scheduling.services import cycle
 from tenants.models import Project
 from tenants.services import seed_demo_organisation
 from tests.k8s.conftest import Admin, eventually

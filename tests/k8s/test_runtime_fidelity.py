@@ -27,13 +27,14 @@ from django.contrib.auth import get_user_model
 from django.test import Client
 from django.urls import reverse
 
-from runtime import execution
-from runtime.inventory import apply_inventory
-from scheduling import cycle, services
+from runtime.services import execution
+from runtime.services.inventory import apply_inventory
+from scheduling import services
 from scheduling.choices import FlavorKind, RequestStatus, SharingMode
 from scheduling.demo import GPU_TAINT, seed_demo_fleet
 from scheduling.models import Allocation, Flavor, GpuRequest, Node, NodePool, Quota
-from scheduling.snapshot import build_snapshot
+from scheduling.selectors.snapshot import build_snapshot
+from scheduling.services import cycle
 from scripts.testbed.cluster import NodeShape, whole_card_node
 from tenants.models import AuditEvent, Project
 from tenants.services import seed_demo_organisation

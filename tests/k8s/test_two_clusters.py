@@ -11,11 +11,12 @@ from typing import Any
 import pytest
 from kubernetes import client as k8s
 
-from runtime import execution, tasks
+from runtime import tasks
 from runtime.cluster.base import ClusterError
-from scheduling import cycle
+from runtime.services import execution
 from scheduling.choices import RequestStatus
 from scheduling.models import GpuRequest, Node
+from scheduling.services import cycle
 from scripts.testbed.cluster import Testbed, whole_card_node
 from tests.k8s.conftest import Admin, eventually
 from tests.k8s.east import EAST_NODE, EAST_POOL, seed_with_east, submit_a100

@@ -18,7 +18,7 @@ import pytest
 import redis
 from django.urls import reverse
 
-from runtime.inventory import apply_inventory
+from runtime.services.inventory import apply_inventory
 from scheduling.models import Allocation, GpuRequest
 from scripts.testbed.cluster import Testbed
 from tenants.models import Project

@@ -21,7 +21,7 @@ from django.utils import timezone
 from portal.celery import app, demo_schedule
 from portal.demo_traffic import HABITS, LIVE_STATUSES, traffic_step
 from portal.management.commands.run_portal import demo_environment
-from runtime import execution
+from runtime.services import execution
 from runtime.tasks import enforce_reclaim_policies, record_utilisation, sync_workloads
 from scheduling.choices import RequestStatus
 from scheduling.models import GpuRequest

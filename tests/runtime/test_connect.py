@@ -8,10 +8,10 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from runtime import execution
 from runtime.cluster.simulated import SimulatedCluster
-from runtime.connect import workload_route
 from runtime.models import SimulatedWorkload
+from runtime.services import execution
+from runtime.services.connect import workload_route
 from scheduling.choices import RequestStatus
 from scheduling.models import GpuRequest
 from tests.scheduling.conftest import Fleet

@@ -11,9 +11,9 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from runtime import execution, inspection
 from runtime.cluster.simulated import LOG_LINE_SECONDS, SimulatedCluster
 from runtime.models import SimulatedWorkload
+from runtime.services import execution, inspection
 from scheduling.choices import RequestStatus
 from scheduling.models import Allocation, GpuRequest
 from tests.scheduling.conftest import Fleet

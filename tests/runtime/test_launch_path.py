@@ -12,7 +12,6 @@ import pytest
 from django.core.cache import cache
 from django.utils import timezone
 
-from runtime import execution
 from runtime import tasks as runtime_tasks
 from runtime.cluster.base import (
     PermanentClusterError,
@@ -22,10 +21,12 @@ from runtime.cluster.base import (
     WorkloadStatus,
 )
 from runtime.cluster.simulated import SimulatedCluster
-from scheduling import cycle, dispatch, services
+from runtime.services import execution
+from scheduling import dispatch, services
 from scheduling import tasks as scheduling_tasks
 from scheduling.choices import RequestStatus
 from scheduling.models import GpuRequest
+from scheduling.services import cycle
 from tests.scheduling.conftest import Fleet
 from tests.support.factories import GpuRequestFactory
 from tests.support.personas import Org

@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from runtime import execution
-from runtime import project_data as runtime_data
 from runtime.cluster.base import ProjectDataSpec, WorkloadSpec
 from runtime.cluster.simulated import SimulatedCluster
+from runtime.services import execution
+from runtime.services import project_data as runtime_data
 from scheduling import services
 from scheduling.models import Allocation
 from tests.scheduling.conftest import Fleet
@@ -36,7 +36,7 @@ class RecordingCluster(SimulatedCluster):
 
 
 def admitted(org: Org, fleet: Fleet, **body: Any) -> Any:
-    from scheduling import cycle
+    from scheduling.services import cycle
 
     made = api_submit(org.dev_a, request_body(org.project_a, fleet.l4_6g, **body)).json()
     cycle.run_cycle(on_admit=lambda r, a: None)

@@ -13,13 +13,14 @@ from django.urls import reverse
 
 from accounting.choices import OverBudgetPolicy
 from accounting.models import Budget
-from runtime import execution, kueue_admission
 from runtime.cluster.base import WorkloadStatus
 from runtime.cluster.kueue_workloads import KueueView
-from scheduling import blockers, cycle, engine, services
+from runtime.services import execution, kueue_admission
+from scheduling import engine, services
 from scheduling.choices import RequestStatus
 from scheduling.models import Allocation, Flavor, GpuRequest, Quota
-from scheduling.snapshot import build_snapshot
+from scheduling.selectors.snapshot import build_snapshot
+from scheduling.services import blockers, cycle
 from tests.accounting.test_api import usage  # noqa: F401  (fixture)
 from tests.scheduling.conftest import Fleet
 from tests.support.factories import (

@@ -7,8 +7,9 @@ from typing import Any
 
 import pytest
 
-from scheduling import catalog_services, dispatch
+from scheduling import dispatch
 from scheduling.models import NodePool
+from scheduling.services import catalog as catalog_services
 from tenants.errors import ConflictError
 from tests.scheduling.conftest import Fleet
 from tests.support.factories import GpuRequestFactory

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from runtime import execution
 from runtime.cluster.kubernetes import KubernetesClusterBackend
-from scheduling import cycle
+from runtime.services import execution
 from scheduling.models import Allocation, Cluster, GpuRequest, Quota
+from scheduling.services import cycle
 from tests.support.clusters import make_cluster
 from tests.support.factories import (
     GpuDeviceFactory,

@@ -12,12 +12,13 @@ from django.core.management import CommandError, call_command
 from django.test import Client
 from django.urls import reverse
 
-from runtime import kueue_policy, tasks
-from scheduling import cycle
+from runtime import tasks
+from runtime.services import kueue_policy
 from scheduling.choices import RequestStatus
-from scheduling.kueue_drift import last_check, record_check
 from scheduling.models import Allocation, Cluster, Flavor, GpuRequest, Quota
-from scheduling.scheduler_modes import kueue_cluster_ids
+from scheduling.selectors.scheduler_modes import kueue_cluster_ids
+from scheduling.services import cycle
+from scheduling.services.kueue_drift import last_check, record_check
 from tests.scheduling.helpers import request_body
 from tests.support.clusters import make_cluster
 from tests.support.factories import (

@@ -14,12 +14,12 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from runtime import kueue_admission
 from runtime.cluster.kueue_workloads import KueueView
-from runtime.execution import stuck_requests, workload_spec
-from scheduling import cycle
+from runtime.services import kueue_admission
+from runtime.services.execution import stuck_requests, workload_spec
 from scheduling.choices import RequestStatus
 from scheduling.models import Allocation, GpuRequest
+from scheduling.services import cycle
 from tenants.models import AuditEvent
 from tests.scheduling.conftest import Fleet
 from tests.scheduling.helpers import request_body

@@ -6,10 +6,11 @@ from typing import Any
 
 import pytest
 
-from scheduling import cycle, services
+from scheduling import services
 from scheduling.choices import RequestStatus
-from scheduling.lifecycle import transition
 from scheduling.models import Allocation, GpuRequest, Tier
+from scheduling.services import cycle
+from scheduling.services.lifecycle import transition
 from tenants.models import AuditEvent
 from tests.scheduling.conftest import Fleet
 from tests.support.factories import GpuRequestFactory

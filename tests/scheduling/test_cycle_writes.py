@@ -8,10 +8,11 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from scheduling import cycle, engine
+from scheduling import engine
 from scheduling.choices import RequestStatus
-from scheduling.lifecycle import Move, transition, transition_many
 from scheduling.models import Allocation, GpuRequest, Node, Quota, SchedulerLease
+from scheduling.services import cycle
+from scheduling.services.lifecycle import Move, transition, transition_many
 from tenants.models import AuditEvent
 from tests.scheduling.conftest import Fleet
 from tests.support.factories import GpuRequestFactory

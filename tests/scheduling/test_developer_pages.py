@@ -13,10 +13,11 @@ from django.utils import timezone
 
 from accounting.choices import OverBudgetPolicy
 from accounting.models import Price
-from scheduling import cycle, engine
+from scheduling import engine
 from scheduling.choices import RequestStatus
-from scheduling.lifecycle import NEXT_CYCLE_REASON
 from scheduling.models import Allocation, GpuRequest
+from scheduling.services import cycle
+from scheduling.services.lifecycle import NEXT_CYCLE_REASON
 from tests.scheduling.conftest import Fleet
 from tests.scheduling.test_pages import form_data
 from tests.support.factories import GpuRequestFactory

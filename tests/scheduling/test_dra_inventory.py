@@ -8,13 +8,13 @@ from typing import Any
 import pytest
 from django.core.exceptions import ValidationError
 
-from runtime import execution
 from runtime.cluster.base import NodeInventory
 from runtime.cluster.simulated import SimulatedCluster
-from runtime.inventory import apply_inventory
-from scheduling import cycle
+from runtime.services import execution
+from runtime.services.inventory import apply_inventory
 from scheduling.choices import DeviceAllocation, RequestStatus
 from scheduling.models import Allocation, GpuDevice, GpuRequest, Node, NodePool
+from scheduling.services import cycle
 from tests.scheduling.conftest import Fleet
 from tests.support.factories import GpuRequestFactory
 from tests.support.personas import Org

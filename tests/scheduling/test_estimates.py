@@ -12,10 +12,11 @@ from django.test import Client, TestCase
 from django.urls import reverse
 from django.utils import timezone
 
-from scheduling import cycle, dispatch, estimates, tasks
+from scheduling import dispatch, tasks
 from scheduling.choices import RequestStatus
 from scheduling.models import Flavor, GpuRequest
 from scheduling.selectors import runtime_history
+from scheduling.services import cycle, estimates
 from scheduling.templatetags.estimate_tags import clock, wait_words
 from tests.support.cross_tenant import covers
 from tests.support.factories import (

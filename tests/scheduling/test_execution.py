@@ -8,12 +8,13 @@ from typing import Any
 
 import pytest
 
-from runtime import execution
 from runtime.cluster.simulated import SimulatedCluster
 from runtime.models import SimulatedWorkload
-from scheduling import cycle, services
+from runtime.services import execution
+from scheduling import services
 from scheduling.choices import RequestStatus
 from scheduling.models import Allocation, GpuRequest, SchedulerLease
+from scheduling.services import cycle
 from tests.scheduling.conftest import Fleet
 from tests.support.factories import GpuRequestFactory
 from tests.support.personas import Org

@@ -10,9 +10,9 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from scheduling.cluster_selectors import fleet_by_cluster
 from scheduling.models import Cluster, NodePool
 from scheduling.selectors import fleet_overview
+from scheduling.selectors.clusters import fleet_by_cluster
 from tests.scheduling.conftest import Fleet
 from tests.support.clusters import make_cluster
 from tests.support.personas import Org

@@ -14,14 +14,15 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from runtime import execution
 from runtime.cluster.base import GangMember, WorkloadStatus
 from runtime.cluster.simulated import SimulatedCluster
 from runtime.models import SimulatedWorkload
-from scheduling import cycle, engine, services
+from runtime.services import execution
+from scheduling import engine, services
 from scheduling.choices import RequestStatus
 from scheduling.models import Allocation, GpuRequest, Node, NodePool, ReclaimPolicy
-from scheduling.snapshot import build_snapshot
+from scheduling.selectors.snapshot import build_snapshot
+from scheduling.services import cycle
 from tenants.models import AuditEvent
 from tests.scheduling.conftest import Fleet
 from tests.support.factories import GpuRequestFactory

@@ -5,7 +5,7 @@ from typing import Any
 import pytest
 
 from runtime.cluster.base import HamiDevice, NodeInventory
-from runtime.inventory import apply_inventory
+from runtime.services.inventory import apply_inventory
 from scheduling.models import GpuDevice, Node
 from tenants.models import AuditEvent
 from tests.scheduling.conftest import Fleet

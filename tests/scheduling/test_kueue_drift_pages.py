@@ -8,7 +8,7 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from scheduling.kueue_drift import record_check
+from scheduling.services.kueue_drift import record_check
 from tests.support.personas import Org
 
 pytestmark = pytest.mark.django_db

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from runtime import execution
 from runtime.cluster.base import PermanentClusterError, ProjectSpec, TransientClusterError
 from runtime.cluster.simulated import SimulatedCluster
+from runtime.services import execution
 from runtime.tasks import AUTHORIZATION_RETRIES, launch_workload
 from scheduling.choices import RequestStatus
 from scheduling.models import Allocation, GpuRequest

@@ -9,8 +9,8 @@ from django.test.utils import CaptureQueriesContext
 
 from scheduling import services
 from scheduling.choices import RequestStatus
-from scheduling.lifecycle import Move, transition, transition_through
 from scheduling.models import ApprovalRule, GpuRequest
+from scheduling.services.lifecycle import Move, transition, transition_through
 from tenants.errors import ConflictError
 from tenants.models import AuditEvent
 from tests.scheduling.conftest import Fleet

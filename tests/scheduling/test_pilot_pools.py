@@ -12,7 +12,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from scheduling.models import GpuRequest, NodePool
-from scheduling.pilots import pilot_in_force, pilot_refusal
+from scheduling.selectors.pilots import pilot_in_force, pilot_refusal
 from tests.scheduling.conftest import Fleet
 from tests.scheduling.helpers import request_body
 from tests.support.personas import Org, api_client

@@ -7,14 +7,15 @@ from typing import Any
 
 import pytest
 
-from runtime import execution
 from runtime.cluster.base import WorkloadStatus
 from runtime.cluster.simulated import SimulatedCluster
-from scheduling import cycle, services
+from runtime.services import execution
+from scheduling import services
 from scheduling.choices import RequestStatus
 from scheduling.engine.types import mig_layout_starts
 from scheduling.models import Allocation, GpuDevice, GpuRequest, Node, NodePool
-from scheduling.snapshot import build_snapshot
+from scheduling.selectors.snapshot import build_snapshot
+from scheduling.services import cycle
 from tests.scheduling.conftest import Fleet
 from tests.support.personas import Org
 

@@ -14,11 +14,12 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from scheduling import cycle, services
+from scheduling import services
 from scheduling.choices import RequestStatus
 from scheduling.engine.replay import replay
 from scheduling.models import Allocation, Flavor, GpuRequest, Tier
-from scheduling.policy_replay import (
+from scheduling.services import cycle
+from scheduling.services.policy_replay import (
     PolicyFileError,
     compare_policies,
     load_policy_change,
@@ -287,7 +288,7 @@ def test_a_bad_policy_on_the_page_is_a_form_error(org: Org, fleet: Fleet) -> Non
 def test_a_fleet_too_large_for_the_page_points_to_the_command(
     org: Org, fleet: Fleet, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("scheduling.policy_replay.PAGE_MAX_NODES", 1)
+    monkeypatch.setattr("scheduling.services.policy_replay.PAGE_MAX_NODES", 1)
     page = _client(org.admin).post(reverse("policy-replay-page"), {"days": "1"})
     assert page.status_code == 400
     html = page.content.decode()

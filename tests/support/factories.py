@@ -309,7 +309,7 @@ class GpuRequestFactory(factory.Factory[GpuRequest]):
 
 def admit(request: GpuRequest) -> None:
     """One scheduling cycle, which must admit `request`; the launch it queues is not made."""
-    from scheduling import cycle
+    from scheduling.services import cycle
 
     with TestCase.captureOnCommitCallbacks(execute=False):
         result = cycle.run_cycle()
@@ -322,8 +322,8 @@ def admit(request: GpuRequest) -> None:
 
 def launch(request: GpuRequest) -> None:
     """The launch of the admitted attempt, on the simulated cluster."""
-    from runtime import execution
     from runtime.cluster.simulated import SimulatedCluster
+    from runtime.services import execution
 
     request.refresh_from_db()
     backend = SimulatedCluster(speed=1.0)
@@ -332,8 +332,8 @@ def launch(request: GpuRequest) -> None:
 
 def report_running(request: GpuRequest) -> None:
     """What the workload sync applies when the cluster reports the pod running."""
-    from runtime import execution
     from runtime.cluster.base import WorkloadStatus
+    from runtime.services import execution
 
     request.refresh_from_db()
     allocation = Allocation.objects.get(request=request, attempt=request.attempt)

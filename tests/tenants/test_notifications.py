@@ -15,7 +15,7 @@ from accounting.models import Budget
 from accounting.services import meter_usage
 from scheduling import services
 from scheduling.choices import RequestStatus
-from scheduling.notifications import notify
+from scheduling.services.notifications import notify
 from tenants.choices import NotificationKind
 from tenants.models import Notification
 from tenants.notifications import mark_notifications_read, unread_notification_count

@@ -9,7 +9,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from runtime.cluster.base import ClusterError
-from runtime.kueue_policy import reconcile
+from runtime.services.kueue_policy import reconcile
 from scheduling.models import LOCAL_CLUSTER_SLUG, Cluster
 
 

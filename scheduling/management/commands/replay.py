@@ -11,7 +11,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
 from scheduling.engine.replay import PolicyChange
-from scheduling.policy_replay import (
+from scheduling.services.policy_replay import (
     PolicyFileError,
     compare_policies,
     comparison_json,

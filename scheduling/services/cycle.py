@@ -26,9 +26,7 @@ from django.db.models import Field
 from django.utils import timezone
 
 from scheduling import engine
-from scheduling.blockers import record_blockers
 from scheduling.choices import TRANSITIONS, RequestStatus
-from scheduling.lifecycle import Move, transition_each, transition_many
 from scheduling.models import (
     Allocation,
     Cluster,
@@ -38,9 +36,11 @@ from scheduling.models import (
     ReclaimPolicy,
     SchedulerLease,
 )
-from scheduling.notifications import notify
-from scheduling.scheduler_modes import flavor_pools_in, handed_to_kueue, kueue_cluster_ids
-from scheduling.snapshot import build_snapshot, claims_as_json
+from scheduling.selectors.scheduler_modes import flavor_pools_in, handed_to_kueue, kueue_cluster_ids
+from scheduling.selectors.snapshot import build_snapshot, claims_as_json
+from scheduling.services.blockers import record_blockers
+from scheduling.services.lifecycle import Move, transition_each, transition_many
+from scheduling.services.notifications import notify
 
 log = logging.getLogger(__name__)
 
@@ -170,8 +170,8 @@ def run_cycle(
     """One cycle; `on_start()` runs once the lease is held, before the read;
     `on_admit(request_id, attempt)` and `on_preempt(…)` run after commit.
 
-    The requests of Kueue-mode clusters (scheduling/scheduler_modes.py) are handed to Kueue
-    first; the engine then plans the rest on a snapshot without those clusters. With no
+    The requests of Kueue-mode clusters (scheduling/selectors/scheduler_modes.py) are handed to
+    Kueue first; the engine then plans the rest on a snapshot without those clusters. With no
     portal-mode cluster left the engine does not run.
     """
     holder = acquire_lease()
@@ -329,7 +329,7 @@ def _hand_to_kueue(
     clusters `kueue` is admitted at once into an allocation with no node and no claims, in its
     flavor's pool on its cluster, so the launch path creates its Job suspended in the project's
     LocalQueue there; Kueue holds the Job until the team's ClusterQueue has quota, and the
-    request shows why meanwhile (runtime/kueue_admission.py).
+    request shows why meanwhile (runtime/services/kueue_admission.py).
     """
     # 1. Read: the queue, oldest first, and the flavors' pools on the clusters requests name.
     queued = list(

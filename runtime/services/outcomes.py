@@ -14,9 +14,9 @@ from django.db import transaction
 
 from scheduling import dispatch
 from scheduling.choices import RESUMABLE_KINDS, RequestStatus
-from scheduling.lifecycle import end_allocation, record_request_event, transition
 from scheduling.models import GpuRequest
-from scheduling.notifications import notify
+from scheduling.services.lifecycle import end_allocation, record_request_event, transition
+from scheduling.services.notifications import notify
 
 
 def reclaim_request(

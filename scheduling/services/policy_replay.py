@@ -4,7 +4,8 @@ Read (`recorded_trace`): the fleet as it is now (`build_snapshot`), the work tha
 the window opened (its allocation's claims, until its allocation ended), and every request that
 joined the queue in the window or was still waiting when it opened: when it was queued, how long
 its last run took, when it was cancelled if it never started. Decide: `scheduling.engine.replay`
-under `scheduling.cycle.POLICY` and under that policy with a `PolicyChange`. Nothing is written.
+under `scheduling.services.cycle.POLICY` and under that policy with a `PolicyChange`. Nothing is
+written.
 
 A policy change is a JSON or YAML mapping (`load_policy_change`)::
 
@@ -29,7 +30,6 @@ from django.db.models import Q
 
 from scheduling import engine
 from scheduling.choices import RequestStatus
-from scheduling.cycle import POLICY
 from scheduling.engine.replay import (
     PolicyChange,
     ReplayResult,
@@ -39,7 +39,7 @@ from scheduling.engine.replay import (
     replay,
 )
 from scheduling.models import Allocation, GpuRequest, Tier
-from scheduling.snapshot import (
+from scheduling.selectors.snapshot import (
     ALLOCATION_FIELDS,
     PENDING_FIELDS,
     build_snapshot,
@@ -47,6 +47,7 @@ from scheduling.snapshot import (
     engine_request,
     offered_pools,
 )
+from scheduling.services.cycle import POLICY
 
 WITHDRAWN = (RequestStatus.CANCELLED, RequestStatus.EXPIRED, RequestStatus.REJECTED)
 HISTORY_FIELDS = ("status", "queued_at", "approved_at", "started_at", "finished_at", "updated_at")

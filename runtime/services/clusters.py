@@ -15,7 +15,7 @@ from typing import TypeVar
 from django.utils import timezone
 
 from runtime.cluster.base import ClusterBackend, ClusterError
-from runtime.execution import backend_for
+from runtime.services.execution import backend_for
 from scheduling.models import Cluster
 
 log = logging.getLogger(__name__)

@@ -13,11 +13,11 @@ Sync (`execution.apply_workload_status`) asks here first:
 from __future__ import annotations
 
 from runtime.cluster.base import WorkloadStatus
-from runtime.outcomes import reclaim_timed_out, requeue_or_fail
-from scheduling.blockers import cluster_blocker
+from runtime.services.outcomes import reclaim_timed_out, requeue_or_fail
 from scheduling.choices import RequestStatus
-from scheduling.lifecycle import transition
 from scheduling.models import Allocation, GpuRequest, ReclaimPolicy
+from scheduling.services.blockers import cluster_blocker
+from scheduling.services.lifecycle import transition
 
 DEADLINE_EXCEEDED = "DeadlineExceeded"
 CRASH_LOOP = "CrashLoopBackOff"
@@ -87,7 +87,7 @@ def record_wait(request: GpuRequest, status: WorkloadStatus) -> bool:
     fields: dict[str, object] = {"waiting_reason": detail}
     if request.status == RequestStatus.LAUNCHING:
         fields["status_reason"] = headline or STARTING
-    # The cluster's reason is the request's blocker until it runs (scheduling/blockers.py).
+    # The cluster's reason is the request's blocker until it runs (scheduling/services/blockers.py).
     launching = detail and request.status == RequestStatus.LAUNCHING
     fields["blocker"] = cluster_blocker(headline=headline, reason=detail) if launching else {}
     # Compare-and-set on the status: a transition made meanwhile keeps its own reason.

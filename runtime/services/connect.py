@@ -10,8 +10,8 @@ from django.conf import settings
 from django.urls import reverse
 
 from runtime.cluster.base import WorkloadRoute
-from scheduling.connect import CONNECTABLE_KINDS, workload_path
 from scheduling.models import GpuRequest
+from scheduling.selectors.connect import CONNECTABLE_KINDS, workload_path
 
 log = logging.getLogger(__name__)
 

@@ -22,7 +22,6 @@ from django.db import transaction
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
-from runtime import project_data, propagation, verdicts
 from runtime.cluster.base import (
     ClusterBackend,
     ClusterError,
@@ -37,17 +36,18 @@ from runtime.cluster.base import (
 )
 from runtime.cluster.base import Taint as ClusterTaint
 from runtime.cluster.kueue_objects import LOCAL_QUEUE_NAME
-from runtime.connect import workload_route
-from runtime.inventory import gpu_products
-from runtime.kueue_admission import KUEUE_WAIT_CODE, sync_kueue
-from runtime.observed import record_observation
-from runtime.relocation import relocated_claims
+from runtime.selectors.observed import record_observation
+from runtime.services import project_data, propagation, verdicts
+from runtime.services.connect import workload_route
+from runtime.services.inventory import gpu_products
+from runtime.services.kueue_admission import KUEUE_WAIT_CODE, sync_kueue
+from runtime.services.relocation import relocated_claims
 from scheduling import dispatch
 from scheduling.choices import SHARING_MODE_OF_FLAVOR_KIND, DeviceAllocation, RequestStatus
-from scheduling.lifecycle import end_allocation, record_request_event, transition
 from scheduling.models import Allocation, Cluster, GpuRequest, ReclaimPolicy
 from scheduling.sealing import SealError, unseal
-from scheduling.snapshot import POOL_LABEL
+from scheduling.selectors.snapshot import POOL_LABEL
+from scheduling.services.lifecycle import end_allocation, record_request_event, transition
 
 log = logging.getLogger(__name__)
 

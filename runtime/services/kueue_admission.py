@@ -1,8 +1,8 @@
 """On a Kueue-mode cluster: Kueue's word on the portal's Jobs, written onto their requests.
 
 The cycle hands the queued requests of Kueue-mode clusters to Kueue
-(`scheduling.cycle._hand_to_kueue`) and the launch creates each Job suspended in the project's
-LocalQueue on its cluster. From then on Kueue decides, and this module reads its Workloads
+(`scheduling.services.cycle._hand_to_kueue`) and the launch creates each Job suspended in the
+project's LocalQueue on its cluster. From then on Kueue decides, and this module reads its Workloads
 back, once per sync of that cluster (`execution.sync_workloads(cluster=...)`):
 1. read every Workload and LocalQueue (`KueueWorkloadReader`), mapped by the pure
    `kueue_workloads.kueue_views`;
@@ -13,7 +13,8 @@ back, once per sync of that cluster (`execution.sync_workloads(cluster=...)`):
    a new attempt to Kueue (up to the tier's attempts);
 4. admitted and finished Workloads are left to the Job sync, which reads the pods as always;
    a request Kueue held gets its allocation's `admitted_at` moved to Kueue's admission, so the
-   reclaim's pending timeout (`runtime/reclaim.py`) counts from there, not from the hand-over.
+   reclaim's pending timeout (`runtime/services/reclaim.py`) counts from there, not from the
+   hand-over.
 """
 
 from __future__ import annotations
@@ -27,11 +28,11 @@ from django.db import transaction
 from runtime.cluster.base import workload_name
 from runtime.cluster.kueue_workloads import KueueView
 from scheduling import dispatch
-from scheduling.blockers import cluster_blocker
 from scheduling.choices import RequestStatus
-from scheduling.lifecycle import end_allocation, transition
 from scheduling.models import Allocation, GpuRequest, ReclaimPolicy
-from scheduling.notifications import notify
+from scheduling.services.blockers import cluster_blocker
+from scheduling.services.lifecycle import end_allocation, transition
+from scheduling.services.notifications import notify
 
 log = logging.getLogger(__name__)
 

@@ -14,9 +14,9 @@ from typing import Any
 from scheduling import engine
 from scheduling.choices import FlavorKind, Priority, RequestStatus, SharingMode, WorkloadKind
 from scheduling.engine.types import MIG_PROFILES, mig_bits
-from scheduling.foreign_usage import subtract_foreign_usage
 from scheduling.models import Allocation, Flavor, GpuDevice, GpuRequest, Node, NodePool, Quota
-from scheduling.scheduler_modes import handed_to_kueue
+from scheduling.selectors.foreign_usage import subtract_foreign_usage
+from scheduling.selectors.scheduler_modes import handed_to_kueue
 
 POOL_LABEL = "gpu-portal/pool"
 ENGINE_PRIORITY: dict[str, engine.Priority] = {
@@ -69,8 +69,8 @@ def build_snapshot(*, kueue_clusters: Collection[int] = ()) -> engine.Snapshot:
 
     Each table is read by a function of its own, as plain rows (`values()`): building model
     instances for 50,000 queued requests and their related rows cost most of the read.
-    The clusters in `kueue_clusters` are Kueue's (scheduling/scheduler_modes.py): their pools,
-    nodes, cards, allocations and queued requests are left out, so the engine plans the rest.
+    The clusters in `kueue_clusters` are Kueue's (scheduling/selectors/scheduler_modes.py): their
+    pools, nodes, cards, allocations and queued requests are left out, so the engine plans the rest.
     """
     kueue = frozenset(kueue_clusters)
     pools = _pools(kueue)

@@ -16,13 +16,18 @@ from datetime import UTC, datetime
 from typing import Any
 
 from scheduling.choices import Priority, RequestStatus, WorkloadKind
-from scheduling.cycle import POLICY
 from scheduling.engine import Snapshot
 from scheduling.engine.forecast import forecast
 from scheduling.models import Flavor, GpuRequest
-from scheduling.scheduler_modes import kueue_cluster_ids
 from scheduling.selectors import ratio_bands_by_request, runtime_history
-from scheduling.snapshot import PENDING_FIELDS, build_snapshot, engine_request, offered_pools
+from scheduling.selectors.scheduler_modes import kueue_cluster_ids
+from scheduling.selectors.snapshot import (
+    PENDING_FIELDS,
+    build_snapshot,
+    engine_request,
+    offered_pools,
+)
+from scheduling.services.cycle import POLICY
 from tenants.models import Project
 
 #: Simulated cycles per forecast: enough for the queues we see, bounded so a refresh stays fast.

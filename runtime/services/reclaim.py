@@ -18,13 +18,12 @@ from django.db.models import Q
 from django.utils import timezone
 
 from runtime.cluster.base import ClusterBackend, WorkloadStatus
-from runtime.clusters import on_each_cluster
-from runtime.execution import attempt_backend
-from runtime.inventory import stamp_unschedulable_nodes
-from runtime.kueue_admission import KUEUE_WAIT_CODE
-from runtime.outcomes import reclaim_request, reclaim_timed_out, requeue_or_fail
+from runtime.services.clusters import on_each_cluster
+from runtime.services.execution import attempt_backend
+from runtime.services.inventory import stamp_unschedulable_nodes
+from runtime.services.kueue_admission import KUEUE_WAIT_CODE
+from runtime.services.outcomes import reclaim_request, reclaim_timed_out, requeue_or_fail
 from scheduling.choices import FINISHED_STATUSES, RESUMABLE_KINDS, RequestStatus, WorkloadKind
-from scheduling.lifecycle import record_request_event
 from scheduling.models import (
     Allocation,
     GpuRequest,
@@ -33,8 +32,9 @@ from scheduling.models import (
     Tier,
     UtilisationSample,
 )
-from scheduling.notifications import notify
 from scheduling.reclaim_rules import idle_verdict, stuck_pending, timeout_stage
+from scheduling.services.lifecycle import record_request_event
+from scheduling.services.notifications import notify
 from tenants.services import record_audit_event
 
 log = logging.getLogger(__name__)

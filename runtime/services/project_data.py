@@ -23,7 +23,7 @@ from runtime.cluster.base import (
     VolumeClaimSpec,
     VolumeMount,
 )
-from runtime.propagation import project_spec
+from runtime.services.propagation import project_spec
 from scheduling.models import GpuRequest, HomeVolume, ProjectSecret, ProjectWorkspace, SecretKind
 from scheduling.sealing import unseal
 from scheduling.services.project_data import REGISTRY_KEY, home_claim_name

@@ -4,9 +4,9 @@ compared with and applied to that cluster by `reconcile` (`manage.py kueue_polic
 periodic `runtime.tasks.reconcile_kueue_policy`, once per Kueue-mode cluster).
 
 Per cluster: the ResourceFlavors (that cluster's pools), the quota cells (each flavor in its pool
-on that cluster, `scheduling.scheduler_modes.flavor_pools_in`) and the fair-sharing weights (the
-teams' shares of the guaranteed quota on that cluster). The same on every cluster: the cohort,
-one ClusterQueue per team, a LocalQueue per project, the priority classes."""
+on that cluster, `scheduling.selectors.scheduler_modes.flavor_pools_in`) and the fair-sharing
+weights (the teams' shares of the guaranteed quota on that cluster). The same on every cluster:
+the cohort, one ClusterQueue per team, a LocalQueue per project, the priority classes."""
 
 from __future__ import annotations
 
@@ -25,11 +25,11 @@ from runtime.cluster.kueue_objects import (
     compile_objects,
     object_key,
 )
-from runtime.execution import PRIORITY_CLASSES, backend_for
-from runtime.propagation import flavor_quota, push_project_quotas
+from runtime.services.execution import PRIORITY_CLASSES, backend_for
+from runtime.services.propagation import flavor_quota, push_project_quotas
 from scheduling.models import LOCAL_CLUSTER_SLUG, Cluster, Flavor, NodePool, Quota
-from scheduling.scheduler_modes import flavor_pools_in
-from scheduling.snapshot import POOL_LABEL
+from scheduling.selectors.scheduler_modes import flavor_pools_in
+from scheduling.selectors.snapshot import POOL_LABEL
 from tenants.models import Project, Team
 
 WEIGHT_PLACES = Decimal("0.001")
