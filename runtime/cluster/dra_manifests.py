@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from runtime.cluster.base import WorkloadSpec, workload_name
+from runtime.cluster.names import workload_name
+from runtime.cluster.specs import WorkloadSpec
 
 DRIVER = "gpu.nvidia.com"
 DEVICE_CLASS = "gpu.nvidia.com"

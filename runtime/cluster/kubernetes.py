@@ -27,30 +27,7 @@ from kubernetes.client.exceptions import ApiException
 
 from runtime.cluster import dra_manifests
 from runtime.cluster import kubernetes_manifests as manifests
-from runtime.cluster.base import (
-    ATTEMPT_LABEL,
-    MANAGED_BY_LABEL,
-    MANAGED_BY_VALUE,
-    MAX_RUNTIME_ANNOTATION,
-    REASON_ANNOTATION,
-    REQUEST_LABEL,
-    RESUMABLE_KINDS,
-    SUSPENDED_AT_ANNOTATION,
-    SUSPENDED_REPLICAS_ANNOTATION,
-    TERMINATE_REASON_ANNOTATION,
-    ClusterError,
-    ClusterEvent,
-    LogLine,
-    NodeInventory,
-    PermanentClusterError,
-    PrioritySpec,
-    ProjectSpec,
-    TransientClusterError,
-    WorkloadEvent,
-    WorkloadSpec,
-    WorkloadStatus,
-    workload_name,
-)
+from runtime.cluster.base import ClusterError, PermanentClusterError, TransientClusterError
 from runtime.cluster.kubernetes_custom import NamespacedCustomResource
 from runtime.cluster.kubernetes_project_data import KubernetesProjectData
 from runtime.cluster.kubernetes_status import (
@@ -66,6 +43,26 @@ from runtime.cluster.kubernetes_status import (
     with_hami_assignment,
     workload_status,
 )
+from runtime.cluster.names import (
+    ATTEMPT_LABEL,
+    MANAGED_BY_LABEL,
+    MANAGED_BY_VALUE,
+    MAX_RUNTIME_ANNOTATION,
+    REASON_ANNOTATION,
+    REQUEST_LABEL,
+    SUSPENDED_AT_ANNOTATION,
+    SUSPENDED_REPLICAS_ANNOTATION,
+    TERMINATE_REASON_ANNOTATION,
+    workload_name,
+)
+from runtime.cluster.reports import (
+    ClusterEvent,
+    LogLine,
+    NodeInventory,
+    WorkloadEvent,
+    WorkloadStatus,
+)
+from runtime.cluster.specs import RESUMABLE_KINDS, PrioritySpec, ProjectSpec, WorkloadSpec
 
 log = logging.getLogger(__name__)
 

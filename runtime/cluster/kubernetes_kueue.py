@@ -13,10 +13,11 @@ from typing import Any
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from runtime.cluster.base import MANAGED_BY_LABEL, MANAGED_BY_VALUE, PermanentClusterError
+from runtime.cluster.base import PermanentClusterError
 from runtime.cluster.kubernetes import CLIENT_ERRORS, classify_api_exception
 from runtime.cluster.kueue_objects import GROUP, KINDS, VERSION, Change, Manifest
 from runtime.cluster.kueue_workloads import KueueView, kueue_views
+from runtime.cluster.names import MANAGED_BY_LABEL, MANAGED_BY_VALUE
 
 FIELD_MANAGER = "gpu-portal"
 

@@ -12,7 +12,9 @@ from dataclasses import replace
 from typing import Any
 
 from runtime.cluster import dra_manifests
-from runtime.cluster.base import (
+from runtime.cluster.gpu_models import GPU_PRODUCT_LABEL
+from runtime.cluster.kueue_objects import PRIORITY_CLASS_LABEL, QUEUE_NAME_LABEL
+from runtime.cluster.names import (
     ATTEMPT_LABEL,
     GANG_SIZE_LABEL,
     KIND_LABEL,
@@ -27,6 +29,9 @@ from runtime.cluster.base import (
     REVISION_ANNOTATION,
     TEAM_LABEL,
     WORKLOAD_LABEL,
+    gang_member_name,
+)
+from runtime.cluster.specs import (
     LimitRangeSpec,
     PrioritySpec,
     ProjectDataSpec,
@@ -35,10 +40,7 @@ from runtime.cluster.base import (
     Toleration,
     VolumeClaimSpec,
     WorkloadSpec,
-    gang_member_name,
 )
-from runtime.cluster.gpu_models import GPU_PRODUCT_LABEL
-from runtime.cluster.kueue_objects import PRIORITY_CLASS_LABEL, QUEUE_NAME_LABEL
 
 Manifest = dict[str, Any]
 

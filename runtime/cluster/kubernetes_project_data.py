@@ -16,16 +16,11 @@ from typing import Any
 from kubernetes import client as k8s
 
 from runtime.cluster import kubernetes_manifests as manifests
-from runtime.cluster.base import (
-    MANAGED_BY_LABEL,
-    MANAGED_BY_VALUE,
-    REVISION_ANNOTATION,
-    ClusterError,
-    PermanentClusterError,
-    ProjectDataSpec,
-)
+from runtime.cluster.base import ClusterError, PermanentClusterError
 from runtime.cluster.kubernetes_custom import NamespacedCustomResource
 from runtime.cluster.kubernetes_status import quantity
+from runtime.cluster.names import MANAGED_BY_LABEL, MANAGED_BY_VALUE, REVISION_ANNOTATION
+from runtime.cluster.specs import ProjectDataSpec
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from runtime.cluster import dra_manifests
 from runtime.cluster import kubernetes_manifests as manifests
-from runtime.cluster.base import (
+from runtime.cluster.names import (
     GANG_SIZE_LABEL,
     KIND_LABEL,
     MANAGED_BY_LABEL,
@@ -27,15 +27,10 @@ from runtime.cluster.base import (
     SUSPENDED_AT_ANNOTATION,
     SUSPENDED_REPLICAS_ANNOTATION,
     TEAM_LABEL,
-    WORKLOAD_KINDS,
-    HamiDevice,
-    NodeInventory,
-    Taint,
-    WorkloadKind,
-    WorkloadPhase,
-    WorkloadStatus,
     workload_name,
 )
+from runtime.cluster.reports import HamiDevice, NodeInventory, WorkloadPhase, WorkloadStatus
+from runtime.cluster.specs import WORKLOAD_KINDS, Taint, WorkloadKind
 
 if TYPE_CHECKING:
     from kubernetes import client as k8s

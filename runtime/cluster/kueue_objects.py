@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from runtime.cluster.base import MANAGED_BY_LABEL, MANAGED_BY_VALUE, TEAM_LABEL, is_dns_label
+from runtime.cluster.names import MANAGED_BY_LABEL, MANAGED_BY_VALUE, TEAM_LABEL, is_dns_label
 
 GROUP = "kueue.x-k8s.io"
 VERSION = "v1beta2"

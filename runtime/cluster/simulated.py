@@ -21,18 +21,20 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from runtime.cluster.base import (
-    RESUMABLE_KINDS,
+from runtime.cluster.names import gang_member_name
+from runtime.cluster.reports import (
     ClusterEvent,
     LogLine,
     NodeInventory,
+    WorkloadPhase,
+    WorkloadStatus,
+)
+from runtime.cluster.specs import (
+    RESUMABLE_KINDS,
     PrioritySpec,
     ProjectDataSpec,
     ProjectSpec,
-    WorkloadPhase,
     WorkloadSpec,
-    WorkloadStatus,
-    gang_member_name,
 )
 from runtime.models import SimulatedWorkload
 from scheduling.choices import DeviceAllocation
