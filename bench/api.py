@@ -1,21 +1,23 @@
-"""API load benchmark: the product against a stock DRF viewset, on gunicorn + PostgreSQL.
+"""API load benchmark: the product against stock DRF viewsets, on gunicorn + PostgreSQL.
 
     python -m bench.api [--seconds S] [--clients N] [--workers W]      (make bench-api)
 
 1. Recreates the database at BENCH_API_DATABASE_URL (default `portal_benchapi`), migrates it and
    seeds the demo fleet plus extra teams: several teams, one API token per developer and lead,
    thousands of requests.
-2. Starts gunicorn (`bench.api_wsgi`: the product plus the references of `bench.api_urls`, a
-   stock DRF `ModelViewSet` over the same rows and the floor create; sync workers, one per
-   core) on a free loopback port, with Redis at BENCH_API_REDIS_URL for throttles and the
-   broker. Neither the product nor the baseline keeps responses in a cache.
-3. Checks that the product's list and the baseline's answer the same page with the same JSON,
+2. Starts gunicorn (`bench.api_wsgi`: the product plus the references of `bench.api_urls`: a
+   stock DRF `ModelViewSet` over the same rows (the baseline), the same with the
+   `select_related` and `prefetch_related` the DRF docs prescribe (the tuned baseline), and the
+   floor create; sync workers, one per core) on a free loopback port, with Redis at
+   BENCH_API_REDIS_URL for throttles and the broker. No one keeps responses in a cache.
+3. Checks that the product's list and both references' answer the same page with the same JSON,
    then builds the load generator (`bench/loadgen`, Go, standard library only) and runs one
-   scenario at a time, 16 clients each by default, after a warm-up of both lists: the product's
-   list and the baseline's list, before anything writes; the 70/20/10 mix (list, detail, create)
-   on the product and on the baseline; create alone on the product, the baseline and the floor.
+   scenario at a time, 16 clients each by default, after a warm-up of the three lists: the
+   lists, before anything writes; the 70/20/10 mix (list, detail, create) on the product and
+   on both references; create alone on the product, the baseline and the floor.
    The scenarios of each group take turns (`--slices`), so that a change in the machine's load
-   falls on all of them. It prints one JSON line per figure, with the server's CPU per call.
+   falls on all of them. It prints one JSON line per figure, with the server's CPU per call
+   and the mean latency, measured and as Little's law implies it (clients / req/s).
 
 The load generator runs on the same 2 cores as the server: every figure is what the server
 reaches while sharing the machine with its client, and the product and its references are
@@ -45,6 +47,7 @@ DEFAULT_URL = "postgres://portal:portal@127.0.0.1:5432/portal_benchapi"
 DEFAULT_REDIS = "redis://127.0.0.1:6390/7"
 EXTRA_TEAMS = 6
 SEEDED_REQUESTS = 6_000
+P99_TARGET_MS = 150
 
 
 def emit(metric: str, value: float, unit: str) -> None:
@@ -213,14 +216,21 @@ def start_gunicorn(env: dict[str, str], port: int, workers: int) -> subprocess.P
 SCENARIOS = {
     "list": {"list": 1},
     "baseline_list": {"baseline_list": 1},
+    "tuned_baseline_list": {"tuned_baseline_list": 1},
     "mixed": {"list": 70, "detail": 20, "create": 10},
     "baseline_mixed": {"baseline_list": 70, "baseline_detail": 20, "baseline_create": 10},
+    "tuned_baseline_mixed": {
+        "tuned_baseline_list": 70,
+        "tuned_baseline_detail": 20,
+        "tuned_baseline_create": 10,
+    },
     "create": {"create": 1},
     "baseline_create": {"baseline_create": 1},
     "floor_create": {"floor_create": 1},
 }
 PRODUCT = "/api/v1/requests/"
 BASELINE = "/bench/baseline/requests/"
+TUNED_BASELINE = "/bench/tuned-baseline/requests/"
 PATHS = {
     "list": PRODUCT,
     "detail": PRODUCT,
@@ -228,9 +238,12 @@ PATHS = {
     "baseline_list": BASELINE,
     "baseline_detail": BASELINE,
     "baseline_create": BASELINE,
+    "tuned_baseline_list": TUNED_BASELINE,
+    "tuned_baseline_detail": TUNED_BASELINE,
+    "tuned_baseline_create": TUNED_BASELINE,
     "floor_create": "/bench/floor/requests/",
 }
-CREATES = {"create", "baseline_create", "floor_create"}
+CREATES = {"create", "baseline_create", "tuned_baseline_create", "floor_create"}
 
 
 def call_variants(name: str, host: str, fixture: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -275,19 +288,21 @@ def fetch_json(url: str, token: str) -> Any:
 
 
 def check_same_answers(host: str, fixture: list[dict[str, Any]]) -> None:
-    """The product and the baseline must serve the same JSON for the same page, else stop."""
+    """The product and each reference must serve the same JSON for the same page, else stop."""
     for identity in (fixture[0], fixture[-1]):
         for page in (1, identity["pages"]):
             product = fetch_json(f"{host}{PRODUCT}?page={page}", identity["token"])
-            baseline = fetch_json(f"{host}{BASELINE}?page={page}", identity["token"])
             for links in ("next", "previous"):
                 product.pop(links, None)
-                baseline.pop(links, None)
-            if product != baseline:
-                raise SystemExit(
-                    f"the baseline's page {page} differs from the product's: "
-                    f"{json.dumps(product)[:300]} != {json.dumps(baseline)[:300]}"
-                )
+            for name, prefix in (("baseline", BASELINE), ("tuned baseline", TUNED_BASELINE)):
+                reference = fetch_json(f"{host}{prefix}?page={page}", identity["token"])
+                for links in ("next", "previous"):
+                    reference.pop(links, None)
+                if product != reference:
+                    raise SystemExit(
+                        f"the {name}'s page {page} differs from the product's: "
+                        f"{json.dumps(product)[:300]} != {json.dumps(reference)[:300]}"
+                    )
 
 
 def build_load_generator(directory: Path) -> Path:
@@ -447,6 +462,7 @@ def measure(
                 "rps": len(values) / elapsed[scenario],
                 "p50_ms": percentile(values, 0.50),
                 "p99_ms": percentile(values, 0.99),
+                "mean_ms": sum(values) / max(len(values), 1) / 1000,
                 "cpu_ms": 1000 * cpu[scenario] / max(len(every), 1),
             }
             for call, values in calls.items()
@@ -458,11 +474,18 @@ def measure(
     return figures
 
 
-def emit_call(prefix: str, stats: dict[str, float], *, cpu: bool = False) -> None:
+def emit_call(prefix: str, stats: dict[str, float], *, clients: int = 0, cpu: bool = False) -> None:
+    """A call's figures; for a whole scenario (`cpu`) also its CPU per call and mean latency.
+
+    A closed loop of C clients completing X calls a second has a mean latency of C / X
+    (Little's law): `_implied_mean_ms` says that figure, `_mean_ms` the one measured.
+    """
     emit(f"{prefix}_rps", stats["rps"], "req/s")
     emit(f"{prefix}_p50_ms", stats["p50_ms"], "ms")
     emit(f"{prefix}_p99_ms", stats["p99_ms"], "ms")
     if cpu:
+        emit(f"{prefix}_mean_ms", stats["mean_ms"], "ms")
+        emit(f"{prefix}_implied_mean_ms", 1000 * clients / max(stats["rps"], 1e-9), "ms")
         emit(f"{prefix}_cpu_ms", stats["cpu_ms"], "ms/call")
 
 
@@ -518,6 +541,9 @@ def main() -> None:
     host = f"http://127.0.0.1:{port}"
     emit("api.gunicorn_workers", options.workers, "workers")
     emit("api.clients", options.clients, "clients")
+    # Little's law: the mean latency of the closed loop is clients / req/s, so a p99 within the
+    # target needs at least this rate even if every call took the same time.
+    emit("api.p99_target_min_rps", options.clients / (P99_TARGET_MS / 1000), "req/s")
     build_directory = tempfile.TemporaryDirectory()
     try:
         # 3. The scenarios. Both lists answer alike, then warm up (every worker opens its
@@ -530,13 +556,13 @@ def main() -> None:
             "clients": options.clients,
             "fixture": fixture_rows,
         }
-        for warm_up in ("list", "baseline_list"):
+        for warm_up in ("list", "baseline_list", "tuned_baseline_list"):
             run_load(scenario=warm_up, seconds=5, **common)
         meter = ServerMeter(server.pid, url)
         runs: dict[str, dict[str, dict[str, float]]] = {}
         for group in (
-            ("list", "baseline_list"),
-            ("mixed", "baseline_mixed"),
+            ("list", "baseline_list", "tuned_baseline_list"),
+            ("mixed", "baseline_mixed", "tuned_baseline_mixed"),
             ("create", "baseline_create", "floor_create"),
         ):
             runs |= measure(
@@ -545,13 +571,21 @@ def main() -> None:
         meter.close()
         emit("api.load_average_after", os.getloadavg()[0], "runnable")
 
-        for scenario in ("mixed", "baseline_mixed"):
+        clients = options.clients
+        for scenario in ("mixed", "baseline_mixed", "tuned_baseline_mixed"):
             for name, stats in runs[scenario].items():
                 if name != "Aggregated":
-                    emit_call(f"api.{scenario}.{name.removeprefix('baseline_')}", stats)
-            emit_call(f"api.{scenario}", runs[scenario]["Aggregated"], cpu=True)
-        for scenario in ("list", "baseline_list", "create", "baseline_create", "floor_create"):
-            emit_call(f"api.{scenario}", runs[scenario][scenario], cpu=True)
+                    emit_call(f"api.{scenario}.{name.rsplit('baseline_', 1)[-1]}", stats)
+            emit_call(f"api.{scenario}", runs[scenario]["Aggregated"], clients=clients, cpu=True)
+        for scenario in (
+            "list",
+            "baseline_list",
+            "tuned_baseline_list",
+            "create",
+            "baseline_create",
+            "floor_create",
+        ):
+            emit_call(f"api.{scenario}", runs[scenario][scenario], clients=clients, cpu=True)
 
         def ratio(name: str, scenario: str, reference: str) -> None:
             ours, theirs = runs[scenario]["Aggregated"], runs[reference]["Aggregated"]
@@ -560,7 +594,9 @@ def main() -> None:
             emit(f"api.{name}_cpu_ratio", theirs["cpu_ms"] / max(ours["cpu_ms"], 1e-9), "ratio")
 
         ratio("list_vs_baseline", "list", "baseline_list")
+        ratio("list_vs_tuned_baseline", "list", "tuned_baseline_list")
         ratio("mixed_vs_baseline", "mixed", "baseline_mixed")
+        ratio("mixed_vs_tuned_baseline", "mixed", "tuned_baseline_mixed")
         ratio("create_vs_floor", "create", "floor_create")
         ratio("create_vs_baseline", "create", "baseline_create")
     finally:

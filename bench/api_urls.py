@@ -1,15 +1,20 @@
-"""The product's URLs plus the benchmark's references: a stock DRF viewset and the floor create.
+"""The product's URLs plus the benchmark's references: two DRF viewsets and the floor create.
 
 The baseline (`/bench/baseline/requests/`) is what a DRF user writes first for the same rows: a
-plain `ModelViewSet` with a `ModelSerializer` whose `fields` are those the product's request
+stock `ModelViewSet` with a `ModelSerializer` whose `fields` are those the product's request
 list shows, the owner as its username (`CharField(source="owner.username")`), the current
-attempt's workload fields as `SerializerMethodField`s reading the request's allocations, and
-the queryset `GpuRequest.objects.visible_to(user).select_related("owner")
-.prefetch_related("allocations")` — the tenant filter, so it serves the same rows to the same
-caller, and the join and prefetch the DRF documentation prescribes for related data that is
-rendered. Everything else is the project's defaults: token authentication, pagination (pages of
-50 with a count), filter backends, model ordering. No `only()`, no response cache, no
-hand-written representation. A create stores the body with the
+attempt's workload fields as `SerializerMethodField`s, and the queryset
+`GpuRequest.objects.visible_to(user)` with nothing added: the tenant filter only, so it serves
+the same rows to the same caller. Each row's owner is therefore read with a query of its own;
+the workload fields read the current attempt's allocation with one query per field, skipped
+for a request that never started (the product's own fallback, `current_allocation`).
+
+The tuned baseline (`/bench/tuned-baseline/requests/`) is the same viewset with the queryset
+the DRF documentation prescribes for rendered relations:
+`.select_related("owner").prefetch_related("allocations")`, its workload fields read from the
+prefetched allocations. Neither has `only()`, a response cache or a hand-written
+representation; everything else is the project's defaults: token authentication, pagination
+(pages of 50 with a count), filter backends, model ordering. A create stores the body with the
 serializer's own validation (project and flavor looked up by id, unscoped) and one INSERT: no
 tier, capacity, quota, budget or approval check, no audit, nothing queued.
 
@@ -36,7 +41,7 @@ from portal.urls import handler404, handler500
 from portal.urls import urlpatterns as portal_urlpatterns
 from scheduling.api.serializers import GpuRequestSerializer
 from scheduling.models import Allocation, GpuRequest
-from scheduling.selectors.connect import connect_url
+from scheduling.selectors.connect import connect_url, current_allocation
 from tenants.models import Project
 
 
@@ -58,9 +63,7 @@ class BaselineRequestSerializer(serializers.ModelSerializer):
 
     @staticmethod
     def current(gpu_request: GpuRequest) -> Allocation | None:
-        return next(
-            (a for a in gpu_request.allocations.all() if a.attempt == gpu_request.attempt), None
-        )
+        return current_allocation(gpu_request)
 
     def get_connect_url(self, gpu_request: GpuRequest) -> str | None:
         url = connect_url(gpu_request)
@@ -85,10 +88,33 @@ class BaselineRequestSerializer(serializers.ModelSerializer):
         return allocation.termination_reason if allocation else ""
 
 
+class TunedBaselineRequestSerializer(BaselineRequestSerializer):
+    """The same fields, the workload read from the request's prefetched allocations."""
+
+    @staticmethod
+    def current(gpu_request: GpuRequest) -> Allocation | None:
+        return next(
+            (a for a in gpu_request.allocations.all() if a.attempt == gpu_request.attempt), None
+        )
+
+
 class BaselineRequestViewSet(viewsets.ModelViewSet):
     """A stock viewset over the caller's requests: list, detail, create (and the rest)."""
 
     serializer_class = BaselineRequestSerializer
+
+    def get_queryset(self) -> QuerySet[Any]:
+        return GpuRequest.objects.visible_to(self.request.user)
+
+    def perform_create(self, serializer: Any) -> None:
+        project = serializer.validated_data["project"]
+        serializer.save(owner=self.request.user, team_id=project.team_id, gpu_equivalent=1)
+
+
+class TunedBaselineRequestViewSet(BaselineRequestViewSet):
+    """The stock viewset with the join and prefetch the DRF documentation prescribes."""
+
+    serializer_class = TunedBaselineRequestSerializer
 
     def get_queryset(self) -> QuerySet[Any]:
         return (
@@ -96,10 +122,6 @@ class BaselineRequestViewSet(viewsets.ModelViewSet):
             .select_related("owner")
             .prefetch_related("allocations")
         )
-
-    def perform_create(self, serializer: Any) -> None:
-        project = serializer.validated_data["project"]
-        serializer.save(owner=self.request.user, team_id=project.team_id, gpu_equivalent=1)
 
 
 class FloorRequestCreate(APIView):
@@ -124,6 +146,9 @@ class FloorRequestCreate(APIView):
 
 router = SimpleRouter()
 router.register("bench/baseline/requests", BaselineRequestViewSet, basename="bench-baseline")
+router.register(
+    "bench/tuned-baseline/requests", TunedBaselineRequestViewSet, basename="bench-tuned-baseline"
+)
 
 urlpatterns = [
     *router.urls,
