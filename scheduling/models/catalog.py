@@ -1,0 +1,425 @@
+"""The GPU catalogue: tiers, clusters, node pools, nodes and their GPUs, flavors, and the
+rules a tier sets for its requests (approval) and its running work (reclaim)."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+from django.conf import settings
+from django.core.validators import MaxValueValidator, MinValueValidator
+from django.db import models
+from django.db.models import F, Q
+from django.utils import timezone
+
+from scheduling.choices import (
+    DeviceAllocation,
+    FlavorKind,
+    Placement,
+    Priority,
+    SchedulerMode,
+    Scoring,
+    SharingMode,
+)
+from scheduling.engine.reserve import format_duration
+from tenants.models import Project, ScopedQuerySet, Team
+from tenants.scope import Scope
+
+
+class CatalogQuerySet(ScopedQuerySet):
+    """The GPU catalogue is the same for everyone signed in who has a role."""
+
+    def for_scope(self, scope: Scope) -> CatalogQuerySet:
+        if scope.sees_all_tenants or scope.team_ids:
+            return self.all()
+        return self.none()
+
+
+class Tier(models.Model):
+    """A scenario tier (dev, inference, training, …): what it is for and how long work may run."""
+
+    name = models.CharField(max_length=40, unique=True)
+    slug = models.SlugField(max_length=40, unique=True)
+    description = models.TextField(blank=True)
+    max_runtime_seconds = models.PositiveIntegerField(default=24 * 3600)
+    rank = models.PositiveSmallIntegerField(
+        default=0, help_text="Cost rank: the scheduler spends lower tiers first (0 = cheapest)."
+    )
+    # The most CPU, memory and /dev/shm one request may ask for here; empty: no maximum.
+    max_cpu_millicores = models.PositiveIntegerField(null=True, blank=True)
+    max_memory_mib = models.PositiveIntegerField(null=True, blank=True)
+    max_shm_mib = models.PositiveIntegerField(null=True, blank=True)
+    allowed_teams = models.ManyToManyField(Team, blank=True, related_name="allowed_tiers")
+    allowed_projects = models.ManyToManyField(
+        Project,
+        blank=True,
+        related_name="allowed_tiers",
+        help_text="Leave empty to let every project of an allowed team use the tier.",
+    )
+
+    objects = CatalogQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+LOCAL_CLUSTER_SLUG = "local"
+
+
+class Cluster(models.Model):
+    """A Kubernetes cluster whose GPU pools the portal runs work on.
+
+    The `local` cluster is the one this deployment's own settings name (CLUSTER_BACKEND,
+    KUBECONFIG, SCHEDULER); every other cluster brings its kubeconfig, kept sealed
+    (scheduling/sealing.py) and never shown again.
+    """
+
+    name = models.CharField(max_length=60, unique=True)
+    slug = models.SlugField(max_length=40, unique=True)
+    api_server = models.CharField(
+        max_length=255, blank=True, help_text="The API server the kubeconfig points at."
+    )
+    kubeconfig_sealed = models.TextField(blank=True, editable=False)
+    scheduler = models.CharField(
+        max_length=10, choices=SchedulerMode.choices, default=SchedulerMode.PORTAL
+    )
+    is_active = models.BooleanField(
+        default=True, help_text="An inactive cluster gets no new work; what runs there stays."
+    )
+    # Written by the per-cluster tasks: when the cluster last answered, and what failed since.
+    last_contact_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.TextField(blank=True)
+    last_error_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
+
+    objects = CatalogQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def is_local(self) -> bool:
+        return not self.kubeconfig_sealed
+
+    @property
+    def scheduler_mode(self) -> str:
+        """The local cluster follows the SCHEDULER setting; others their own field."""
+        return settings.SCHEDULER if self.is_local else self.scheduler
+
+    @property
+    def is_reachable(self) -> bool:
+        """False while the last contact failed (nothing heard since the last error)."""
+        if self.last_error_at is None:
+            return True
+        return self.last_contact_at is not None and self.last_contact_at > self.last_error_at
+
+
+def local_cluster_id() -> int:
+    """This deployment's own cluster (a pool's when it names none), made on first use."""
+    cluster, _ = Cluster.objects.get_or_create(
+        slug=LOCAL_CLUSTER_SLUG, defaults={"name": "Local cluster"}
+    )
+    return cluster.pk
+
+
+class NodePool(models.Model):
+    """A set of GPU nodes with one tier, one sharing mode and one way of being scheduled."""
+
+    name = models.CharField(max_length=60, unique=True)
+    slug = models.SlugField(max_length=40, unique=True)
+    tier = models.ForeignKey(Tier, on_delete=models.PROTECT, related_name="pools")
+    # Left empty, the local cluster (set on save, not as a default: a default would query the
+    # database whenever a pool object is made, saved or not).
+    cluster = models.ForeignKey(Cluster, on_delete=models.PROTECT, related_name="pools", blank=True)
+    sharing_mode = models.CharField(max_length=12, choices=SharingMode.choices)
+    node_selector = models.JSONField(default=dict, blank=True)
+    taints = models.JSONField(default=list, blank=True)
+    scheduler_name = models.CharField(max_length=63, default="default-scheduler")
+    placement = models.CharField(max_length=10, choices=Placement.choices, default=Placement.PORTAL)
+    scoring = models.CharField(max_length=10, choices=Scoring.choices, default=Scoring.BINPACK)
+    allocation = models.CharField(
+        max_length=16,
+        choices=DeviceAllocation.choices,
+        default=DeviceAllocation.DEVICE_PLUGIN,
+        help_text=(
+            "How pods get their cards: the device plugin's nvidia.com/gpu, or a ResourceClaim "
+            "(Dynamic Resource Allocation; whole cards only)."
+        ),
+    )
+    allowed_kinds = models.JSONField(
+        default=list, blank=True, help_text="Workload kinds allowed here; empty allows all."
+    )
+    # Lifecycle isolation: a share of the pool that long work may not take, so short requests
+    # are not starved behind days-long jobs (see docs/engine.md, "Short-request reserve").
+    short_reserve_fraction = models.FloatField(
+        default=0.0,
+        validators=[MinValueValidator(0.0), MaxValueValidator(1.0)],
+        help_text=(
+            "Share of the pool's GPUs (0-1) kept free for short requests: a request whose "
+            "max runtime is above the threshold may not take capacity that would leave less "
+            "free than this share. 0 turns the reserve off."
+        ),
+    )
+    short_max_runtime_seconds = models.PositiveIntegerField(
+        default=7200,
+        validators=[MinValueValidator(1)],
+        help_text="Requests with a max runtime up to this many seconds count as short.",
+    )
+    # A pilot pool serves only its pilot teams until `pilot_until`; its sharing report is the
+    # evidence for widening it (docs/sharing-report.md).
+    is_pilot = models.BooleanField(default=False)
+    pilot_until = models.DateField(null=True, blank=True)
+    pilot_teams = models.ManyToManyField(Team, blank=True, related_name="pilot_pools")
+
+    objects = CatalogQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(short_reserve_fraction__gte=0) & Q(short_reserve_fraction__lte=1),
+                name="node_pool_short_reserve_in_range",
+                violation_error_message="The short-request reserve is a fraction between 0 and 1.",
+            ),
+            models.CheckConstraint(
+                condition=Q(short_max_runtime_seconds__gte=1),
+                name="node_pool_short_threshold_positive",
+                violation_error_message="The short-request threshold must be at least 1 second.",
+            ),
+            models.CheckConstraint(
+                condition=Q(allocation=DeviceAllocation.DEVICE_PLUGIN)
+                | Q(sharing_mode=SharingMode.EXCLUSIVE),
+                name="node_pool_dra_whole_cards",
+                violation_error_message=(
+                    "Dynamic Resource Allocation gives whole cards only: vGPU and MIG pools "
+                    "use the device plugin."
+                ),
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        if self.cluster_id is None:
+            self.cluster_id = local_cluster_id()
+        super().save(*args, **kwargs)
+
+    def allows_kind(self, kind: str) -> bool:
+        return not self.allowed_kinds or kind in self.allowed_kinds
+
+    @property
+    def short_reserve_label(self) -> str:
+        """How the reserve reads to people ("keeps 20% for requests up to 2 h"), or ""."""
+        if self.short_reserve_fraction <= 0:
+            return ""
+        return (
+            f"keeps {self.short_reserve_fraction:.0%} for requests up to "
+            f"{format_duration(self.short_max_runtime_seconds)}"
+        )
+
+
+class Node(models.Model):
+    """A GPU node of a pool, as the cluster reports it (or as an admin entered it)."""
+
+    pool = models.ForeignKey(NodePool, on_delete=models.CASCADE, related_name="nodes")
+    name = models.CharField(max_length=253, unique=True)
+    gpu_model = models.CharField(max_length=40)
+    labels = models.JSONField(default=dict, blank=True)
+    is_schedulable = models.BooleanField(default=True)
+    unschedulable_since = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="When the node stopped taking work (lost, NotReady, cordoned).",
+    )
+    synced_at = models.DateTimeField(null=True, blank=True)
+    # When the portal first knew the node: its capacity is counted (idle cost) from then on.
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
+    held_back_reason = models.TextField(
+        blank=True,
+        help_text="Why the engine places nothing here although the node is up: it does not "
+        "advertise the resources of its pool's sharing mode (inventory's access check).",
+    )
+    foreign_usage = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="GPU resources held by pods the portal did not create, e.g. "
+        '{"nvidia.com/gpu": 2}; subtracted from what the engine sees free.',
+    )
+
+    objects = CatalogQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["pool__name", "name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class GpuDevice(models.Model):
+    """One physical GPU of a node; `mig_layout` counts its MIG slices by profile."""
+
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="devices")
+    index = models.PositiveSmallIntegerField()
+    memory_mib = models.PositiveIntegerField()
+    mig_layout = models.JSONField(default=dict, blank=True)
+
+    objects = CatalogQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["node__name", "index"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["node", "index"],
+                name="gpu_device_index_unique_per_node",
+                violation_error_message="The node already has a GPU with this index.",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.node.name}/gpu{self.index}"
+
+
+MIG_SLICES_PER_GPU = 7
+
+
+class Flavor(models.Model):
+    """What a request asks for and what quotas and prices count: a card, a vGPU share, a slice."""
+
+    name = models.CharField(max_length=60, unique=True)
+    slug = models.SlugField(max_length=40, unique=True)
+    pool = models.ForeignKey(NodePool, on_delete=models.PROTECT, related_name="flavors")
+    other_pools = models.ManyToManyField(
+        NodePool,
+        blank=True,
+        related_name="other_flavors",
+        help_text=(
+            "The same cards in other pools (another cluster, say): the engine places a request "
+            "in whichever of the flavor's pools fits, unless the request names a cluster."
+        ),
+    )
+    kind = models.CharField(max_length=8, choices=FlavorKind.choices)
+    gpu_model = models.CharField(max_length=40)
+    gpu_memory_mib = models.PositiveIntegerField(
+        help_text="Memory of one card (whole), the share's default (vGPU) or the slice (MIG)."
+    )
+    gpu_cores_percent = models.PositiveSmallIntegerField(
+        default=100, validators=[MinValueValidator(1), MaxValueValidator(100)]
+    )
+    mig_profile = models.CharField(max_length=20, blank=True, help_text="e.g. 1g.10gb")
+    gpu_equivalent = models.DecimalField(
+        max_digits=6, decimal_places=4, help_text="Whole card = 1; used to add usage up."
+    )
+    is_active = models.BooleanField(default=True)
+    # What a request of this flavor gets when it names no CPU, memory or /dev/shm; empty: the
+    # namespace's LimitRange defaults (CPU, memory) and the runtime's 64 MiB /dev/shm.
+    default_cpu_millicores = models.PositiveIntegerField(null=True, blank=True)
+    default_memory_mib = models.PositiveIntegerField(null=True, blank=True)
+    default_shm_mib = models.PositiveIntegerField(null=True, blank=True)
+
+    objects = CatalogQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["pool__name", "name"]
+        constraints = [
+            models.CheckConstraint(
+                condition=~Q(kind=FlavorKind.MIG) | ~Q(mig_profile=""),
+                name="flavor_mig_needs_profile",
+                violation_error_message="A MIG flavor needs a MIG profile.",
+            ),
+            models.CheckConstraint(
+                condition=Q(gpu_equivalent__gt=0) & Q(gpu_equivalent__lte=1),
+                name="flavor_gpu_equivalent_in_range",
+                violation_error_message="A flavor's GPU-equivalent weight is in (0, 1].",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def resource_names(self) -> list[str]:
+        """The Kubernetes extended resources a workload of this flavor asks for."""
+        if self.kind == FlavorKind.MIG:
+            return [f"nvidia.com/mig-{self.mig_profile}"]
+        if self.kind == FlavorKind.VGPU:
+            return ["nvidia.com/gpu", "nvidia.com/gpumem", "nvidia.com/gpucores"]
+        return ["nvidia.com/gpu"]
+
+
+def gpu_equivalent_of(
+    *,
+    kind: str,
+    card_memory_mib: int,
+    memory_mib: int,
+    cores_percent: int,
+    mig_profile: str = "",
+) -> Decimal:
+    """Whole card = 1; MIG = its compute slices of 7; vGPU = the larger of memory and core share."""
+    if kind == FlavorKind.WHOLE:
+        return Decimal(1)
+    if kind == FlavorKind.MIG:
+        slices = int(mig_profile.split("g.", 1)[0]) if "g." in mig_profile else 1
+        return (Decimal(slices) / MIG_SLICES_PER_GPU).quantize(Decimal("0.0001"))
+    share = max(Decimal(memory_mib) / Decimal(card_memory_mib), Decimal(cores_percent) / 100)
+    return min(Decimal(1), share).quantize(Decimal("0.0001"))
+
+
+class ApprovalRule(models.Model):
+    """When requests in a tier are approved at once and when they wait for the team lead."""
+
+    tier = models.OneToOneField(Tier, on_delete=models.CASCADE, related_name="approval_rule")
+    auto_approve_within_guaranteed = models.BooleanField(default=True)
+    auto_approve_max_priority = models.CharField(
+        max_length=10, choices=Priority.choices, default=Priority.NORMAL
+    )
+    lead_approves_whole_cards = models.BooleanField(default=False)
+    approval_ttl_hours = models.PositiveIntegerField(
+        default=72, help_text="Requests not approved within this time expire."
+    )
+
+    objects = CatalogQuerySet.as_manager()
+
+    def __str__(self) -> str:
+        return f"approval rule for {self.tier}"
+
+
+class ReclaimPolicy(models.Model):
+    """How a tier keeps shared GPUs from going to waste: idle, timeout and stuck-work rules.
+
+    Idle work is warned `idle_warning_seconds` before it would be reclaimed, and reclaimed once
+    its activity stayed under the threshold for the whole window.
+    """
+
+    tier = models.OneToOneField(Tier, on_delete=models.CASCADE, related_name="reclaim_policy")
+    idle_threshold_percent = models.PositiveSmallIntegerField(default=5)
+    idle_window_seconds = models.PositiveIntegerField(default=30 * 60)
+    notebook_idle_window_seconds = models.PositiveIntegerField(default=60 * 60)
+    idle_warning_seconds = models.PositiveIntegerField(default=10 * 60)
+    idle_marks_preemptible = models.BooleanField(default=True)
+    reclaim_idle = models.BooleanField(default=True)
+    timeout_warning_seconds = models.PositiveIntegerField(default=15 * 60)
+    pending_timeout_seconds = models.PositiveIntegerField(default=30 * 60)
+    max_attempts = models.PositiveSmallIntegerField(
+        default=3, help_text="Work lost to preemption, node failure or stuck starts is retried."
+    )
+
+    objects = CatalogQuerySet.as_manager()
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(idle_warning_seconds__lte=F("idle_window_seconds")),
+                name="reclaim_warning_within_window",
+                violation_error_message="The idle warning must come within the idle window.",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"reclaim policy for {self.tier}"
