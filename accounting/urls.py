@@ -3,7 +3,6 @@ from __future__ import annotations
 from django.urls import path
 
 from accounting import views
-from accounting.sharing import views as sharing_views
 
 urlpatterns = [
     path("requests/new/estimate/", views.request_estimate, name="request-estimate"),
@@ -14,10 +13,10 @@ urlpatterns = [
     ),
     path("approvals/", views.approvals, name="approvals-page"),
     path("reports/", views.reports, name="reports-page"),
-    path("reports/sharing/", sharing_views.sharing_report_page, name="sharing-report-page"),
+    path("reports/sharing/", views.sharing_report_page, name="sharing-report-page"),
     path(
         "reports/sharing/pilots/",
-        sharing_views.sharing_pilots_fragment,
+        views.sharing_pilots_fragment,
         name="sharing-pilots-fragment",
     ),
     path("reports/statements/", views.statements_page, name="statements-page"),

@@ -1,4 +1,5 @@
-"""Cost pages and fragments: the request form's estimate, efficiency, the budgets page."""
+"""Cost pages and fragments: the request form's estimate, efficiency, the budgets page, the
+sharing report."""
 
 from __future__ import annotations
 
@@ -16,12 +17,14 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_http_methods, require_POST
 
-from accounting import budgets
-from accounting.efficiency import request_efficiency
-from accounting.forms import BudgetChangeForm, BudgetForm, ReportForm, unit_choices
-from accounting.inbox import lead_inbox
+from accounting.forms import (
+    BudgetChangeForm,
+    BudgetForm,
+    ReportForm,
+    SharingQueryForm,
+    unit_choices,
+)
 from accounting.models import Budget, Statement
-from accounting.reports import GROUP_CHOICES, MAX_MONTHS, build_report, default_range
 from accounting.selectors import (
     OWN,
     UsageQuery,
@@ -30,6 +33,13 @@ from accounting.selectors import (
     report_reach,
     request_cost,
 )
+from accounting.selectors.budgets import percent_used, spent_of, with_burn
+from accounting.selectors.efficiency import request_efficiency
+from accounting.selectors.inbox import lead_inbox
+from accounting.selectors.reports import GROUP_CHOICES, MAX_MONTHS, build_report, default_range
+from accounting.selectors.sharing import pool_sharing, require_sharing_reader, sharing_period
+from accounting.services.budgets import create_budget, delete_budget, update_budget
+from accounting.sharing_report import Thresholds
 from scheduling.models import Flavor, GpuRequest
 from scheduling.selectors import quota_standing
 from scheduling.services import preview_submission
@@ -201,15 +211,15 @@ def _require_budget_reader(user: Any) -> None:
 
 
 def _scoped_budgets(user: Any) -> QuerySet[Budget]:
-    return budgets.with_burn(Budget.objects.visible_to(user).select_related("team", "project"))
+    return with_burn(Budget.objects.visible_to(user).select_related("team", "project"))
 
 
 def _line(budget: Budget, *, user: Any) -> BudgetLine:
     return BudgetLine(
         budget=budget,
         unit_label=dict(unit_choices()).get(budget.unit, budget.unit),
-        spent=budgets.spent_of(budget).quantize(Decimal("0.01")),
-        percent=budgets.percent_used(budget),
+        spent=spent_of(budget).quantize(Decimal("0.01")),
+        percent=percent_used(budget),
         can_manage=scope_of(user).is_lead_of(budget.team_id),
     )
 
@@ -265,7 +275,7 @@ def budget_create(request: HttpRequest) -> HttpResponse:
     form = BudgetForm(request.POST, teams=teams)
     if form.is_valid():
         try:
-            budget = budgets.create_budget(actor=request.user, **form.cleaned_data)
+            budget = create_budget(actor=request.user, **form.cleaned_data)
         except ForbiddenError as error:
             raise PermissionDenied(error.message) from error
         except DomainError as error:
@@ -293,7 +303,7 @@ def budget_edit(request: HttpRequest, pk: int) -> HttpResponse:
     form = BudgetChangeForm(request.POST, auto_id=f"id_budget_{pk}_%s")
     if form.is_valid():
         try:
-            budgets.update_budget(actor=request.user, budget=budget, **form.cleaned_data)
+            update_budget(actor=request.user, budget=budget, **form.cleaned_data)
         except ForbiddenError as error:
             raise PermissionDenied(error.message) from error
         except DomainError as error:
@@ -326,10 +336,47 @@ def budget_delete(request: HttpRequest, pk: int) -> HttpResponse:
     budget = _budget_for_writing(request, pk)
     owner = budget.project or budget.team
     try:
-        budgets.delete_budget(actor=request.user, budget=budget)
+        delete_budget(actor=request.user, budget=budget)
     except ForbiddenError as error:
         raise PermissionDenied(error.message) from error
     if _is_htmx(request):
         return HttpResponse("")
     messages.success(request, f"Budget of {owner} deleted.")
     return redirect("budgets-page")
+
+
+# The sharing report ----------------------------------------------------------------------------
+
+
+def _require_reader(request: HttpRequest) -> None:
+    """To anyone but finance and platform admins the page does not exist."""
+    try:
+        require_sharing_reader(request.user)
+    except ForbiddenError as error:
+        raise Http404 from error
+
+
+@login_required
+def sharing_report_page(request: HttpRequest) -> HttpResponse:
+    """Per pool and period: what sharing sold, what it cost in slowdown and jitter, the verdict."""
+    _require_reader(request)
+    form = SharingQueryForm(request.GET)
+    if not form.is_valid():
+        return render(request, "accounting/sharing.html", {"form": form}, status=400)
+    period = form.period()
+    context = {
+        "form": form,
+        "period": period,
+        "pools": pool_sharing(period=period, pool_id=form.pool_id()),
+        "thresholds": Thresholds(),
+    }
+    return render(request, "accounting/sharing.html", context)
+
+
+@login_required
+def sharing_pilots_fragment(request: HttpRequest) -> HttpResponse:
+    """HTMX, for the fleet page: each pilot pool with its last 30 days' figures and verdict."""
+    _require_reader(request)
+    period = sharing_period()
+    pilots = pool_sharing(period=period, pilots_only=True)
+    return render(request, "accounting/_sharing_pilots.html", {"pilots": pilots, "period": period})

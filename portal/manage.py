@@ -25,8 +25,8 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_http_methods
 
-from accounting import price_services
 from accounting.models import Price
+from accounting.services import prices as price_services
 from portal.manage_forms import (
     ApprovalRuleForm,
     ClusterForm,

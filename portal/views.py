@@ -14,7 +14,7 @@ from django.views.decorators.http import require_POST
 from django_htmx.middleware import HtmxDetails
 from knox.models import AuthToken
 
-from accounting.dashboards import dashboard_context
+from accounting.selectors.dashboards import dashboard_context
 from tenants.models import Membership, Project, Team, scope_of
 from tenants.selectors import primary_role
 from tenants.services import record_audit_event

@@ -4,7 +4,7 @@ from django.urls import path
 from rest_framework.routers import SimpleRouter
 
 from accounting.api import views
-from accounting.sharing.api import SharingReportView
+from accounting.api.sharing import SharingReportView
 
 router = SimpleRouter()
 router.register("budgets", views.BudgetViewSet, basename="budget")

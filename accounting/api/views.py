@@ -19,7 +19,6 @@ from rest_framework.serializers import BaseSerializer
 from rest_framework.throttling import UserRateThrottle
 from rest_framework.views import APIView
 
-from accounting import budgets, price_services
 from accounting.api.serializers import (
     BudgetSerializer,
     ChargebackQuerySerializer,
@@ -30,12 +29,20 @@ from accounting.api.serializers import (
     StatementSerializer,
     UsageQuerySerializer,
 )
-from accounting.budgets import with_burn
-from accounting.efficiency import efficiency_rows, request_efficiency
 from accounting.exports import XLSX_CONTENT_TYPE, rows_to_csv, rows_to_xlsx
 from accounting.models import Budget, Price, Statement
 from accounting.selectors import UsageQuery, chargeback, check_filters, totals, usage_rows
-from accounting.statements import STATEMENT_COLUMNS, close_statement, statement_rows
+from accounting.selectors.budgets import with_burn
+from accounting.selectors.efficiency import efficiency_rows, request_efficiency
+from accounting.services import (
+    create_budget,
+    create_price,
+    delete_budget,
+    delete_price,
+    update_budget,
+    update_price,
+)
+from accounting.services.statements import STATEMENT_COLUMNS, close_statement, statement_rows
 from scheduling.models import GpuRequest
 from tenants.api.base import ScopedModelViewSet, ScopedReadOnlyViewSet
 from tenants.api.permissions import PlatformAdminWrites
@@ -170,11 +177,11 @@ class BudgetViewSet(ScopedModelViewSet):
         return with_burn(Budget.objects.filter(pk=budget.pk)).get()
 
     def perform_create(self, serializer: BaseSerializer) -> None:
-        budget = budgets.create_budget(actor=self.request.user, **serializer.validated_data)
+        budget = create_budget(actor=self.request.user, **serializer.validated_data)
         serializer.instance = self._reload(budget)
 
     def perform_update(self, serializer: BaseSerializer) -> None:
-        budget = budgets.update_budget(
+        budget = update_budget(
             actor=self.request.user,
             budget=cast(Budget, serializer.instance),
             **serializer.validated_data,
@@ -182,7 +189,7 @@ class BudgetViewSet(ScopedModelViewSet):
         serializer.instance = self._reload(budget)
 
     def perform_destroy(self, instance: Budget) -> None:
-        budgets.delete_budget(actor=self.request.user, budget=instance)
+        delete_budget(actor=self.request.user, budget=instance)
 
 
 class PriceViewSet(ScopedModelViewSet):
@@ -195,19 +202,17 @@ class PriceViewSet(ScopedModelViewSet):
     ordering_fields = ["effective_from"]
 
     def perform_create(self, serializer: BaseSerializer) -> None:
-        serializer.instance = price_services.create_price(
-            actor=self.request.user, **serializer.validated_data
-        )
+        serializer.instance = create_price(actor=self.request.user, **serializer.validated_data)
 
     def perform_update(self, serializer: BaseSerializer) -> None:
-        serializer.instance = price_services.update_price(
+        serializer.instance = update_price(
             actor=self.request.user,
             price=cast(Price, serializer.instance),
             **serializer.validated_data,
         )
 
     def perform_destroy(self, instance: Price) -> None:
-        price_services.delete_price(actor=self.request.user, price=instance)
+        delete_price(actor=self.request.user, price=instance)
 
 
 class StatementViewSet(ScopedReadOnlyViewSet):

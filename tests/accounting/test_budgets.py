@@ -8,9 +8,10 @@ from typing import Any
 import pytest
 from django.urls import reverse
 
-from accounting.budgets import check_budget_burn, exhausted_policy
 from accounting.choices import OverBudgetPolicy
 from accounting.models import Budget
+from accounting.selectors.budgets import exhausted_policy
+from accounting.services.budgets import check_budget_burn
 from scheduling import dispatch
 from scheduling.choices import RequestStatus
 from tenants.models import AuditEvent

@@ -144,7 +144,7 @@ def test_efficiency_needs_a_role(org: Org) -> None:
 def test_efficiency_report_query_count_stays_flat_as_runs_grow(
     org: Org, fleet: Fleet, group_by: str, django_assert_max_num_queries: Any
 ) -> None:
-    from accounting.efficiency import efficiency_rows
+    from accounting.selectors.efficiency import efficiency_rows
 
     def add_runs(count: int) -> None:
         for _ in range(count):

@@ -12,9 +12,9 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from accounting.dashboards import finance
+from accounting.selectors.dashboards import finance
 from accounting.services import meter_usage
-from accounting.statements import close_statement
+from accounting.services.statements import close_statement
 from tests.accounting.factories import make_allocation, make_request, set_price
 from tests.scheduling.conftest import Fleet
 from tests.support.cross_tenant import covers

@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from accounting.sharing.report import (
+from accounting.sharing_report import (
     JITTER,
     NO_DATA,
     NO_GAIN,

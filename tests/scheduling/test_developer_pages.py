@@ -87,7 +87,7 @@ def test_the_estimate_warns_when_a_lead_or_a_budget_will_hold_it(
     page = client.get(url, {"project": org.project_a.pk, "flavor": fleet.l4_6g.pk}).content
     assert b'data-testid="auto-approved"' in page
     monkeypatch.setattr(
-        "accounting.budgets.exhausted_policy", lambda **_: OverBudgetPolicy.APPROVAL
+        "accounting.services.budgets.exhausted_policy", lambda **_: OverBudgetPolicy.APPROVAL
     )
     page = client.get(url, {"project": org.project_a.pk, "flavor": fleet.l4_6g.pk}).content
     assert b"the budget is used up this month" in page

@@ -10,9 +10,9 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from accounting.budgets import check_budget_burn
 from accounting.models import Budget
 from accounting.services import meter_usage
+from accounting.services.budgets import check_budget_burn
 from scheduling import services
 from scheduling.choices import RequestStatus
 from scheduling.services.notifications import notify

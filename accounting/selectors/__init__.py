@@ -3,6 +3,10 @@
 Team-level reports read the rollups (`TeamMonthlyUsage` when neither grouped nor filtered by
 project, else `MonthlyUsage`; `DailyUsage` for series); only a developer's own usage
 and per-user breakdowns read the ledger, through its (owner, period) and (team, period) indexes.
+
+The other reads, by sub-domain: `budgets` (this month's burn), `efficiency` (allocated vs active
+GPU-hours, right-sizing hints), `reports` (the report pages), `dashboards` (the role home
+pages), `inbox` (the lead's approvals and asks, priced) and `sharing` (the sharing report's data).
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ from django.db.models import Avg, Max, Min, Q
 from django.utils import timezone
 
 from accounting.periods import billing_zone, local_midnight
-from accounting.sharing.report import (
+from accounting.sharing_report import (
     Card,
     Claim,
     Pool,

@@ -10,12 +10,12 @@ from django.conf import settings
 from django.db.models import Count, Sum
 from django.utils import timezone
 
-from accounting.budgets import spent_of, with_burn
 from accounting.choices import BudgetUnit
-from accounting.efficiency import efficiency_rows
 from accounting.models import Budget, DailyUsage
 from accounting.periods import billing_zone, month_bounds, next_month
 from accounting.selectors import UsageQuery, chargeback, current_month, totals, usage_rows
+from accounting.selectors.budgets import spent_of, with_burn
+from accounting.selectors.efficiency import efficiency_rows
 from scheduling.choices import COMMITTED_STATUSES, RequestStatus
 from scheduling.models import Allocation, GpuDevice, GpuRequest, NodePool, Quota
 from scheduling.selectors import (

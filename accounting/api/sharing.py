@@ -12,9 +12,9 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from accounting.sharing.forms import SharingQueryForm
-from accounting.sharing.report import PoolSharing, Thresholds
-from accounting.sharing.selectors import SharingPeriod, pool_sharing, require_sharing_reader
+from accounting.forms import SharingQueryForm
+from accounting.selectors.sharing import SharingPeriod, pool_sharing, require_sharing_reader
+from accounting.sharing_report import PoolSharing, Thresholds
 from tenants.errors import DomainError
 
 
