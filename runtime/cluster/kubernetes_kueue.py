@@ -14,7 +14,7 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 from runtime.cluster.base import PermanentClusterError
-from runtime.cluster.kubernetes import CLIENT_ERRORS, classify_api_exception
+from runtime.cluster.kubernetes_client import CLIENT_ERRORS, classify_api_exception
 from runtime.cluster.kueue_objects import GROUP, KINDS, VERSION, Change, Manifest
 from runtime.cluster.kueue_workloads import KueueView, kueue_views
 from runtime.cluster.names import MANAGED_BY_LABEL, MANAGED_BY_VALUE

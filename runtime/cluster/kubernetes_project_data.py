@@ -1,5 +1,5 @@
-"""The kubernetes backend's project data and Gateway API routes: PersistentVolumeClaims,
-Secrets and HTTPRoutes, mixed into `KubernetesClusterBackend`.
+"""The kubernetes backend's project data: PersistentVolumeClaims and Secrets, mixed into
+`KubernetesClusterBackend`.
 
 Secret values pass through here on their way to the API server and are never logged: only
 names, kinds and revisions are.
@@ -9,15 +9,13 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from types import SimpleNamespace
 from typing import Any
 
-from kubernetes import client as k8s
-
 from runtime.cluster import kubernetes_manifests as manifests
 from runtime.cluster.base import ClusterError, PermanentClusterError
-from runtime.cluster.kubernetes_custom import NamespacedCustomResource
+from runtime.cluster.kubernetes_client import KubernetesApi
 from runtime.cluster.kubernetes_status import quantity
 from runtime.cluster.names import MANAGED_BY_LABEL, MANAGED_BY_VALUE, REVISION_ANNOTATION
 from runtime.cluster.specs import ProjectDataSpec
@@ -31,21 +29,8 @@ def _metadata_of(obj: Any) -> Any:
     return getattr(obj, "metadata", None)
 
 
-class KubernetesProjectData:
-    """Project claims, Secrets and HTTPRoutes; needs the backend's `_call`, `_write`,
-    `_create_or_read`, `core` and `api_client` (see `KubernetesClusterBackend`)."""
-
-    api_client: k8s.ApiClient
-    core: k8s.CoreV1Api
-    _call: Callable[..., Any]
-    _write: Callable[..., None]
-    _create_or_read: Callable[..., Any]
-
-    @property
-    def custom(self) -> k8s.CustomObjectsApi:
-        return k8s.CustomObjectsApi(self.api_client)
-
-    # Claims and Secrets ------------------------------------------------------------------------
+class KubernetesProjectData(KubernetesApi):
+    """A project's claims and Secrets."""
 
     def ensure_project_data(self, spec: ProjectDataSpec) -> None:
         """Create each claim and Secret; grow a bound claim asked bigger (its storage class
@@ -53,7 +38,7 @@ class KubernetesProjectData:
         the portal did not make is a permanent error, never taken over."""
         for claim in spec.claims:
             body = manifests.claim_manifest(spec, claim)
-            existing = self._create_or_read(
+            existing: Any = self._create_or_read(
                 self.core.create_namespaced_persistent_volume_claim,
                 self.core.read_namespaced_persistent_volume_claim,
                 body,
@@ -148,14 +133,3 @@ class KubernetesProjectData:
                 if exc.status != 404:
                     raise
             log.info("deleted %s %s/%s", kind, namespace, name)
-
-    # Gateway API -------------------------------------------------------------------------------
-
-    @property
-    def httproutes(self) -> NamespacedCustomResource:
-        return NamespacedCustomResource(
-            self.custom,
-            manifests.GATEWAY_API_GROUP,
-            manifests.GATEWAY_API_VERSION,
-            manifests.HTTPROUTE_PLURAL,
-        )

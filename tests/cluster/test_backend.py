@@ -10,7 +10,7 @@ import pytest
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from runtime.cluster import kubernetes as backend_module
+from runtime.cluster import kubernetes_client
 from runtime.cluster import kubernetes_manifests as manifests
 from runtime.cluster.base import (
     ClusterBackend,
@@ -299,7 +299,7 @@ def test_sync_inventory_lists_nodes_sorted(
 def test_list_pages_through_continue_tokens(
     backend: KubernetesClusterBackend, server: FakeApiServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(backend_module, "LIST_PAGE_SIZE", 2)
+    monkeypatch.setattr(kubernetes_client, "LIST_PAGE_SIZE", 2)
     for i in range(5):
         server.put(f"/api/v1/nodes/n{i}", {"metadata": {"name": f"n{i}"}})
     assert len(backend.sync_inventory()) == 5
@@ -314,7 +314,7 @@ def test_list_pages_through_continue_tokens(
 def test_list_restarts_once_when_its_continue_token_expires(
     backend: KubernetesClusterBackend, server: FakeApiServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(backend_module, "LIST_PAGE_SIZE", 2)
+    monkeypatch.setattr(kubernetes_client, "LIST_PAGE_SIZE", 2)
     for i in range(3):
         server.put(f"/api/v1/nodes/n{i}", {"metadata": {"name": f"n{i}"}})
     server.fail("GET", "/nodes", 410, reason="Expired", message="continue parameter is too old")
