@@ -12,7 +12,7 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from portal.demo_history import BENCHMARKS
+from portal.demo_requests import BENCHMARKS
 from scheduling.choices import RequestStatus
 from scheduling.models import Allocation, Flavor, GpuRequest, NodePool
 from tests.accounting.factories import make_allocation, make_request
