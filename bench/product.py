@@ -43,7 +43,7 @@ from bench.workload import _random_place as random_place
 from scheduling import engine
 from scheduling.engine.types import MIG_PROFILES, mig_bits
 
-POOL_LABEL = "gpu-portal/pool"  # scheduling.selectors.snapshot.POOL_LABEL
+POOL_LABEL = "gpu-portal/pool"  # scheduling.models.POOL_LABEL
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
 ALL_KINDS = ("job", "notebook", "service")  # scheduling.choices.WorkloadKind
 PROJECT_SLUG = "main"  # every team has one project (bench.engine_db creates it so)

@@ -128,6 +128,8 @@ class NodePoolForm(ManageForm):
         ]
         labels = {"is_pilot": "Pilot", "pilot_until": "Pilot until (last day)"}
         help_texts = {
+            "node_selector": "Labels a node of the pool carries besides gpu-portal/pool=<slug>, "
+            'e.g. {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"}.',
             "is_pilot": "A pilot pool serves only its pilot teams until its last day, then "
             "every team its tier allows.",
         }

@@ -13,6 +13,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from runtime.cluster.base import ClusterError, PermanentClusterError, TransientClusterError
+from runtime.selectors import workloads
 from runtime.services import (
     clusters,
     execution,
@@ -202,7 +203,7 @@ def sweep_stuck_requests() -> int:
     """Launch again anything stranded in admitted/launching by a lost message or killed worker;
     a launch still waiting in the queue (see `dispatch`) is not stranded, however long the
     request has been admitted."""
-    candidates = execution.stuck_requests()
+    candidates = workloads.stuck_requests()
     waiting = queued_launches(candidates)
     stuck = [key for key in candidates if key not in waiting]
     for request_id, attempt in stuck:

@@ -10,8 +10,8 @@ from django.utils.dateparse import parse_datetime
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_safe
 
+from runtime.selectors.workloads import LIVE_STATUSES
 from runtime.services import inspection
-from runtime.services.execution import LIVE_STATUSES
 from scheduling.models import GpuRequest
 from scheduling.selectors.connect import connectable_request, current_allocation
 

@@ -1,1 +1,1 @@
-"""Reads of the runtime app: what sync saw of an attempt's pods (`observed`)."""
+"""Reads of the runtime app: the live work each pass acts on (`workloads`)."""

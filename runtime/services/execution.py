@@ -12,14 +12,12 @@ import time
 import weakref
 from collections import Counter
 from collections.abc import Callable, Collection
-from datetime import timedelta
 from functools import lru_cache
 from typing import Any
 
 from django.conf import settings
 from django.core.cache import cache
 from django.db import transaction
-from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
 from runtime.cluster.base import (
@@ -36,17 +34,17 @@ from runtime.cluster.base import (
 )
 from runtime.cluster.base import Taint as ClusterTaint
 from runtime.cluster.kueue_objects import LOCAL_QUEUE_NAME
-from runtime.selectors.observed import record_observation
+from runtime.selectors.workloads import LIVE_STATUSES, live_requests_on
 from runtime.services import project_data, propagation, verdicts
 from runtime.services.connect import workload_route
 from runtime.services.inventory import gpu_products
-from runtime.services.kueue_admission import KUEUE_WAIT_CODE, sync_kueue
+from runtime.services.kueue_admission import sync_kueue
+from runtime.services.observed import record_observation
 from runtime.services.relocation import relocated_claims
 from scheduling import dispatch
 from scheduling.choices import SHARING_MODE_OF_FLAVOR_KIND, DeviceAllocation, RequestStatus
 from scheduling.models import Allocation, Cluster, GpuRequest, ReclaimPolicy
 from scheduling.sealing import SealError, unseal
-from scheduling.selectors.snapshot import POOL_LABEL
 from scheduling.services.lifecycle import end_allocation, record_request_event, transition
 
 log = logging.getLogger(__name__)
@@ -59,7 +57,6 @@ PRIORITY_CLASSES = {
     "high": PrioritySpec("gpu-portal-high", 10000, description="GPU Portal: high"),
     "critical": PrioritySpec("gpu-portal-critical", 100000, description="GPU Portal: critical"),
 }
-LIVE_STATUSES = (RequestStatus.LAUNCHING, RequestStatus.RUNNING)
 
 
 @lru_cache(maxsize=1)
@@ -158,7 +155,7 @@ def workload_spec(request: GpuRequest, allocation: Allocation) -> WorkloadSpec:
         vgpu_cores_percent=request.gpu_cores_percent if sharing == "vgpu" else None,
         mig_profile=flavor.mig_profile if sharing == "mig" else None,
         scheduler_name=pool.scheduler_name,
-        node_selector={**pool.node_selector, POOL_LABEL: pool.slug},
+        node_selector=pool.node_labels,
         gpu_products=gpu_products(flavor.gpu_model),
         tolerations=tuple(
             Toleration.for_taint(
@@ -425,18 +422,6 @@ def _workload_key(request: GpuRequest) -> WorkloadKey:
     return (request.project.namespace, str(request.pk), request.attempt)
 
 
-def live_requests_on(cluster: Cluster | None) -> list[GpuRequest]:
-    """Launching and running requests placed on `cluster` (every one when None). The local
-    cluster also answers for live requests that have no allocation to say where they run."""
-    live = GpuRequest.objects.filter(status__in=LIVE_STATUSES).select_related("project__team")
-    if cluster is not None:
-        placed = Allocation.objects.filter(request=OuterRef("pk"), ended_at__isnull=True)
-        here = placed.filter(pool__cluster_id=cluster.pk)
-        elsewhere = placed.exclude(pool__cluster_id=cluster.pk)
-        live = live.exclude(Exists(elsewhere)) if cluster.is_local else live.filter(Exists(here))
-    return list(live)
-
-
 def sync_workloads(
     *,
     backend: ClusterBackend | None = None,
@@ -533,29 +518,3 @@ def terminate_request_workload(
     backend = backend or attempt_backend(request_id, attempt)
     request = GpuRequest.objects.select_related("project__team").get(pk=request_id)
     backend.terminate(request.project.namespace, str(request.pk), attempt, reason=reason)
-
-
-def stuck_requests(*, older_than_seconds: int | None = None) -> list[tuple[int, int]]:
-    """(request id, attempt) of requests admitted or launching for too long: launch them again.
-    A Job waiting in Kueue's queue is where it should be, however long it waits. A launch that
-    finished (its workload named on the allocation) waits for the status sync to see its pod
-    run, for up to LAUNCH_QUEUE_PATIENCE_SECONDS, before it is launched again."""
-    seconds = older_than_seconds or settings.STUCK_TRANSITION_SECONDS
-    now = timezone.now()
-    cutoff = now - timedelta(seconds=seconds)
-    patience = max(seconds, settings.LAUNCH_QUEUE_PATIENCE_SECONDS)
-    launched = Allocation.objects.active().filter(
-        request=OuterRef("pk"), attempt=OuterRef("attempt"), workload_name__gt=""
-    )
-    return list(
-        GpuRequest.objects.filter(
-            status__in=(RequestStatus.ADMITTED, RequestStatus.LAUNCHING), updated_at__lt=cutoff
-        )
-        .exclude(waiting_code=KUEUE_WAIT_CODE)
-        .exclude(
-            Exists(launched),
-            status=RequestStatus.LAUNCHING,
-            updated_at__gte=now - timedelta(seconds=patience),
-        )
-        .values_list("pk", "attempt")
-    )

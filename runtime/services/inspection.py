@@ -23,7 +23,8 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from runtime.cluster.base import ClusterBackend, ClusterError
-from runtime.services.execution import LIVE_STATUSES, attempt_cluster, backend_for, cluster_backend
+from runtime.selectors.workloads import LIVE_STATUSES
+from runtime.services.execution import attempt_cluster, backend_for, cluster_backend
 from scheduling.models import GpuRequest
 from tenants.models import AuditEvent
 

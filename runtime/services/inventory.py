@@ -33,10 +33,9 @@ def gpu_products(model: str) -> tuple[str, ...]:
 
 
 def pool_for(node: NodeInventory, pools: Sequence[NodePool]) -> NodePool | None:
-    """The first pool (by slug) whose node selector the node's labels satisfy."""
+    """The first pool (by slug) whose node labels (`NodePool.node_labels`) the node carries."""
     for pool in pools:
-        selector = pool.node_selector or {"gpu-portal/pool": pool.slug}
-        if all(node.labels.get(key) == value for key, value in selector.items()):
+        if all(node.labels.get(key) == value for key, value in pool.node_labels.items()):
             return pool
     return None
 

@@ -27,6 +27,7 @@ from django.db import transaction
 
 from runtime.cluster.base import workload_name
 from runtime.cluster.kueue_workloads import KueueView
+from runtime.selectors.workloads import KUEUE_WAIT_CODE
 from scheduling import dispatch
 from scheduling.choices import RequestStatus
 from scheduling.models import Allocation, GpuRequest, ReclaimPolicy
@@ -38,8 +39,6 @@ log = logging.getLogger(__name__)
 
 HELD_REASON = "Queued in Kueue: it starts when Kueue admits it."
 KUEUE_HEADLINE = "Kueue holds it until the team's ClusterQueue has quota for it."
-# The request's `waiting_code` while Kueue holds its Job: the reclaim's pending timeout skips it.
-KUEUE_WAIT_CODE = "kueue"
 
 
 def read_views(backend: Any) -> dict[tuple[str, str], KueueView]:

@@ -29,7 +29,6 @@ from runtime.services.execution import PRIORITY_CLASSES, backend_for
 from runtime.services.propagation import flavor_quota, push_project_quotas
 from scheduling.models import LOCAL_CLUSTER_SLUG, Cluster, Flavor, NodePool, Quota
 from scheduling.selectors.scheduler_modes import flavor_pools_in
-from scheduling.selectors.snapshot import POOL_LABEL
 from tenants.models import Project, Team
 
 WEIGHT_PLACES = Decimal("0.001")
@@ -81,7 +80,7 @@ def current_policy(cluster: Cluster | None = None) -> KueuePolicy:
                 name=pool.slug,
                 # The pool label too: the portal's Jobs select it, so Kueue matches the flavor
                 # even for a pool whose own node selector is empty.
-                node_labels={POOL_LABEL: pool.slug, **pool.node_selector},
+                node_labels=pool.node_labels,
                 node_taints=tuple(dict(t) for t in pool.taints),
             )
             for pool in pools

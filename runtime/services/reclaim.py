@@ -18,10 +18,10 @@ from django.db.models import Q
 from django.utils import timezone
 
 from runtime.cluster.base import ClusterBackend, WorkloadStatus
+from runtime.selectors.workloads import KUEUE_WAIT_CODE
 from runtime.services.clusters import on_each_cluster
 from runtime.services.execution import attempt_backend
 from runtime.services.inventory import stamp_unschedulable_nodes
-from runtime.services.kueue_admission import KUEUE_WAIT_CODE
 from runtime.services.outcomes import reclaim_request, reclaim_timed_out, requeue_or_fail
 from scheduling.choices import FINISHED_STATUSES, RESUMABLE_KINDS, RequestStatus, WorkloadKind
 from scheduling.models import (

@@ -18,6 +18,7 @@ from scheduling.models.allocations import (
 from scheduling.models.catalog import (
     LOCAL_CLUSTER_SLUG,
     MIG_SLICES_PER_GPU,
+    POOL_LABEL,
     ApprovalRule,
     CatalogQuerySet,
     Cluster,
@@ -52,6 +53,7 @@ from scheduling.models.requests import (
 __all__ = [
     "LOCAL_CLUSTER_SLUG",
     "MIG_SLICES_PER_GPU",
+    "POOL_LABEL",
     "REQUEST_BODY_FIELDS",
     "Allocation",
     "AllocationQuerySet",

@@ -68,6 +68,9 @@ class Tier(models.Model):
 
 LOCAL_CLUSTER_SLUG = "local"
 
+#: The label that names a node's pool (`gpu-portal/pool=<pool slug>`).
+POOL_LABEL = "gpu-portal/pool"
+
 
 class Cluster(models.Model):
     """A Kubernetes cluster whose GPU pools the portal runs work on.
@@ -210,6 +213,13 @@ class NodePool(models.Model):
         if self.cluster_id is None:
             self.cluster_id = local_cluster_id()
         super().save(*args, **kwargs)
+
+    @property
+    def node_labels(self) -> dict[str, str]:
+        """The labels a node must carry to be one of this pool's: the pool label and the pool's
+        node selector. Inventory matches nodes by them, and every pod and Kueue flavor of the
+        pool selects them, so work never goes to a node the pool does not have."""
+        return {**self.node_selector, POOL_LABEL: self.slug}
 
     def allows_kind(self, kind: str) -> bool:
         return not self.allowed_kinds or kind in self.allowed_kinds

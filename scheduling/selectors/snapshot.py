@@ -14,11 +14,19 @@ from typing import Any
 from scheduling import engine
 from scheduling.choices import FlavorKind, Priority, RequestStatus, SharingMode, WorkloadKind
 from scheduling.engine.types import MIG_PROFILES, mig_bits
-from scheduling.models import Allocation, Flavor, GpuDevice, GpuRequest, Node, NodePool, Quota
+from scheduling.models import (
+    POOL_LABEL,
+    Allocation,
+    Flavor,
+    GpuDevice,
+    GpuRequest,
+    Node,
+    NodePool,
+    Quota,
+)
 from scheduling.selectors.foreign_usage import subtract_foreign_usage
 from scheduling.selectors.scheduler_modes import handed_to_kueue
 
-POOL_LABEL = "gpu-portal/pool"
 ENGINE_PRIORITY: dict[str, engine.Priority] = {
     Priority.LOW: engine.Priority.LOW,
     Priority.NORMAL: engine.Priority.NORMAL,

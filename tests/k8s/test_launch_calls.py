@@ -11,6 +11,7 @@ import pytest
 from django.contrib.auth import get_user_model
 
 from runtime.cluster.kubernetes import KubernetesClusterBackend
+from runtime.selectors.workloads import LIVE_STATUSES
 from runtime.services import execution
 from runtime.services.inventory import apply_inventory
 from scheduling import services
@@ -112,7 +113,7 @@ def test_the_periodic_sync_follows_the_watch_between_full_passes(
         def finished() -> bool:
             execution.sync_watched_workloads(backend=backend)
             return not GpuRequest.objects.filter(
-                pk__in=[r.pk for r in requests], status__in=execution.LIVE_STATUSES
+                pk__in=[r.pk for r in requests], status__in=LIVE_STATUSES
             ).exists()
 
         eventually(finished, timeout=60, what="every request finished, seen through the watch")

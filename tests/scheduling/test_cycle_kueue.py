@@ -15,8 +15,9 @@ from django.urls import reverse
 from django.utils import timezone
 
 from runtime.cluster.kueue_workloads import KueueView
+from runtime.selectors.workloads import stuck_requests
 from runtime.services import kueue_admission
-from runtime.services.execution import stuck_requests, workload_spec
+from runtime.services.execution import workload_spec
 from scheduling.choices import RequestStatus
 from scheduling.models import Allocation, GpuRequest
 from scheduling.services import cycle

@@ -10,6 +10,7 @@ import pytest
 
 from runtime.cluster.simulated import SimulatedCluster
 from runtime.models import SimulatedWorkload
+from runtime.selectors import workloads
 from runtime.services import execution
 from scheduling import services
 from scheduling.choices import RequestStatus
@@ -110,11 +111,11 @@ def test_an_expired_lease_is_taken_over(org: Org, fleet: Fleet) -> None:
 def test_stuck_launches_are_found(org: Org, fleet: Fleet) -> None:
     request = GpuRequestFactory.create(project=org.project_a, flavor=fleet.l4_6g)
     cycle.run_cycle()
-    assert execution.stuck_requests(older_than_seconds=3600) == []
+    assert workloads.stuck_requests(older_than_seconds=3600) == []
     GpuRequest.objects.filter(pk=request.pk).update(
         updated_at=request.updated_at.replace(year=2020)
     )
-    assert execution.stuck_requests(older_than_seconds=60) == [(request.pk, 1)]
+    assert workloads.stuck_requests(older_than_seconds=60) == [(request.pk, 1)]
 
 
 def test_project_spec_mirrors_quota_limits_and_sets_default_container_limits(

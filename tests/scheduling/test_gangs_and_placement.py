@@ -70,6 +70,7 @@ def test_a_16_card_job_runs_as_one_pinned_workload_per_node(
         allocation,
     )
     assert spec.gang == tuple(GangMember(node, 8) for node in nodes)
+    assert spec.node_selector == {"gpu-portal/pool": allocation.pool.slug}  # as inventory
     ranks = SimulatedWorkload.objects.order_by("name")
     assert [(w.name, w.node_name) for w in ranks] == [
         (f"gpr-{request.pk}-a1-r{rank}", node) for rank, node in enumerate(nodes)

@@ -109,3 +109,31 @@ def test_a_node_whose_problem_changes_is_audited_once_per_change(fleet: Fleet) -
     assert AuditEvent.objects.filter(action="node.held_back").count() == 1
     apply_inventory([reported("gpu-a", "a100-training")])
     assert Node.objects.get(name="gpu-a").held_back_reason == ""
+
+
+def test_a_node_joins_a_pool_only_with_every_label_its_pods_select(fleet: Fleet) -> None:
+    """Inventory and launch agree on a pool's nodes: a node missing the pool label, or a label
+    of the pool's node selector, is in no pool, so the engine never plans work that the pod's
+    nodeSelector would keep off that node."""
+    pool = fleet.a100.pool
+    pool.node_selector = {"nvidia.com/gpu.product": "A100-80G"}
+    pool.save()
+    labelled = reported("gpu-labelled", "a100-training")
+    unlabelled = reported(
+        "gpu-unlabelled", "a100-training", labels={"nvidia.com/gpu.product": "A100-80G"}
+    )
+    other_product = reported(
+        "gpu-other",
+        "a100-training",
+        labels={"gpu-portal/pool": "a100-training", "nvidia.com/gpu.product": "H100-80G"},
+    )
+    apply_inventory([labelled, unlabelled, other_product])
+
+    reported_names = ["gpu-labelled", "gpu-unlabelled", "gpu-other"]
+    joined = Node.objects.filter(pool=pool, name__in=reported_names)
+    assert list(joined.values_list("name", flat=True)) == ["gpu-labelled"]
+    assert pool.node_labels == {
+        "nvidia.com/gpu.product": "A100-80G",
+        "gpu-portal/pool": "a100-training",
+    }
+    assert all(labelled.labels[key] == value for key, value in pool.node_labels.items())
