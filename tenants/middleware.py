@@ -99,9 +99,9 @@ class DeniedAccessAuditMiddleware:
 class CacheOutageMiddleware:
     """Answer 503 with Retry-After, not 500, when Redis is unreachable mid-request.
 
-    What only speeds a call up (kept tokens, list pages, stamps) already falls back to the
-    database; what needs Redis to decide — the rate limits on sign-in, creation and exports —
-    raises, and the caller is told to retry rather than shown a server error.
+    Token and page reads go to the database; what needs Redis to decide — the rate limits on
+    sign-in, creation and exports — raises, and the caller is told to retry rather than shown a
+    server error.
     """
 
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
