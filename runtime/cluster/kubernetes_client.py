@@ -21,7 +21,7 @@ from kubernetes import config as k8s_config
 from kubernetes import watch as k8s_watch
 from kubernetes.client.exceptions import ApiException
 
-from runtime.cluster import dra_manifests
+from runtime.cluster import dra_manifests, pod_manifests
 from runtime.cluster import kubernetes_manifests as manifests
 from runtime.cluster.base import ClusterError, PermanentClusterError, TransientClusterError
 from runtime.cluster.kubernetes_custom import NamespacedCustomResource
@@ -285,6 +285,6 @@ class KubernetesApi:
         taken_over = self._list_all(
             self.apps.list_namespaced_deployment,
             namespace,
-            label_selector=manifests.workload_selector(request_id, attempt),
+            label_selector=pod_manifests.workload_selector(request_id, attempt),
         )
         return taken_over[0] if taken_over else None

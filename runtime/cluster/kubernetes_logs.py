@@ -9,7 +9,7 @@ from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from runtime.cluster import kubernetes_manifests as manifests
+from runtime.cluster import pod_manifests
 from runtime.cluster.base import ClusterError
 from runtime.cluster.kubernetes_client import CLIENT_ERRORS, KubernetesApi
 from runtime.cluster.names import workload_name
@@ -39,10 +39,10 @@ class KubernetesLogs(KubernetesApi):
             self._list_all(
                 self.core.list_namespaced_pod,
                 namespace,
-                label_selector=manifests.workload_selector(request_id, attempt),
+                label_selector=pod_manifests.workload_selector(request_id, attempt),
             )
         )
-        options: dict[str, Any] = {"container": manifests.CONTAINER_NAME, "timestamps": True}
+        options: dict[str, Any] = {"container": pod_manifests.CONTAINER_NAME, "timestamps": True}
         if tail:
             options["tail_lines"] = tail
         if since is not None:
@@ -70,7 +70,7 @@ class KubernetesLogs(KubernetesApi):
             self.core.read_namespaced_pod_log,
             pod,
             namespace,
-            container=manifests.CONTAINER_NAME,
+            container=pod_manifests.CONTAINER_NAME,
             timestamps=True,
             follow=True,
             since_seconds=1,

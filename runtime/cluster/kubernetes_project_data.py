@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from types import SimpleNamespace
 from typing import Any
 
-from runtime.cluster import kubernetes_manifests as manifests
+from runtime.cluster import project_manifests
 from runtime.cluster.base import ClusterError, PermanentClusterError
 from runtime.cluster.kubernetes_client import KubernetesApi
 from runtime.cluster.kubernetes_status import quantity
@@ -37,7 +37,7 @@ class KubernetesProjectData(KubernetesApi):
         must allow expansion) and replace a Secret whose revision is older. A same-named object
         the portal did not make is a permanent error, never taken over."""
         for claim in spec.claims:
-            body = manifests.claim_manifest(spec, claim)
+            body = project_manifests.claim_manifest(spec, claim)
             existing: Any = self._create_or_read(
                 self.core.create_namespaced_persistent_volume_claim,
                 self.core.read_namespaced_persistent_volume_claim,
@@ -64,7 +64,7 @@ class KubernetesProjectData(KubernetesApi):
                 )
                 log.info("grew claim %s/%s to %s", spec.namespace, claim.name, want)
         for secret in spec.secrets:
-            body = manifests.secret_manifest(spec, secret)
+            body = project_manifests.secret_manifest(spec, secret)
             existing = self._create_or_read(
                 self.core.create_namespaced_secret, self._read_secret_metadata, body
             )

@@ -9,7 +9,7 @@ from typing import Any
 
 from kubernetes import client as k8s
 
-from runtime.cluster import kubernetes_manifests as manifests
+from runtime.cluster import project_manifests
 from runtime.cluster.base import ClusterError, PermanentClusterError, TransientClusterError
 from runtime.cluster.kubernetes_client import KubernetesApi, labels_of
 from runtime.cluster.kubernetes_status import quantity
@@ -44,7 +44,7 @@ class KubernetesProjects(KubernetesApi):
         pods keep their resolved priority through the gap.
         """
         for spec in specs:
-            body = manifests.priority_class_manifest(spec)
+            body = project_manifests.priority_class_manifest(spec)
             existing = self._create_or_read(
                 self.scheduling.create_priority_class, self.scheduling.read_priority_class, body
             )
@@ -71,7 +71,7 @@ class KubernetesProjects(KubernetesApi):
     def ensure_project(self, spec: ProjectSpec) -> None:
         """Namespace, ResourceQuota and LimitRange for a project; adopts and converges."""
         # 1. The namespace: adopt an existing one by adding the portal's labels.
-        ns_body = manifests.namespace_manifest(spec)
+        ns_body = project_manifests.namespace_manifest(spec)
         namespace = self._create_or_read(
             self.core.create_namespace, self.core.read_namespace, ns_body
         )
@@ -85,7 +85,7 @@ class KubernetesProjects(KubernetesApi):
             want = {
                 k: v
                 for k, v in ns_body["metadata"]["labels"].items()
-                if k != manifests.POD_SECURITY_LABEL or k not in have
+                if k != project_manifests.POD_SECURITY_LABEL or k not in have
             }
             if any(have.get(k) != v for k, v in want.items()):
                 patch = {"metadata": {"labels": want}}
@@ -96,7 +96,7 @@ class KubernetesProjects(KubernetesApi):
                     _content_type="application/merge-patch+json",
                 )
         # 2. The quota: replace it when its hard limits differ from the portal's.
-        quota_body = manifests.resource_quota_manifest(spec)
+        quota_body = project_manifests.resource_quota_manifest(spec)
         quota = self._create_or_read(
             self.core.create_namespaced_resource_quota,
             self.core.read_namespaced_resource_quota,
@@ -108,7 +108,7 @@ class KubernetesProjects(KubernetesApi):
             quota_body["metadata"]["resourceVersion"] = _resource_version(quota)
             self._write(
                 self.core.replace_namespaced_resource_quota,
-                manifests.QUOTA_NAME,
+                project_manifests.QUOTA_NAME,
                 spec.namespace,
                 quota_body,
             )
@@ -117,14 +117,14 @@ class KubernetesProjects(KubernetesApi):
             try:
                 self._write(
                     self.core.delete_namespaced_limit_range,
-                    manifests.LIMIT_RANGE_NAME,
+                    project_manifests.LIMIT_RANGE_NAME,
                     spec.namespace,
                 )
             except ClusterError as exc:
                 if exc.status != 404:
                     raise
             return
-        limits_body = manifests.limit_range_manifest(spec)
+        limits_body = project_manifests.limit_range_manifest(spec)
         limit_range = self._create_or_read(
             self.core.create_namespaced_limit_range,
             self.core.read_namespaced_limit_range,
@@ -136,7 +136,7 @@ class KubernetesProjects(KubernetesApi):
             limits_body["metadata"]["resourceVersion"] = _resource_version(limit_range)
             self._write(
                 self.core.replace_namespaced_limit_range,
-                manifests.LIMIT_RANGE_NAME,
+                project_manifests.LIMIT_RANGE_NAME,
                 spec.namespace,
                 limits_body,
             )

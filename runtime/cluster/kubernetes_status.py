@@ -15,8 +15,7 @@ from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
 from typing import TYPE_CHECKING, Any
 
-from runtime.cluster import dra_manifests
-from runtime.cluster import kubernetes_manifests as manifests
+from runtime.cluster import dra_manifests, pod_manifests
 from runtime.cluster.names import (
     GANG_SIZE_LABEL,
     KIND_LABEL,
@@ -470,7 +469,7 @@ def hami_assigned_uuids(pod: k8s.V1Pod) -> tuple[str, ...]:
     """The cards HAMi's scheduler assigned to a pod, from `hami.io/vgpu-devices-allocated`
     (`UUID,type,memory,cores:` per card, `;` after each container); () before it decided."""
     annotations = (pod.metadata.annotations if pod.metadata else None) or {}
-    raw = annotations.get(manifests.HAMI_ALLOCATED_ANNOTATION, "")
+    raw = annotations.get(pod_manifests.HAMI_ALLOCATED_ANNOTATION, "")
     uuids: list[str] = []
     for container in raw.split(";"):
         for device in container.split(":"):
@@ -488,7 +487,7 @@ def with_hami_assignment(status: WorkloadStatus, pods: Sequence[k8s.V1Pod]) -> W
         if uuids:
             node = pod.spec.node_name if pod.spec is not None else None
             annotations = (pod.metadata.annotations if pod.metadata else None) or {}
-            node = node or annotations.get(manifests.HAMI_NODE_ANNOTATION) or status.node_name
+            node = node or annotations.get(pod_manifests.HAMI_NODE_ANNOTATION) or status.node_name
             return replace(status, gpu_uuids=uuids, node_name=node)
     return status
 
@@ -574,11 +573,11 @@ def node_inventory(node: k8s.V1Node) -> NodeInventory:
     ready = any(c.type == "Ready" and c.status == "True" for c in conditions)
     hami = parse_hami_devices(annotations.get(HAMI_REGISTER_ANNOTATION, ""))
     mig = {
-        name.removeprefix(manifests.MIG_RESOURCE_PREFIX): _int_quantity(amount)
+        name.removeprefix(pod_manifests.MIG_RESOURCE_PREFIX): _int_quantity(amount)
         for name, amount in sorted(allocatable.items())
-        if name.startswith(manifests.MIG_RESOURCE_PREFIX)
+        if name.startswith(pod_manifests.MIG_RESOURCE_PREFIX)
     }
-    gpu_allocatable = _int_quantity(allocatable.get(manifests.GPU_RESOURCE))
+    gpu_allocatable = _int_quantity(allocatable.get(pod_manifests.GPU_RESOURCE))
     if GPU_COUNT_LABEL in labels and labels[GPU_COUNT_LABEL].isdigit():
         gpu_count = int(labels[GPU_COUNT_LABEL])
     elif hami:
@@ -706,9 +705,9 @@ def foreign_gpu_usage(pods: Sequence[k8s.V1Pod]) -> dict[str, dict[str, int]]:
             limits = container.resources.limits if container.resources else None
             requests = container.resources.requests if container.resources else None
             amounts = {**_gpu_amounts(requests), **_gpu_amounts(limits)}
-            cards = max(1, amounts.get(manifests.GPU_RESOURCE, 0))
+            cards = max(1, amounts.get(pod_manifests.GPU_RESOURCE, 0))
             for name, amount in amounts.items():
-                if name in (manifests.VGPU_MEMORY_RESOURCE, manifests.VGPU_CORES_RESOURCE):
+                if name in (pod_manifests.VGPU_MEMORY_RESOURCE, pod_manifests.VGPU_CORES_RESOURCE):
                     amount *= cards
                 if amount > 0:
                     held = usage.setdefault(node, {})

@@ -8,7 +8,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from typing import Any
 
-from runtime.cluster import kubernetes_manifests as manifests
+from runtime.cluster import pod_manifests
 from runtime.cluster.kubernetes_client import (
     CLIENT_ERRORS,
     KubernetesApi,
@@ -41,13 +41,13 @@ class KubernetesSync(KubernetesApi):
         pods = self._list_all(
             self.core.list_namespaced_pod,
             namespace,
-            label_selector=manifests.workload_selector(request_id, attempt),
+            label_selector=pod_manifests.workload_selector(request_id, attempt),
         )
         if job is None and deployment is None:
             jobs = self._list_all(
                 self.batch.list_namespaced_job,
                 namespace,
-                label_selector=manifests.workload_selector(request_id, attempt),
+                label_selector=pod_manifests.workload_selector(request_id, attempt),
             )
             if is_gang([*jobs, *pods]):
                 return gang_status(
@@ -100,7 +100,7 @@ class KubernetesSync(KubernetesApi):
 
     def list_workloads(self, namespaces: Sequence[str] | None = None) -> list[WorkloadStatus]:
         """Every portal workload (Jobs, Deployments and their pods), sorted by key."""
-        selector = manifests.workload_selector()
+        selector = pod_manifests.workload_selector()
         jobs: list[Any] = []
         deployments: list[Any] = []
         pods: list[Any] = []
@@ -160,7 +160,7 @@ class KubernetesSync(KubernetesApi):
     def _pods_resource_version(self) -> str:
         page = self._call(
             self.core.list_pod_for_all_namespaces,
-            label_selector=manifests.workload_selector(),
+            label_selector=pod_manifests.workload_selector(),
             limit=1,
         )
         return str(page.metadata.resource_version if page.metadata else "")
@@ -182,7 +182,7 @@ class KubernetesSync(KubernetesApi):
         try:
             for event in watcher.stream(
                 self.core.list_pod_for_all_namespaces,
-                label_selector=manifests.workload_selector(),
+                label_selector=pod_manifests.workload_selector(),
                 resource_version=resource_version,
                 timeout_seconds=timeout_seconds,
                 allow_watch_bookmarks=True,

@@ -10,7 +10,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
-from runtime.cluster import dra_manifests
+from runtime.cluster import dra_manifests, pod_manifests
 from runtime.cluster import kubernetes_manifests as manifests
 from runtime.cluster.base import ClusterError, PermanentClusterError
 from runtime.cluster.kubernetes_client import KubernetesApi, labels_of, workload_key
@@ -214,7 +214,7 @@ class KubernetesWorkloads(KubernetesApi):
         ranks = self._list_all(
             self.batch.list_namespaced_job,
             namespace,
-            label_selector=manifests.workload_selector(request_id, attempt),
+            label_selector=pod_manifests.workload_selector(request_id, attempt),
         )
         for job in ranks:
             if job.metadata.name == name:
@@ -255,7 +255,7 @@ class KubernetesWorkloads(KubernetesApi):
                 dra_manifests.VERSION,
                 namespace,
                 dra_manifests.TEMPLATE_PLURAL,
-                label_selector=manifests.workload_selector(request_id, attempt),
+                label_selector=pod_manifests.workload_selector(request_id, attempt),
                 propagation_policy="Background",
                 grace_period_seconds=grace_seconds,
             )
@@ -276,7 +276,7 @@ class KubernetesWorkloads(KubernetesApi):
         jobs = self._list_all(
             self.batch.list_namespaced_job,
             namespace,
-            label_selector=manifests.workload_selector(request_id, attempt),
+            label_selector=pod_manifests.workload_selector(request_id, attempt),
         )
         for job in jobs:
             try:
@@ -355,7 +355,7 @@ class KubernetesWorkloads(KubernetesApi):
         candidates = self._list_all(
             self.apps.list_namespaced_deployment,
             spec.namespace,
-            label_selector=manifests.workload_selector(spec.request_id),
+            label_selector=pod_manifests.workload_selector(spec.request_id),
         )
         mine = [d for d in candidates if workload_key(d) is not None]
         for deployment in mine:
@@ -382,7 +382,7 @@ class KubernetesWorkloads(KubernetesApi):
         replicas = int(annotations.get(SUSPENDED_REPLICAS_ANNOTATION) or 1)
         template = deployment.spec.template.spec
         old_selector = dict(template.node_selector or {}) if template is not None else {}
-        new_selector = manifests.node_selector(spec)
+        new_selector = pod_manifests.node_selector(spec)
         attempt_label = {ATTEMPT_LABEL: str(spec.attempt)}
         patch = {
             "metadata": {
@@ -401,9 +401,9 @@ class KubernetesWorkloads(KubernetesApi):
                         "labels": attempt_label,
                         # HAMi's card selection follows the new placement (null: none).
                         "annotations": {
-                            manifests.HAMI_USE_UUID_ANNOTATION: None,
-                            manifests.HAMI_USE_TYPE_ANNOTATION: None,
-                            **manifests.hami_selection(spec),
+                            pod_manifests.HAMI_USE_UUID_ANNOTATION: None,
+                            pod_manifests.HAMI_USE_TYPE_ANNOTATION: None,
+                            **pod_manifests.hami_selection(spec),
                         },
                     },
                     "spec": {
@@ -412,15 +412,15 @@ class KubernetesWorkloads(KubernetesApi):
                             **{key: None for key in old_selector if key not in new_selector},
                             **new_selector,
                         },
-                        "affinity": manifests.gpu_product_affinity(spec.gpu_products)
-                        if spec.gpu_products and not manifests.uses_claim(spec)
+                        "affinity": pod_manifests.gpu_product_affinity(spec.gpu_products)
+                        if spec.gpu_products and not pod_manifests.uses_claim(spec)
                         else None,
                         "priorityClassName": spec.priority_class_name,
                     },
                 },
             },
         }
-        if manifests.uses_claim(spec):
+        if pod_manifests.uses_claim(spec):
             # DRA: this attempt's template (the new placement's cards), and the pods use it.
             self._create_workload(spec, manifests.claim_template_manifests(spec))
             patch["spec"]["template"]["spec"]["resourceClaims"] = [  # type: ignore[index]
@@ -436,7 +436,7 @@ class KubernetesWorkloads(KubernetesApi):
             patch,
             _content_type="application/merge-patch+json",
         )
-        if manifests.uses_claim(spec) and name != spec.name:
+        if pod_manifests.uses_claim(spec) and name != spec.name:
             try:  # the earlier attempt's template, now unused
                 self._write(self.claim_templates.delete, name, spec.namespace)
             except ClusterError as exc:
@@ -458,7 +458,7 @@ class KubernetesWorkloads(KubernetesApi):
             self._write(
                 self.core.delete_collection_namespaced_pod,
                 namespace,
-                label_selector=manifests.workload_selector(request_id, attempt),
+                label_selector=pod_manifests.workload_selector(request_id, attempt),
                 grace_period_seconds=grace_seconds,
             )
         except ClusterError as exc:

@@ -10,7 +10,7 @@ import pytest
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from runtime.cluster import kubernetes_client
+from runtime.cluster import kubernetes_client, project_manifests
 from runtime.cluster import kubernetes_manifests as manifests
 from runtime.cluster.base import (
     ClusterBackend,
@@ -41,7 +41,7 @@ def as_json(obj: Any) -> dict[str, Any]:
 @pytest.fixture
 def server() -> FakeApiServer:
     fake = FakeApiServer()
-    fake.put(NS_PATH, manifests.namespace_manifest(project()))
+    fake.put(NS_PATH, project_manifests.namespace_manifest(project()))
     return fake
 
 
@@ -192,9 +192,9 @@ def test_ensure_project_creates_namespace_quota_and_limit_range(server: FakeApiS
 
 def test_ensure_project_adopts_a_namespace_and_converges_drift(server: FakeApiServer) -> None:
     server.objects[NS_PATH]["metadata"]["labels"] = {"owner": "ops"}
-    stale = manifests.resource_quota_manifest(project(quota={"requests.nvidia.com/gpu": 2}))
+    stale = project_manifests.resource_quota_manifest(project(quota={"requests.nvidia.com/gpu": 2}))
     server.put(QUOTA_PATH, stale)
-    server.put(LIMITS_PATH, manifests.limit_range_manifest(project()))
+    server.put(LIMITS_PATH, project_manifests.limit_range_manifest(project()))
     backend = KubernetesClusterBackend(api_client=server.api_client())
     backend.ensure_project(project())
     labels = server.objects[NS_PATH]["metadata"]["labels"]
@@ -216,7 +216,7 @@ def test_adopted_namespace_keeps_the_pod_security_level_an_admin_chose(
 
 
 def test_ensure_project_treats_equal_quantities_as_equal(server: FakeApiServer) -> None:
-    same = manifests.resource_quota_manifest(project())
+    same = project_manifests.resource_quota_manifest(project())
     same["spec"]["hard"]["limits.memory"] = str(512 * 1024**3)
     server.put(QUOTA_PATH, same)
     KubernetesClusterBackend(api_client=server.api_client()).ensure_project(project())
@@ -226,7 +226,7 @@ def test_ensure_project_treats_equal_quantities_as_equal(server: FakeApiServer) 
 def test_ensure_project_removes_the_limit_range_when_there_are_no_defaults(
     server: FakeApiServer,
 ) -> None:
-    server.put(LIMITS_PATH, manifests.limit_range_manifest(project()))
+    server.put(LIMITS_PATH, project_manifests.limit_range_manifest(project()))
     backend = KubernetesClusterBackend(api_client=server.api_client())
     backend.ensure_project(project(limit_range=LimitRangeSpec()))
     assert LIMITS_PATH not in server.objects
@@ -241,7 +241,7 @@ def test_ensure_project_waits_for_a_terminating_namespace(server: FakeApiServer)
 
 
 def test_concurrent_quota_update_is_a_transient_conflict(server: FakeApiServer) -> None:
-    server.put(QUOTA_PATH, manifests.resource_quota_manifest(project(quota={"pods": 1})))
+    server.put(QUOTA_PATH, project_manifests.resource_quota_manifest(project(quota={"pods": 1})))
     server.fail("PUT", "resourcequotas", 409, reason="Conflict", message="modified")
     backend = KubernetesClusterBackend(api_client=server.api_client())
     with pytest.raises(TransientClusterError):
@@ -264,7 +264,9 @@ def test_priority_classes_are_created_once(
 def test_priority_class_with_a_changed_value_is_recreated(
     backend: KubernetesClusterBackend, server: FakeApiServer
 ) -> None:
-    server.put(PC_PATH, manifests.priority_class_manifest(PrioritySpec("gpu-portal-high", 500)))
+    server.put(
+        PC_PATH, project_manifests.priority_class_manifest(PrioritySpec("gpu-portal-high", 500))
+    )
     backend.ensure_priority_classes([HIGH])
     assert server.objects[PC_PATH]["value"] == 1000
     assert server.calls("DELETE") == [("DELETE", PC_PATH)]
@@ -273,7 +275,7 @@ def test_priority_class_with_a_changed_value_is_recreated(
 def test_foreign_priority_class_of_the_same_name_is_not_touched(
     backend: KubernetesClusterBackend, server: FakeApiServer
 ) -> None:
-    foreign = manifests.priority_class_manifest(PrioritySpec("gpu-portal-high", 500))
+    foreign = project_manifests.priority_class_manifest(PrioritySpec("gpu-portal-high", 500))
     foreign["metadata"]["labels"] = {}
     server.put(PC_PATH, foreign)
     with pytest.raises(PermanentClusterError, match="not managed by the portal"):

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from runtime.cluster import kubernetes_manifests as manifests
+from runtime.cluster import project_manifests
 from runtime.cluster.base import (
     SUSPENDED_AT_ANNOTATION,
     SUSPENDED_REPLICAS_ANNOTATION,
@@ -23,7 +23,7 @@ DEPLOYMENTS = f"/apis/apps/v1/namespaces/{NAMESPACE}/deployments"
 @pytest.fixture
 def server() -> FakeApiServer:
     fake = FakeApiServer()
-    fake.put(NS_PATH, manifests.namespace_manifest(project()))
+    fake.put(NS_PATH, project_manifests.namespace_manifest(project()))
     return fake
 
 

@@ -10,6 +10,7 @@ import pytest
 from kubernetes import client as k8s
 
 from runtime.cluster import kubernetes_manifests as manifests
+from runtime.cluster import project_manifests
 from runtime.cluster.base import (
     GANG_SIZE_LABEL,
     RANK_LABEL,
@@ -189,7 +190,7 @@ def test_hami_assignment_is_read_from_the_pod_annotation() -> None:
 @pytest.fixture
 def server() -> FakeApiServer:
     fake = FakeApiServer()
-    fake.put(NS_PATH, manifests.namespace_manifest(project()))
+    fake.put(NS_PATH, project_manifests.namespace_manifest(project()))
     return fake
 
 

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from kubernetes import client as k8s
 
 from runtime.cluster import kubernetes_manifests as manifests
+from runtime.cluster import project_manifests
 from runtime.cluster.base import (
     ATTEMPT_LABEL,
     MANAGED_BY_LABEL,
@@ -233,16 +234,16 @@ def test_explicit_port_overrides_the_default() -> None:
 def test_project_objects_are_schema_valid() -> None:
     spec = project()
     for manifest in (
-        manifests.namespace_manifest(spec),
-        manifests.resource_quota_manifest(spec),
-        manifests.limit_range_manifest(spec),
+        project_manifests.namespace_manifest(spec),
+        project_manifests.resource_quota_manifest(spec),
+        project_manifests.limit_range_manifest(spec),
     ):
         assert_valid(manifest)
         assert round_trips_through_client_models(manifest)
 
 
 def test_namespace_carries_project_labels_and_pod_security() -> None:
-    labels = manifests.namespace_manifest(project())["metadata"]["labels"]
+    labels = project_manifests.namespace_manifest(project())["metadata"]["labels"]
     assert labels == {
         "app.kubernetes.io/managed-by": "gpu-portal",
         "gpu-portal/team": "vision",
@@ -252,7 +253,7 @@ def test_namespace_carries_project_labels_and_pod_security() -> None:
 
 
 def test_quota_mirrors_portal_quota_with_requests_prefix_for_extended_resources() -> None:
-    quota = manifests.resource_quota_manifest(project())
+    quota = project_manifests.resource_quota_manifest(project())
     assert quota["metadata"]["name"] == "gpu-portal-quota"
     assert quota["spec"]["hard"] == {
         "requests.nvidia.com/gpu": "8",
@@ -276,22 +277,22 @@ def test_quota_mirrors_portal_quota_with_requests_prefix_for_extended_resources(
     ],
 )
 def test_quota_resource_names(name: str, key: str) -> None:
-    assert manifests.quota_resource_name(name) == key
+    assert project_manifests.quota_resource_name(name) == key
 
 
 @pytest.mark.parametrize("name", ["limits.nvidia.com/gpu", "gpus"])
 def test_quota_refuses_names_kubernetes_would_not_count(name: str) -> None:
     with pytest.raises(ValueError):
-        manifests.quota_resource_name(name)
+        project_manifests.quota_resource_name(name)
 
 
 def test_quota_refuses_the_same_resource_twice() -> None:
     with pytest.raises(ValueError, match="twice"):
-        manifests.quota_hard({"nvidia.com/gpu": 1, "requests.nvidia.com/gpu": 2})
+        project_manifests.quota_hard({"nvidia.com/gpu": 1, "requests.nvidia.com/gpu": 2})
 
 
 def test_limit_range_sets_container_defaults() -> None:
-    limits = manifests.limit_range_manifest(project())["spec"]["limits"]
+    limits = project_manifests.limit_range_manifest(project())["spec"]["limits"]
     assert limits == [
         {
             "type": "Container",
@@ -305,7 +306,7 @@ def test_limit_range_sets_container_defaults() -> None:
 
 @pytest.mark.parametrize("policy", ["PreemptLowerPriority", "Never"])
 def test_priority_class_is_schema_valid(policy: Any) -> None:
-    manifest = manifests.priority_class_manifest(
+    manifest = project_manifests.priority_class_manifest(
         PrioritySpec(name="gpu-portal-high", value=1000, preemption_policy=policy, description="x")
     )
     assert_valid(manifest)

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from runtime.cluster import kubernetes_manifests as manifests
+from runtime.cluster import project_manifests
 from runtime.cluster.base import (
     HOME_MOUNT_PATH,
     WORKSPACE_MOUNT_PATH,
@@ -93,7 +94,7 @@ def test_two_volumes_on_one_path_are_refused() -> None:
 
 
 def test_the_project_claim_and_secrets_are_labelled_and_valid() -> None:
-    claim = manifests.claim_manifest(
+    claim = project_manifests.claim_manifest(
         DATA, VolumeClaimSpec(name="workspace", size_gib=100, storage_class="cephfs")
     )
     assert_valid(claim)
@@ -103,7 +104,7 @@ def test_the_project_claim_and_secrets_are_labelled_and_valid() -> None:
         "storageClassName": "cephfs",
     }
     assert claim["metadata"]["labels"]["gpu-portal/project"] == "detection"
-    secret = manifests.secret_manifest(
+    secret = project_manifests.secret_manifest(
         DATA, SecretSpec(name="gp-secret-hf", revision=3, data={"token": "t"})
     )
     assert_valid(secret)

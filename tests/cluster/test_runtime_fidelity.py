@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from runtime.cluster import kubernetes_manifests as manifests
+from runtime.cluster import names, project_manifests
 from runtime.cluster.base import NodeInventory, WorkloadStatus
 from runtime.cluster.kubernetes import KubernetesClusterBackend
 from runtime.cluster.kubernetes_status import foreign_gpu_usage, with_failed_create
@@ -26,7 +26,7 @@ DEPLOYMENT_PATH = f"/apis/apps/v1/namespaces/{NAMESPACE}/deployments/gpr-812-a1"
 @pytest.fixture
 def server() -> FakeApiServer:
     fake = FakeApiServer()
-    fake.put(NS_PATH, manifests.namespace_manifest(project()))
+    fake.put(NS_PATH, project_manifests.namespace_manifest(project()))
     return fake
 
 
@@ -47,7 +47,7 @@ def test_set_deadline_patches_the_jobs_active_deadline_and_annotation(
     backend.set_deadline(NAMESPACE, "812", 1, max_runtime_seconds=7200)  # a repeat is the same
     job = server.objects[JOB_PATH]
     assert job["spec"]["activeDeadlineSeconds"] == 7200
-    assert job["metadata"]["annotations"][manifests.MAX_RUNTIME_ANNOTATION] == "7200"
+    assert job["metadata"]["annotations"][names.MAX_RUNTIME_ANNOTATION] == "7200"
     patches = [call for call in server.calls("PATCH")]
     assert patches == [("PATCH", JOB_PATH)] * 2
 
@@ -58,7 +58,7 @@ def test_set_deadline_of_a_notebook_changes_only_its_annotation(
     backend.launch(workload("notebook", max_runtime_seconds=3600))
     backend.set_deadline(NAMESPACE, "812", 1, max_runtime_seconds=5400)
     deployment = server.objects[DEPLOYMENT_PATH]
-    assert deployment["metadata"]["annotations"][manifests.MAX_RUNTIME_ANNOTATION] == "5400"
+    assert deployment["metadata"]["annotations"][names.MAX_RUNTIME_ANNOTATION] == "5400"
     assert "activeDeadlineSeconds" not in deployment["spec"]["template"]["spec"]
 
 

@@ -11,8 +11,9 @@ from kubernetes import client as k8s
 
 from runtime.cluster.base import WorkloadRoute
 from runtime.cluster.kubernetes_logs import _log_line
-from runtime.cluster.kubernetes_manifests import ingress_manifest, route_env, workload_manifests
+from runtime.cluster.kubernetes_manifests import ingress_manifest, workload_manifests
 from runtime.cluster.kubernetes_status import pod_exit_code
+from runtime.cluster.pod_manifests import route_env
 from tests.cluster.specs import workload
 
 ROUTE = WorkloadRoute(
