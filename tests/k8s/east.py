@@ -9,14 +9,13 @@ from typing import Any
 
 from django.contrib.auth import get_user_model
 
-from scheduling import services
-from scheduling.choices import RequestStatus
 from scheduling.demo import seed_demo_fleet
 from scheduling.models import Cluster, Flavor, GpuRequest, NodePool
 from scripts.testbed.cluster import Testbed
 from tenants.models import Project
 from tenants.services import seed_demo_organisation
 from tests.support.clusters import make_cluster
+from tests.support.factories import GpuRequestFactory
 
 EAST_POOL = "east-a100"
 EAST_NODE = "east-a100-0"
@@ -61,17 +60,12 @@ def seed_with_east(east_bed: Testbed, *, scheduler: str = "portal") -> dict[str,
 def submit_a100(portal: dict[str, Any], cluster: Cluster | None) -> GpuRequest:
     """A 2-card A100 job of the portal's project, on `cluster` (None: the scheduler chooses),
     approved by the lead when the tier asks for it."""
-    request = services.submit_gpu_request(
-        actor=portal["alice"],
+    return GpuRequestFactory.create(
         project=portal["project"],
         flavor=portal["a100"],
+        actor=portal["alice"],
         gpu_count=2,
         kind="job",
-        image="registry.example.com/ml/train:1.0",
-        command=["python", "train.py"],
-        max_runtime_seconds=3600,
         cluster=cluster,
+        to="queued",
     )
-    if request.status == RequestStatus.PENDING_APPROVAL:
-        services.approve_gpu_request(actor=portal["bob"], request=request)
-    return request

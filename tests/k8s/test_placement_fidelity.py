@@ -22,7 +22,6 @@ from django.contrib.auth import get_user_model
 
 from runtime.services import execution
 from runtime.services.inventory import apply_inventory
-from scheduling import services
 from scheduling.choices import FlavorKind, RequestStatus, SharingMode
 from scheduling.demo import GPU_TAINT, seed_demo_fleet
 from scheduling.models import Allocation, Flavor, GpuRequest, NodePool, Quota
@@ -33,6 +32,7 @@ from tenants.models import AuditEvent, Project
 from tenants.services import seed_demo_organisation
 from tests.k8s.conftest import Admin, eventually
 from tests.k8s.helpers import FAIL_LABEL, FAIL_PREFIX, runs_for
+from tests.support.factories import GpuRequestFactory
 
 pytestmark = [pytest.mark.k8s, pytest.mark.django_db]
 GANG_POOL = "gang-test"
@@ -64,18 +64,9 @@ def portal(k8s_backend: Any, portal_priorities: None) -> Iterator[dict[str, Any]
 
 
 def submit(portal: dict[str, Any], flavor: Flavor, **fields: Any) -> GpuRequest:
-    request = services.submit_gpu_request(
-        actor=portal["dev"],
-        project=portal["project"],
-        flavor=flavor,
-        image="registry.example.com/ml/train:1.0",
-        command=["python", "train.py"],
-        max_runtime_seconds=3600,
-        **{"gpu_count": 1, **fields},
+    return GpuRequestFactory.create(
+        project=portal["project"], flavor=flavor, actor=portal["dev"], to="queued", **fields
     )
-    if request.status == RequestStatus.PENDING_APPROVAL:
-        services.approve_gpu_request(actor=portal["lead"], request=request)
-    return request
 
 
 def admit(capture: Any) -> list[tuple[int, int]]:

@@ -40,6 +40,7 @@ from tenants.models import AuditEvent, Project
 from tenants.services import seed_demo_organisation
 from tests.k8s.conftest import Admin, eventually
 from tests.k8s.helpers import GPU_TOLERATION, runs_for
+from tests.support.factories import GpuRequestFactory
 
 pytestmark = [pytest.mark.k8s, pytest.mark.django_db]
 DEADLINE_NODE = "rf-deadline-1"
@@ -127,17 +128,9 @@ def own_pool(portal: dict[str, Any], node_pool: str, *, limit: int = 8) -> Flavo
 
 
 def submit(portal: dict[str, Any], flavor: Flavor, **fields: Any) -> GpuRequest:
-    request = services.submit_gpu_request(
-        actor=portal["dev"],
-        project=portal["project"],
-        flavor=flavor,
-        image="registry.example.com/ml/train:1.0",
-        command=["python", "train.py"],
-        **{"gpu_count": 1, "max_runtime_seconds": 3600, **fields},
+    return GpuRequestFactory.create(
+        project=portal["project"], flavor=flavor, actor=portal["dev"], to="queued", **fields
     )
-    if request.status == RequestStatus.PENDING_APPROVAL:
-        services.approve_gpu_request(actor=portal["lead"], request=request)
-    return request
 
 
 def admit(capture: Any) -> list[tuple[int, int]]:
