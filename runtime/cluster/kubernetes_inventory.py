@@ -10,7 +10,7 @@ from typing import Any
 from runtime.cluster import dra_manifests
 from runtime.cluster.base import ClusterError
 from runtime.cluster.kubernetes_client import LIST_PAGE_SIZE, KubernetesApi
-from runtime.cluster.kubernetes_status import (
+from runtime.cluster.kubernetes_nodes import (
     dra_gpus,
     foreign_gpu_usage,
     node_inventory,

@@ -15,11 +15,7 @@ from typing import Any
 
 from runtime.cluster import dra_manifests
 from runtime.cluster.kueue_objects import PRIORITY_CLASS_LABEL, QUEUE_NAME_LABEL
-from runtime.cluster.names import (
-    GANG_SIZE_LABEL,
-    RANK_LABEL,
-    gang_member_name,
-)
+from runtime.cluster.names import GANG_SIZE_LABEL, RANK_LABEL, gang_member_name
 from runtime.cluster.pod_manifests import (
     pod_selector,
     pod_spec,
@@ -28,9 +24,7 @@ from runtime.cluster.pod_manifests import (
     workload_labels,
     workload_metadata,
 )
-from runtime.cluster.specs import (
-    WorkloadSpec,
-)
+from runtime.cluster.specs import WorkloadSpec
 
 Manifest = dict[str, Any]
 

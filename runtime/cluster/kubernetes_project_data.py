@@ -16,8 +16,8 @@ from typing import Any
 from runtime.cluster import project_manifests
 from runtime.cluster.base import ClusterError, PermanentClusterError
 from runtime.cluster.kubernetes_client import KubernetesApi
-from runtime.cluster.kubernetes_status import quantity
 from runtime.cluster.names import MANAGED_BY_LABEL, MANAGED_BY_VALUE, REVISION_ANNOTATION
+from runtime.cluster.quantities import quantity
 from runtime.cluster.specs import ProjectDataSpec
 
 log = logging.getLogger(__name__)

@@ -12,8 +12,8 @@ from kubernetes import client as k8s
 from runtime.cluster import project_manifests
 from runtime.cluster.base import ClusterError, PermanentClusterError, TransientClusterError
 from runtime.cluster.kubernetes_client import KubernetesApi, labels_of
-from runtime.cluster.kubernetes_status import quantity
 from runtime.cluster.names import MANAGED_BY_LABEL, MANAGED_BY_VALUE
+from runtime.cluster.quantities import quantity
 from runtime.cluster.specs import PrioritySpec, ProjectSpec
 
 log = logging.getLogger(__name__)

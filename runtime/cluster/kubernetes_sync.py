@@ -15,10 +15,10 @@ from runtime.cluster.kubernetes_client import (
     classify_api_exception,
     workload_key,
 )
+from runtime.cluster.kubernetes_nodes import node_inventory
 from runtime.cluster.kubernetes_status import (
     gang_status,
     is_gang,
-    node_inventory,
     with_failed_create,
     with_hami_assignment,
     workload_status,

@@ -14,7 +14,8 @@ from runtime.cluster import dra_manifests, pod_manifests
 from runtime.cluster import kubernetes_manifests as manifests
 from runtime.cluster.base import ClusterError, PermanentClusterError
 from runtime.cluster.kubernetes_client import KubernetesApi, labels_of, workload_key
-from runtime.cluster.kubernetes_status import node_inventory, suspended_since
+from runtime.cluster.kubernetes_nodes import node_inventory
+from runtime.cluster.kubernetes_status import suspended_since
 from runtime.cluster.names import (
     ATTEMPT_LABEL,
     MANAGED_BY_LABEL,

@@ -22,10 +22,7 @@ from runtime.cluster.names import (
     WORKLOAD_LABEL,
 )
 from runtime.cluster.project_manifests import project_labels
-from runtime.cluster.specs import (
-    Toleration,
-    WorkloadSpec,
-)
+from runtime.cluster.specs import Toleration, WorkloadSpec
 
 CONTAINER_NAME = "main"
 HOSTNAME_LABEL = "kubernetes.io/hostname"

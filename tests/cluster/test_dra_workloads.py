@@ -11,7 +11,7 @@ import pytest
 
 from runtime.cluster import kubernetes_manifests as manifests
 from runtime.cluster.base import GangMember, NodeInventory
-from runtime.cluster.kubernetes_status import DraGpus, dra_gpus, with_dra_gpus
+from runtime.cluster.kubernetes_nodes import DraGpus, dra_gpus, with_dra_gpus
 from tests.cluster.specs import workload
 
 K8S_VERSION = "1.35.0"

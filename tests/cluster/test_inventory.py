@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 from kubernetes.utils import parse_quantity
 
 from runtime.cluster.base import HamiDevice, Taint
-from runtime.cluster.kubernetes_status import node_inventory, parse_hami_devices, quantity
+from runtime.cluster.kubernetes_nodes import node_inventory, parse_hami_devices
+from runtime.cluster.quantities import quantity
 from tests.cluster import recorded as r
 
 A100_GFD_LABELS = {

@@ -10,7 +10,8 @@ import pytest
 from runtime.cluster import names, project_manifests
 from runtime.cluster.base import NodeInventory, WorkloadStatus
 from runtime.cluster.kubernetes import KubernetesClusterBackend
-from runtime.cluster.kubernetes_status import foreign_gpu_usage, with_failed_create
+from runtime.cluster.kubernetes_nodes import foreign_gpu_usage
+from runtime.cluster.kubernetes_status import with_failed_create
 from runtime.services.inventory import access_problem
 from scheduling.choices import SharingMode
 from scheduling.models import NodePool
