@@ -10,7 +10,7 @@ from django.views.decorators.http import require_POST
 
 from tenants.choices import NotificationKind
 from tenants.models import Notification
-from tenants.notifications import mark_notifications_read
+from tenants.services.notifications import mark_notifications_read
 
 PAGE_SIZE = 30
 

@@ -319,7 +319,8 @@ DEFAULT_FROM_EMAIL = env.str("DEFAULT_FROM_EMAIL", default="gpu-portal@localhost
 OIDC_ENABLED = bool(env.str("OIDC_RP_CLIENT_ID", default=""))
 if OIDC_ENABLED:
     INSTALLED_APPS.append("mozilla_django_oidc")
-    # Accounts by `preferred_username`; memberships follow the provider's groups (tenants.identity).
+    # Accounts by `preferred_username`; memberships follow the provider's groups
+    # (tenants.services.identity).
     AUTHENTICATION_BACKENDS.append("tenants.oidc.PortalOIDCBackend")
     OIDC_RP_CLIENT_ID = env.str("OIDC_RP_CLIENT_ID")
     OIDC_RP_CLIENT_SECRET = env.str("OIDC_RP_CLIENT_SECRET")
@@ -330,7 +331,7 @@ if OIDC_ENABLED:
     # Where the provider publishes its signing keys (needed for RS256/ES256 ID tokens).
     OIDC_OP_JWKS_ENDPOINT = env.str("OIDC_OP_JWKS_ENDPOINT", default=None)
     OIDC_RP_SCOPES = env.str("OIDC_RP_SCOPES", default="openid email profile")
-    # Which provider group gives which role (tenants.identity): `group=team-slug:role` or
+    # Which provider group gives which role (tenants.services.identity): `group=team-slug:role` or
     # `group=role`, comma-separated, or a JSON object of the same strings; the roles are developer,
     # team_lead, finance and platform_admin. On every sign-in the memberships in the teams and
     # organisation roles named here follow the groups in the OIDC_GROUPS_CLAIM claim.

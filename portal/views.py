@@ -18,7 +18,7 @@ from accounting.selectors.dashboards import dashboard_context
 from tenants.models import Membership, Project, Team, scope_of
 from tenants.selectors import primary_role
 from tenants.services import record_audit_event
-from tenants.tokens import issue_api_token
+from tenants.services.tokens import issue_api_token
 
 
 class HtmxHttpRequest(HttpRequest):

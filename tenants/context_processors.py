@@ -7,8 +7,8 @@ from typing import Any
 from django.http import HttpRequest
 
 from tenants.models import scope_of
-from tenants.notifications import unread_notification_count
 from tenants.selectors import primary_role
+from tenants.services.notifications import unread_notification_count
 
 
 def roles(request: HttpRequest) -> dict[str, Any]:

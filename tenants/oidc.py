@@ -1,5 +1,5 @@
 """Single sign-on: mozilla-django-oidc's backend, with accounts by `preferred_username` and
-memberships that follow the provider's groups (`tenants.identity`)."""
+memberships that follow the provider's groups (`tenants.services.identity`)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from django.http import HttpRequest
 from django.utils.functional import cached_property
 from mozilla_django_oidc.auth import OIDCAuthenticationBackend
 
-from tenants.identity import (
+from tenants.services.identity import (
     GroupGrant,
     groups_from_claim,
     parse_group_map,

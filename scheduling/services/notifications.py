@@ -10,7 +10,7 @@ from django.urls import reverse
 
 from scheduling import dispatch
 from tenants.choices import NotificationKind
-from tenants.notifications import deliver_notifications
+from tenants.services.notifications import deliver_notifications
 
 # Event types by the inbox kind they show as; any other type is a request update.
 KIND_OF_EVENT = {

@@ -8,7 +8,7 @@ from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from drf_spectacular.plumbing import build_bearer_security_scheme_object
 from knox.auth import TokenAuthentication
 
-from tenants.tokens import note_token_use
+from tenants.services.tokens import note_token_use
 
 
 class NamedTokenAuthentication(TokenAuthentication):

@@ -34,9 +34,9 @@ from tenants.api.serializers import (
     TokenSerializer,
 )
 from tenants.models import AuditEvent, Membership, Notification, Project, Team, scope_of
-from tenants.notifications import mark_notifications_read
 from tenants.selectors import primary_role, user_roles
-from tenants.tokens import issue_api_token
+from tenants.services.notifications import mark_notifications_read
+from tenants.services.tokens import issue_api_token
 
 
 class TokenView(APIView):

@@ -1,4 +1,4 @@
-"""Writes to the organisation. Each service checks the actor's role and leaves an audit event."""
+"""Teams, projects and memberships: each service checks the role and leaves an audit event."""
 
 from __future__ import annotations
 

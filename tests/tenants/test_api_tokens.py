@@ -9,7 +9,7 @@ from knox.models import AuthToken
 from rest_framework.test import APIClient
 
 from tenants.models import ApiTokenLabel
-from tenants.tokens import DEFAULT_TOKEN_NAME
+from tenants.services.tokens import DEFAULT_TOKEN_NAME
 from tests.support.personas import Org
 
 pytestmark = pytest.mark.django_db

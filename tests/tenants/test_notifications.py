@@ -18,7 +18,7 @@ from scheduling.choices import RequestStatus
 from scheduling.services.notifications import notify
 from tenants.choices import NotificationKind
 from tenants.models import Notification
-from tenants.notifications import mark_notifications_read, unread_notification_count
+from tenants.services.notifications import mark_notifications_read, unread_notification_count
 from tests.accounting.factories import make_allocation, make_request, set_price
 from tests.support.api_contract import ApiContract, World
 from tests.support.cross_tenant import covers

@@ -27,8 +27,8 @@ from django.test import Client
 from django.urls import include, path
 
 from tenants.choices import Role
-from tenants.identity import GroupGrant, parse_group_map
 from tenants.models import AuditEvent, Membership, Team
+from tenants.services.identity import GroupGrant, parse_group_map
 
 # The portal's routes with single sign-on's: settings switch it on at import time from the
 # environment (checked in a subprocess below), so the flow tests serve this URL configuration.
