@@ -1,4 +1,6 @@
-"""Reads for the fleet drill-down: a pool's nodes, a node's GPUs, and their activity over time.
+"""Reads for the fleet pages: every pool's overview (capacity, allocated and stranded
+GPU-equivalents, activity, queue waits), and the drill-down: a pool's nodes, a node's GPUs,
+and their activity over time.
 
 A GPU's share of an allocation is its claim: a whole card is 1, a vGPU share its memory part of
 the card, a MIG slice its slices of seven. Activity is sampled per allocation; a node's or a
@@ -16,14 +18,17 @@ from django.db.models import Avg, Q
 from django.db.models.functions import TruncHour
 from django.utils import timezone
 
+from scheduling.choices import FlavorKind, RequestStatus, SharingMode
 from scheduling.models import (
     MIG_SLICES_PER_GPU,
     Allocation,
     GpuDevice,
+    GpuRequest,
     Node,
     NodePool,
     UtilisationSample,
 )
+from scheduling.selectors.history import recent_admission_waits
 
 WINDOW = timedelta(hours=48)
 
@@ -232,3 +237,123 @@ def node_detail(*, node: Node, now: datetime | None = None) -> NodeDetail:
             )
         )
     return NodeDetail(node=node, gpus=rows, series=_series(allocations, share, now))
+
+
+@dataclass(frozen=True, slots=True)
+class PoolOverview:
+    pool: str
+    sharing_mode: str
+    gpus: int
+    allocated_gpu_equivalents: float
+    stranded_gpu_equivalents: float
+    activity_percent: float | None
+    queued: int
+    wait_p50_seconds: float | None
+    wait_p90_seconds: float | None
+    wait_p99_seconds: float | None
+    # Lifecycle isolation: the pool's short-request reserve and whether it works, i.e. the
+    # waits of short requests (max runtime up to the pool's threshold) against long ones.
+    short_reserve: str = ""
+    short_wait_p50_seconds: float | None = None
+    short_wait_p90_seconds: float | None = None
+    long_wait_p50_seconds: float | None = None
+    long_wait_p90_seconds: float | None = None
+
+
+def _percentile(values: list[float], fraction: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
+
+
+def fleet_overview(*, since_days: int = 7) -> list[PoolOverview]:
+    """Per pool: capacity, what is allocated, what is stranded, how busy, how long work waits.
+
+    Stranded capacity is free capacity no flavor of the pool can use: vGPU memory or cores left
+    on a shared card below the smallest share, MIG slices fewer than the smallest profile.
+    """
+    now = timezone.now()
+    active = list(Allocation.objects.active().select_related("request", "pool").order_by("pk"))
+    used_memory: dict[tuple[str, int], int] = {}
+    used_cores: dict[tuple[str, int], int] = {}
+    used_slices: dict[tuple[str, int], int] = {}
+    for allocation in active:
+        for claim in allocation.claims:
+            key = (claim["node"], claim["device_index"])
+            if claim.get("mig_profile"):
+                slices = int(str(claim["mig_profile"]).split("g.", 1)[0])
+                used_slices[key] = used_slices.get(key, 0) + slices
+            elif not claim.get("whole"):
+                used_memory[key] = used_memory.get(key, 0) + claim.get("memory_mib", 0)
+                used_cores[key] = used_cores.get(key, 0) + claim.get("cores_percent", 0)
+    latest: dict[int, float] = {}
+    for allocation_id, activity in (
+        UtilisationSample.objects.filter(
+            allocation__in=active, sampled_at__gt=now - timedelta(minutes=10)
+        )
+        .order_by("allocation_id", "sampled_at")
+        .values_list("allocation_id", "activity_percent")
+    ):
+        latest[allocation_id] = activity
+    pools = list(NodePool.objects.order_by("slug"))
+    waits_by_length = recent_admission_waits(
+        pools={p.pk: p for p in pools}, since=now - timedelta(days=since_days)
+    )
+    overview = []
+    for pool in pools:
+        flavors = list(pool.flavors.filter(is_active=True))
+        devices = list(GpuDevice.objects.filter(node__pool=pool).select_related("node"))
+        smallest_memory = min(
+            (f.gpu_memory_mib for f in flavors if f.kind == FlavorKind.VGPU), default=0
+        )
+        smallest_cores = min(
+            (f.gpu_cores_percent for f in flavors if f.kind == FlavorKind.VGPU), default=0
+        )
+        smallest_slices = min(
+            (int(f.mig_profile.split("g.", 1)[0]) for f in flavors if f.kind == FlavorKind.MIG),
+            default=MIG_SLICES_PER_GPU,
+        )
+        stranded = 0.0
+        for device in devices:
+            key = (device.node.name, device.index)
+            if pool.sharing_mode == SharingMode.VGPU and key in used_memory:
+                free_memory = device.memory_mib - used_memory[key]
+                free_cores = 100 - used_cores.get(key, 0)
+                if free_memory < smallest_memory or free_cores < smallest_cores:
+                    stranded += min(free_memory / device.memory_mib, free_cores / 100)
+            elif pool.sharing_mode == SharingMode.MIG and key in used_slices:
+                free_slices = MIG_SLICES_PER_GPU - used_slices[key]
+                if free_slices < smallest_slices:
+                    stranded += free_slices / MIG_SLICES_PER_GPU
+        in_pool = [a for a in active if a.pool_id == pool.pk]
+        activities = [latest[a.pk] for a in in_pool if a.pk in latest]
+        short_waits = waits_by_length.get((pool.pk, True), [])
+        long_waits = waits_by_length.get((pool.pk, False), [])
+        waits = short_waits + long_waits
+        overview.append(
+            PoolOverview(
+                pool=pool.slug,
+                sharing_mode=pool.sharing_mode,
+                gpus=len(devices),
+                allocated_gpu_equivalents=round(
+                    sum(float(a.request.gpu_equivalent) for a in in_pool), 3
+                ),
+                stranded_gpu_equivalents=round(stranded, 3),
+                activity_percent=round(sum(activities) / len(activities), 1)
+                if activities
+                else None,
+                queued=GpuRequest.objects.filter(
+                    status=RequestStatus.QUEUED, flavor__pool=pool
+                ).count(),
+                wait_p50_seconds=_percentile(waits, 0.5),
+                wait_p90_seconds=_percentile(waits, 0.9),
+                wait_p99_seconds=_percentile(waits, 0.99),
+                short_reserve=pool.short_reserve_label,
+                short_wait_p50_seconds=_percentile(short_waits, 0.5),
+                short_wait_p90_seconds=_percentile(short_waits, 0.9),
+                long_wait_p50_seconds=_percentile(long_waits, 0.5),
+                long_wait_p90_seconds=_percentile(long_waits, 0.9),
+            )
+        )
+    return overview
