@@ -1,10 +1,10 @@
-"""Pages of the request side: the request form, my requests, the approval inbox, quotas, audit."""
+"""Pages of the request side: the request form, my requests, a request's page and its
+actions, and the lead's decisions on pending requests."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import urlencode
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
@@ -24,32 +24,14 @@ from scheduling.choices import (
     RequestStatus,
     WorkloadKind,
 )
-from scheduling.forms import DecisionForm, GpuRequestForm, ProjectQuotaForm, initial_from_body
-from scheduling.models import (
-    Flavor,
-    GpuRequest,
-    Node,
-    NodePool,
-    RequestTemplate,
-    UtilisationSample,
-)
-from scheduling.selectors import (
-    deferring_lead,
-    flavors_for_project,
-    fleet_overview,
-    governance_rules,
-    quota_impact,
-    quota_rows,
-)
-from scheduling.selectors.clusters import fleet_by_cluster, placed_cluster
-from scheduling.selectors.fleet import node_detail, pool_detail
-from scheduling.selectors.fleet_nodes import nodes_needing_attention
+from scheduling.forms import DecisionForm, GpuRequestForm, initial_from_body
+from scheduling.models import Flavor, GpuRequest, RequestTemplate, UtilisationSample
+from scheduling.selectors import deferring_lead, flavors_for_project, governance_rules, quota_impact
+from scheduling.selectors.clusters import placed_cluster
 from scheduling.services.blockers import shown_blocker
 from scheduling.services.estimates import what_if
-from scheduling.services.kueue_drift import kueue_checks
 from tenants.errors import DomainError, show_on_form
 from tenants.models import AuditEvent, Project, scope_of
-from tenants.selectors import filter_audit_events
 
 
 def _member_projects(user: Any) -> QuerySet[Project]:
@@ -411,120 +393,3 @@ def approvals_bulk(request: HttpRequest) -> HttpResponse:
     if not ids:
         messages.error(request, "Tick the requests to decide on first.")
     return redirect("approvals-page")
-
-
-@login_required
-def quotas(request: HttpRequest) -> HttpResponse:
-    """Each team quota per flavor, what is used, queued and borrowed, and its project split."""
-    return render(request, "scheduling/quotas.html", {"rows": quota_rows(user=request.user)})
-
-
-@login_required
-@require_POST
-def project_quota_set(request: HttpRequest, project_id: int, flavor_id: int) -> HttpResponse:
-    """Save one project's split; on an error the page comes back with what was typed and the
-    error beside it (400), not a redirect that forgets both."""
-    project = get_object_or_404(Project.objects.visible_to(request.user), pk=project_id)
-    flavor = get_object_or_404(Flavor.objects.visible_to(request.user), pk=flavor_id)
-    form = ProjectQuotaForm(request.POST)
-    error = "Give whole numbers of 0 or more for guaranteed and limit."
-    if form.is_valid():
-        try:
-            services.set_quota(
-                actor=request.user,
-                team=project.team,
-                project=project,
-                flavor=flavor,
-                **form.cleaned_data,
-            )
-        except DomainError as domain_error:
-            error = domain_error.message
-        else:
-            messages.success(request, f"Quota of {project} for {flavor} saved.")
-            return redirect("quotas-page")
-    failed = {
-        "key": f"{project.pk}-{flavor.pk}",
-        "error": error,
-        "guaranteed": request.POST.get("guaranteed", ""),
-        "limit": request.POST.get("limit", ""),
-    }
-    return render(
-        request,
-        "scheduling/quotas.html",
-        {"rows": quota_rows(user=request.user), "failed": failed},
-        status=400,
-    )
-
-
-@login_required
-def audit_log(request: HttpRequest) -> HttpResponse:
-    scope = scope_of(request.user)
-    if not (scope.lead_team_ids or scope.is_platform_admin):
-        raise Http404
-    filters = {
-        name: request.GET.get(name, "").strip()
-        for name in ("action", "actor", "target_type", "target_id", "since", "until")
-    }
-    events = filter_audit_events(
-        AuditEvent.objects.visible_to(request.user).select_related("actor", "team"), **filters
-    )
-    page = Paginator(events, 50).get_page(request.GET.get("page"))
-    visible = AuditEvent.objects.visible_to(request.user).order_by()
-    choices = {
-        "target_types": sorted(set(visible.values_list("target_type", flat=True).distinct())),
-        "actors": sorted(
-            set(visible.values_list("actor__username", flat=True).distinct()) - {None}
-        ),
-    }
-    query = urlencode({name: value for name, value in filters.items() if value})
-    return render(
-        request,
-        "scheduling/audit.html",
-        {"page": page, "filters": filters, "query": query, **choices},
-    )
-
-
-@login_required
-def fleet(request: HttpRequest) -> HttpResponse:
-    """Platform admins: allocated vs capacity, activity, stranded capacity and waits per pool."""
-    if not scope_of(request.user).is_platform_admin:
-        raise Http404
-    pools = fleet_overview()
-    return render(
-        request,
-        "scheduling/fleet.html",
-        {
-            "pools": pools,
-            "clusters": fleet_by_cluster(pools),
-            "node_notes": nodes_needing_attention(),
-            "kueue_checks": kueue_checks(),
-        },
-    )
-
-
-@login_required
-def fleet_pool(request: HttpRequest, slug: str) -> HttpResponse:
-    """Platform admins: a pool's nodes, and its allocation and activity over 48 hours."""
-    if not scope_of(request.user).is_platform_admin:
-        raise Http404
-    pool = get_object_or_404(NodePool, slug=slug)
-    detail = pool_detail(pool=pool)
-    return render(
-        request,
-        "scheduling/fleet_pool.html",
-        {"detail": detail, "chart": detail.series.as_chart(pool.name)},
-    )
-
-
-@login_required
-def fleet_node(request: HttpRequest, pk: int) -> HttpResponse:
-    """Platform admins: a node's GPUs, who holds each, and the node over 48 hours."""
-    if not scope_of(request.user).is_platform_admin:
-        raise Http404
-    node = get_object_or_404(Node.objects.select_related("pool"), pk=pk)
-    detail = node_detail(node=node)
-    return render(
-        request,
-        "scheduling/fleet_node.html",
-        {"detail": detail, "chart": detail.series.as_chart(node.name)},
-    )
