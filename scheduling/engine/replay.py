@@ -28,9 +28,9 @@ Figures (`ReplayResult`):
   window closed (a lower bound, so starving work is not hidden);
 * utilisation: GPU-equivalents held by running work, integrated over the window, over the
   fleet's schedulable capacity over the window;
-* fair-share gap: the GE-hours delivered in the window, handed out again by weighted
-  water-filling over each team's demand (its GE x runtime); the largest |delivered - fair| of a
-  team, in points of all GE-hours delivered;
+* fair-share gap: once a minute while work waits, what runs is handed out again by weighted
+  water-filling over each team's running + waiting GE; the largest |holding - fair| of a team,
+  in points of the fleet's capacity, averaged over the time work waited;
 * preemptions: evictions the planner made;
 * stranded GPU-hours: free GE of a pool after a cycle that left work waiting for capacity in
   that pool (it fitted none of it), integrated until the next cycle.
