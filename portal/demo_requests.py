@@ -157,7 +157,11 @@ def draw_request(
         gpu_cores_percent=cores,
         kind=kind,
         image=IMAGES[kind],
-        command=["python", "train.py"] if kind == WorkloadKind.JOB else [],
+        # Each run has its own id, as real training runs do: two of them are not the same work, so
+        # the sharing report compares only the nightly benchmarks, which repeat one command.
+        command=["python", "train.py", "--run-id", f"{submitted:%Y%m%d-%H%M%S}"]
+        if kind == WorkloadKind.JOB
+        else [],
         max_runtime_seconds=max_runtime,
         priority=priority,
         is_preemptible=draw.random() < 0.15,

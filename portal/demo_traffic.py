@@ -209,7 +209,9 @@ def _submit(users: dict[str, Any], now: datetime, done: Counter[str]) -> None:
                 flavor=flavors[habit.flavor],
                 gpu_count=habit.gpu_count,
                 image=IMAGES[habit.kind],
-                command=["python", "train.py"] if habit.kind == WorkloadKind.JOB else [],
+                command=["python", "train.py", "--run-id", f"{habit.name}-{now:%Y%m%d-%H%M%S}"]
+                if habit.kind == WorkloadKind.JOB
+                else [],
                 max_runtime_seconds=habit.max_runtime_seconds,
                 kind=habit.kind,
                 priority=habit.priority,
