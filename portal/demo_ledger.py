@@ -13,7 +13,6 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-from django.conf import settings
 from django.db import connection
 from django.db.models import Field, Sum
 
@@ -22,10 +21,8 @@ from accounting.models import (
     Budget,
     BudgetAlert,
     DailyUsage,
-    MonthlyUsage,
     Price,
     Statement,
-    StatementLine,
     TeamMonthlyUsage,
 )
 from accounting.periods import (
@@ -36,6 +33,7 @@ from accounting.periods import (
     next_month,
     split_by_day,
 )
+from accounting.services.statements import write_statement
 from scheduling.models import Allocation
 from tenants.models import AuditEvent, Project, Team
 
@@ -243,9 +241,9 @@ def _alerts_of(budget: Budget, *, start: datetime, now: datetime) -> list[tuple[
 def close_months(teams: dict[str, Team], closer: Any, start: datetime, now: datetime) -> None:
     """Finance closed every month that is over on the second day of the next one.
 
-    The same statement `close_statement` writes (the month's rollup per project × flavor ×
-    pool, names copied), dated when it was closed: the service stamps the present, and the
-    audit trail takes no backdating UPDATE.
+    The statement `close_statement` writes (`write_statement`: the month's rollup per project ×
+    flavor × pool, names copied), dated when it was closed: the service stamps the present, and
+    the audit trail takes no backdating UPDATE.
     """
     zone = billing_zone()
     this_month = month_of(now, zone)
@@ -255,35 +253,8 @@ def close_months(teams: dict[str, Team], closer: Any, start: datetime, now: date
         closed_at = month_bounds(next_month(month), zone)[0] + timedelta(days=1, hours=9)
         closed_at = min(closed_at, now)
         for team in teams.values():
-            sums = (
-                MonthlyUsage.objects.filter(team=team, period=month)
-                .values("project_id", "project__name", "flavor__name", "pool__name")
-                .annotate(gpu_hours=Sum("gpu_hours"), cost=Sum("cost"))
-                .order_by("project__name", "flavor__name", "pool__name")
-            )
-            lines = [
-                StatementLine(
-                    project_id_copy=row["project_id"],
-                    project_name=row["project__name"],
-                    flavor_name=row["flavor__name"],
-                    pool_name=row["pool__name"],
-                    gpu_hours=row["gpu_hours"],
-                    cost=row["cost"],
-                )
-                for row in sums
-            ]
-            statement = Statement.objects.create(
-                team=team,
-                period=month,
-                currency=settings.PORTAL_CURRENCY,
-                gpu_hours=sum((line.gpu_hours for line in lines), Decimal(0)),
-                cost=sum((line.cost for line in lines), Decimal(0)),
-                closed_by=closer,
-            )
+            statement, lines = write_statement(team=team, month=month, closed_by=closer)
             Statement.objects.filter(pk=statement.pk).update(closed_at=closed_at)
-            for line in lines:
-                line.statement = statement
-            StatementLine.objects.bulk_create(lines)
             event = AuditEvent(
                 actor=closer,
                 action="statement.closed",
@@ -291,7 +262,7 @@ def close_months(teams: dict[str, Team], closer: Any, start: datetime, now: date
                 target_id=str(statement.pk),
                 team=team,
                 message=f"{team} {month:%Y-%m}: {statement.cost} {statement.currency}",
-                data={"period": f"{month:%Y-%m}", "lines": len(lines), "cost": str(statement.cost)},
+                data={"period": f"{month:%Y-%m}", "lines": lines, "cost": str(statement.cost)},
             )
             events.append((closed_at, event))
         month = next_month(month)

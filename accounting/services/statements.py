@@ -40,6 +40,21 @@ def close_statement(*, actor: Any, team: Team, month: date) -> tuple[Statement, 
     existing = Statement.objects.filter(team=team, period=month).first()
     if existing is not None:
         return existing, False
+    statement, lines = write_statement(team=team, month=month, closed_by=actor)
+    record_audit_event(
+        actor=actor,
+        action="statement.closed",
+        target=statement,
+        team=team,
+        message=f"{team} {month:%Y-%m}: {statement.cost} {statement.currency}",
+        data={"period": f"{month:%Y-%m}", "lines": lines, "cost": str(statement.cost)},
+    )
+    return statement, True
+
+
+def write_statement(*, team: Team, month: date, closed_by: Any) -> tuple[Statement, int]:
+    """Copy the team's month from `MonthlyUsage` into a statement and its lines, as they stand
+    now; returns the statement and its number of lines. No checks: `close_statement` makes them."""
     sums = (
         MonthlyUsage.objects.filter(team=team, period=month)
         .values("project_id", "project__name", "flavor__name", "pool__name")
@@ -63,20 +78,12 @@ def close_statement(*, actor: Any, team: Team, month: date) -> tuple[Statement, 
         currency=settings.PORTAL_CURRENCY,
         gpu_hours=sum((line.gpu_hours for line in lines), Decimal(0)),
         cost=sum((line.cost for line in lines), Decimal(0)),
-        closed_by=actor,
+        closed_by=closed_by,
     )
     for line in lines:
         line.statement = statement
     StatementLine.objects.bulk_create(lines)
-    record_audit_event(
-        actor=actor,
-        action="statement.closed",
-        target=statement,
-        team=team,
-        message=f"{team} {month:%Y-%m}: {statement.cost} {statement.currency}",
-        data={"period": f"{month:%Y-%m}", "lines": len(lines), "cost": str(statement.cost)},
-    )
-    return statement, True
+    return statement, len(lines)
 
 
 def statement_rows(statement: Statement) -> list[dict[str, Any]]:
