@@ -15,13 +15,13 @@ The mapping (docs/kueue.md):
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
 from runtime.cluster.names import MANAGED_BY_LABEL, MANAGED_BY_VALUE, TEAM_LABEL, is_dns_label
+from runtime.cluster.quantities import quantity
 
 GROUP = "kueue.x-k8s.io"
 VERSION = "v1beta2"
@@ -224,36 +224,12 @@ def _differences(desired: Any, live: Any, path: str) -> list[str]:
     return [] if _same_scalar(desired, live) else [path]
 
 
-# A Kubernetes quantity: a number and an SI suffix (m, k, M, ...), a binary one (Ki, Mi, ...)
-# or an exponent.
-_QUANTITY = re.compile(
-    r"^([+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+))([KMGTPE]i|[eE][+-]?[0-9]+|[numkMGTPE]?)$"
-)
-_SI_EXPONENTS = {
-    "n": -9,
-    "u": -6,
-    "m": -3,
-    "": 0,
-    "k": 3,
-    "M": 6,
-    "G": 9,
-    "T": 12,
-    "P": 15,
-    "E": 18,
-}
-
-
 def quantity_value(value: Any) -> Decimal | None:
     """`"602m"` → 0.602, `"1Ki"` → 1024, `"1e3"` → 1000, `2` → 2; None if not a quantity."""
-    match = _QUANTITY.match(str(value).strip())
-    if match is None:
+    try:
+        return quantity(value)
+    except ValueError:
         return None
-    number, suffix = Decimal(match[1]), match[2]
-    if suffix.endswith("i"):
-        return number * 1024 ** ("KMGTPE".index(suffix[0]) + 1)
-    if suffix[:1] in ("e", "E"):
-        return number.scaleb(int(suffix[1:]))
-    return number.scaleb(_SI_EXPONENTS[suffix])
 
 
 def _same_scalar(desired: Any, live: Any) -> bool:
