@@ -389,7 +389,8 @@ def resubmit(ctx: click.Context, request_id: int, output: str) -> None:
 @click.option("--browser", is_flag=True, help="Also open it in the web browser.")
 @click.pass_context
 def open_workload(ctx: click.Context, request_id: int, browser: bool) -> None:
-    """Print the URL of a running notebook or service (behind the portal's sign-in)."""
+    """Print the URL that opens a running notebook or service (through the portal, on its own
+    host)."""
     request = portal(ctx).get(f"requests/{request_id}/")
     url = request.get("connect_url")
     if not url:

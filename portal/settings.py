@@ -50,6 +50,8 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # A workload's own host gets its callback (and, simulated, its placeholder), no portal page.
+    "runtime.middleware.WorkloadHostMiddleware",
     # Outside the rest, so that whatever they answer under /api/ is in the API's error shape.
     "tenants.api.errors.ApiErrorShapeMiddleware",
     "csp.middleware.CSPMiddleware",
@@ -245,12 +247,31 @@ KUBE_CONTEXT = env.str("KUBE_CONTEXT", default="") or None
 # Extra or overriding GPU product → model names (runtime/cluster/gpu_models.py), a JSON
 # object, e.g. {"NVIDIA-A100-SXM4-80GB": "A100-80G"}.
 GPU_MODEL_ALIASES: dict[str, str] = env.json("GPU_MODEL_ALIASES", default={})
-# Connecting to notebooks and services (docs/kubernetes-backend.md, "Connect"): each one is
-# served at WORKLOAD_BASE_URL + "<request id>/" behind the portal's own sign-in. A path ("/w/")
-# means the portal's own host. WORKLOAD_ROUTE "ingress" makes one Ingress per workload whose
-# external auth asks PORTAL_INTERNAL_URL + /auth/workloads/<id>/ (default: the base URL's
-# origin); "none" makes no route (the URL is still shown, e.g. for a route made by hand).
-WORKLOAD_BASE_URL = env.str("WORKLOAD_BASE_URL", default="/w/").rstrip("/") + "/"
+# Connecting to notebooks and services (docs/security.md, "Workload origins"): request 812 is
+# served on a host of its own, WORKLOAD_SCHEME://812.WORKLOAD_DOMAIN/ (host[:port]), never on the
+# portal's host, so the portal's host-only cookies never reach it. The browser gets there through
+# PORTAL_URL/connect/812/ (the portal's public origin), which hands it a short-lived link that
+# the workload host turns into a cookie of its own. WORKLOAD_ROUTE "ingress" makes one Ingress
+# per workload whose external auth asks PORTAL_INTERNAL_URL + /auth/workloads/<id>/; "none" makes
+# no route (the URL is still shown, e.g. for a route made by hand).
+if env.str("WORKLOAD_BASE_URL", default=""):
+    raise environ.ImproperlyConfigured(
+        "WORKLOAD_BASE_URL is gone: workloads are served on hosts of their own under "
+        "WORKLOAD_DOMAIN (docs/security.md, 'Workload origins')"
+    )
+WORKLOAD_DOMAIN = env.str("WORKLOAD_DOMAIN", default="workloads.localhost:8000").strip(".").lower()
+WORKLOAD_SCHEME = env.str("WORKLOAD_SCHEME", default="http" if DEBUG else "https")
+if WORKLOAD_SCHEME not in {"http", "https"}:
+    raise environ.ImproperlyConfigured("WORKLOAD_SCHEME must be 'http' or 'https'")
+PORTAL_URL = env.str("PORTAL_URL", default="").rstrip("/")
+# How long the link from /connect/ stays valid (used once), and the workload cookie it becomes.
+WORKLOAD_LINK_SECONDS = env.int("WORKLOAD_LINK_SECONDS", default=60)
+WORKLOAD_COOKIE_SECONDS = env.int("WORKLOAD_COOKIE_SECONDS", default=3600)
+# Only pods of this namespace (the ingress controller's) may reach workloads' ports.
+INGRESS_CONTROLLER_NAMESPACE = env.str("INGRESS_CONTROLLER_NAMESPACE", default="ingress-nginx")
+if "*" not in ALLOWED_HOSTS:
+    # The workload hosts' own path, /_portal/callback, is answered by the portal.
+    ALLOWED_HOSTS.append("." + WORKLOAD_DOMAIN.split(":")[0])
 WORKLOAD_ROUTE = env.str("WORKLOAD_ROUTE", default="ingress")
 if WORKLOAD_ROUTE not in {"ingress", "httproute", "none"}:
     raise environ.ImproperlyConfigured("WORKLOAD_ROUTE must be 'ingress', 'httproute' or 'none'")

@@ -1,4 +1,5 @@
 from django.apps import AppConfig
+from django.core.exceptions import ImproperlyConfigured
 
 
 class RuntimeConfig(AppConfig):
@@ -7,7 +8,14 @@ class RuntimeConfig(AppConfig):
 
     def ready(self) -> None:
         from celery.signals import task_failure
+        from django.core import checks
 
+        from runtime.checks import check_workload_origin, configured_problems
         from runtime.signals import record_task_failure
 
         task_failure.connect(record_task_failure, weak=False)
+        checks.register(check_workload_origin, checks.Tags.security)
+        # Every process refuses to start with workloads on the portal's site (web, worker, beat).
+        problems = configured_problems()
+        if problems:
+            raise ImproperlyConfigured("; ".join(problems))

@@ -6,6 +6,6 @@ from runtime import views
 
 urlpatterns = [
     path("auth/workloads/<int:pk>/", views.workload_auth, name="workload-auth"),
-    path("w/<int:pk>/", views.simulated_workload, name="simulated-workload"),
+    path("connect/<int:pk>/", views.workload_connect, name="workload-connect"),
     path("requests/<int:pk>/inspect/", views.request_inspect, name="gpu-request-inspect-page"),
 ]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Mapping
+from types import SimpleNamespace
 from typing import Any, TypeVar
 
 import urllib3.exceptions
@@ -217,6 +218,32 @@ class KubernetesApi:
             if exc.status == 404:
                 return None
             raise
+
+    def _read_secret_metadata(self, name: str, namespace: str, **kwargs: Any) -> Any:
+        """A Secret's metadata only (PartialObjectMetadata): its values are not read back."""
+        # Called through `_call`, which classifies errors and sets the timeout.
+        response: Any = self.core.read_namespaced_secret(
+            name,
+            namespace,
+            _preload_content=False,
+            _headers={"Accept": "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"},
+            **kwargs,
+        )
+        try:
+            body = json.loads(response.data or b"{}")
+        finally:
+            response.release_conn()
+        meta = body.get("metadata", {})
+        return SimpleNamespace(
+            metadata=SimpleNamespace(
+                name=meta.get("name"),
+                namespace=meta.get("namespace"),
+                labels=meta.get("labels") or {},
+                annotations=meta.get("annotations") or {},
+                resource_version=meta.get("resourceVersion"),
+                deletion_timestamp=meta.get("deletionTimestamp"),
+            )
+        )
 
     def _create_or_read(
         self, create: Callable[..., Any], read: Callable[..., T], body: dict[str, Any]

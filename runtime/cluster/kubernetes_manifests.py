@@ -15,8 +15,15 @@ from typing import Any
 
 from runtime.cluster import dra_manifests
 from runtime.cluster.kueue_objects import PRIORITY_CLASS_LABEL, QUEUE_NAME_LABEL
-from runtime.cluster.names import GANG_SIZE_LABEL, RANK_LABEL, gang_member_name
+from runtime.cluster.names import (
+    GANG_SIZE_LABEL,
+    RANK_LABEL,
+    gang_member_name,
+    notebook_secret_name,
+    portal_route_name,
+)
 from runtime.cluster.pod_manifests import (
+    NOTEBOOK_TOKEN_KEY,
     pod_selector,
     pod_spec,
     template_metadata,
@@ -34,6 +41,8 @@ GANG_PORT = 29500
 #: Finished Jobs stay this long so the sync loop can read their final status before the
 #: ttl-after-finished controller deletes them (and their pods with them).
 JOB_TTL_SECONDS_AFTER_FINISHED = 3600
+#: The path of a workload host that goes to the portal (runtime.services.workload_access).
+PORTAL_CALLBACK_PREFIX = "/_portal/"
 GATEWAY_API_GROUP = "gateway.networking.k8s.io"
 GATEWAY_API_VERSION = "v1"
 HTTPROUTE_PLURAL = "httproutes"
@@ -120,6 +129,10 @@ def ingress_manifest(spec: WorkloadSpec) -> Manifest:
         "nginx.ingress.kubernetes.io/proxy-read-timeout": "3600",
         "nginx.ingress.kubernetes.io/proxy-send-timeout": "3600",
         "nginx.ingress.kubernetes.io/proxy-body-size": "100m",
+        # What the check answers goes on to the pod: the user, and a notebook's token.
+        "nginx.ingress.kubernetes.io/auth-response-headers": "X-Auth-Request-User, Authorization"
+        if spec.notebook_token is not None
+        else "X-Auth-Request-User",
     }
     path = route.path
     path_type = "Prefix"
@@ -211,6 +224,74 @@ def route_manifest(spec: WorkloadSpec) -> Manifest:
     if spec.route is not None and spec.route.kind == "httproute":
         return httproute_manifest(spec)
     return ingress_manifest(spec)
+
+
+def portal_route_manifests(spec: WorkloadSpec) -> list[Manifest]:
+    """The workload host's `/_portal/` path to the portal, without the check (it is where the
+    check's cookie is made): an ExternalName Service naming the portal's in-cluster host, and
+    an Ingress (or HTTPRoute) of its own, since an Ingress's auth annotations cover all its
+    paths. None when the route names no portal service."""
+    route = spec.route
+    if route is None or not route.portal_service_host:
+        return []
+    name = portal_route_name(spec.name)
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {**workload_metadata(spec), "name": name},
+        "spec": {
+            "type": "ExternalName",
+            "externalName": route.portal_service_host,
+            "ports": [
+                {
+                    "name": "http",
+                    "port": route.portal_service_port,
+                    "targetPort": route.portal_service_port,
+                    "protocol": "TCP",
+                }
+            ],
+        },
+    }
+    if route.kind == "httproute":
+        body = httproute_manifest(spec)
+        body["metadata"]["name"] = name
+        for key in ("gpu-portal/auth-url", "gpu-portal/auth-signin"):
+            body["metadata"]["annotations"].pop(key)
+        body["spec"]["rules"] = [
+            {
+                "matches": [
+                    {"path": {"type": "PathPrefix", "value": PORTAL_CALLBACK_PREFIX.rstrip("/")}}
+                ],
+                "backendRefs": [{"name": name, "port": route.portal_service_port}],
+            }
+        ]
+        return [service, body]
+    ingress = ingress_manifest(spec)
+    ingress["metadata"]["name"] = name
+    ingress["metadata"]["annotations"] = workload_metadata(spec).get("annotations", {})
+    ingress["spec"]["rules"][0]["http"]["paths"] = [
+        {
+            "path": PORTAL_CALLBACK_PREFIX,
+            "pathType": "Prefix",
+            "backend": {"service": {"name": name, "port": {"number": route.portal_service_port}}},
+        }
+    ]
+    return [service, ingress]
+
+
+def notebook_secret_manifest(spec: WorkloadSpec) -> Manifest | None:
+    """The Secret holding a notebook's Jupyter token (its pod reads it as JUPYTER_TOKEN)."""
+    if spec.notebook_token is None:
+        return None
+    metadata = workload_metadata(spec)
+    metadata["name"] = notebook_secret_name(spec.name)
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": metadata,
+        "type": "Opaque",
+        "stringData": {NOTEBOOK_TOKEN_KEY: spec.notebook_token},
+    }
 
 
 def gang_env(spec: WorkloadSpec, rank: int) -> dict[str, str]:
@@ -312,5 +393,7 @@ def workload_manifests(spec: WorkloadSpec) -> list[Manifest]:
         ]
     if spec.kind == "job":
         return [*templates, job_manifest(spec)]
-    routed = [route_manifest(spec)] if spec.route is not None else []
-    return [*templates, deployment_manifest(spec), service_manifest(spec), *routed]
+    routed = [route_manifest(spec), *portal_route_manifests(spec)] if spec.route else []
+    secret = notebook_secret_manifest(spec)
+    token = [secret] if secret is not None else []
+    return [*templates, *token, deployment_manifest(spec), service_manifest(spec), *routed]

@@ -7,10 +7,8 @@ names, kinds and revisions are.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Sequence
-from types import SimpleNamespace
 from typing import Any
 
 from runtime.cluster import project_manifests
@@ -78,32 +76,6 @@ class KubernetesProjectData(KubernetesApi):
             body["metadata"]["resourceVersion"] = existing.metadata.resource_version
             self._write(self.core.replace_namespaced_secret, secret.name, spec.namespace, body)
             log.info("replaced secret %s/%s with r%s", spec.namespace, secret.name, secret.revision)
-
-    def _read_secret_metadata(self, name: str, namespace: str, **kwargs: Any) -> Any:
-        """A Secret's metadata only (PartialObjectMetadata): its values are not read back."""
-        # Called through `_call`, which classifies errors and sets the timeout.
-        response: Any = self.core.read_namespaced_secret(
-            name,
-            namespace,
-            _preload_content=False,
-            _headers={"Accept": "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"},
-            **kwargs,
-        )
-        try:
-            body = json.loads(response.data or b"{}")
-        finally:
-            response.release_conn()
-        meta = body.get("metadata", {})
-        return SimpleNamespace(
-            metadata=SimpleNamespace(
-                name=meta.get("name"),
-                namespace=meta.get("namespace"),
-                labels=meta.get("labels") or {},
-                annotations=meta.get("annotations") or {},
-                resource_version=meta.get("resourceVersion"),
-                deletion_timestamp=meta.get("deletionTimestamp"),
-            )
-        )
 
     @staticmethod
     def _check_ours(existing: Any, kind: str, namespace: str, name: str) -> None:

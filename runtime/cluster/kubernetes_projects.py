@@ -69,7 +69,8 @@ class KubernetesProjects(KubernetesApi):
             self._write(self.scheduling.create_priority_class, body)
 
     def ensure_project(self, spec: ProjectSpec) -> None:
-        """Namespace, ResourceQuota and LimitRange for a project; adopts and converges."""
+        """Namespace, NetworkPolicies, ResourceQuota and LimitRange for a project; adopts and
+        converges."""
         # 1. The namespace: adopt an existing one by adding the portal's labels.
         ns_body = project_manifests.namespace_manifest(spec)
         namespace = self._create_or_read(
@@ -95,7 +96,24 @@ class KubernetesProjects(KubernetesApi):
                     patch,
                     _content_type="application/merge-patch+json",
                 )
-        # 2. The quota: replace it when its hard limits differ from the portal's.
+        # 2. Who may reach its pods: the NetworkPolicies, patched back when they drifted.
+        for policy_body in project_manifests.network_policy_manifests(spec):
+            policy = self._create_or_read(
+                self.networking.create_namespaced_network_policy,
+                self.networking.read_namespaced_network_policy,
+                policy_body,
+            )
+            if policy is not None and (
+                self.api_client.sanitize_for_serialization(policy.spec) != policy_body["spec"]
+            ):
+                self._write(
+                    self.networking.patch_namespaced_network_policy,
+                    policy_body["metadata"]["name"],
+                    spec.namespace,
+                    {"spec": policy_body["spec"]},
+                    _content_type="application/merge-patch+json",
+                )
+        # 3. The quota: replace it when its hard limits differ from the portal's.
         quota_body = project_manifests.resource_quota_manifest(spec)
         quota = self._create_or_read(
             self.core.create_namespaced_resource_quota,
@@ -112,7 +130,7 @@ class KubernetesProjects(KubernetesApi):
                 spec.namespace,
                 quota_body,
             )
-        # 3. The limit range: the same, or gone when the project has no defaults.
+        # 4. The limit range: the same, or gone when the project has no defaults.
         if spec.limit_range.is_empty:
             try:
                 self._write(

@@ -25,6 +25,8 @@ from runtime.cluster.names import (
     SUSPENDED_AT_ANNOTATION,
     SUSPENDED_REPLICAS_ANNOTATION,
     TERMINATE_REASON_ANNOTATION,
+    notebook_secret_name,
+    portal_route_name,
     workload_name,
 )
 from runtime.cluster.specs import RESUMABLE_KINDS, WorkloadSpec
@@ -122,6 +124,8 @@ class KubernetesWorkloads(KubernetesApi):
                 self.apps.read_namespaced_deployment,
             ),
             "Service": (self.core.create_namespaced_service, self.core.read_namespaced_service),
+            # A notebook's token: adopted by its metadata, its value never read back.
+            "Secret": (self.core.create_namespaced_secret, self._read_secret_metadata),
             "Ingress": (
                 self.networking.create_namespaced_ingress,
                 self.networking.read_namespaced_ingress,
@@ -191,6 +195,13 @@ class KubernetesWorkloads(KubernetesApi):
             (serving, self.networking.delete_namespaced_ingress, None),
             (serving, self.httproutes.delete, None),
         ]
+        if deployment is not None:  # its host's /_portal/ route and a notebook's token
+            targets += [
+                (portal_route_name(serving), self.core.delete_namespaced_service, None),
+                (portal_route_name(serving), self.networking.delete_namespaced_ingress, None),
+                (portal_route_name(serving), self.httproutes.delete, None),
+                (notebook_secret_name(serving), self.core.delete_namespaced_secret, None),
+            ]
         for name, delete, annotate in targets:
             try:
                 if annotate is not None:

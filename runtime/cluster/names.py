@@ -71,6 +71,16 @@ def workload_name(request_id: str, attempt: int) -> str:
     return f"gpr-{request_id}-a{attempt}"
 
 
+def notebook_secret_name(name: str) -> str:
+    """The Secret holding a notebook's Jupyter token, e.g. `gpr-812-a1-jupyter`."""
+    return f"{name}-jupyter"
+
+
+def portal_route_name(name: str) -> str:
+    """The Service and route of a workload host's `/_portal/` path, e.g. `gpr-812-a1-portal`."""
+    return f"{name}-portal"
+
+
 def gang_member_name(name: str, rank: int) -> str:
     """The name of one rank of a gang workload `name` (its Job and pod hostname):
     `gpr-812-a1-r0`. At most 50 + 2 + 4 characters for ranks below 10,000."""

@@ -20,6 +20,7 @@ from runtime.cluster.names import (
     REASON_ANNOTATION,
     REQUEST_LABEL,
     WORKLOAD_LABEL,
+    notebook_secret_name,
 )
 from runtime.cluster.project_manifests import project_labels
 from runtime.cluster.specs import Toleration, WorkloadSpec
@@ -40,6 +41,10 @@ HAMI_NODE_ANNOTATION = "hami.io/vgpu-node"
 TERMINATION_GRACE_SECONDS = 30
 SHM_VOLUME = "dshm"
 SHM_MOUNT_PATH = "/dev/shm"
+#: Jupyter's own variable for its token (jupyter_server's `ServerApp.token`), and the key of the
+#: notebook's Secret that holds it.
+NOTEBOOK_TOKEN_ENV = "JUPYTER_TOKEN"
+NOTEBOOK_TOKEN_KEY = "token"
 
 
 def selector_labels(request_id: str, attempt: int) -> dict[str, str]:
@@ -193,8 +198,13 @@ def pod_spec(spec: WorkloadSpec, *, restart_policy: str) -> dict[str, Any]:
     env_list += [
         {"name": ref.name, "valueFrom": {"secretKeyRef": {"name": ref.secret_name, "key": ref.key}}}
         for ref in sorted(spec.secret_env, key=lambda ref: ref.name)
-        if ref.name not in env
+        if ref.name not in env and ref.name != NOTEBOOK_TOKEN_ENV
     ]
+    if spec.notebook_token is not None:
+        # From the notebook's own Secret: the token is never a literal in the Deployment.
+        env_list = [e for e in env_list if e["name"] != NOTEBOOK_TOKEN_ENV]
+        secret_ref = {"name": notebook_secret_name(spec.name), "key": NOTEBOOK_TOKEN_KEY}
+        env_list.append({"name": NOTEBOOK_TOKEN_ENV, "valueFrom": {"secretKeyRef": secret_ref}})
     if env_list:
         container["env"] = env_list
     volumes, mounts = pod_volumes(spec)
@@ -290,18 +300,21 @@ def template_metadata(spec: WorkloadSpec) -> dict[str, Any]:
 
 
 def route_env(spec: WorkloadSpec) -> dict[str, str]:
-    """What a routed notebook or service reads to serve under its path, with no token of its
-    own (the Ingress's auth check is the only door): `NB_PREFIX` (Kubeflow notebook images),
-    `NOTEBOOK_ARGS` (Jupyter docker-stacks' start-notebook), `WORKLOAD_BASE_PATH` (anything).
-    The portal's keys win over the user's."""
+    """What a routed notebook or service reads to serve under its path: `NB_PREFIX` (Kubeflow
+    notebook images), `NOTEBOOK_ARGS` (Jupyter docker-stacks' start-notebook),
+    `WORKLOAD_BASE_PATH` (anything). A notebook with a token reads it from `JUPYTER_TOKEN`
+    (its Secret) and the Ingress adds it to every call that passed the portal's check; one
+    without starts with none (the check is then the only door). The portal's keys win over
+    the user's."""
     if spec.route is None:
         return {}
     path = spec.route.path
     env = {"WORKLOAD_BASE_PATH": path}
     if spec.kind == "notebook":
         env["NB_PREFIX"] = path.rstrip("/")
+        token = "" if spec.notebook_token is not None else "--ServerApp.token= "
         env["NOTEBOOK_ARGS"] = (
-            f"--ServerApp.base_url={path} --ServerApp.token= --ServerApp.password= "
+            f"--ServerApp.base_url={path} {token}--ServerApp.password= "
             "--ServerApp.allow_remote_access=True"
         )
     return env

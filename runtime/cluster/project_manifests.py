@@ -13,6 +13,7 @@ from runtime.cluster.names import (
     MANAGED_BY_LABEL,
     MANAGED_BY_VALUE,
     PROJECT_LABEL,
+    RANK_LABEL,
     REVISION_ANNOTATION,
     TEAM_LABEL,
 )
@@ -33,6 +34,11 @@ LIMIT_RANGE_NAME = "gpu-portal-limits"
 #: the device plugin injects devices, so `baseline` fits and blocks hostPath/privileged pods.
 POD_SECURITY_LABEL = "pod-security.kubernetes.io/enforce"
 POD_SECURITY_LEVEL = "baseline"
+DENY_POLICY_NAME = "gpu-portal-default-deny"
+INGRESS_POLICY_NAME = "gpu-portal-allow-ingress-controller"
+GANG_POLICY_NAME = "gpu-portal-allow-gang"
+#: Set by Kubernetes on every namespace (1.22+): a namespace selector needs no label of ours.
+NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
 
 # Quota names Kubernetes accepts without a domain: the standard compute/object resources.
 _STANDARD_QUOTA_NAMES = frozenset(
@@ -187,3 +193,45 @@ def secret_manifest(data: ProjectDataSpec, secret: SecretSpec) -> Manifest:
         "type": secret.type,
         "stringData": dict(secret.data),
     }
+
+
+def _network_policy(spec: ProjectSpec, name: str, policy: dict[str, Any]) -> Manifest:
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {
+            "name": name,
+            "namespace": spec.namespace,
+            "labels": project_labels(spec.team_slug, spec.project_slug),
+        },
+        "spec": {**policy, "policyTypes": ["Ingress"]},
+    }
+
+
+def network_policy_manifests(spec: ProjectSpec) -> list[Manifest]:
+    """What may reach the project's pods: nothing by default (pods of other projects included);
+    the portal's workloads from pods of the ingress controller's namespace; a gang's ranks from
+    each other (torchrun and NCCL talk on many ports). Egress is not limited."""
+    workloads = {"matchLabels": {MANAGED_BY_LABEL: MANAGED_BY_VALUE}}
+    ranks = {"matchExpressions": [{"key": RANK_LABEL, "operator": "Exists"}]}
+    policies = [
+        _network_policy(spec, DENY_POLICY_NAME, {"podSelector": {}}),
+        _network_policy(
+            spec,
+            GANG_POLICY_NAME,
+            {"podSelector": ranks, "ingress": [{"from": [{"podSelector": ranks}]}]},
+        ),
+    ]
+    if spec.ingress_namespace:
+        controller = {"matchLabels": {NAMESPACE_NAME_LABEL: spec.ingress_namespace}}
+        policies.append(
+            _network_policy(
+                spec,
+                INGRESS_POLICY_NAME,
+                {
+                    "podSelector": workloads,
+                    "ingress": [{"from": [{"namespaceSelector": controller}]}],
+                },
+            )
+        )
+    return policies

@@ -81,6 +81,8 @@ class ProjectSpec:
     `quota` maps resource names to amounts, e.g. `{"requests.nvidia.com/gpu": 8,
     "requests.nvidia.com/mig-1g.10gb": 4, "requests.nvidia.com/gpumem": 98304}`. Extended
     resources may be given without the `requests.` prefix; Kubernetes only counts them with it.
+    `ingress_namespace` is the ingress controller's namespace: the only one whose pods may reach
+    the project's workloads ("" lets none in; see `project_manifests.network_policy_manifests`).
     """
 
     team_slug: str
@@ -88,10 +90,13 @@ class ProjectSpec:
     namespace: str
     quota: Mapping[str, int | str] = field(default_factory=dict)
     limit_range: LimitRangeSpec = field(default_factory=LimitRangeSpec)
+    ingress_namespace: str = ""
 
     def __post_init__(self) -> None:
         if not is_dns_label(self.namespace):
             raise ValueError(f"namespace {self.namespace!r} is not a DNS-1123 label")
+        if self.ingress_namespace and not is_dns_label(self.ingress_namespace):
+            raise ValueError(f"namespace {self.ingress_namespace!r} is not a DNS-1123 label")
         for slug in (self.team_slug, self.project_slug):
             if not slug or not is_label_value(slug):
                 raise ValueError(f"slug {slug!r} is not a valid label value")
@@ -201,6 +206,11 @@ class WorkloadRoute:
     portal's check for this request (`.../auth/workloads/812/`: 200 lets the call through, 401
     sends the browser to `signin_url`). `strip_prefix` removes `path` before the call reaches
     the pod (services); notebooks keep it, they are started with it as their base URL.
+
+    `portal_service_host` (the portal's in-cluster DNS name) and `portal_service_port`, when
+    set, give the workload's host a second route: `/_portal/` to the portal, without the check,
+    through an ExternalName Service. That is where the browser turns the portal's one-use link
+    into the workload's own cookie (docs/security.md, "Workload origins").
     """
 
     path: str
@@ -214,8 +224,12 @@ class WorkloadRoute:
     gateway_name: str = ""
     gateway_namespace: str = ""
     gateway_section: str = ""
+    portal_service_host: str = ""
+    portal_service_port: int = 80
 
     def __post_init__(self) -> None:
+        if self.portal_service_host and not self.host:
+            raise ValueError("the portal's callback route needs the workload's own host")
         if self.kind == "httproute" and not self.gateway_name:
             raise ValueError("an HTTPRoute needs the gateway's name")
         if not (self.path.startswith("/") and self.path.endswith("/")):
@@ -287,6 +301,8 @@ class WorkloadSpec:
     image_pull_secrets: tuple[str, ...] = ()
     shm_mib: int | None = None
     allocation: DeviceAllocation = "device-plugin"
+    #: A notebook's Jupyter token: written to its own Secret, never into the Deployment.
+    notebook_token: str | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         workload_name(self.request_id, self.attempt)  # validates both
@@ -296,6 +312,8 @@ class WorkloadSpec:
             raise ValueError("Dynamic Resource Allocation gives whole cards only")
         if self.route is not None and self.kind not in RESUMABLE_KINDS:
             raise ValueError("only notebooks and services get a route")
+        if self.notebook_token is not None and (self.kind != "notebook" or not self.notebook_token):
+            raise ValueError("only a notebook has a token, and it is not empty")
         if self.queue_name is not None and (self.kind != "job" or self.gang):
             raise ValueError("only single-pod jobs are handed to Kueue")
         if self.gang:

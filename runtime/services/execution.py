@@ -36,7 +36,7 @@ from runtime.cluster.base import Taint as ClusterTaint
 from runtime.cluster.kueue_objects import LOCAL_QUEUE_NAME
 from runtime.selectors.workloads import LIVE_STATUSES, live_requests_on
 from runtime.services import project_data, propagation, verdicts
-from runtime.services.connect import workload_route
+from runtime.services.connect import workload_notebook_token, workload_route
 from runtime.services.inventory import gpu_products
 from runtime.services.kueue_admission import sync_kueue
 from runtime.services.observed import record_observation
@@ -177,6 +177,7 @@ def workload_spec(request: GpuRequest, allocation: Allocation) -> WorkloadSpec:
         else (),
         allocation="dra" if dra else "device-plugin",
         route=workload_route(request),
+        notebook_token=workload_notebook_token(request),
         **project_data.workload_fields(request),
     )
 

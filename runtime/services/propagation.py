@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from decimal import Decimal
 
+from django.conf import settings
 from django.db.models import Max, Q
 
 from runtime.cluster.base import ClusterBackend, LimitRangeSpec, ProjectSpec
@@ -73,6 +74,7 @@ def project_spec(project: Project) -> ProjectSpec:
         namespace=project.namespace,
         quota=quota,
         limit_range=PROJECT_LIMIT_RANGE,
+        ingress_namespace=settings.INGRESS_CONTROLLER_NAMESPACE,
     )
 
 

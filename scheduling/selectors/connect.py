@@ -1,17 +1,20 @@
 """Who may open a notebook or service, where it is served, and what sync saw of its pods.
 
-The workload is served at `WORKLOAD_BASE_URL` + `<request id>/`, behind the portal's own
-sign-in: the proxy in front of it asks the portal (`/auth/workloads/<id>/`) before every call.
-Those who may open it are those who may see the request (`visible_to`): its owner, the team's
-lead and platform admins.
+Each workload has an origin of its own: request 812 is served at
+`WORKLOAD_SCHEME://812.WORKLOAD_DOMAIN/`, never on the portal's host, so the portal's cookies
+never reach it. People open it through the portal (`/connect/812/`), which checks them and hands
+the workload host a short-lived credential (`runtime/services/workload_access.py`). Those who
+may open it are those who may see the request (`visible_to`): its owner, the team's lead and
+platform admins.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
-from urllib.parse import urlsplit
 
 from django.conf import settings
+from django.urls import reverse
 
 from scheduling.choices import RequestStatus, WorkloadKind
 from scheduling.models import Allocation, GpuRequest
@@ -19,17 +22,31 @@ from scheduling.models import Allocation, GpuRequest
 CONNECTABLE_KINDS = (WorkloadKind.NOTEBOOK, WorkloadKind.SERVICE)
 
 
-def workload_path(request_id: int) -> str:
-    """The path a request's workload is served under, e.g. `/w/812/`."""
-    return f"{urlsplit(settings.WORKLOAD_BASE_URL).path}{request_id}/"
+def workload_host(request_id: int) -> str:
+    """The host (and port, if WORKLOAD_DOMAIN has one) of a request's workload, e.g.
+    `812.workloads.example.org`."""
+    return f"{request_id}.{settings.WORKLOAD_DOMAIN}"
+
+
+def workload_origin(request_id: int) -> str:
+    """The origin a request's workload is served on, e.g. `https://812.workloads.example.org`."""
+    return f"{settings.WORKLOAD_SCHEME}://{workload_host(request_id)}"
+
+
+def request_id_of_host(host: str) -> int | None:
+    """The request whose workload host `host` is (`812.workloads.example.org` → 812), else None."""
+    domain_host = settings.WORKLOAD_DOMAIN.split(":")[0]
+    match = re.fullmatch(rf"([1-9][0-9]{{0,17}})\.{re.escape(domain_host)}", host.split(":")[0])
+    return int(match.group(1)) if match else None
 
 
 def connect_url(gpu_request: GpuRequest) -> str | None:
-    """Where to open a running notebook or service (relative when `WORKLOAD_BASE_URL` is a
-    path on the portal's own host); None for jobs and for work that is not running."""
+    """Where to open a running notebook or service: the portal's `/connect/<id>/`, which checks
+    the caller and sends the browser on to the workload's own host; None for jobs and for work
+    that is not running."""
     if gpu_request.kind not in CONNECTABLE_KINDS or gpu_request.status != RequestStatus.RUNNING:
         return None
-    return f"{settings.WORKLOAD_BASE_URL}{gpu_request.pk}/"
+    return reverse("workload-connect", kwargs={"pk": gpu_request.pk})
 
 
 def connectable_request(user: Any, request_id: int) -> GpuRequest | None:

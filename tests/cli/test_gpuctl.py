@@ -140,16 +140,19 @@ def test_a_developer_drives_a_notebook_through_gpuctl(
     assert waiting.returncode == 0, err
     assert out.strip() == f"request {request.pk} is running"
 
-    # Open: the URL, behind the portal's sign-in (the Ingress's auth check); logs, events.
+    # Open: the portal's /connect/ URL, which sends who may see it on to the workload's own
+    # host with a one-use link; logs, events.
     opened = gpuctl("open", str(request.pk))
     assert opened.returncode == 0, opened.stderr
-    assert opened.stdout.strip() == f"{gpuctl.url}/w/{request.pk}/"
+    assert opened.stdout.strip() == f"{gpuctl.url}/connect/{request.pk}/"
     owner, outsider = browser(gpuctl.url, "dev_a"), browser(gpuctl.url, "dev_b")
-    check = f"{gpuctl.url}/auth/workloads/{request.pk}/"
-    assert owner.get(check, timeout=30).status_code == 200
-    assert outsider.get(check, timeout=30).status_code == 403
-    assert owner.get(opened.stdout.strip(), timeout=30).status_code == 200
+    link = owner.get(opened.stdout.strip(), timeout=30, allow_redirects=False)
+    assert link.status_code == 302
+    assert f"{request.pk}.workloads.localhost" in link.headers["Location"]
     assert outsider.get(opened.stdout.strip(), timeout=30).status_code == 404
+    # The portal's session is no credential for the Ingress's check (the workload cookie is).
+    check = f"{gpuctl.url}/auth/workloads/{request.pk}/"
+    assert owner.get(check, timeout=30).status_code == 401
     # The simulated pod starts a few seconds after its launch (the running report above does not
     # move the simulated clock) and then writes a line every 5 s; a tail of 100 holds the first.
     deadline = time.monotonic() + 60

