@@ -93,6 +93,12 @@ PORTAL_RBAC_RULES: list[dict[str, Any]] = [
         "resources": ["ingresses"],
         "verbs": ["create", "get", "delete"],
     },
+    # A project's NetworkPolicies: default deny, the ingress controller and a gang's ranks in.
+    {
+        "apiGroups": ["networking.k8s.io"],
+        "resources": ["networkpolicies"],
+        "verbs": ["create", "get", "patch"],
+    },
     {"apiGroups": [""], "resources": ["events"], "verbs": ["list"]},
     # A project's workspace and home volumes, its secrets, and Gateway API routes.
     {

@@ -64,6 +64,8 @@ def test_a_notebook_mounts_its_projects_data_and_leaves_it_behind_when_cancelled
 ) -> None:
     settings.CLUSTER_BACKEND = "kubernetes"
     settings.PORTAL_INTERNAL_URL = "http://gpu-portal-web.gpu-portal.svc:8000"
+    settings.PORTAL_URL = "https://gpu.example.com"
+    settings.WORKLOAD_DOMAIN = "workloads.example.org"
     teams = seed_demo_organisation(password="x")
     seed_demo_fleet(teams=teams)
     apply_inventory(k8s_backend.sync_inventory())

@@ -162,6 +162,7 @@ PLURALS = {
     "event": "events",
     "persistent_volume_claim": "persistentvolumeclaims",
     "secret": "secrets",
+    "network_policy": "networkpolicies",
 }
 
 
