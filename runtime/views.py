@@ -17,6 +17,7 @@ from django.utils.dateparse import parse_datetime
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_safe
+from redis.exceptions import RedisError
 
 from runtime.selectors.workloads import LIVE_STATUSES
 from runtime.services import inspection, workload_access
@@ -61,7 +62,10 @@ def workload_callback(request: HttpRequest, pk: int) -> HttpResponse:
     """On the workload's own host: redeem the link token once, set the host-only workload
     cookie and go on to `next`; a link that is forged, expired, used or no longer allowed is
     refused (403) with the way back to the portal."""
-    access = workload_access.redeem_link_token(request.GET.get("token", ""), request_id=pk)
+    try:
+        access = workload_access.redeem_link_token(request.GET.get("token", ""), request_id=pk)
+    except RedisError:  # the one-use check needs the cache: retry rather than an error page
+        return HttpResponse("Try again in a moment.", status=503, content_type="text/plain")
     if access.status != 200:
         return _refusal(request, pk, status=403)
     response = HttpResponseRedirect(_workload_path(request.GET.get("next")))

@@ -3,7 +3,7 @@ and the portal's session and CSRF cookies never reach it; another team's user is
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 from urllib.parse import urlsplit
 
 import pytest
@@ -27,8 +27,11 @@ def running_service(transactional_db: None, live_server: Any, settings: Any) -> 
     settings.PORTAL_URL = live_server.url
     org = make_org()
     fleet = make_fleet(org)
-    service: GpuRequest = GpuRequestFactory(
-        project=org.project_a, flavor=fleet.l4_6g, kind="service", actor=org.dev_a
+    service = cast(
+        GpuRequest,
+        GpuRequestFactory(
+            project=org.project_a, flavor=fleet.l4_6g, kind="service", actor=org.dev_a
+        ),
     )
     # (Here the submission's tasks run at once; its lifecycle is not what this test is about.)
     GpuRequest.objects.filter(pk=service.pk).update(status=RequestStatus.RUNNING)

@@ -10,6 +10,7 @@ import pytest
 from django.conf import settings
 from django.test import Client
 from django.urls import reverse
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from runtime.cluster.simulated import SimulatedCluster
 from runtime.models import SimulatedWorkload
@@ -271,3 +272,17 @@ def test_a_simulated_notebook_runs_until_it_is_cancelled(
     running.refresh_from_db()
     assert running.status == RequestStatus.CANCELLED
     assert not SimulatedWorkload.objects.filter(request_key=str(running.pk)).exists()
+
+
+def test_the_callback_answers_503_when_the_cache_is_unreachable(
+    org: Org, fleet: Fleet, monkeypatch: Any
+) -> None:
+    request = notebook(org, fleet)
+    token = workload_access.mint_link_token(user=org.dev_a, request_id=request.pk)
+
+    def unreachable(*args: Any, **kwargs: Any) -> bool:
+        raise RedisConnectionError("connection refused")
+
+    monkeypatch.setattr(workload_access.cache, "add", unreachable)
+    answer = workload_client(request.pk).get("/_portal/callback", {"token": token})
+    assert answer.status_code == 503 and workload_access.COOKIE_NAME not in answer.cookies
