@@ -47,12 +47,18 @@ def test_the_portals_cookies_stay_host_only(settings: Any) -> None:
     assert "parent" in error.msg
 
 
-def test_no_process_starts_with_workloads_on_the_portals_host() -> None:
-    env = {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": "portal.settings",
-        "WORKLOAD_DOMAIN": "localhost",
-    }
+@pytest.mark.parametrize(
+    ("variables", "message"),
+    [
+        ({"WORKLOAD_DOMAIN": "localhost"}, "WORKLOAD_DOMAIN 'localhost' is the portal's host"),
+        # The old setting put workloads under /w/ on the portal's host: said, not ignored.
+        ({"WORKLOAD_BASE_URL": "https://gpu.example.com/w/"}, "WORKLOAD_BASE_URL is gone"),
+    ],
+)
+def test_no_process_starts_with_workloads_on_the_portals_host(
+    variables: dict[str, str], message: str
+) -> None:
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "portal.settings", **variables}
     started = subprocess.run(
         [sys.executable, "-c", "import django; django.setup()"],
         env=env,
@@ -62,4 +68,4 @@ def test_no_process_starts_with_workloads_on_the_portals_host() -> None:
         timeout=60,
     )
     assert started.returncode != 0
-    assert "WORKLOAD_DOMAIN 'localhost' is the portal's host" in started.stderr
+    assert message in started.stderr
