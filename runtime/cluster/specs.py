@@ -202,10 +202,11 @@ class WorkloadRoute:
     or (`kind="httproute"`) a Gateway API HTTPRoute on the gateway `gateway_namespace/
     gateway_name`, whose own policy must make the same check.
 
-    `host` ("" for any host) and `path` (`/w/812/`) are where it is served; `auth_url` is the
-    portal's check for this request (`.../auth/workloads/812/`: 200 lets the call through, 401
-    sends the browser to `signin_url`). `strip_prefix` removes `path` before the call reaches
-    the pod (services); notebooks keep it, they are started with it as their base URL.
+    `host` (`812.workloads.example.org`; "" for any host) and `path` (the portal uses `/`) are
+    where it is served; `auth_url` is the portal's check for this request
+    (`.../auth/workloads/812/`: 200 lets the call through, 401 sends the browser to
+    `signin_url`). `strip_prefix` removes `path` before the call reaches the pod (services);
+    notebooks keep it, they are started with it as their base URL.
 
     `portal_service_host` (the portal's in-cluster DNS name) and `portal_service_port`, when
     set, give the workload's host a second route: `/_portal/` to the portal, without the check,
