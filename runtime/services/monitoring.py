@@ -112,8 +112,8 @@ class Census:
 
     def describe(self) -> str:
         models = f" ({', '.join(self.models)})" if self.models else ""
-        hosts = len(self.hosts)
-        return f"{self.gpus} GPUs on {hosts} host{'s' if hosts != 1 else ''}{models}"
+        gpus, hosts = self.gpus, len(self.hosts)
+        return f"{gpus} GPU{'s' * (gpus != 1)} on {hosts} host{'s' * (hosts != 1)}{models}"
 
 
 class PrometheusError(Exception):
@@ -165,10 +165,16 @@ class PrometheusMetrics:
         return out
 
     def census(self) -> Census:
-        """The GPUs that report the utilisation metric (one per UUID), their hosts and models."""
+        """The GPUs (one per UUID) that report the utilisation metric, their hosts and models;
+        where none does, those reporting the profiling metric (MIG cards report only that)."""
         host, uuid, model = self.labels.hostname, self.labels.gpu_uuid, self.labels.gpu_model
-        metric = settings.PROMETHEUS_UTILISATION_METRIC
-        answer = self.query(f"group by ({host}, {uuid}, {model}) ({metric})")
+        answer: list[tuple[dict[str, str], float]] = []
+        for metric in (
+            settings.PROMETHEUS_UTILISATION_METRIC,
+            settings.PROMETHEUS_PROFILING_METRIC,
+        ):
+            if metric and not answer:
+                answer = self.query(f"group by ({host}, {uuid}, {model}) ({metric})")
         return Census(
             gpus=len({labels.get(uuid, "") for labels, _ in answer}),
             hosts=tuple(sorted({labels.get(host, "") for labels, _ in answer} - {""})),
@@ -279,11 +285,18 @@ def poll_cluster(cluster: Cluster, allocations: Sequence[Allocation]) -> Poll:
     try:
         census = source.census()
         if census.gpus == 0 and Node.objects.filter(pool__cluster=cluster).exists():
-            metric = settings.PROMETHEUS_UTILISATION_METRIC
+            metrics = " or ".join(
+                m
+                for m in (
+                    settings.PROMETHEUS_UTILISATION_METRIC,
+                    settings.PROMETHEUS_PROFILING_METRIC,
+                )
+                if m
+            )
             return Poll(
                 {},
-                f"Prometheus at {url} holds no {metric} series: is the DCGM exporter running "
-                "and scraped, and is the metric name right?",
+                f"Prometheus at {url} holds no {metrics} series: is the DCGM exporter running "
+                "and scraped, and are the metric names right?",
             )
         readings = source.readings(allocations) if allocations else {}
     except PrometheusError as error:

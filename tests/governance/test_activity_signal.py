@@ -155,7 +155,10 @@ def test_the_simulated_cluster_keeps_its_simulated_samples(running: Runner, sett
     ("answer", "reason"),
     [
         (503, "HTTP 503"),  # Prometheus up but failing
-        ("no-series", "holds no DCGM_FI_DEV_GPU_UTIL series"),  # no exporter scraped
+        (
+            "no-series",
+            "holds no DCGM_FI_DEV_GPU_UTIL or DCGM_FI_PROF_GR_ENGINE_ACTIVE series",
+        ),  # no exporter scraped
     ],
 )
 def test_a_failing_or_empty_prometheus_is_a_gap(
@@ -171,6 +174,32 @@ def test_a_failing_or_empty_prometheus_is_a_gap(
     local.refresh_from_db()
     assert reason in local.activity_gap_reason
     assert fake.url in local.activity_gap_reason
+
+
+def test_a_cluster_of_mig_slices_reports_through_the_profiling_metric(
+    running: Runner, kubernetes: Any, local: Cluster
+) -> None:
+    """A MIG slice has no DCGM_FI_DEV_GPU_UTIL, only the profiling ratio: that is a signal."""
+    allocation = named(running(minutes_ago=5), NOTEBOOK)
+    series = {
+        "__name__": "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+        "GPU_I_ID": "3",
+        "GPU_I_PROFILE": "1g.10gb",
+        "Hostname": "gpu-h100-01",
+        "UUID": "GPU-5c4e2b1a-8f3d-4e6a-9b7c-1d2e3f4a5b6c",
+        "modelName": "NVIDIA H100 80GB HBM3",
+        "namespace": allocation.request.project.namespace,
+        "pod": f"{NOTEBOOK}-5d8f9c7b6-q4wzn",
+    }
+    answer = {"resultType": "vector", "result": [{"metric": series, "value": [0, "0.25"]}]}
+    fake = FakePrometheus({series["__name__"]: {"status": "success", "data": answer}})
+    Cluster.objects.filter(pk=local.pk).update(prometheus_url=fake.url)
+    with serving(fake):
+        assert record_samples() == 1
+    assert Sample.objects.get().activity_percent == pytest.approx(25.0)
+    local.refresh_from_db()
+    assert local.activity_gap_since is None and local.activity_signal_at is not None
+    assert local.activity_census == "1 GPU on 1 host (NVIDIA H100 80GB HBM3)"
 
 
 def poll_and_enforce(at: datetime) -> dict[str, int]:
@@ -285,5 +314,11 @@ def test_the_fleet_page_warns_admins_of_a_cluster_without_signal(
     assert 'data-testid="activity-gap"' in page
     assert "No GPU activity from Prometheus for cluster <strong>Local cluster</strong>" in page
     assert "Idle reclaim is paused" in page
+    with serving(FakePrometheus.recorded("gpu-operator")) as fake:
+        Cluster.objects.filter(pk=local.pk).update(prometheus_url=fake.url)
+        record_samples()
+    page = client.get(reverse("fleet-page")).content.decode()
+    assert 'data-testid="activity-gap"' not in page
+    assert '<span data-testid="cluster-activity">6 GPUs on 2 hosts (NVIDIA L4)</span>' in page
     kubernetes.CLUSTER_BACKEND = "simulated"
     assert 'data-testid="activity-gap"' not in client.get(reverse("fleet-page")).content.decode()
