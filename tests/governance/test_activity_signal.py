@@ -4,8 +4,12 @@ missing, and the gap shows (audit, /readyz, /metrics, the fleet page, the reques
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -105,6 +109,30 @@ def test_dcgm_series_map_to_their_allocations_in_each_label_layout(
     assert readings[notebook.pk].memory_used_mib == 312
     assert set(readings) == {job.pk, notebook.pk}
     assert census.describe() == "6 GPUs on 2 hosts (NVIDIA L4)"
+
+
+@pytest.mark.parametrize(
+    ("env", "complaint"),
+    [
+        ({"PROMETHEUS_LABEL_LAYOUT": "kube-prometheus"}, "PROMETHEUS_LABEL_LAYOUT must be"),
+        ({"PROMETHEUS_POD_LABEL": "exported-pod"}, "PROMETHEUS_POD_LABEL='exported-pod' is not"),
+        ({"PROMETHEUS_UTILISATION_METRIC": ""}, "PROMETHEUS_UTILISATION_METRIC='' is not"),
+    ],
+)
+def test_a_bad_layout_or_name_stops_the_portal_at_start(
+    env: dict[str, str], complaint: str
+) -> None:
+    """A misspelt label or metric name would make every poll a gap: it fails at start."""
+    result = subprocess.run(
+        [sys.executable, "-c", "import django; django.setup()"],
+        env={**os.environ, "DJANGO_SETTINGS_MODULE": "portal.settings", **env},
+        cwd=Path(__file__).resolve().parents[2],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode != 0
+    assert complaint in result.stderr
 
 
 def test_the_wrong_layout_finds_no_workload(running: Runner, settings: Any) -> None:
