@@ -154,14 +154,18 @@ class PrometheusMetrics:
         if not isinstance(body, dict) or body.get("status") != "success":
             detail = body.get("error", "") if isinstance(body, dict) else ""
             raise PrometheusError(f"HTTP {response.status_code}, query refused: {detail}"[:300])
-        data = body.get("data") or {}
-        if data.get("resultType") != "vector":
-            raise PrometheusError(f"expected a vector, got {data.get('resultType')!r}")
+        data = body.get("data")
+        if not isinstance(data, dict) or data.get("resultType") != "vector":
+            kind = data.get("resultType") if isinstance(data, dict) else None
+            raise PrometheusError(f"HTTP {response.status_code}, not a vector ({kind!r})")
         out: list[tuple[dict[str, str], float]] = []
-        for item in data.get("result", []):
-            value = float(item["value"][1])
-            if math.isfinite(value):
-                out.append((item["metric"], value))
+        try:
+            for item in data.get("result", []):
+                value = float(item["value"][1])
+                if math.isfinite(value):
+                    out.append((dict(item["metric"]), value))
+        except (KeyError, IndexError, TypeError, ValueError) as error:
+            raise PrometheusError(f"a sample that does not read ({error!r})"[:300]) from error
         return out
 
     def census(self) -> Census:

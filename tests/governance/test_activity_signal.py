@@ -182,26 +182,28 @@ def test_the_simulated_cluster_keeps_its_simulated_samples(running: Runner, sett
 @pytest.mark.parametrize(
     ("answer", "reason"),
     [
-        (503, "HTTP 503"),  # Prometheus up but failing
-        (
-            "no-series",
-            "holds no DCGM_FI_DEV_GPU_UTIL or DCGM_FI_PROF_GR_ENGINE_ACTIVE series",
-        ),  # no exporter scraped
+        ("failing", "HTTP 503, query refused: down"),  # Prometheus up but failing
+        ("wrong-path", "HTTP 404, not a Prometheus answer"),  # an HTML error page
+        # Prometheus answers, but no exporter is scraped (or the metric names are wrong).
+        ("no-series", "holds no DCGM_FI_DEV_GPU_UTIL or DCGM_FI_PROF_GR_ENGINE_ACTIVE series"),
     ],
 )
 def test_a_failing_or_empty_prometheus_is_a_gap(
-    running: Runner, kubernetes: Any, local: Cluster, answer: Any, reason: str
+    running: Runner, kubernetes: Any, local: Cluster, answer: str, reason: str
 ) -> None:
     named(running(minutes_ago=5), NOTEBOOK)
     fake = FakePrometheus({}) if answer == "no-series" else FakePrometheus.recorded("gpu-operator")
-    if isinstance(answer, int):
-        fake.fail_with(answer)
-    Cluster.objects.filter(pk=local.pk).update(prometheus_url=fake.url)
+    if answer == "failing":
+        fake.fail_with(503)
+    url = f"{fake.url}/prometheus" if answer == "wrong-path" else fake.url
+    Cluster.objects.filter(pk=local.pk).update(prometheus_url=url)
     with serving(fake):
         assert record_samples() == 0
     local.refresh_from_db()
+    assert local.activity_gap_since is not None
     assert reason in local.activity_gap_reason
-    assert fake.url in local.activity_gap_reason
+    assert url in local.activity_gap_reason
+    assert not Sample.objects.exists()
 
 
 def test_a_cluster_of_mig_slices_reports_through_the_profiling_metric(
@@ -268,6 +270,10 @@ def test_idle_work_is_not_reclaimed_while_prometheus_is_down_and_is_once_it_show
     assert "unreachable" in local.activity_gap_reason
     rules = governance_rules(gpu_request=request, now=start + timedelta(minutes=10))
     assert rules.idle_paused and rules.idle_reclaim_at is None
+    owner = Client()
+    owner.force_login(request.owner)
+    page = owner.get(reverse("gpu-request-page", kwargs={"pk": request.pk})).content.decode()
+    assert 'data-testid="idle-paused"' in page and 'data-testid="idle-countdown"' not in page
 
     with serving(FakePrometheus.recorded("gpu-operator")) as fake:
         Cluster.objects.filter(pk=local.pk).update(prometheus_url=fake.url)
