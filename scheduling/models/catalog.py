@@ -151,10 +151,16 @@ class Cluster(models.Model):
         return not self.kubeconfig_sealed
 
     @property
+    def is_simulated(self) -> bool:
+        """The local cluster with CLUSTER_BACKEND=simulated: a fleet held in the database.
+        Every other cluster is real (Kubernetes)."""
+        return self.is_local and settings.CLUSTER_BACKEND == "simulated"
+
+    @property
     def expects_activity_signal(self) -> bool:
-        """A real cluster's GPU activity comes from Prometheus; only the simulated cluster (the
-        local one with CLUSTER_BACKEND=simulated) makes up its own."""
-        return not (self.is_local and settings.CLUSTER_BACKEND == "simulated")
+        """A real cluster's GPU activity comes from Prometheus; only the simulated cluster makes
+        up its own."""
+        return not self.is_simulated
 
     @property
     def effective_prometheus_url(self) -> str:
