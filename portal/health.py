@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hmac
 import ipaddress
+import math
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 from typing import Any
@@ -26,7 +27,8 @@ from prometheus_client.registry import Collector
 
 from runtime.models import TaskFailureCount
 from scheduling.choices import RequestStatus
-from scheduling.models import Allocation, GpuRequest, NodePool, Quota, SchedulerLease
+from scheduling.models import Allocation, Cluster, GpuRequest, NodePool, Quota, SchedulerLease
+from scheduling.selectors.activity import activity_gap
 from scheduling.services.kueue_drift import kueue_checks
 from tenants.models import AuditEvent
 
@@ -94,7 +96,30 @@ def readyz(request: HttpRequest) -> HttpResponse:
         except Exception as error:
             checks["cluster"] = f"failed: {type(error).__name__}"
     ready = all(value == "ok" for value in checks.values())
-    return JsonResponse({"ready": ready, "checks": checks}, status=200 if ready else 503)
+    body: dict[str, Any] = {"ready": ready, "checks": checks}
+    if checks["database"] == "ok":
+        # Detail, not a failed check: the portal serves fine without GPU activity, but idle
+        # reclaim pauses on the clusters listed here (docs/operations.md).
+        signals = _activity_signals()
+        if signals:
+            body["gpu_activity"] = signals
+    return JsonResponse(body, status=200 if ready else 503)
+
+
+def _activity_signals() -> dict[str, str]:
+    """Each real cluster's GPU activity signal: "ok", or since when and why it is missing."""
+    now = timezone.now()
+    out: dict[str, str] = {}
+    for cluster in Cluster.objects.order_by("slug"):
+        if not cluster.expects_activity_signal:
+            continue
+        gap = activity_gap(cluster, now=now)
+        if gap is None:
+            out[cluster.slug] = "ok"
+            continue
+        since = gap.since.isoformat() if gap.since else "never received"
+        out[cluster.slug] = f"no signal since {since}: {gap.reason} Idle reclaim is paused."
+    return out
 
 
 class PortalCollector(Collector):
@@ -203,6 +228,19 @@ class PortalCollector(Collector):
         lease = SchedulerLease.objects.filter(name="scheduling-cycle").first()
         cycle.add_metric([], lease.last_cycle_seconds if lease else 0.0)
         yield cycle
+
+        signal_age = GaugeMetricFamily(
+            "gpu_portal_metrics_signal_age_seconds",
+            "Seconds since GPU activity last came from a real cluster's Prometheus (+Inf: never); "
+            "idle reclaim pauses for the cluster's work past ACTIVITY_SIGNAL_MAX_AGE_SECONDS",
+            labels=["cluster"],
+        )
+        for cluster in Cluster.objects.order_by("slug"):
+            if cluster.expects_activity_signal:  # the simulated cluster makes its own figures
+                last = cluster.activity_signal_at
+                age = (now - last).total_seconds() if last else math.inf
+                signal_age.add_metric([cluster.slug], age)
+        yield signal_age
 
         checks = [(k.slug, k.check) for k in kueue_checks() if k.check is not None]
         if checks:

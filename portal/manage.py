@@ -182,7 +182,8 @@ SECTIONS: dict[str, Section] = {
             intro="The Kubernetes clusters whose pools the portal runs work on. A cluster is "
             "registered with a kubeconfig, sealed at once and never shown again; edit a cluster "
             "to replace it or to stop giving it new work. The local cluster is this "
-            "deployment's own.",
+            "deployment's own. Each cluster's GPU activity is read from its Prometheus (or the "
+            "PROMETHEUS_URL setting); without it, idle reclaim pauses for the cluster's work.",
             form=ClusterForm,
             queryset=lambda: Cluster.objects.prefetch_related("pools"),
             columns=(
@@ -192,6 +193,10 @@ SECTIONS: dict[str, Section] = {
                 ("Scheduler", lambda cluster: cluster.scheduler_mode),
                 ("Active", lambda cluster: _yes_no(cluster.is_active)),
                 ("Health", _cluster_health),
+                (
+                    "Prometheus",
+                    lambda cluster: cluster.prometheus_url or "The PROMETHEUS_URL setting",
+                ),
                 ("Pools", lambda cluster: _names(cluster.pools)),
             ),
             instance_arg="cluster",

@@ -251,7 +251,7 @@ class ClusterForm(ManageForm):
 
     class Meta:
         model = Cluster
-        fields = ["name", "slug", "scheduler", "is_active", "kubeconfig"]
+        fields = ["name", "slug", "scheduler", "is_active", "prometheus_url", "kubeconfig"]
         labels = {"is_active": "Active (gets new work)", "scheduler": "Scheduler mode"}
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:

@@ -7,6 +7,7 @@ secure-cookie and HSTS settings that `manage.py check --deploy` looks for.
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 from pathlib import Path
 
@@ -296,10 +297,55 @@ SIMULATION_SPEED = env.float("SIMULATION_SPEED", default=1.0)
 SIMULATED_LAUNCH_DELAY_SECONDS = env.float("SIMULATED_LAUNCH_DELAY_SECONDS", default=0.0)
 SCHEDULING_CYCLE_SECONDS = env.float("SCHEDULING_CYCLE_SECONDS", default=10.0)
 WORKLOAD_SYNC_SECONDS = env.float("WORKLOAD_SYNC_SECONDS", default=5.0)
-# Monitoring: Prometheus (DCGM exporter / HAMi metrics) when set, else the simulated figures.
+# Monitoring: GPU activity from Prometheus (DCGM exporter / HAMi metrics) on a real cluster; the
+# simulated cluster reports its own figures. A cluster's own Prometheus address (set where
+# clusters are edited) comes first; this one serves every cluster that names none.
 PROMETHEUS_URL = env.str("PROMETHEUS_URL", default="")
+PROMETHEUS_TIMEOUT_SECONDS = env.float("PROMETHEUS_TIMEOUT_SECONDS", default=10.0)
+# Where the pod's labels are (docs/operations.md): `gpu-operator` keeps the exporter's `pod` and
+# `namespace` (scraped with honorLabels: true); `dcgm-exporter` reads `exported_pod` and
+# `exported_namespace` (scraped with honorLabels: false). Each label can be named alone.
+PROMETHEUS_LABEL_LAYOUT = env.str("PROMETHEUS_LABEL_LAYOUT", default="gpu-operator")
+if PROMETHEUS_LABEL_LAYOUT not in {"gpu-operator", "dcgm-exporter"}:
+    raise environ.ImproperlyConfigured(
+        "PROMETHEUS_LABEL_LAYOUT must be 'gpu-operator' or 'dcgm-exporter'"
+    )
+PROMETHEUS_POD_LABEL = env.str("PROMETHEUS_POD_LABEL", default="")  # empty: the layout's
+PROMETHEUS_NAMESPACE_LABEL = env.str("PROMETHEUS_NAMESPACE_LABEL", default="")
+PROMETHEUS_HOSTNAME_LABEL = env.str("PROMETHEUS_HOSTNAME_LABEL", default="Hostname")
+PROMETHEUS_GPU_UUID_LABEL = env.str("PROMETHEUS_GPU_UUID_LABEL", default="UUID")
+PROMETHEUS_GPU_MODEL_LABEL = env.str("PROMETHEUS_GPU_MODEL_LABEL", default="modelName")
+# Percent 0-100 on every GPU; the profiling ratio (0-1) is preferred where it is exported (empty:
+# never asked); frame-buffer memory in MiB (empty: not read).
+PROMETHEUS_UTILISATION_METRIC = env.str(
+    "PROMETHEUS_UTILISATION_METRIC", default="DCGM_FI_DEV_GPU_UTIL"
+)
+PROMETHEUS_PROFILING_METRIC = env.str(
+    "PROMETHEUS_PROFILING_METRIC", default="DCGM_FI_PROF_GR_ENGINE_ACTIVE"
+)
+PROMETHEUS_MEMORY_METRIC = env.str("PROMETHEUS_MEMORY_METRIC", default="DCGM_FI_DEV_FB_USED")
+_PROMETHEUS_NAMES = {
+    # setting: (pattern, may be empty): a bad name would make every query fail, so it fails here.
+    "PROMETHEUS_POD_LABEL": (r"[a-zA-Z_][a-zA-Z0-9_]*", True),
+    "PROMETHEUS_NAMESPACE_LABEL": (r"[a-zA-Z_][a-zA-Z0-9_]*", True),
+    "PROMETHEUS_HOSTNAME_LABEL": (r"[a-zA-Z_][a-zA-Z0-9_]*", False),
+    "PROMETHEUS_GPU_UUID_LABEL": (r"[a-zA-Z_][a-zA-Z0-9_]*", False),
+    "PROMETHEUS_GPU_MODEL_LABEL": (r"[a-zA-Z_][a-zA-Z0-9_]*", False),
+    "PROMETHEUS_UTILISATION_METRIC": (r"[a-zA-Z_:][a-zA-Z0-9_:]*", False),
+    "PROMETHEUS_PROFILING_METRIC": (r"[a-zA-Z_:][a-zA-Z0-9_:]*", True),
+    "PROMETHEUS_MEMORY_METRIC": (r"[a-zA-Z_:][a-zA-Z0-9_:]*", True),
+}
+for _setting, (_pattern, _may_be_empty) in _PROMETHEUS_NAMES.items():
+    _value = globals()[_setting]
+    if not (_may_be_empty and not _value) and not re.fullmatch(_pattern, _value):
+        raise environ.ImproperlyConfigured(f"{_setting}={_value!r} is not a Prometheus name")
 SAMPLE_INTERVAL_SECONDS = env.float("SAMPLE_INTERVAL_SECONDS", default=60.0)
 SAMPLE_RETENTION_SECONDS = env.int("SAMPLE_RETENTION_SECONDS", default=14 * 24 * 3600)
+# A real cluster whose last GPU activity is older than this has no signal: idle reclaim pauses
+# for its work (never reclaims on missing data), and the gap shows (docs/operations.md).
+ACTIVITY_SIGNAL_MAX_AGE_SECONDS = env.float(
+    "ACTIVITY_SIGNAL_MAX_AGE_SECONDS", default=3 * SAMPLE_INTERVAL_SECONDS
+)
 RECLAIM_INTERVAL_SECONDS = env.float("RECLAIM_INTERVAL_SECONDS", default=60.0)
 # A reclaimed notebook or service is scaled to zero, not deleted, so it can be resumed; after
 # this long without a resume its Deployment and Service are deleted (zombie cleanup).

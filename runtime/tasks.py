@@ -9,7 +9,6 @@ from __future__ import annotations
 import logging
 
 from celery import Task, shared_task
-from django.conf import settings
 from django.utils import timezone
 
 from runtime.cluster.base import ClusterError, PermanentClusterError, TransientClusterError
@@ -154,7 +153,7 @@ def sync_inventory() -> dict[str, int]:
         lambda cluster, backend: inventory.apply_inventory(
             backend.sync_inventory(), cluster=cluster
         ),
-        only=lambda cluster: not cluster.is_local or settings.CLUSTER_BACKEND == "kubernetes",
+        only=lambda cluster: not cluster.is_simulated,
     )
     counts = {"added": 0, "updated": 0, "lost": 0, "held_back": 0}
     for answer in by_cluster.values():

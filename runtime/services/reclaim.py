@@ -30,9 +30,9 @@ from scheduling.models import (
     Node,
     ReclaimPolicy,
     Tier,
-    UtilisationSample,
 )
 from scheduling.reclaim_rules import idle_verdict, stuck_pending, timeout_stage
+from scheduling.selectors.activity import idle_observation
 from scheduling.services.lifecycle import record_request_event
 from scheduling.services.notifications import notify
 from tenants.services import record_audit_event
@@ -64,7 +64,7 @@ def _idle_pass(now: datetime, policies: dict[int, ReclaimPolicy], outcome: Count
         Allocation.objects.active()
         .filter(request__status=RequestStatus.RUNNING, started_at__isnull=False)
         .select_related("request", "request__owner", "request__team", "request__project")
-        .select_related("pool__tier")
+        .select_related("pool__tier", "pool__cluster")
     )
     for allocation in running:
         request = allocation.request
@@ -74,17 +74,16 @@ def _idle_pass(now: datetime, policies: dict[int, ReclaimPolicy], outcome: Count
             if request.kind == WorkloadKind.NOTEBOOK
             else policy.idle_window_seconds
         )
-        since = now - timedelta(seconds=window * 2)
-        samples = [
-            (moment.timestamp(), activity)
-            for moment, activity in UtilisationSample.objects.filter(
-                allocation=allocation, sampled_at__gte=since
-            ).values_list("sampled_at", "activity_percent")
-        ]
+        observation = idle_observation(
+            allocation=allocation, cluster=allocation.pool.cluster, window_seconds=window, now=now
+        )
+        if observation is None:  # no fresh GPU activity: never reclaim on missing data
+            outcome["idle_paused"] += 1
+            continue
         verdict = idle_verdict(
-            samples,
+            observation.samples,
             now=now.timestamp(),
-            started_at=allocation.started_at.timestamp() if allocation.started_at else 0.0,
+            started_at=observation.observed_from,
             threshold_percent=policy.idle_threshold_percent,
             window_seconds=window,
             warning_seconds=policy.idle_warning_seconds,

@@ -27,6 +27,15 @@ class ClusterHealthSerializer(serializers.Serializer):
     last_contact_at = serializers.DateTimeField(allow_null=True)
     last_error = serializers.CharField()
     last_error_at = serializers.DateTimeField(allow_null=True)
+    activity_signal_at = serializers.DateTimeField(
+        allow_null=True, help_text="When GPU activity last came from the cluster's Prometheus."
+    )
+    activity_gap_since = serializers.DateTimeField(
+        allow_null=True,
+        help_text="Since when no GPU activity has come (idle reclaim is paused for the "
+        "cluster's work); null while it flows.",
+    )
+    activity_gap_reason = serializers.CharField()
 
 
 class ClusterSerializer(serializers.ModelSerializer):
@@ -66,6 +75,7 @@ class ClusterSerializer(serializers.ModelSerializer):
             "kubeconfig",
             "scheduler",
             "is_active",
+            "prometheus_url",
             "is_local",
             "health",
             "pools",

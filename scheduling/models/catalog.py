@@ -3,10 +3,13 @@ rules a tier sets for its requests (approval) and its running work (reclaim)."""
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
+from urllib.parse import urlsplit
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import F, Q
@@ -72,6 +75,27 @@ LOCAL_CLUSTER_SLUG = "local"
 POOL_LABEL = "gpu-portal/pool"
 
 
+def validate_prometheus_url(value: str) -> None:
+    """An http(s) base URL of Prometheus's HTTP API, with no credentials, query or fragment
+    (the address is shown to platform admins; a token belongs in a proxy, not in the URL)."""
+    try:
+        parts = urlsplit(value)
+        port = parts.port
+    except ValueError as error:
+        raise ValidationError(f"Not a URL: {error}.") from error
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValidationError(
+            "Give an http:// or https:// address with a host, e.g. "
+            "http://prometheus-operated.monitoring.svc:9090."
+        )
+    if parts.username or parts.password:
+        raise ValidationError("Put no credentials in the address: it is shown to admins.")
+    if parts.query or parts.fragment:
+        raise ValidationError("Give the base address only, without a query or fragment.")
+    if port == 0:
+        raise ValidationError("Port 0 is not a port.")
+
+
 class Cluster(models.Model):
     """A Kubernetes cluster whose GPU pools the portal runs work on.
 
@@ -96,6 +120,22 @@ class Cluster(models.Model):
     last_contact_at = models.DateTimeField(null=True, blank=True)
     last_error = models.TextField(blank=True)
     last_error_at = models.DateTimeField(null=True, blank=True)
+    prometheus_url = models.CharField(
+        "Prometheus URL",
+        max_length=500,
+        blank=True,
+        validators=[validate_prometheus_url],
+        help_text="The Prometheus that holds this cluster's DCGM exporter metrics, e.g. "
+        "http://prometheus-operated.monitoring.svc:9090. Empty: the PROMETHEUS_URL setting.",
+    )
+    # Written by the utilisation poll (runtime/services/monitoring.py): the last poll that
+    # brought GPU activity, since when it has flowed without a gap, and the gap if there is one.
+    activity_signal_at = models.DateTimeField(null=True, blank=True, editable=False)
+    activity_signal_since = models.DateTimeField(null=True, blank=True, editable=False)
+    activity_gap_since = models.DateTimeField(null=True, blank=True, editable=False)
+    activity_gap_reason = models.TextField(blank=True, editable=False)
+    # What the last poll that brought activity saw, e.g. "8 GPUs on 2 hosts (NVIDIA L4)".
+    activity_census = models.CharField(max_length=300, blank=True, editable=False)
     created_at = models.DateTimeField(default=timezone.now, editable=False)
 
     objects = CatalogQuerySet.as_manager()
@@ -109,6 +149,35 @@ class Cluster(models.Model):
     @property
     def is_local(self) -> bool:
         return not self.kubeconfig_sealed
+
+    @property
+    def is_simulated(self) -> bool:
+        """The local cluster with CLUSTER_BACKEND=simulated: a fleet held in the database.
+        Every other cluster is real (Kubernetes)."""
+        return self.is_local and settings.CLUSTER_BACKEND == "simulated"
+
+    @property
+    def expects_activity_signal(self) -> bool:
+        """A real cluster's GPU activity comes from Prometheus; only the simulated cluster makes
+        up its own."""
+        return not self.is_simulated
+
+    @property
+    def effective_prometheus_url(self) -> str:
+        """The cluster's own Prometheus, else the PROMETHEUS_URL setting (may be empty)."""
+        return self.prometheus_url or settings.PROMETHEUS_URL
+
+    def has_fresh_activity_signal(self, *, now: datetime) -> bool:
+        """Whether idle reclaim may act on this cluster's samples: no gap is open and the last
+        activity is younger than ACTIVITY_SIGNAL_MAX_AGE_SECONDS (a simulated cluster: always)."""
+        if not self.expects_activity_signal:
+            return True
+        max_age = timedelta(seconds=settings.ACTIVITY_SIGNAL_MAX_AGE_SECONDS)
+        return (
+            self.activity_gap_since is None
+            and self.activity_signal_at is not None
+            and self.activity_signal_at >= now - max_age
+        )
 
     @property
     def scheduler_mode(self) -> str:

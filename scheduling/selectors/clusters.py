@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from django.utils import timezone
+
 from scheduling.models import Allocation, Cluster, GpuRequest, NodePool
 
 
@@ -41,6 +43,9 @@ class ClusterGroup:
     last_error: str
     last_error_at: datetime | None
     pools: list[Any]
+    # What reports GPU activity, e.g. "6 GPUs on 2 hosts (NVIDIA L4)": a real cluster whose
+    # signal is fresh; empty otherwise (a gap is the page's banner, scheduling.selectors.activity).
+    activity_census: str = ""
 
 
 def fleet_by_cluster(pools: Sequence[Any]) -> list[ClusterGroup]:
@@ -49,6 +54,7 @@ def fleet_by_cluster(pools: Sequence[Any]) -> list[ClusterGroup]:
     Every cluster is listed, with no pools when it has none yet (a registered cluster before its
     first inventory); the local cluster first, then by name.
     """
+    now = timezone.now()
     cluster_of = dict(NodePool.objects.values_list("slug", "cluster_id"))
     clusters = sorted(Cluster.objects.all(), key=lambda c: (not c.is_local, c.name.lower()))
     rows: dict[int, list[Any]] = {cluster.pk: [] for cluster in clusters}
@@ -69,6 +75,9 @@ def fleet_by_cluster(pools: Sequence[Any]) -> list[ClusterGroup]:
             last_error=cluster.last_error,
             last_error_at=cluster.last_error_at,
             pools=rows[cluster.pk],
+            activity_census=cluster.activity_census
+            if cluster.expects_activity_signal and cluster.has_fresh_activity_signal(now=now)
+            else "",
         )
         for cluster in clusters
     ]

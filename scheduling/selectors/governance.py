@@ -9,8 +9,9 @@ from django.utils import timezone
 
 from scheduling.choices import WorkloadKind
 from scheduling.engine.reserve import format_duration
-from scheduling.models import Allocation, GpuRequest, ReclaimPolicy, UtilisationSample
+from scheduling.models import Allocation, GpuRequest, ReclaimPolicy
 from scheduling.reclaim_rules import idle_verdict
+from scheduling.selectors.activity import IdleObservation, idle_observation
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +29,8 @@ class GovernanceRules:
     timeout_rule: str
     retry_rule: str
     short_reserve: str
+    # No fresh GPU activity from the cluster: the idle ladder waits (never reclaims on no data).
+    idle_paused: bool = False
 
 
 def governance_rules(*, gpu_request: GpuRequest, now: datetime | None = None) -> GovernanceRules:
@@ -60,25 +63,27 @@ def governance_rules(*, gpu_request: GpuRequest, now: datetime | None = None) ->
         f"failure or a stuck start is retried up to {policy.max_attempts} attempts"
     )
     allocation = (
-        Allocation.objects.active().filter(request=gpu_request, started_at__isnull=False).first()
+        Allocation.objects.active()
+        .filter(request=gpu_request, started_at__isnull=False)
+        .select_related("pool__cluster")
+        .first()
     )
+    observation: IdleObservation | None = None
     idle_reclaim_at: datetime | None = None
     idle_seconds = 0.0
     stops_at: datetime | None = None
+    idle_paused = False
     if allocation is not None and allocation.started_at is not None:
         stops_at = allocation.started_at + timedelta(seconds=gpu_request.max_runtime_seconds)
-        samples = [
-            (moment.timestamp(), activity)
-            for moment, activity in UtilisationSample.objects.filter(
-                allocation=allocation, sampled_at__gte=now - timedelta(seconds=window * 2)
-            )
-            .order_by("sampled_at")
-            .values_list("sampled_at", "activity_percent")
-        ]
+        observation = idle_observation(
+            allocation=allocation, cluster=allocation.pool.cluster, window_seconds=window, now=now
+        )
+        idle_paused = observation is None
+    if allocation is not None and observation is not None:
         verdict = idle_verdict(
-            samples,
+            observation.samples,
             now=now.timestamp(),
-            started_at=allocation.started_at.timestamp(),
+            started_at=observation.observed_from,
             threshold_percent=policy.idle_threshold_percent,
             window_seconds=window,
             warning_seconds=policy.idle_warning_seconds,
@@ -100,4 +105,5 @@ def governance_rules(*, gpu_request: GpuRequest, now: datetime | None = None) ->
         timeout_rule=timeout_rule,
         retry_rule=retry_rule,
         short_reserve=pool.short_reserve_label,
+        idle_paused=idle_paused,
     )

@@ -32,7 +32,7 @@ from tenants.services import (
     save_valid,
 )
 
-CLUSTER_FIELDS = frozenset({"name", "slug", "scheduler", "is_active"})
+CLUSTER_FIELDS = frozenset({"name", "slug", "scheduler", "is_active", "prometheus_url"})
 MAX_KUBECONFIG_CHARS = 256 * 1024
 
 
@@ -100,8 +100,10 @@ def register_cluster(
     kubeconfig_text: str,
     scheduler: str = SchedulerMode.PORTAL,
     is_active: bool = True,
+    prometheus_url: str = "",
 ) -> Cluster:
-    """A new cluster reached with `kubeconfig_text` (sealed; its API server is kept in clear)."""
+    """A new cluster reached with `kubeconfig_text` (sealed; its API server is kept in clear);
+    its GPU activity is read from `prometheus_url` (empty: the PROMETHEUS_URL setting)."""
     require_platform_admin(actor, "register clusters")
     if slug == LOCAL_CLUSTER_SLUG:
         raise invalid_field("slug", f"'{LOCAL_CLUSTER_SLUG}' is this deployment's own cluster.")
@@ -111,11 +113,18 @@ def register_cluster(
         slug=slug,
         scheduler=scheduler,
         is_active=is_active,
+        prometheus_url=prometheus_url,
         api_server=api_server,
         kubeconfig_sealed=seal({"kubeconfig": kubeconfig_text}),
     )
     save_valid(cluster)
-    fields = {"name": name, "slug": slug, "scheduler": scheduler, "is_active": is_active}
+    fields = {
+        "name": name,
+        "slug": slug,
+        "scheduler": scheduler,
+        "is_active": is_active,
+        "prometheus_url": prometheus_url,
+    }
     _audit(actor, "cluster.registered", cluster, {"fields": audit_value(fields)}, api_server)
     dispatch.request_scheduling_cycle()
     return cluster
@@ -125,7 +134,7 @@ def register_cluster(
 def update_cluster(
     *, actor: Any, cluster: Cluster, kubeconfig_text: str = "", **fields: Any
 ) -> Cluster:
-    """Change a cluster's name, slug, scheduler mode or activity; a non-empty
+    """Change a cluster's name, slug, scheduler mode, activity or Prometheus URL; a non-empty
     `kubeconfig_text` replaces its kubeconfig (write-only: the audit says only that it did)."""
     require_platform_admin(actor, "change clusters")
     fields = known_fields(fields, CLUSTER_FIELDS)

@@ -5,8 +5,10 @@ from __future__ import annotations
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
+from django.utils import timezone
 
 from scheduling.models import Node, NodePool
+from scheduling.selectors.activity import activity_gaps
 from scheduling.selectors.clusters import fleet_by_cluster
 from scheduling.selectors.fleet import fleet_overview, node_detail, pool_detail
 from scheduling.selectors.fleet_nodes import nodes_needing_attention
@@ -28,6 +30,7 @@ def fleet(request: HttpRequest) -> HttpResponse:
             "clusters": fleet_by_cluster(pools),
             "node_notes": nodes_needing_attention(),
             "kueue_checks": kueue_checks(),
+            "activity_gaps": activity_gaps(now=timezone.now()),
         },
     )
 

@@ -14,7 +14,7 @@ from django.test import Client
 from django.urls import reverse
 
 from runtime.models import SimulatedWorkload
-from runtime.services.monitoring import PrometheusMetrics, SimulatedMetrics, record_samples
+from runtime.services.monitoring import PrometheusError, PrometheusMetrics, record_samples
 from scheduling.models import Allocation, UtilisationSample
 from tests.governance.conftest import Runner
 from tests.support.services import free_port
@@ -123,7 +123,7 @@ def test_prometheus_source_matches_a_resumed_attempt_by_its_workload_and_no_othe
 def test_prometheus_error_answer_raises(fake_prometheus: Any) -> None:
     url, answers, _ = fake_prometheus
     answers["up"] = {"status": "error", "error": "parse error"}
-    with pytest.raises(ValueError, match="parse error"):
+    with pytest.raises(PrometheusError, match="parse error"):
         PrometheusMetrics(url).query("up")
 
 
@@ -138,8 +138,8 @@ def test_simulated_samples_are_stored_once_per_interval(running: Runner) -> None
         ends_at=timezone.now() + timedelta(hours=1),
         utilisation_percent=2,
     )
-    assert record_samples(source=SimulatedMetrics()) == 1
-    assert record_samples(source=SimulatedMetrics()) == 0  # within the interval
+    assert record_samples() == 1
+    assert record_samples() == 0  # within the interval
     sample = UtilisationSample.objects.get()
     assert sample.activity_percent == 2 and sample.allocation.request_id == request.pk
 
@@ -205,7 +205,24 @@ def test_readyz_of_a_tier_without_cluster_credentials_leaves_the_cluster_out(
     settings.CLUSTER_BACKEND = "kubernetes"  # no credentials here: checking would fail
     response = Client(REMOTE_ADDR="127.0.0.1").get(reverse("readyz"))
     assert response.status_code == 200, response.content
-    assert response.json() == {"ready": True, "checks": {"database": "ok", "broker": "ok"}}
+    assert response.json()["checks"] == {"database": "ok", "broker": "ok"}
+
+
+def test_readyz_stays_ready_and_names_a_cluster_without_gpu_activity(
+    broker_at: Callable[[str], None], settings: Any, running: Runner
+) -> None:
+    """The portal serves without GPU activity, so readiness holds; its detail says which
+    cluster has none, since when and why, and that idle reclaim is paused there."""
+    settings.READYZ_CHECKS_CLUSTER = False
+    settings.CLUSTER_BACKEND = "kubernetes"
+    settings.PROMETHEUS_URL = ""
+    running(minutes_ago=1)
+    record_samples()  # no Prometheus address: a gap opens
+    response = Client(REMOTE_ADDR="127.0.0.1").get(reverse("readyz"))
+    assert response.status_code == 200, response.content
+    detail = response.json()["gpu_activity"]["local"]
+    assert detail.startswith("no signal since ") and "No Prometheus address" in detail
+    assert detail.endswith("Idle reclaim is paused.")
 
 
 def test_task_failures_are_counted_for_metrics(settings: Any) -> None:

@@ -25,13 +25,22 @@ from runtime.services.inventory import apply_inventory
 from scheduling import services
 from scheduling.choices import RequestStatus
 from scheduling.demo import seed_demo_fleet
-from scheduling.models import Allocation, Flavor, GpuRequest, Quota, UtilisationSample
+from scheduling.models import (
+    Allocation,
+    Cluster,
+    Flavor,
+    GpuRequest,
+    Quota,
+    UtilisationSample,
+    local_cluster_id,
+)
 from scheduling.services import cycle
 from scripts.testbed.cluster import Testbed
 from tenants.models import Project
 from tenants.services import seed_demo_organisation
 from tests.k8s.conftest import Admin, eventually
 from tests.k8s.helpers import runs_for
+from tests.support.prometheus import FakePrometheus, serving
 from tests.support.worker import celery_worker
 
 pytestmark = pytest.mark.k8s
@@ -222,7 +231,8 @@ def test_a_real_worker_reclaims_an_idle_notebook_and_scales_it_to_zero(
         "SAMPLE_INTERVAL_SECONDS": "3600",  # the samples are the test's
     }
     try:
-        with celery_worker(clean_redis, **worker_env) as worker:
+        with contextlib.ExitStack() as stack:
+            worker = stack.enter_context(celery_worker(clean_redis, **worker_env))
             request = services.submit_gpu_request(
                 actor=alice,
                 project=project,
@@ -248,10 +258,17 @@ def test_a_real_worker_reclaims_an_idle_notebook_and_scales_it_to_zero(
             allocation = Allocation.objects.get(request=request, attempt=1)
             name = allocation.workload_name
             assert k8s_admin.apps.read_namespaced_deployment(name, project.namespace).spec.replicas
-            # Twenty idle minutes at 1% after an idle warning ten minutes ago: one pass of the
-            # worker's reclaim task takes the GPUs back.
+            # Twenty idle minutes at 1% after an idle warning ten minutes ago, while the
+            # cluster's Prometheus reports the notebook's GPU (a real cluster's idle reclaim
+            # pauses without it): one pass of the worker's reclaim task takes the GPUs back.
             now = timezone.now()
+            prometheus = stack.enter_context(serving(_dcgm_reporting(project.namespace, name)))
             with transaction.atomic():
+                Cluster.objects.filter(pk=local_cluster_id()).update(
+                    prometheus_url=prometheus.url,
+                    activity_signal_at=now,
+                    activity_signal_since=now - timedelta(minutes=30),
+                )
                 Allocation.objects.filter(pk=allocation.pk).update(
                     started_at=now - timedelta(minutes=30)
                 )
@@ -287,6 +304,27 @@ def test_a_real_worker_reclaims_an_idle_notebook_and_scales_it_to_zero(
     finally:
         with contextlib.suppress(Exception):  # never created
             k8s_admin.core.delete_namespace(project.namespace, _preload_content=False)
+
+
+def _dcgm_reporting(namespace: str, workload: str) -> FakePrometheus:
+    """A Prometheus whose DCGM exporter reports one MIG slice of `workload` at 1 % (a MIG
+    slice has the profiling metric only)."""
+    labels = {
+        "__name__": "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+        "DCGM_FI_DRIVER_VERSION": "550.127.05",
+        "GPU_I_ID": "3",
+        "GPU_I_PROFILE": "1g.10gb",
+        "Hostname": "h100-node-1",
+        "UUID": "GPU-5c4e2b1a-8f3d-4e6a-9b7c-1d2e3f4a5b6c",
+        "container": "notebook",
+        "device": "nvidia0",
+        "gpu": "0",
+        "modelName": "NVIDIA H100 80GB HBM3",
+        "namespace": namespace,
+        "pod": f"{workload}-5d8f9c7b6-q4wzn",
+    }
+    vector = {"resultType": "vector", "result": [{"metric": labels, "value": [0, "0.01"]}]}
+    return FakePrometheus({"DCGM_FI_PROF_GR_ENGINE_ACTIVE": {"status": "success", "data": vector}})
 
 
 LAUNCH = "runtime.tasks.launch_workload"

@@ -101,6 +101,26 @@ def test_the_local_cluster_form_has_no_kubeconfig_and_it_is_not_deleted(org: Org
     assert "The local cluster is this deployment" in refused.content.decode()
 
 
+def test_admin_sets_the_local_clusters_prometheus_and_a_bad_address_is_a_form_error(
+    org: Org,
+) -> None:
+    local = Cluster.objects.get(pk=local_cluster_id())
+    admin = _client(org.admin)
+    edit = reverse("manage-clusters-edit", kwargs={"pk": local.pk})
+    bad = admin.post(
+        edit, {"name": local.name, "is_active": "on", "prometheus_url": "http://u:p@prom:9090"}
+    )
+    assert bad.status_code == 400
+    page = bad.content.decode()
+    assert 'data-testid="error-prometheus_url"' in page and "no credentials" in page
+    url = "http://prometheus-operated.monitoring.svc:9090"
+    good = admin.post(edit, {"name": local.name, "is_active": "on", "prometheus_url": url})
+    assert good.status_code == 302, good.content.decode()[-1500:]
+    local.refresh_from_db()
+    assert local.prometheus_url == url
+    assert url in admin.get(reverse("manage-clusters")).content.decode()
+
+
 def test_a_cluster_with_pools_is_not_deleted_but_an_empty_one_is(org: Org, fleet: Fleet) -> None:
     east, west = make_cluster(org.admin), make_cluster(org.admin, slug="west")
     NodePool.objects.filter(pk=fleet.a100.pool_id).update(cluster=east)

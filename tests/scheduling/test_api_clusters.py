@@ -10,6 +10,7 @@ from django.urls import reverse
 from drf_spectacular.generators import SchemaGenerator
 
 from scheduling.models import LOCAL_CLUSTER_SLUG, Cluster, NodePool, local_cluster_id
+from tenants.models import AuditEvent
 from tests.scheduling.conftest import Fleet
 from tests.support.api_contract import ApiContract
 from tests.support.clusters import TOKEN, kubeconfig_text, make_cluster
@@ -89,6 +90,9 @@ def test_a_cluster_reads_its_scheduler_health_and_pools(org: Org, fleet: Fleet) 
         "last_contact_at": None,
         "last_error": "",
         "last_error_at": None,
+        "activity_signal_at": None,
+        "activity_gap_since": None,
+        "activity_gap_reason": "",
     }
 
 
@@ -177,3 +181,55 @@ def test_the_schema_has_the_kubeconfig_only_in_requests() -> None:
     assert "kubeconfig" not in components["Cluster"]["properties"]
     assert components["ClusterRequest"]["properties"]["kubeconfig"]["writeOnly"] is True
     assert set(components["Cluster"]["properties"]["health"]["allOf"][0]) == {"$ref"}
+
+
+def test_an_admin_sets_a_clusters_prometheus_url(org: Org) -> None:
+    cluster = make_cluster(org.admin)
+    url = "http://prometheus-operated.monitoring.svc:9090/"
+    response = api_client(org.admin).patch(_detail(cluster), {"prometheus_url": url}, format="json")
+    assert response.status_code == 200, response.content
+    assert response.json()["prometheus_url"] == url
+    cluster.refresh_from_db()
+    assert cluster.prometheus_url == url
+    event = AuditEvent.objects.filter(action="cluster.updated").latest("pk")
+    assert event.data["changes"]["prometheus_url"] == ["", url]
+    created = api_client(org.admin).post(
+        LIST,
+        {
+            "name": "West",
+            "slug": "west",
+            "kubeconfig": kubeconfig_text(),
+            "prometheus_url": "https://prom.west.example/prometheus",
+        },
+        format="json",
+    )
+    assert created.status_code == 201, created.content
+    assert Cluster.objects.get(slug="west").prometheus_url == "https://prom.west.example/prometheus"
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("prometheus:9090", "http:// or https://"),
+        ("ftp://prometheus:9090", "http:// or https://"),
+        ("http://admin:s3cret@prometheus:9090", "no credentials"),
+        ("http://prometheus:9090/api/v1/query?query=up", "without a query"),
+        ("http://prometheus:99999", "Not a URL"),
+    ],
+)
+def test_a_bad_prometheus_url_is_a_400_naming_the_field(org: Org, url: str, message: str) -> None:
+    cluster = make_cluster(org.admin)
+    response = api_client(org.admin).patch(_detail(cluster), {"prometheus_url": url}, format="json")
+    assert response.status_code == 400, response.content
+    assert message in response.json()["error"]["fields"]["prometheus_url"]
+    cluster.refresh_from_db()
+    assert cluster.prometheus_url == ""
+
+
+def test_a_developer_may_not_set_a_prometheus_url(org: Org) -> None:
+    cluster = make_cluster(org.admin)
+    body = {"prometheus_url": "http://evil.example:9090"}
+    response = api_client(org.dev_a).patch(_detail(cluster), body, format="json")
+    assert response.status_code == 403
+    cluster.refresh_from_db()
+    assert cluster.prometheus_url == ""
