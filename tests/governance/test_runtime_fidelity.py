@@ -165,6 +165,10 @@ def test_crashed_work_waits_out_a_backoff_the_cycle_respects(
     assert request.blocker["code"] == "retry_backoff"
     assert request.blocker["message"].startswith("It crashed (Error (exit code 1)); retried at ")
     assert request.waiting_reason == request.blocker["message"]
+    client = Client()
+    client.force_login(request.owner)
+    page = client.get(reverse("gpu-request-page", args=[request.pk])).content.decode()
+    assert 'data-code="retry_backoff"' in page
     # Not in the engine's queue before its time; in it afterwards.
     assert str(request.pk) not in {r.id for r in build_snapshot().pending}
     GpuRequest.objects.filter(pk=request.pk).update(retry_not_before=timezone.now())
