@@ -224,13 +224,13 @@ def workload_status(
     3. a container stuck in InvalidImageName, CrashLoopBackOff, CreateContainerConfigError, ...
        → failed, with a clear reason (a crash loop with the container's last exit);
     4. a Job pod that failed → failed with its exit code or eviction reason;
-    4a. a container that cannot pull its image (ErrImagePull, ImagePullBackOff) → pending with
+    5. a container that cannot pull its image (ErrImagePull, ImagePullBackOff) → pending with
        that reason, the image and the kubelet's message (the portal gives it a grace period);
-    5. a pod Running, or the Deployment Available with a replica available → running;
-    6. a Job pod that succeeded before the Job recorded it → running (Completing);
-    7. a pod the scheduler could not place → pending with the scheduler's message;
-    8. a Deployment whose ReplicaSet cannot create pods (quota) → pending with that message;
-    9. otherwise pending, with the container's waiting reason when there is one.
+    6. a pod Running, or the Deployment Available with a replica available → running;
+    7. a Job pod that succeeded before the Job recorded it → running (Completing);
+    8. a pod the scheduler could not place → pending with the scheduler's message;
+    9. a Deployment whose ReplicaSet cannot create pods (quota) → pending with that message;
+    10. otherwise pending, with the container's waiting reason when there is one.
     `started_at` is only set once the workload has run.
     """
     owner = job if job is not None else deployment
