@@ -364,6 +364,13 @@ LAUNCH_QUEUE_PATIENCE_SECONDS = env.int("LAUNCH_QUEUE_PATIENCE_SECONDS", default
 # Work on a node that stopped taking work is requeued only after the node stayed away this long
 # (a control-plane outage makes every node NotReady for a minute or two).
 NODE_LOST_GRACE_SECONDS = env.int("NODE_LOST_GRACE_SECONDS", default=300)
+# A container that cannot pull its image keeps its request launching this long (from when sync
+# first saw the error) before the request fails: a registry hiccup or a late pull secret heals.
+IMAGE_PULL_GRACE_SECONDS = env.int("IMAGE_PULL_GRACE_SECONDS", default=300)
+# Crash-looping work is retried after CRASH_RETRY_BASE_SECONDS, doubling per crash of the same
+# request up to CRASH_RETRY_MAX_SECONDS (its tier's max_attempts still bounds the tries).
+CRASH_RETRY_BASE_SECONDS = env.int("CRASH_RETRY_BASE_SECONDS", default=60)
+CRASH_RETRY_MAX_SECONDS = env.int("CRASH_RETRY_MAX_SECONDS", default=1800)
 # How often the sweeper looks for them (beat).
 STUCK_SWEEP_SECONDS = env.float("STUCK_SWEEP_SECONDS", default=30.0)
 PORTAL_CURRENCY = env.str("PORTAL_CURRENCY", default="EUR")

@@ -91,7 +91,8 @@ def scale_workload_to_zero(request_id: int, attempt: int, reason: str) -> bool:
 
 @shared_task(base=ClusterTask)
 def set_workload_deadline(request_id: int, attempt: int) -> bool:
-    """A lead's extension reaches the running Job: its deadline becomes the new max runtime."""
+    """A lead's extension, or the start of the Job's pod, reaches the Job: its deadline becomes
+    the max runtime from when the pod runs."""
     return propagation.set_request_deadline(
         request_id=request_id,
         attempt=attempt,

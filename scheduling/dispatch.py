@@ -196,7 +196,8 @@ def request_scale_to_zero(request_id: int, attempt: int, reason: str) -> None:
 
 
 def request_deadline_change(request_id: int, attempt: int) -> None:
-    """A lead extended the runtime: the running Job's deadline moves with it."""
+    """A lead extended the runtime, or the Job's pod started running: the Job's deadline
+    becomes the max runtime from when the pod runs."""
     enqueue_after_commit(SET_WORKLOAD_DEADLINE, request_id, attempt)
 
 

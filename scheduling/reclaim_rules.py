@@ -100,3 +100,37 @@ def timeout_stage(
 def stuck_pending(*, launched_at: float, pending_timeout_seconds: float, now: float) -> bool:
     """A workload the cluster has not started long after launch is abnormal."""
     return now - launched_at >= pending_timeout_seconds
+
+
+def crash_retry_delay_seconds(*, crashes: int, base_seconds: float, max_seconds: float) -> float:
+    """How long crashed work waits before its next try: `base_seconds` after its first crash,
+    doubling with each further crash of the same request, never more than `max_seconds`."""
+    if crashes < 1:
+        return 0.0
+    return float(min(max_seconds, base_seconds * 2 ** min(crashes - 1, 32)))
+
+
+@dataclass(frozen=True, slots=True)
+class CrashSignature:
+    """How an attempt crashed: the image it ran and its main container's last exit."""
+
+    image: str
+    exit_code: int | None
+    exit_reason: str
+
+    @property
+    def is_known(self) -> bool:
+        """An exit was seen (a code or the runtime's reason); an unknown one proves nothing."""
+        return self.exit_code is not None or bool(self.exit_reason)
+
+    def describe(self) -> str:
+        """The exit in words: "OOMKilled (exit code 137)", "exit code 1", "an unknown exit"."""
+        code = f"exit code {self.exit_code}" if self.exit_code is not None else ""
+        if self.exit_reason:
+            return f"{self.exit_reason} ({code})" if code else self.exit_reason
+        return code or "an unknown exit"
+
+
+def crashed_the_same_way(previous: CrashSignature | None, current: CrashSignature) -> bool:
+    """The same image crashed with the same exit as its last crash: another try would too."""
+    return previous is not None and current.is_known and previous == current

@@ -215,11 +215,19 @@ class ClusterBackend(Protocol):
         ...
 
     def set_deadline(
-        self, namespace: str, request_id: str, attempt: int, *, max_runtime_seconds: int
+        self,
+        namespace: str,
+        request_id: str,
+        attempt: int,
+        *,
+        max_runtime_seconds: int,
+        running_since: datetime | None = None,
     ) -> None:
-        """Give a running workload a new max runtime, counted from its start as at launch: a
-        Job's `activeDeadlineSeconds` (every rank of a gang) is patched, so the cluster stops
-        it at the new deadline, not the first; gone counts as done."""
+        """Let a workload run `max_runtime_seconds` from `running_since` (when its pod started
+        running): a Job's `activeDeadlineSeconds` (every rank of a gang), which the Job
+        controller counts from the Job's start, becomes the time the Job waited to run plus
+        the max runtime. Without `running_since` the wait allowed at launch is kept. Gone
+        counts as done."""
         ...
 
     def scale_to_zero(self, namespace: str, request_id: str, attempt: int, *, reason: str) -> bool:

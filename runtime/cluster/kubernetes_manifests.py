@@ -50,7 +50,12 @@ HTTPROUTE_PLURAL = "httproutes"
 
 def job_manifest(spec: WorkloadSpec) -> Manifest:
     """A batch/v1 Job that runs one pod once: no retries (`backoffLimit: 0`), because a failed
-    or preempted attempt is retried by the portal as a new attempt with a new name."""
+    or preempted attempt is retried by the portal as a new attempt with a new name.
+
+    The Job controller counts `activeDeadlineSeconds` from the Job's start, not the pod's, so
+    the deadline at creation leaves room for the wait for a node (`start_allowance_seconds`);
+    once the pod runs, `set_deadline` makes it the max runtime from then.
+    """
     job_spec: dict[str, Any] = {
         "backoffLimit": 0,
         "completions": 1,
@@ -62,7 +67,7 @@ def job_manifest(spec: WorkloadSpec) -> Manifest:
         },
     }
     if spec.max_runtime_seconds is not None:
-        job_spec["activeDeadlineSeconds"] = spec.max_runtime_seconds
+        job_spec["activeDeadlineSeconds"] = spec.max_runtime_seconds + spec.start_allowance_seconds
     metadata = workload_metadata(spec)
     if spec.queue_name is not None:
         # Kueue's: created suspended in its LocalQueue, resumed by Kueue once admitted (what

@@ -9,6 +9,7 @@ Nodes are read by `kubernetes_nodes`.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -18,6 +19,7 @@ from runtime.cluster import pod_manifests
 from runtime.cluster.names import (
     GANG_SIZE_LABEL,
     KIND_LABEL,
+    MAX_RUNTIME_ANNOTATION,
     PROJECT_LABEL,
     RANK_LABEL,
     SUSPENDED_AT_ANNOTATION,
@@ -25,7 +27,7 @@ from runtime.cluster.names import (
     TEAM_LABEL,
     workload_name,
 )
-from runtime.cluster.reports import WorkloadPhase, WorkloadStatus
+from runtime.cluster.reports import IMAGE_PULL_REASONS, WorkloadPhase, WorkloadStatus
 from runtime.cluster.specs import WORKLOAD_KINDS, WorkloadKind
 
 if TYPE_CHECKING:
@@ -33,8 +35,6 @@ if TYPE_CHECKING:
 
 # Waiting reasons that will not clear up by themselves, with the words the owner sees.
 FATAL_WAITING_REASONS: Mapping[str, str] = {
-    "ErrImagePull": "image pull failed",
-    "ImagePullBackOff": "image pull failed",
     "InvalidImageName": "image name is invalid",
     "CrashLoopBackOff": "container keeps crashing",
     "CreateContainerConfigError": "container configuration is invalid",
@@ -79,14 +79,40 @@ def _container_statuses(pod: k8s.V1Pod) -> list[k8s.V1ContainerStatus]:
     return [*(status.init_container_statuses or []), *(status.container_statuses or [])]
 
 
+def _last_exit(container: k8s.V1ContainerStatus) -> str:
+    """How a container that terminated before last exited ("exited with code 137 (OOMKilled)"),
+    else ""."""
+    last = container.last_state.terminated if container.last_state else None
+    if last is None or last.exit_code is None:
+        return ""
+    return f"exited with code {last.exit_code}" + (f" ({last.reason})" if last.reason else "")
+
+
 def pod_problem(pod: k8s.V1Pod) -> tuple[str, str] | None:
-    """(reason, message) when a container is stuck in a waiting state that will not heal."""
+    """(reason, message) when a container is stuck in a waiting state that will not heal; a
+    crash loop says how the container last exited."""
     for container in _container_statuses(pod):
         waiting = container.state.waiting if container.state else None
         reason = (waiting.reason if waiting is not None else None) or ""
         if waiting is not None and reason in FATAL_WAITING_REASONS:
             detail = waiting.message or f"container {container.name} is in {reason}"
+            last_exit = _last_exit(container)
+            if last_exit:
+                detail = f"container {container.name} {last_exit}; {detail}"
             return reason, f"{FATAL_WAITING_REASONS[reason]}: {detail}"
+    return None
+
+
+def pod_pull_error(pod: k8s.V1Pod) -> tuple[str, str] | None:
+    """(reason, message) when a container cannot get its image: which image, and the kubelet's
+    words ("cannot pull image registry.example/x:1: ... not found")."""
+    for container in _container_statuses(pod):
+        waiting = container.state.waiting if container.state else None
+        reason = (waiting.reason if waiting is not None else None) or ""
+        if waiting is not None and reason in IMAGE_PULL_REASONS:
+            image = container.image or f"of container {container.name}"
+            detail = waiting.message or f"container {container.name} is in {reason}"
+            return reason, f"cannot pull image {image}: {detail}"
     return None
 
 
@@ -107,16 +133,22 @@ def pod_termination(pod: k8s.V1Pod) -> tuple[str, str] | None:
 
 def pod_exit_code(pod: k8s.V1Pod | None) -> int | None:
     """The exit code of the pod's main container once it has exited (now or last time)."""
+    return pod_exit(pod)[0]
+
+
+def pod_exit(pod: k8s.V1Pod | None) -> tuple[int | None, str]:
+    """(exit code, reason) of the pod's main container's last exit (now or last time), e.g.
+    (137, "OOMKilled"); (None, "") before it has exited."""
     if pod is None:
-        return None
+        return None, ""
     for container in _container_statuses(pod):
         if container.name != "main":
             continue
         for state in (container.state, container.last_state):
             terminated = state.terminated if state is not None else None
             if terminated is not None and terminated.exit_code is not None:
-                return int(terminated.exit_code)
-    return None
+                return int(terminated.exit_code), str(terminated.reason or "")
+    return None, ""
 
 
 def pod_unschedulable(pod: k8s.V1Pod) -> str | None:
@@ -189,14 +221,16 @@ def workload_status(
     1. nothing exists → missing;
     2. a Job condition Complete/SuccessCriteriaMet → succeeded, Failed/FailureTarget → failed
        with the Job's reason (DeadlineExceeded, BackoffLimitExceeded) and the pod's detail;
-    3. a container stuck in ErrImagePull, ImagePullBackOff, CrashLoopBackOff,
-       CreateContainerConfigError, ... → failed, with a clear reason;
+    3. a container stuck in InvalidImageName, CrashLoopBackOff, CreateContainerConfigError, ...
+       → failed, with a clear reason (a crash loop with the container's last exit);
     4. a Job pod that failed → failed with its exit code or eviction reason;
-    5. a pod Running, or the Deployment Available with a replica available → running;
-    6. a Job pod that succeeded before the Job recorded it → running (Completing);
-    7. a pod the scheduler could not place → pending with the scheduler's message;
-    8. a Deployment whose ReplicaSet cannot create pods (quota) → pending with that message;
-    9. otherwise pending, with the container's waiting reason when there is one.
+    5. a container that cannot pull its image (ErrImagePull, ImagePullBackOff) → pending with
+       that reason, the image and the kubelet's message (the portal gives it a grace period);
+    6. a pod Running, or the Deployment Available with a replica available → running;
+    7. a Job pod that succeeded before the Job recorded it → running (Completing);
+    8. a pod the scheduler could not place → pending with the scheduler's message;
+    9. a Deployment whose ReplicaSet cannot create pods (quota) → pending with that message;
+    10. otherwise pending, with the container's waiting reason when there is one.
     `started_at` is only set once the workload has run.
     """
     owner = job if job is not None else deployment
@@ -224,6 +258,7 @@ def workload_status(
         finished_at: datetime | None = None,
     ) -> WorkloadStatus:
         has_run = phase in ("running", "succeeded", "failed")
+        exit_code, exit_reason = pod_exit(source)
         return WorkloadStatus(
             request_id=request_id,
             attempt=attempt,
@@ -243,7 +278,8 @@ def workload_status(
             project_slug=labels.get(PROJECT_LABEL, ""),
             suspended_at=suspended if phase == "suspended" else None,
             pod_names=tuple(str(p.metadata.name) for p in pods if p.metadata is not None),
-            exit_code=pod_exit_code(source),
+            exit_code=exit_code,
+            exit_reason=exit_reason,
         )
 
     if owner is None and pod is None:
@@ -274,6 +310,10 @@ def workload_status(
     if job is not None and pod is not None and pod.status and pod.status.phase == "Failed":
         reason, message = pod_termination(pod) or ("Failed", "the pod failed")
         return status("failed", reason, message, finished_at=_pod_finished_at(pod))
+    for candidate in pods:
+        pull_error = pod_pull_error(candidate)
+        if pull_error is not None:
+            return status("pending", *pull_error, source=candidate)
     running = next((p for p in pods if p.status and p.status.phase == "Running"), None)
     if running is not None:
         return status("running", source=running)
@@ -298,6 +338,32 @@ def workload_status(
     if waiting is not None:
         return status("pending", str(waiting.reason or "Waiting"), str(waiting.message or ""))
     return status("pending", "Pending", "the pod is waiting to start")
+
+
+def job_deadline_seconds(
+    job: k8s.V1Job, *, max_runtime_seconds: int, running_since: datetime | None
+) -> int:
+    """The `activeDeadlineSeconds` that lets `job` run `max_runtime_seconds` once its pod runs.
+
+    The Job controller counts the deadline from the Job's `startTime` (set when the Job is
+    created, or resumed from suspension), so the time the pod waited for a node is added:
+    1. running since a known moment and the Job started → ceil(running_since − startTime), at
+       least 0, + the max runtime;
+    2. not running yet (or no start time) → the max runtime + the allowance the Job has now
+       over its recorded max runtime (what the launch gave it to wait for a node).
+    """
+    status = job.status
+    started = status.start_time if status is not None else None
+    if running_since is not None and started is not None:
+        waited = max(0.0, (running_since - started).total_seconds())
+        return max_runtime_seconds + math.ceil(waited)
+    current = job.spec.active_deadline_seconds if job.spec is not None else None
+    annotations = (job.metadata.annotations if job.metadata is not None else None) or {}
+    recorded = annotations.get(MAX_RUNTIME_ANNOTATION, "")
+    allowance = 0
+    if current is not None and recorded.isdigit():
+        allowance = max(0, int(current) - int(recorded))
+    return max_runtime_seconds + allowance
 
 
 def with_failed_create(status: WorkloadStatus, events: Sequence[k8s.CoreV1Event]) -> WorkloadStatus:

@@ -15,7 +15,7 @@ from runtime.cluster import kubernetes_manifests as manifests
 from runtime.cluster.base import ClusterError, PermanentClusterError
 from runtime.cluster.kubernetes_client import KubernetesApi, labels_of, workload_key
 from runtime.cluster.kubernetes_nodes import node_inventory
-from runtime.cluster.kubernetes_status import suspended_since
+from runtime.cluster.kubernetes_status import job_deadline_seconds, suspended_since
 from runtime.cluster.names import (
     ATTEMPT_LABEL,
     MANAGED_BY_LABEL,
@@ -278,12 +278,19 @@ class KubernetesWorkloads(KubernetesApi):
                 log.warning("may not delete ResourceClaimTemplates in %s: %s", namespace, exc)
 
     def set_deadline(
-        self, namespace: str, request_id: str, attempt: int, *, max_runtime_seconds: int
+        self,
+        namespace: str,
+        request_id: str,
+        attempt: int,
+        *,
+        max_runtime_seconds: int,
+        running_since: datetime | None = None,
     ) -> None:
         """Merge-patch `activeDeadlineSeconds` (mutable on a Job) and the max-runtime
         annotation onto the attempt's Jobs, every rank of a gang; a Deployment has no deadline
         and only its annotation changes. The Job controller counts the deadline from the Job's
-        `startTime`, so the work now ends at start + `max_runtime_seconds`."""
+        `startTime`, so it becomes the seconds from that start to `running_since` (rounded up)
+        plus the max runtime (`job_deadline_seconds`)."""
         annotations = {MAX_RUNTIME_ANNOTATION: str(max_runtime_seconds)}
         jobs = self._list_all(
             self.batch.list_namespaced_job,
@@ -291,6 +298,9 @@ class KubernetesWorkloads(KubernetesApi):
             label_selector=pod_manifests.workload_selector(request_id, attempt),
         )
         for job in jobs:
+            deadline = job_deadline_seconds(
+                job, max_runtime_seconds=max_runtime_seconds, running_since=running_since
+            )
             try:
                 self._write(
                     self.batch.patch_namespaced_job,
@@ -298,7 +308,7 @@ class KubernetesWorkloads(KubernetesApi):
                     namespace,
                     {
                         "metadata": {"annotations": annotations},
-                        "spec": {"activeDeadlineSeconds": max_runtime_seconds},
+                        "spec": {"activeDeadlineSeconds": deadline},
                     },
                     _content_type="application/merge-patch+json",
                 )

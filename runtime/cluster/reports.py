@@ -13,6 +13,9 @@ from typing import Literal
 
 from runtime.cluster.specs import Taint, WorkloadKind
 
+# Why a container waits for its image (`pending`): it may still come, so the portal waits a grace
+# period (IMAGE_PULL_GRACE_SECONDS) before it fails the request.
+IMAGE_PULL_REASONS = frozenset({"ErrImagePull", "ImagePullBackOff"})
 WorkloadPhase = Literal["pending", "running", "succeeded", "failed", "suspended", "missing"]
 
 
@@ -53,7 +56,8 @@ class WorkloadStatus:
     is rank 0's). `gpu_uuids` are the cards HAMi assigned to a vGPU pod (its
     `hami.io/vgpu-devices-allocated` annotation) and `device_indexes` their positions in the
     node's HAMi registration, the portal's device indexes. `pod_names` are the live pods (rank
-    order for a gang) and `exit_code` the main container's last exit, once it has exited.
+    order for a gang) and `exit_code` the main container's last exit, once it has exited, with
+    `exit_reason` the runtime's word for it (`OOMKilled`, `Error`).
     """
 
     request_id: str
@@ -76,6 +80,7 @@ class WorkloadStatus:
     device_indexes: tuple[int, ...] = ()
     pod_names: tuple[str, ...] = ()
     exit_code: int | None = None
+    exit_reason: str = ""
 
     @property
     def is_finished(self) -> bool:

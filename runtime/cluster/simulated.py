@@ -191,8 +191,8 @@ class SimulatedCluster:
                         created_at=now,
                         starts_at=now + timedelta(seconds=delay),
                         ends_at=now + timedelta(seconds=delay + run),
-                        # A Job's activeDeadlineSeconds, counted from its creation.
-                        deadline_at=now + timedelta(seconds=spec.max_runtime_seconds)
+                        # A Job's deadline: its max runtime from when it starts running.
+                        deadline_at=now + timedelta(seconds=delay + spec.max_runtime_seconds)
                         if spec.kind == "job" and spec.max_runtime_seconds
                         else None,
                         fails=fails and rank == failing,
@@ -217,13 +217,21 @@ class SimulatedCluster:
         ).delete()
 
     def set_deadline(
-        self, namespace: str, request_id: str, attempt: int, *, max_runtime_seconds: int
+        self,
+        namespace: str,
+        request_id: str,
+        attempt: int,
+        *,
+        max_runtime_seconds: int,
+        running_since: datetime | None = None,
     ) -> None:
-        """Move a job's deadline (each rank of a gang) to its creation + the new max runtime."""
+        """Move a job's deadline (each rank of a gang) to the new max runtime from when it
+        started running (`running_since`, else its own start)."""
         for workload in SimulatedWorkload.objects.filter(
             namespace=namespace, request_key=request_id, attempt=attempt, kind="job"
         ):
-            deadline = workload.created_at + timedelta(seconds=max_runtime_seconds)
+            start = running_since or workload.starts_at
+            deadline = start + timedelta(seconds=max_runtime_seconds)
             SimulatedWorkload.objects.filter(pk=workload.pk).update(deadline_at=deadline)
 
     def scale_to_zero(self, namespace: str, request_id: str, attempt: int, *, reason: str) -> bool:

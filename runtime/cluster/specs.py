@@ -287,6 +287,10 @@ class WorkloadSpec:
     priority_class_name: str | None = None
     queue_name: str | None = None
     max_runtime_seconds: int | None = None
+    # How long the work may wait for a node: a Job's deadline counts from the Job's start, so at
+    # creation it is the max runtime plus this, and `set_deadline` makes it the max runtime from
+    # when the pod runs.
+    start_allowance_seconds: int = 0
     port: int | None = None
     owner: str = ""
     reason: str = ""
@@ -349,6 +353,8 @@ class WorkloadSpec:
             raise ValueError("vgpu_cores_percent must be 1-100")
         if self.max_runtime_seconds is not None and self.max_runtime_seconds < 1:
             raise ValueError("max_runtime_seconds must be positive")
+        if self.start_allowance_seconds < 0:
+            raise ValueError("start_allowance_seconds must not be negative")
         if self.port is not None and not 1 <= self.port <= 65535:
             raise ValueError(f"port {self.port} is out of range")
         if self.shm_mib is not None and self.shm_mib < 1:

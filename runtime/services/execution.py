@@ -43,7 +43,7 @@ from runtime.services.observed import record_observation
 from runtime.services.relocation import relocated_claims
 from scheduling import dispatch
 from scheduling.choices import SHARING_MODE_OF_FLAVOR_KIND, DeviceAllocation, RequestStatus
-from scheduling.models import Allocation, Cluster, GpuRequest, ReclaimPolicy
+from scheduling.models import Allocation, Cluster, GpuRequest, NodePool, ReclaimPolicy
 from scheduling.sealing import SealError, unseal
 from scheduling.services.lifecycle import end_allocation, record_request_event, transition
 
@@ -131,6 +131,13 @@ def gang_members(request: GpuRequest, allocation: Allocation) -> tuple[GangMembe
     return tuple(GangMember(node_name=n if pinned else None, gpu_count=cards[n]) for n in nodes)
 
 
+def start_allowance_seconds(pool: NodePool) -> int:
+    """How long launched work may wait for a node: its tier's `pending_timeout_seconds`, after
+    which the reclaim pass calls it stuck."""
+    policy = ReclaimPolicy.objects.filter(tier_id=pool.tier_id).first() or ReclaimPolicy()
+    return int(policy.pending_timeout_seconds)
+
+
 def workload_spec(request: GpuRequest, allocation: Allocation) -> WorkloadSpec:
     flavor = request.flavor
     pool = allocation.pool  # the flavor's pool, or the one of its other pools the engine chose
@@ -167,6 +174,7 @@ def workload_spec(request: GpuRequest, allocation: Allocation) -> WorkloadSpec:
         priority_class_name=PRIORITY_CLASSES[request.priority].name,
         queue_name=LOCAL_QUEUE_NAME if pool.cluster.scheduler_mode == "kueue" else None,
         max_runtime_seconds=request.max_runtime_seconds,
+        start_allowance_seconds=start_allowance_seconds(pool),
         owner=request.owner.get_username(),
         reason=request.reason[:200],
         gang=gang,
@@ -385,6 +393,10 @@ def apply_workload_status(request: GpuRequest, status: WorkloadStatus) -> str | 
             Allocation.objects.active().filter(request=request, started_at__isnull=True).update(
                 started_at=status.started_at or timezone.now()
             )
+            if request.kind == "job":
+                # Its Job's deadline counted from the Job's start: give it the whole max
+                # runtime from now on, however long it waited for a node.
+                dispatch.request_deadline_change(request.pk, request.attempt)
             return RequestStatus.RUNNING
         if status.phase in ("succeeded", "failed"):
             if request.status == RequestStatus.LAUNCHING and status.started_at:

@@ -9,9 +9,10 @@ from scheduling.models import Allocation, GpuRequest
 
 
 def record_observation(gpu_request: GpuRequest, status: WorkloadStatus) -> bool:
-    """Store the pods' names, the main container's exit code and the last termination reason
-    on the attempt's allocation; a field the cluster no longer reports keeps its last value
-    (a finished Job's pod may be gone). Writes only on change; True when it wrote."""
+    """Store the pods' names, the main container's last exit (code and reason) and the last
+    termination reason on the attempt's allocation; a field the cluster no longer reports keeps
+    its last value (a finished Job's pod may be gone). Writes only on change; True when it
+    wrote."""
     if status.phase == "missing" or status.attempt != gpu_request.attempt:
         return False
     changes: dict[str, Any] = {}
@@ -19,6 +20,7 @@ def record_observation(gpu_request: GpuRequest, status: WorkloadStatus) -> bool:
         changes["pod_names"] = list(status.pod_names)
     if status.exit_code is not None:
         changes["exit_code"] = status.exit_code
+        changes["exit_reason"] = status.exit_reason[:60]
     if status.phase == "failed":
         detail = f"{status.reason}: {status.message}" if status.reason else status.message
         changes["termination_reason"] = detail[:500]

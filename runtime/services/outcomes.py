@@ -56,8 +56,17 @@ def reclaim_request(
     return True
 
 
-def requeue_or_fail(request: GpuRequest, *, reason: str, code: str, max_attempts: int) -> str:
-    """Work lost through no fault of its own goes back to the queue, up to `max_attempts` tries."""
+def requeue_or_fail(
+    request: GpuRequest,
+    *,
+    reason: str,
+    code: str,
+    max_attempts: int,
+    evidence: dict[str, Any] | None = None,
+    queued_fields: dict[str, Any] | None = None,
+) -> str:
+    """Work lost through no fault of its own goes back to the queue, up to `max_attempts` tries;
+    `queued_fields` are written with the move back to the queue (a crash's retry backoff)."""
     with transaction.atomic():
         allocation = end_allocation(request, reason=code)
         if allocation is not None:
@@ -67,6 +76,7 @@ def requeue_or_fail(request: GpuRequest, *, reason: str, code: str, max_attempts
             actor=None,
             action=f"reclaim.{code}",
             message=reason,
+            data=evidence,
         )
         if request.attempt < max_attempts and request.status in (
             RequestStatus.LAUNCHING,
@@ -74,23 +84,52 @@ def requeue_or_fail(request: GpuRequest, *, reason: str, code: str, max_attempts
             RequestStatus.ADMITTED,
         ):
             transition(request, RequestStatus.PREEMPTED, actor=None, reason=reason)
-            transition(request, RequestStatus.QUEUED, actor=None, reason=f"Requeued: {reason}")
+            transition(
+                request,
+                RequestStatus.QUEUED,
+                actor=None,
+                reason=f"Requeued: {reason}",
+                **(queued_fields or {}),
+            )
             dispatch.request_scheduling_cycle()
             return "requeued"
-        transition(
+        fail_request(
             request,
-            RequestStatus.FAILED,
-            actor=None,
             reason=f"{reason} — gave up after {request.attempt} attempts.",
+            code=code,
+            notice=f"{reason}. It was tried {request.attempt} times.",
         )
+        return "failed"
+
+
+def fail_request(
+    request: GpuRequest,
+    *,
+    reason: str,
+    code: str,
+    notice: str = "",
+    evidence: dict[str, Any] | None = None,
+) -> bool:
+    """End live work as failed for good: its GPUs freed, its workload deleted, the owner told.
+    `evidence`, when given, is recorded as a `reclaim.<code>` event. False if it had ended."""
+    with transaction.atomic():
+        allocation = end_allocation(request, reason=code)
+        if allocation is not None:
+            dispatch.request_termination(request.pk, allocation.attempt, code)
+        if evidence is not None:
+            record_request_event(
+                request, actor=None, action=f"reclaim.{code}", message=reason, data=evidence
+            )
+        if not transition(request, RequestStatus.FAILED, actor=None, reason=reason):
+            return False
         notify(
             users=[request.owner],
             subject=f"GPU request {request.pk} failed",
-            body=f"{reason}. It was tried {request.attempt} times.",
+            body=notice or reason,
             event={"type": f"reclaim.{code}", "request": request.pk},
         )
         dispatch.request_scheduling_cycle()
-        return "failed"
+    return True
 
 
 def reclaim_timed_out(request: GpuRequest, *, source: str = "") -> bool:

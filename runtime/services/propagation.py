@@ -14,7 +14,7 @@ from django.db.models import Max, Q
 
 from runtime.cluster.base import ClusterBackend, LimitRangeSpec, ProjectSpec
 from scheduling.choices import FlavorKind, RequestStatus
-from scheduling.models import Flavor, GpuDevice, GpuRequest, Quota
+from scheduling.models import Allocation, Flavor, GpuDevice, GpuRequest, Quota
 from tenants.models import Project
 
 # Containers that state no CPU or memory get these, so one workload cannot starve a node.
@@ -98,18 +98,25 @@ def affected_projects(*, team_id: int, project_id: int | None) -> list[int]:
 
 
 def set_request_deadline(*, request_id: int, attempt: int, backend: ClusterBackend) -> bool:
-    """Patch the live attempt's deadline to the request's max runtime; False when the attempt
-    is no longer live (finished, preempted or relaunched meanwhile)."""
+    """Patch the live attempt's deadline to the request's max runtime, counted from when its
+    pod started running (the allocation's `started_at`, once sync saw it run); False when the
+    attempt is no longer live (finished, preempted or relaunched meanwhile)."""
     request = GpuRequest.objects.select_related("project").get(pk=request_id)
     if request.attempt != attempt or request.status not in (
         RequestStatus.LAUNCHING,
         RequestStatus.RUNNING,
     ):
         return False
+    running_since = (
+        Allocation.objects.filter(request=request, attempt=attempt)
+        .values_list("started_at", flat=True)
+        .first()
+    )
     backend.set_deadline(
         request.project.namespace,
         str(request.pk),
         attempt,
         max_runtime_seconds=request.max_runtime_seconds,
+        running_since=running_since,
     )
     return True

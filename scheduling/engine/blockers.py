@@ -60,6 +60,7 @@ BlockerCode = Literal[
     "fragmentation",
     "mig_layout",
     "node_health",
+    "retry_backoff",
     "cluster",
 ]
 #: Every code, in the order of the docs (docs/blockers.md).

@@ -45,7 +45,12 @@ class Allocation(models.Model):
     # code and the last termination reason ("OOMKilled: container main exited with code 137").
     pod_names = models.JSONField(default=list, blank=True)
     exit_code = models.IntegerField(null=True, blank=True)
+    # The runtime's word for that exit ("OOMKilled", "Error"): with the exit code, how it crashed.
+    exit_reason = models.CharField(max_length=60, blank=True)
     termination_reason = models.CharField(max_length=500, blank=True)
+    # When sync first saw a container of the attempt unable to pull its image; the request
+    # fails IMAGE_PULL_GRACE_SECONDS after it unless the pull succeeds. Cleared once it runs.
+    image_pull_failing_since = models.DateTimeField(null=True, blank=True)
 
     objects = AllocationQuerySet.as_manager()
 

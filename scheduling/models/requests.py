@@ -104,6 +104,8 @@ class GpuRequest(models.Model):
     idle_warned_at = models.DateTimeField(null=True, blank=True)
     idle_exempt_until = models.DateTimeField(null=True, blank=True)
     timeout_warned_at = models.DateTimeField(null=True, blank=True)
+    # Crashed work back in the queue is not admitted before this (its retry backoff).
+    retry_not_before = models.DateTimeField(null=True, blank=True)
 
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)

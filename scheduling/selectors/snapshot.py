@@ -11,6 +11,9 @@ from collections import defaultdict
 from collections.abc import Collection
 from typing import Any
 
+from django.db.models import QuerySet
+from django.utils import timezone
+
 from scheduling import engine
 from scheduling.choices import FlavorKind, Priority, RequestStatus, SharingMode, WorkloadKind
 from scheduling.engine.types import MIG_PROFILES, mig_bits
@@ -327,10 +330,18 @@ def offered_pools(
     }
 
 
+def ready_queue() -> QuerySet[GpuRequest]:
+    """The queued requests a cycle may admit now: all but crashed work waiting out its retry
+    backoff (`retry_not_before` still ahead; runtime/services/crashes.py)."""
+    return GpuRequest.objects.filter(status=RequestStatus.QUEUED).exclude(
+        retry_not_before__gt=timezone.now()
+    )
+
+
 def _pending(kueue: frozenset[int] = frozenset()) -> tuple[engine.Request, ...]:
-    """The queue, oldest first, without the requests handed to Kueue."""
+    """The queue, oldest first, without the requests handed to Kueue or backing off."""
     offered = offered_pools(kueue)
-    queued = GpuRequest.objects.filter(status=RequestStatus.QUEUED)
+    queued = ready_queue()
     if kueue:
         queued = queued.exclude(handed_to_kueue(kueue))
     return tuple(

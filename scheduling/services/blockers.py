@@ -28,14 +28,16 @@ from django.db import connection
 
 from scheduling.choices import RequestStatus
 from scheduling.engine import Plan, Snapshot
-from scheduling.engine.blockers import ENGINE_CODES, Blocker, explain_waits
+from scheduling.engine.blockers import ENGINE_CODES, Blocker, BlockerCode, explain_waits
 from scheduling.models import GpuRequest
 
 BUDGET = "budget"
+RETRY_BACKOFF: BlockerCode = "retry_backoff"
 # The codes that belong to each status; any other stored code is left over and not shown.
 CODES_OF_STATUS: dict[str, frozenset[str]] = {
     RequestStatus.PENDING_APPROVAL: frozenset({"approval", BUDGET}),
-    RequestStatus.QUEUED: frozenset(ENGINE_CODES),
+    # `retry_backoff`: crashed work waiting out its backoff (`retry_blocker`), out of the cycle.
+    RequestStatus.QUEUED: frozenset({*ENGINE_CODES, RETRY_BACKOFF}),
     RequestStatus.ADMITTED: frozenset({"cluster"}),
     RequestStatus.LAUNCHING: frozenset({"cluster"}),
 }
@@ -64,6 +66,11 @@ def cluster_blocker(*, headline: str, reason: str) -> dict[str, Any]:
     """Why the cluster has not started admitted work: its headline, its own words in detail."""
     message = headline or "The cluster has not started it yet."
     return Blocker("cluster", message, {"reason": reason}).as_dict()
+
+
+def retry_blocker(*, message: str, retry_at: str, failure: str) -> dict[str, Any]:
+    """Why crashed work back in the queue is not scheduled yet: its retry backoff."""
+    return Blocker(RETRY_BACKOFF, message, {"retry_at": retry_at, "reason": failure}).as_dict()
 
 
 def shown_blocker(status: str, blocker: dict[str, Any] | None) -> dict[str, Any]:

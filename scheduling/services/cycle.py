@@ -37,7 +37,7 @@ from scheduling.models import (
     SchedulerLease,
 )
 from scheduling.selectors.scheduler_modes import flavor_pools_in, handed_to_kueue, kueue_cluster_ids
-from scheduling.selectors.snapshot import build_snapshot, claims_as_json
+from scheduling.selectors.snapshot import build_snapshot, claims_as_json, ready_queue
 from scheduling.services.blockers import record_blockers
 from scheduling.services.lifecycle import Move, transition_each, transition_many
 from scheduling.services.notifications import notify
@@ -333,7 +333,7 @@ def _hand_to_kueue(
     """
     # 1. Read: the queue, oldest first, and the flavors' pools on the clusters requests name.
     queued = list(
-        GpuRequest.objects.filter(status=RequestStatus.QUEUED)
+        ready_queue()
         .filter(handed_to_kueue(kueue))
         .select_related("flavor__pool", "team", "project")
         .order_by("queued_at", "pk")

@@ -3,6 +3,7 @@ portal did not create, and the access check of a node against its pool's sharing
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -11,7 +12,7 @@ from runtime.cluster import names, project_manifests
 from runtime.cluster.base import NodeInventory, WorkloadStatus
 from runtime.cluster.kubernetes import KubernetesClusterBackend
 from runtime.cluster.kubernetes_nodes import foreign_gpu_usage
-from runtime.cluster.kubernetes_status import with_failed_create
+from runtime.cluster.kubernetes_status import job_deadline_seconds, with_failed_create
 from runtime.services.inventory import access_problem
 from scheduling.choices import SharingMode
 from scheduling.models import NodePool
@@ -51,6 +52,38 @@ def test_set_deadline_patches_the_jobs_active_deadline_and_annotation(
     assert job["metadata"]["annotations"][names.MAX_RUNTIME_ANNOTATION] == "7200"
     patches = [call for call in server.calls("PATCH")]
     assert patches == [("PATCH", JOB_PATH)] * 2
+
+
+def test_a_job_waiting_for_a_node_keeps_its_whole_runtime_once_its_pod_runs(
+    backend: KubernetesClusterBackend, server: FakeApiServer
+) -> None:
+    # The Job controller counts from the Job's start: created with room to wait for a node...
+    backend.launch(workload("job", max_runtime_seconds=3600, start_allowance_seconds=1800))
+    assert server.objects[JOB_PATH]["spec"]["activeDeadlineSeconds"] == 5400
+    # ...a lead's extension before it runs keeps that room...
+    backend.set_deadline(NAMESPACE, "812", 1, max_runtime_seconds=4000)
+    assert server.objects[JOB_PATH]["spec"]["activeDeadlineSeconds"] == 5800
+    # ...and once its pod ran 12 min 0.4 s after the Job started, it gets the max runtime
+    # from then on.
+    server.objects[JOB_PATH]["status"] = {"startTime": "2026-12-01T10:00:00Z"}
+    running_since = datetime(2026, 12, 1, 10, 12, 0, 400_000, tzinfo=UTC)
+    backend.set_deadline(NAMESPACE, "812", 1, max_runtime_seconds=4000, running_since=running_since)
+    assert server.objects[JOB_PATH]["spec"]["activeDeadlineSeconds"] == 721 + 4000
+
+
+def test_a_job_deadline_counts_from_the_pods_start_not_the_jobs() -> None:
+    job = r.job(startTime="2026-12-01T10:00:00Z")
+    later = datetime(2026, 12, 1, 10, 30, tzinfo=UTC)
+    assert job_deadline_seconds(job, max_runtime_seconds=600, running_since=later) == 1800 + 600
+    # A clock a little behind the API server's never takes time away.
+    early = datetime(2026, 12, 1, 9, 59, 58, tzinfo=UTC)
+    assert job_deadline_seconds(job, max_runtime_seconds=600, running_since=early) == 600
+    # Suspended in Kueue (no start time yet): the allowance the Job has is kept.
+    waiting = r.job()
+    assert waiting.spec is not None and waiting.metadata is not None
+    waiting.spec.active_deadline_seconds = 2400
+    waiting.metadata.annotations = {names.MAX_RUNTIME_ANNOTATION: "600"}
+    assert job_deadline_seconds(waiting, max_runtime_seconds=900, running_since=later) == 2700
 
 
 def test_set_deadline_of_a_notebook_changes_only_its_annotation(

@@ -97,14 +97,9 @@ def test_evicted_job_pod_failed_with_the_eviction_reason() -> None:
     ("reason", "message", "words"),
     [
         (
-            "ErrImagePull",
-            'failed to pull and unpack image "registry.example.com/vision/train:nope": not found',
-            "image pull failed: ",
-        ),
-        (
-            "ImagePullBackOff",
-            'Back-off pulling image "registry.example.com/vision/train:nope"',
-            "image pull failed: ",
+            "InvalidImageName",
+            'Failed to apply default image tag "Registry/Train:1": invalid reference format',
+            "image name is invalid: ",
         ),
         (
             "CrashLoopBackOff",
@@ -134,6 +129,52 @@ def test_stuck_containers_fail_the_workload_with_a_clear_reason(
     result = status(pods=[pod], **owner)
     assert (result.phase, result.reason) == ("failed", reason)
     assert result.message == words + message
+
+
+@pytest.mark.parametrize(
+    ("reason", "message"),
+    [
+        (
+            "ErrImagePull",
+            'failed to pull and unpack image "registry.example.com/vision/train:1.4": not found',
+        ),
+        ("ImagePullBackOff", 'Back-off pulling image "registry.example.com/vision/train:1.4"'),
+    ],
+)
+@pytest.mark.parametrize("kind", ["job", "notebook"])
+def test_an_image_that_cannot_be_pulled_keeps_the_workload_pending_naming_the_image(
+    reason: str, message: str, kind: str
+) -> None:
+    # It may still come (the registry back, a pull secret added): the portal decides how long.
+    pod = r.pod(
+        phase="Pending",
+        kind=kind,
+        conditions=[r.SCHEDULED],
+        containers=[r.container_status(r.waiting(reason, message))],
+    )
+    owner: dict[str, Any] = (
+        {"job": r.job(active=1)} if kind == "job" else {"deployment": r.deployment()}
+    )
+    result = status(pods=[pod], **owner)
+    assert (result.phase, result.reason) == ("pending", reason)
+    assert result.message == f"cannot pull image registry.example.com/vision/train:1.4: {message}"
+    assert result.node_name == "gpu-a100-01"
+
+
+def test_a_crash_loop_says_how_the_container_last_exited() -> None:
+    container = r.container_status(
+        r.waiting("CrashLoopBackOff", "back-off 40s restarting failed container=main"),
+        restarts=2,
+    )
+    container["lastState"] = r.terminated(137, "OOMKilled")
+    pod = r.pod(phase="Running", kind="notebook", conditions=[r.SCHEDULED], containers=[container])
+    result = status(pods=[pod], deployment=r.deployment())
+    assert (result.phase, result.reason) == ("failed", "CrashLoopBackOff")
+    assert result.message == (
+        "container keeps crashing: container main exited with code 137 (OOMKilled); "
+        "back-off 40s restarting failed container=main"
+    )
+    assert (result.exit_code, result.exit_reason) == (137, "OOMKilled")
 
 
 def test_unschedulable_pod_is_pending_with_the_schedulers_message() -> None:

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from scheduling.reclaim_rules import idle_verdict, stuck_pending, timeout_stage
+from scheduling.reclaim_rules import (
+    CrashSignature,
+    crash_retry_delay_seconds,
+    crashed_the_same_way,
+    idle_verdict,
+    stuck_pending,
+    timeout_stage,
+)
 
 WINDOW, WARNING, THRESHOLD = 1800.0, 600.0, 5.0
 
@@ -99,3 +106,38 @@ def test_timeout_warns_then_stops(elapsed: float, stage: str) -> None:
 def test_stuck_pending_after_the_timeout() -> None:
     assert not stuck_pending(launched_at=0, pending_timeout_seconds=600, now=599)
     assert stuck_pending(launched_at=0, pending_timeout_seconds=600, now=600)
+
+
+@pytest.mark.parametrize(
+    ("crashes", "delay"),
+    [(0, 0.0), (1, 60.0), (2, 120.0), (3, 240.0), (5, 960.0), (6, 1800.0), (40, 1800.0)],
+)
+def test_crash_retries_back_off_exponentially_up_to_the_cap(crashes: int, delay: float) -> None:
+    assert crash_retry_delay_seconds(crashes=crashes, base_seconds=60, max_seconds=1800) == delay
+
+
+OOM = CrashSignature("registry.example.com/ml/train:1", 137, "OOMKilled")
+
+
+@pytest.mark.parametrize(
+    ("previous", "current", "same"),
+    [
+        (None, OOM, False),  # a first crash is retried
+        (OOM, OOM, True),
+        (OOM, CrashSignature(OOM.image, 1, "Error"), False),  # another exit
+        (OOM, CrashSignature("registry.example.com/ml/train:2", 137, "OOMKilled"), False),
+        (OOM, CrashSignature(OOM.image, 137, ""), False),  # the reason differs
+        # Nothing seen of either exit proves nothing.
+        (CrashSignature(OOM.image, None, ""), CrashSignature(OOM.image, None, ""), False),
+    ],
+)
+def test_only_the_same_image_crashing_the_same_way_again_is_a_repeat(
+    previous: CrashSignature | None, current: CrashSignature, same: bool
+) -> None:
+    assert crashed_the_same_way(previous, current) is same
+
+
+def test_a_crash_is_described_by_its_reason_and_exit_code() -> None:
+    assert OOM.describe() == "OOMKilled (exit code 137)"
+    assert CrashSignature("x", 1, "").describe() == "exit code 1"
+    assert CrashSignature("x", None, "").describe() == "an unknown exit"

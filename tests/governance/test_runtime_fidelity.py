@@ -59,11 +59,14 @@ def test_an_extension_moves_the_running_jobs_deadline(
 ) -> None:
     request = running(minutes_ago=10)
     workload = SimulatedWorkload.objects.get(request_key=str(request.pk))
-    assert workload.deadline_at == workload.created_at + timedelta(hours=4)
+    # Counted from when it started running, not from its creation (the wait for a node).
+    assert workload.deadline_at == workload.starts_at + timedelta(hours=4)
+    assert workload.starts_at > workload.created_at
     with django_capture_on_commit_callbacks(execute=True):
         services.extend_runtime(actor=org.lead_a, request=request, seconds=3600)
     workload.refresh_from_db()
-    assert workload.deadline_at == workload.created_at + timedelta(hours=5)
+    started = Allocation.objects.get(request=request).started_at
+    assert workload.deadline_at == (started or workload.starts_at) + timedelta(hours=5)
 
 
 def test_a_job_the_cluster_stopped_at_its_deadline_is_a_timeout_reclaim(
@@ -122,6 +125,157 @@ def test_crash_looping_work_is_retried_up_to_the_tiers_max_attempts(
     assert "keeps crashing" in request.status_reason
     assert AuditEvent.objects.filter(action="reclaim.crash_loop", target_id=str(request.pk))
     assert Allocation.objects.active().filter(request=request).count() == 0
+
+
+def crash(request: GpuRequest, exit_code: int, exit_reason: str) -> WorkloadStatus:
+    message = f"container keeps crashing: container main exited with code {exit_code}"
+    return status_of(
+        request,
+        "failed",
+        "CrashLoopBackOff",
+        message=message,
+        exit_code=exit_code,
+        exit_reason=exit_reason,
+    )
+
+
+def run_again(request: GpuRequest) -> GpuRequest:
+    """The next attempt of a requeued request, running (as the cycle and a launch make it)."""
+    attempt = request.attempt + 1
+    pool = Allocation.objects.filter(request=request).first()
+    assert pool is not None
+    Allocation.objects.create(
+        request=request, attempt=attempt, pool=pool.pool, started_at=timezone.now()
+    )
+    GpuRequest.objects.filter(pk=request.pk).update(status=RequestStatus.RUNNING, attempt=attempt)
+    request.refresh_from_db()
+    return request
+
+
+def test_crashed_work_waits_out_a_backoff_the_cycle_respects(
+    running: Runner, settings: Any
+) -> None:
+    settings.CRASH_RETRY_BASE_SECONDS = 60
+    request = running(minutes_ago=5, kind="notebook")
+    before = timezone.now()
+    assert execution.apply_workload_status(request, crash(request, 1, "Error")) == "queued"
+    request.refresh_from_db()
+    assert request.retry_not_before is not None
+    assert 59 <= (request.retry_not_before - before).total_seconds() <= 62
+    assert request.blocker["code"] == "retry_backoff"
+    assert request.blocker["message"].startswith("It crashed (Error (exit code 1)); retried at ")
+    assert request.waiting_reason == request.blocker["message"]
+    client = Client()
+    client.force_login(request.owner)
+    page = client.get(reverse("gpu-request-page", args=[request.pk])).content.decode()
+    assert 'data-code="retry_backoff"' in page
+    # Not in the engine's queue before its time; in it afterwards.
+    assert str(request.pk) not in {r.id for r in build_snapshot().pending}
+    GpuRequest.objects.filter(pk=request.pk).update(retry_not_before=timezone.now())
+    assert str(request.pk) in {r.id for r in build_snapshot().pending}
+
+
+def test_each_further_crash_doubles_the_backoff(running: Runner, settings: Any) -> None:
+    settings.CRASH_RETRY_BASE_SECONDS, settings.CRASH_RETRY_MAX_SECONDS = 60, 100
+    request = running(minutes_ago=5, kind="notebook")
+    ReclaimPolicy.objects.filter(tier=request.flavor.pool.tier).update(max_attempts=5)
+    delays = []
+    for exit_code in (1, 2, 3):  # a different exit each time: retried each time
+        before = timezone.now()
+        assert execution.apply_workload_status(request, crash(request, exit_code, "Error")) == (
+            "queued"
+        )
+        request.refresh_from_db()
+        assert request.retry_not_before is not None
+        delays.append(round((request.retry_not_before - before).total_seconds()))
+        request = run_again(request)
+    assert delays == [60, 100, 100]  # 60, 120 capped at 100, 240 capped
+
+
+def test_the_same_crash_twice_with_the_same_image_is_not_retried(
+    running: Runner, settings: Any
+) -> None:
+    request = running(minutes_ago=5, kind="notebook")
+    assert execution.apply_workload_status(request, crash(request, 137, "OOMKilled")) == "queued"
+    request = run_again(request)
+    assert execution.apply_workload_status(request, crash(request, 137, "OOMKilled")) == "failed"
+    request.refresh_from_db()
+    assert request.status == RequestStatus.FAILED
+    assert request.status_reason == (
+        f"Failed — OOMKilled (exit code 137) twice with image {request.image}; not retried."
+    )
+    assert request.attempt == 2  # the tier's max_attempts (3) was not what stopped it
+    event = AuditEvent.objects.filter(action="reclaim.crash_loop", target_id=str(request.pk))
+    assert event.latest("pk").data["repeated"] is True
+    assert Allocation.objects.active().filter(request=request).count() == 0
+
+
+def test_an_image_pull_error_fails_the_request_only_after_its_grace(
+    org: Org, fleet: Fleet, settings: Any
+) -> None:
+    settings.IMAGE_PULL_GRACE_SECONDS = 300
+    request = launching(org, fleet)
+    message = "cannot pull image registry.example.com/x:1: manifest unknown"
+    pulling = status_of(request, "pending", "ErrImagePull", message=message)
+    assert execution.apply_workload_status(request, pulling) is None
+    request.refresh_from_db()
+    assert request.status == RequestStatus.LAUNCHING
+    allocation = Allocation.objects.get(request=request)
+    since = allocation.image_pull_failing_since
+    assert since is not None
+    fails_at = since + timedelta(seconds=300)
+    assert request.blocker["message"] == (
+        "Cannot pull image registry.example.com/x:1: manifest unknown; "
+        f"the request fails at {fails_at:%H:%M} UTC unless the pull succeeds."
+    )
+    assert request.status_reason == request.blocker["message"]
+    # The kubelet backs off: a later sight of the error does not move the first.
+    backoff = status_of(request, "pending", "ImagePullBackOff", message=message)
+    assert execution.apply_workload_status(request, backoff) is None
+    assert Allocation.objects.get(request=request).image_pull_failing_since == since
+    # Past the grace it fails, naming the image and why.
+    Allocation.objects.filter(pk=allocation.pk).update(
+        image_pull_failing_since=since - timedelta(seconds=301)
+    )
+    assert execution.apply_workload_status(request, backoff) == RequestStatus.FAILED
+    request.refresh_from_db()
+    assert request.status_reason == (
+        f"Failed — ImagePullBackOff: {message} (the pull did not succeed within 300 s)."
+    )
+    assert Allocation.objects.get(request=request).end_reason == "image_pull"
+
+
+def test_a_pull_that_goes_through_starts_the_grace_afresh_next_time(org: Org, fleet: Fleet) -> None:
+    request = launching(org, fleet)
+    message = "cannot pull image registry.example.com/x:1: i/o timeout"
+    execution.apply_workload_status(
+        request, status_of(request, "pending", "ErrImagePull", message=message)
+    )
+    assert Allocation.objects.get(request=request).image_pull_failing_since is not None
+    execution.apply_workload_status(request, status_of(request, "pending", "ContainerCreating"))
+    assert Allocation.objects.get(request=request).image_pull_failing_since is None
+    request.refresh_from_db()
+    assert request.status == RequestStatus.LAUNCHING
+
+
+def test_a_job_that_starts_running_gets_its_deadline_counted_from_then(
+    org: Org, fleet: Fleet, django_capture_on_commit_callbacks: Any
+) -> None:
+    request = launching(org, fleet)
+    started = timezone.now() - timedelta(seconds=30)
+    created = started - timedelta(minutes=20)  # it waited 20 minutes for a node
+    SimulatedWorkload.objects.filter(request_key=str(request.pk)).update(
+        kind="job",
+        created_at=created,
+        starts_at=started,
+        ends_at=started + timedelta(hours=1),
+        deadline_at=created + timedelta(seconds=request.max_runtime_seconds),
+    )
+    with django_capture_on_commit_callbacks(execute=True):
+        running = status_of(request, "running", started_at=started)
+        assert execution.apply_workload_status(request, running) == RequestStatus.RUNNING
+    workload = SimulatedWorkload.objects.get(request_key=str(request.pk))
+    assert workload.deadline_at == started + timedelta(seconds=request.max_runtime_seconds)
 
 
 # Waiting reasons ----------------------------------------------------------------------------

@@ -14,6 +14,7 @@ Each test brings its own node (and pool), so no other test's pods take part.
 from __future__ import annotations
 
 import contextlib
+import math
 import time
 import uuid
 from collections.abc import Iterator
@@ -175,14 +176,22 @@ def test_an_extended_job_outlives_its_first_deadline_and_ends_as_a_timeout_recla
     request = submit(portal, flavor, max_runtime_seconds=15)
     assert admit(django_capture_on_commit_callbacks) == [(request.pk, 1)]
     name = launch_running_for_an_hour(request, k8s_backend, monkeypatch)
-    assert k8s_admin.batch.read_namespaced_job(name, namespace).spec.active_deadline_seconds == 15
+    job = k8s_admin.batch.read_namespaced_job(name, namespace)
+    # The launch leaves room to wait for a node (the tier's pending timeout).
+    allowance = execution.start_allowance_seconds(flavor.pool)
+    assert job.spec.active_deadline_seconds == 15 + allowance
     sync_until(request, k8s_backend, RequestStatus.RUNNING, timeout=12)
 
-    # The lead extends it before the first deadline; the task patches the running Job.
+    # The lead extends it before the first deadline; the task patches the running Job: 40 s
+    # from when its pod started running, which the Job controller counts from the Job's start.
     with django_capture_on_commit_callbacks(execute=True):
         services.extend_runtime(actor=portal["lead"], request=request, seconds=25)
     job = k8s_admin.batch.read_namespaced_job(name, namespace)
-    assert job.spec.active_deadline_seconds == 40
+    running_since = Allocation.objects.get(request=request).started_at
+    assert running_since is not None
+    waited = math.ceil(max(0.0, (running_since - job.status.start_time).total_seconds()))
+    assert waited <= 2
+    assert job.spec.active_deadline_seconds == 40 + waited
     assert job.metadata.annotations["gpu-portal/max-runtime-seconds"] == "40"
 
     # Past the first deadline (15 s after the Job started, plus the controller's slack): the

@@ -3,11 +3,13 @@ shows (the API and its schema, the request page)."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from decimal import Decimal
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from django.conf import settings
 from django.test import Client, TestCase
 from django.urls import reverse
 
@@ -179,15 +181,21 @@ def test_an_image_the_cluster_cannot_pull_is_a_cluster_blocker_until_it_runs(org
         attempt=request.attempt,
         phase="pending",
         reason="ErrImagePull",
-        message="pull access denied",
+        message="cannot pull image registry.example.com/x:1: pull access denied",
         namespace=request.project.namespace,
         name=allocation.workload_name,
     )
     execution.apply_workload_status(request, pending)
+    fails_at = Allocation.objects.get(pk=allocation.pk).image_pull_failing_since
+    assert fails_at is not None
+    fails_at += timedelta(seconds=settings.IMAGE_PULL_GRACE_SECONDS)
     assert blocker_of(request) == {
         "code": "cluster",
-        "message": "The cluster cannot pull its image.",
-        "detail": {"reason": "ErrImagePull: pull access denied"},
+        "message": "Cannot pull image registry.example.com/x:1: pull access denied; the "
+        f"request fails at {fails_at:%H:%M} UTC unless the pull succeeds.",
+        "detail": {
+            "reason": "ErrImagePull: cannot pull image registry.example.com/x:1: pull access denied"
+        },
     }
     report_running(request)
     assert blocker_of(request) == {}
@@ -302,6 +310,7 @@ def test_the_schema_documents_the_blocker_and_its_codes(org: Org) -> None:
         "fragmentation",
         "mig_layout",
         "node_health",
+        "retry_backoff",
         "cluster",
     }
 
