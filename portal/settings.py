@@ -261,6 +261,9 @@ WORKLOAD_GATEWAY_NAMESPACE = env.str("WORKLOAD_GATEWAY_NAMESPACE", default="gpu-
 WORKLOAD_GATEWAY_SECTION = env.str("WORKLOAD_GATEWAY_SECTION", default="")
 # Project secret values are sealed at rest with this key (default: derived from SECRET_KEY).
 PROJECT_SECRETS_KEY = env.str("PROJECT_SECRETS_KEY", default="")
+# Key rotation (scheduling/sealing.py): the current sealing key first, retired ones after it,
+# comma-separated; overrides PROJECT_SECRETS_KEY. `manage.py rotate_sealed_secrets` re-seals.
+SECRET_SEALING_KEYS = env.list("SECRET_SEALING_KEYS", default=[])
 WORKLOAD_INGRESS_CLASS = env.str("WORKLOAD_INGRESS_CLASS", default="nginx")
 WORKLOAD_TLS_SECRET = env.str("WORKLOAD_TLS_SECRET", default="")
 PORTAL_INTERNAL_URL = env.str("PORTAL_INTERNAL_URL", default="").rstrip("/")
