@@ -242,6 +242,9 @@ if SCHEDULER == "kueue" and CLUSTER_BACKEND != "kubernetes":
 KUEUE_POLICY_SECONDS = env.float("KUEUE_POLICY_SECONDS", default=60.0)
 KUBECONFIG = env.str("KUBECONFIG", default="")
 KUBE_CONTEXT = env.str("KUBE_CONTEXT", default="") or None
+# The worker's Kubernetes username on the local cluster, which it binds its per-namespace role
+# to (runtime/cluster/kubernetes_projects.py); empty: asked of the API server (SelfSubjectReview).
+KUBERNETES_PORTAL_USERNAME = env.str("KUBERNETES_PORTAL_USERNAME", default="")
 # Extra or overriding GPU product → model names (runtime/cluster/gpu_models.py), a JSON
 # object, e.g. {"NVIDIA-A100-SXM4-80GB": "A100-80G"}.
 GPU_MODEL_ALIASES: dict[str, str] = env.json("GPU_MODEL_ALIASES", default={})

@@ -66,7 +66,9 @@ def cluster_backend() -> ClusterBackend:
         from runtime.cluster.kubernetes import KubernetesClusterBackend
 
         return KubernetesClusterBackend(
-            kubeconfig=settings.KUBECONFIG or None, context=settings.KUBE_CONTEXT
+            kubeconfig=settings.KUBECONFIG or None,
+            context=settings.KUBE_CONTEXT,
+            portal_username=settings.KUBERNETES_PORTAL_USERNAME or None,
         )
     from runtime.cluster.simulated import SimulatedCluster
 
