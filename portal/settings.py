@@ -268,6 +268,13 @@ PROJECT_SECRETS_KEY = env.str("PROJECT_SECRETS_KEY", default="")
 # comma-separated; overrides PROJECT_SECRETS_KEY. `manage.py rotate_sealed_secrets` re-seals.
 SECRET_SEALING_KEYS = env.list("SECRET_SEALING_KEYS", default=[])
 WORKLOAD_INGRESS_CLASS = env.str("WORKLOAD_INGRESS_CLASS", default="nginx")
+# Every workload pod: seccomp RuntimeDefault, no privilege escalation, no capabilities, and its
+# volumes owned by this group (100: `users`, which Jupyter images' user is in; empty: none).
+_workload_fs_group = env.str("WORKLOAD_FS_GROUP", default="100")
+WORKLOAD_FS_GROUP = int(_workload_fs_group) if _workload_fs_group else None
+# Kinds whose images must run as a non-root user (runAsNonRoot): notebook images do (Jupyter
+# docker-stacks and Kubeflow run as uid 1000); jobs and services often run as root.
+WORKLOAD_NON_ROOT_KINDS = env.list("WORKLOAD_NON_ROOT_KINDS", default=["notebook"])
 WORKLOAD_TLS_SECRET = env.str("WORKLOAD_TLS_SECRET", default="")
 PORTAL_INTERNAL_URL = env.str("PORTAL_INTERNAL_URL", default="").rstrip("/")
 # Logs through the worker (CLUSTER_BACKEND=kubernetes): how long the web waits for a read, how

@@ -179,6 +179,8 @@ def workload_spec(request: GpuRequest, allocation: Allocation) -> WorkloadSpec:
         else (),
         allocation="dra" if dra else "device-plugin",
         route=workload_route(request),
+        fs_group=settings.WORKLOAD_FS_GROUP,
+        run_as_non_root=request.kind in settings.WORKLOAD_NON_ROOT_KINDS,
         **project_data.workload_fields(request),
     )
 
