@@ -245,6 +245,9 @@ if SCHEDULER == "kueue" and CLUSTER_BACKEND != "kubernetes":
 KUEUE_POLICY_SECONDS = env.float("KUEUE_POLICY_SECONDS", default=60.0)
 KUBECONFIG = env.str("KUBECONFIG", default="")
 KUBE_CONTEXT = env.str("KUBE_CONTEXT", default="") or None
+# The worker's Kubernetes username on the local cluster, which it binds its per-namespace role
+# to (runtime/cluster/kubernetes_projects.py); empty: asked of the API server (SelfSubjectReview).
+KUBERNETES_PORTAL_USERNAME = env.str("KUBERNETES_PORTAL_USERNAME", default="")
 # Extra or overriding GPU product → model names (runtime/cluster/gpu_models.py), a JSON
 # object, e.g. {"NVIDIA-A100-SXM4-80GB": "A100-80G"}.
 GPU_MODEL_ALIASES: dict[str, str] = env.json("GPU_MODEL_ALIASES", default={})
@@ -283,7 +286,17 @@ WORKLOAD_GATEWAY_NAMESPACE = env.str("WORKLOAD_GATEWAY_NAMESPACE", default="gpu-
 WORKLOAD_GATEWAY_SECTION = env.str("WORKLOAD_GATEWAY_SECTION", default="")
 # Project secret values are sealed at rest with this key (default: derived from SECRET_KEY).
 PROJECT_SECRETS_KEY = env.str("PROJECT_SECRETS_KEY", default="")
+# Key rotation (scheduling/sealing.py): the current sealing key first, retired ones after it,
+# comma-separated; overrides PROJECT_SECRETS_KEY. `manage.py rotate_sealed_secrets` re-seals.
+SECRET_SEALING_KEYS = env.list("SECRET_SEALING_KEYS", default=[])
 WORKLOAD_INGRESS_CLASS = env.str("WORKLOAD_INGRESS_CLASS", default="nginx")
+# Every workload pod: seccomp RuntimeDefault, no privilege escalation, no capabilities, and its
+# volumes owned by this group (100: `users`, which Jupyter images' user is in; empty: none).
+_workload_fs_group = env.str("WORKLOAD_FS_GROUP", default="100")
+WORKLOAD_FS_GROUP = int(_workload_fs_group) if _workload_fs_group else None
+# Kinds whose images must run as a non-root user (runAsNonRoot): notebook images do (Jupyter
+# docker-stacks and Kubeflow run as uid 1000); jobs and services often run as root.
+WORKLOAD_NON_ROOT_KINDS = env.list("WORKLOAD_NON_ROOT_KINDS", default=["notebook"])
 WORKLOAD_TLS_SECRET = env.str("WORKLOAD_TLS_SECRET", default="")
 PORTAL_INTERNAL_URL = env.str("PORTAL_INTERNAL_URL", default="").rstrip("/")
 # Logs through the worker (CLUSTER_BACKEND=kubernetes): how long the web waits for a read, how

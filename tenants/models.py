@@ -266,3 +266,30 @@ class ApiTokenLabel(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class OidcIdentity(models.Model):
+    """Which account a person of the identity provider signs in as: the provider's issuer and
+    stable subject (`iss`, `sub` of the ID token), never the username, which people can change
+    or name after someone else's account."""
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="oidc_identities"
+    )
+    issuer = models.CharField(max_length=255)
+    subject = models.CharField(max_length=255)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_login_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        verbose_name = "single sign-on identity"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["issuer", "subject"],
+                name="oidc_identity_unique_subject",
+                violation_error_message="This identity is already linked to an account.",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.issuer} {self.subject}"

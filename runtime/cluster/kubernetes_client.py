@@ -181,6 +181,7 @@ class KubernetesApi:
         api_client: k8s.ApiClient | None = None,
         request_timeout_seconds: float = 30.0,
         watch_factory: Callable[[], Any] = k8s_watch.Watch,
+        portal_username: str | None = None,
     ) -> None:
         self.api_client = api_client or load_api_client(kubeconfig, context)
         self.core = k8s.CoreV1Api(self.api_client)
@@ -188,8 +189,51 @@ class KubernetesApi:
         self.apps = k8s.AppsV1Api(self.api_client)
         self.scheduling = k8s.SchedulingV1Api(self.api_client)
         self.networking = k8s.NetworkingV1Api(self.api_client)
+        self.rbac = k8s.RbacAuthorizationV1Api(self.api_client)
         self._timeout = request_timeout_seconds
         self._watch_factory = watch_factory
+        # Who the API server knows the portal as; asked once (`portal_username`) when not given.
+        self._portal_username = portal_username or None
+
+    def portal_username(self) -> str:
+        """The portal's own Kubernetes username (a ServiceAccount's is
+        `system:serviceaccount:<namespace>:<name>`): as configured, else what the API server
+        answers a SelfSubjectReview (which every authenticated identity may create), once."""
+        if self._portal_username is None:
+            review = self._call(
+                k8s.AuthenticationV1Api(self.api_client).create_self_subject_review,
+                {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"},
+            )
+            user_info = review.status.user_info if review.status is not None else None
+            username = user_info.username if user_info is not None else None
+            if not username:
+                raise PermanentClusterError(
+                    "the API server did not say who the portal is (SelfSubjectReview); set "
+                    "KUBERNETES_PORTAL_USERNAME",
+                    reason="NoIdentity",
+                )
+            self._portal_username = str(username)
+        return self._portal_username
+
+    def may(self, verb: str, resource: str, namespace: str, *, group: str = "") -> bool:
+        """Whether the portal may `verb` `resource` in `namespace` now (SelfSubjectAccessReview,
+        which every authenticated identity may create)."""
+        review = self._call(
+            k8s.AuthorizationV1Api(self.api_client).create_self_subject_access_review,
+            {
+                "apiVersion": "authorization.k8s.io/v1",
+                "kind": "SelfSubjectAccessReview",
+                "spec": {
+                    "resourceAttributes": {
+                        "namespace": namespace,
+                        "verb": verb,
+                        "group": group,
+                        "resource": resource,
+                    }
+                },
+            },
+        )
+        return bool(review.status is not None and review.status.allowed)
 
     def _call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """One API call with the request timeout; client errors become `ClusterError`s."""

@@ -1,9 +1,11 @@
 """The kubernetes backend's cluster-wide and per-project objects: the portal's PriorityClasses,
-and each project's namespace, ResourceQuota and LimitRange, adopted and converged."""
+and each project's namespace, the RoleBinding that gives the portal its rights there, its
+ResourceQuota and LimitRange, adopted and converged."""
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -17,6 +19,10 @@ from runtime.cluster.quantities import quantity
 from runtime.cluster.specs import PrioritySpec, ProjectSpec
 
 log = logging.getLogger(__name__)
+
+# How long a new RoleBinding may take to reach the API server's authorizer before the set-up
+# is retried later (it takes milliseconds on a healthy control plane).
+BINDING_WAIT_SECONDS = 10.0
 
 
 def _same_quantities(have: Mapping[str, Any] | None, want: Mapping[str, str]) -> bool:
@@ -96,7 +102,9 @@ class KubernetesProjects(KubernetesApi):
                     patch,
                     _content_type="application/merge-patch+json",
                 )
-        # 2. Who may reach its pods: the NetworkPolicies, patched back when they drifted.
+        # 2. The portal's own rights in it (RoleBinding gpu-portal-workloads).
+        self._ensure_workloads_binding(spec)
+        # 3. Who may reach its pods: the NetworkPolicies, patched back when they drifted.
         for policy_body in project_manifests.network_policy_manifests(spec):
             policy = self._create_or_read(
                 self.networking.create_namespaced_network_policy,
@@ -113,7 +121,7 @@ class KubernetesProjects(KubernetesApi):
                     {"spec": policy_body["spec"]},
                     _content_type="application/merge-patch+json",
                 )
-        # 3. The quota: replace it when its hard limits differ from the portal's.
+        # 4. The quota: replace it when its hard limits differ from the portal's.
         quota_body = project_manifests.resource_quota_manifest(spec)
         quota = self._create_or_read(
             self.core.create_namespaced_resource_quota,
@@ -130,7 +138,7 @@ class KubernetesProjects(KubernetesApi):
                 spec.namespace,
                 quota_body,
             )
-        # 4. The limit range: the same, or gone when the project has no defaults.
+        # 5. The limit range: the same, or gone when the project has no defaults.
         if spec.limit_range.is_empty:
             try:
                 self._write(
@@ -158,6 +166,49 @@ class KubernetesProjects(KubernetesApi):
                 spec.namespace,
                 limits_body,
             )
+
+    def _ensure_workloads_binding(self, spec: ProjectSpec) -> None:
+        """Bind the ClusterRole gpu-portal-workloads to the portal in the namespace, and wait
+        until the API server applies it (its authorizer learns of bindings through a watch).
+
+        Where the binding cannot be made (403) but the portal already holds the rights another
+        way (an administrator's own RoleBinding or ClusterRoleBinding), that is enough.
+        """
+        username = self.portal_username()
+        body = project_manifests.workloads_role_binding_manifest(spec, username)
+        try:
+            existing = self._create_or_read(
+                self.rbac.create_namespaced_role_binding,
+                self.rbac.read_namespaced_role_binding,
+                body,
+            )
+        except ClusterError as exc:
+            if exc.status == 403 and self._holds_workload_rights(spec.namespace):
+                log.info("no RoleBinding in %s, the portal has its rights already", spec.namespace)
+                return
+            raise
+        if existing is not None:
+            if any(s.kind == "User" and s.name == username for s in existing.subjects or []):
+                return
+            self._write(
+                self.rbac.patch_namespaced_role_binding,
+                project_manifests.WORKLOADS_ROLE,
+                spec.namespace,
+                {"subjects": body["subjects"]},
+                _content_type="application/merge-patch+json",
+            )
+        deadline = time.monotonic() + BINDING_WAIT_SECONDS
+        while not self._holds_workload_rights(spec.namespace):
+            if time.monotonic() > deadline:
+                raise TransientClusterError(
+                    f"the portal's RoleBinding in {spec.namespace} is not in effect yet",
+                    reason="BindingPending",
+                )
+            time.sleep(0.05)
+
+    def _holds_workload_rights(self, namespace: str) -> bool:
+        """The first right the namespace's set-up needs after the binding."""
+        return self.may("create", "resourcequotas", namespace)
 
     def _same_limits(self, existing: k8s.V1LimitRange, want: list[dict[str, Any]]) -> bool:
         have = self.api_client.sanitize_for_serialization(

@@ -210,6 +210,7 @@ def pod_spec(spec: WorkloadSpec, *, restart_policy: str) -> dict[str, Any]:
     volumes, mounts = pod_volumes(spec)
     if mounts:
         container["volumeMounts"] = mounts
+    container["securityContext"] = container_security_context()
     if spec.kind != "job":
         container["ports"] = [
             {"name": "http", "containerPort": spec.service_port, "protocol": "TCP"}
@@ -221,6 +222,7 @@ def pod_spec(spec: WorkloadSpec, *, restart_policy: str) -> dict[str, Any]:
         # User workloads have no business with the API server or with every Service's env vars.
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
+        "securityContext": pod_security_context(spec),
         "containers": [container],
     }
     if spec.priority_class_name:
@@ -240,6 +242,27 @@ def pod_spec(spec: WorkloadSpec, *, restart_policy: str) -> dict[str, Any]:
     if uses_claim(spec):
         body = dra_manifests.with_claim(body, spec)
     return body
+
+
+def pod_security_context(spec: WorkloadSpec) -> dict[str, Any]:
+    """The pod's security context: the runtime's default seccomp profile; `fsGroup` so that
+    the volumes belong to a group the image's user is in (100, `users`, in Jupyter images),
+    changed only when the volume's root does not match already; and `runAsNonRoot` for the
+    kinds whose images run as a numeric non-root user (an image that would run as root is
+    then refused by the kubelet: the request fails with "container configuration is
+    invalid")."""
+    context: dict[str, Any] = {"seccompProfile": {"type": "RuntimeDefault"}}
+    if spec.fs_group is not None:
+        context["fsGroup"] = spec.fs_group
+        context["fsGroupChangePolicy"] = "OnRootMismatch"
+    if spec.run_as_non_root:
+        context["runAsNonRoot"] = True
+    return context
+
+
+def container_security_context() -> dict[str, Any]:
+    """No privilege escalation (setuid binaries, sudo) and no Linux capabilities."""
+    return {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
 
 
 def uses_claim(spec: WorkloadSpec) -> bool:

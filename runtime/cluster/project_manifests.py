@@ -29,6 +29,10 @@ from runtime.cluster.specs import (
 Manifest = dict[str, Any]
 
 QUOTA_NAME = "gpu-portal-quota"
+#: The ClusterRole holding the portal's rights inside a project namespace
+#: (deploy/helm/gpu-portal/files/rbac.yaml `namespace:`), and the RoleBinding that grants it
+#: there to the portal itself.
+WORKLOADS_ROLE = "gpu-portal-workloads"
 LIMIT_RANGE_NAME = "gpu-portal-limits"
 #: Pod Security level enforced in project namespaces: GPU workloads need no privileges, and
 #: the device plugin injects devices, so `baseline` fits and blocks hostPath/privileged pods.
@@ -75,6 +79,26 @@ def namespace_manifest(spec: ProjectSpec) -> Manifest:
                 POD_SECURITY_LABEL: POD_SECURITY_LEVEL,
             },
         },
+    }
+
+
+def workloads_role_binding_manifest(spec: ProjectSpec, username: str) -> Manifest:
+    """The RoleBinding that gives the portal (`username`) its rights in the project namespace;
+    subject kind User with the full username, which also names a ServiceAccount."""
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": {
+            "name": WORKLOADS_ROLE,
+            "namespace": spec.namespace,
+            "labels": project_labels(spec.team_slug, spec.project_slug),
+        },
+        "roleRef": {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "ClusterRole",
+            "name": WORKLOADS_ROLE,
+        },
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": username}],
     }
 
 

@@ -260,6 +260,10 @@ class WorkloadSpec:
 
     `allocation="dra"` (whole cards only) asks for the cards with a ResourceClaimTemplate
     (`dra_manifests`) instead of the `nvidia.com/gpu` extended resource.
+
+    `fs_group` owns the pod's volumes (a non-root image can write its workspace);
+    `run_as_non_root` makes the kubelet refuse an image that would run as root
+    (`pod_manifests.pod_security_context`).
     """
 
     request_id: str
@@ -308,6 +312,8 @@ class WorkloadSpec:
     allocation: DeviceAllocation = "device-plugin"
     #: A notebook's Jupyter token: written to its own Secret, never into the Deployment.
     notebook_token: str | None = field(default=None, repr=False)
+    fs_group: int | None = None
+    run_as_non_root: bool = False
 
     def __post_init__(self) -> None:
         workload_name(self.request_id, self.attempt)  # validates both

@@ -66,7 +66,9 @@ def cluster_backend() -> ClusterBackend:
         from runtime.cluster.kubernetes import KubernetesClusterBackend
 
         return KubernetesClusterBackend(
-            kubeconfig=settings.KUBECONFIG or None, context=settings.KUBE_CONTEXT
+            kubeconfig=settings.KUBECONFIG or None,
+            context=settings.KUBE_CONTEXT,
+            portal_username=settings.KUBERNETES_PORTAL_USERNAME or None,
         )
     from runtime.cluster.simulated import SimulatedCluster
 
@@ -186,6 +188,8 @@ def workload_spec(request: GpuRequest, allocation: Allocation) -> WorkloadSpec:
         allocation="dra" if dra else "device-plugin",
         route=workload_route(request),
         notebook_token=workload_notebook_token(request),
+        fs_group=settings.WORKLOAD_FS_GROUP,
+        run_as_non_root=request.kind in settings.WORKLOAD_NON_ROOT_KINDS,
         **project_data.workload_fields(request),
     )
 

@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from scripts.testbed.dra import DraCards, publish
 
 K8S_VERSION = os.environ.get("K8S_VERSION", "v1.36.3")
@@ -60,83 +62,28 @@ CONTROLLERS = (
     "resourceclaim-controller",  # ResourceClaims from a pod's ResourceClaimTemplates (DRA)
 )
 
-# The least-privilege ClusterRole of docs/kubernetes-backend.md, granted to PORTAL_USER.
-PORTAL_RBAC_RULES: list[dict[str, Any]] = [
-    {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list"]},
-    {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["create", "get", "patch"]},
-    {"apiGroups": [""], "resources": ["resourcequotas"], "verbs": ["create", "get", "update"]},
-    {
-        "apiGroups": [""],
-        "resources": ["limitranges"],
-        "verbs": ["create", "get", "update", "delete"],
-    },
-    {
-        "apiGroups": ["scheduling.k8s.io"],
-        "resources": ["priorityclasses"],
-        "verbs": ["create", "get", "delete"],
-    },
-    {
-        "apiGroups": ["batch"],
-        "resources": ["jobs"],
-        "verbs": ["create", "get", "list", "patch", "delete"],
-    },
-    {
-        "apiGroups": ["apps"],
-        "resources": ["deployments"],
-        "verbs": ["create", "get", "list", "patch", "delete"],
-    },
-    {"apiGroups": [""], "resources": ["services"], "verbs": ["create", "get", "delete"]},
-    {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch", "deletecollection"]},
-    {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
-    {
-        "apiGroups": ["networking.k8s.io"],
-        "resources": ["ingresses"],
-        "verbs": ["create", "get", "delete"],
-    },
-    # A project's NetworkPolicies: default deny, the ingress controller and a gang's ranks in.
-    {
-        "apiGroups": ["networking.k8s.io"],
-        "resources": ["networkpolicies"],
-        "verbs": ["create", "get", "patch"],
-    },
-    {"apiGroups": [""], "resources": ["events"], "verbs": ["list"]},
-    # A project's workspace and home volumes, its secrets, and Gateway API routes.
-    {
-        "apiGroups": [""],
-        "resources": ["persistentvolumeclaims"],
-        "verbs": ["create", "get", "patch", "delete"],
-    },
-    {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create", "get", "update", "delete"]},
-    {
-        "apiGroups": ["gateway.networking.k8s.io"],
-        "resources": ["httproutes"],
-        "verbs": ["create", "get", "delete"],
-    },
-    # SCHEDULER=kueue: the policy objects (manage.py kueue_policy) and the Workloads read back.
-    {
-        "apiGroups": ["kueue.x-k8s.io"],
-        "resources": [
-            "resourceflavors",
-            "cohorts",
-            "clusterqueues",
-            "localqueues",
-            "workloadpriorityclasses",
-        ],
-        "verbs": ["get", "list", "create", "patch", "delete"],
-    },
-    {
-        "apiGroups": ["kueue.x-k8s.io"],
-        "resources": ["workloads"],
-        "verbs": ["get", "list", "watch"],
-    },
-    # Pools with allocation=dra: a claim template per workload, GPUs read from ResourceSlices.
-    {
-        "apiGroups": ["resource.k8s.io"],
-        "resources": ["resourceclaimtemplates"],
-        "verbs": ["create", "get", "delete", "deletecollection"],
-    },
-    {"apiGroups": ["resource.k8s.io"], "resources": ["resourceslices"], "verbs": ["list"]},
-]
+# The portal's rights (deploy/helm/gpu-portal/files/, the chart's source too): the ClusterRole
+# `gpu-portal` bound to PORTAL_USER cluster-wide, the ClusterRole `gpu-portal-workloads` the
+# portal binds to itself in each project namespace, and the admission policy that keeps that
+# binding right from reaching other namespaces.
+CHART_FILES = HERE.parent.parent / "deploy" / "helm" / "gpu-portal" / "files"
+RBAC_FILE = CHART_FILES / "rbac.yaml"
+ADMISSION_POLICY_FILE = CHART_FILES / "admission-policy.yaml"
+PORTAL_CLUSTER_ROLE = "gpu-portal"
+PORTAL_WORKLOADS_ROLE = "gpu-portal-workloads"
+PORTAL_USERNAME_PLACEHOLDER = "__PORTAL_USERNAME__"
+
+
+def portal_rbac_rules() -> dict[str, list[dict[str, Any]]]:
+    """The rules of both ClusterRoles: {"cluster": [...], "namespace": [...]}."""
+    rules = yaml.safe_load(RBAC_FILE.read_text())
+    return {"cluster": list(rules["cluster"]), "namespace": list(rules["namespace"])}
+
+
+def portal_admission_policies(username: str) -> list[dict[str, Any]]:
+    """The admission policies and their bindings, for the portal signing in as `username`."""
+    text = ADMISSION_POLICY_FILE.read_text().replace(PORTAL_USERNAME_PLACEHOLDER, username)
+    return [doc for doc in yaml.safe_load_all(text) if doc]
 
 
 class TestbedError(RuntimeError):
@@ -779,27 +726,35 @@ class Testbed:
         )
 
     def _apply_portal_rbac(self) -> None:
+        """Both ClusterRoles, `gpu-portal` bound to PORTAL_USER, and the admission policies,
+        waited for until the API server enforces them."""
         from kubernetes import client as k8s
 
-        api: Any = k8s.RbacAuthorizationV1Api(self.api_client())
-        api.create_cluster_role(
-            {
-                "apiVersion": "rbac.authorization.k8s.io/v1",
-                "kind": "ClusterRole",
-                "metadata": {"name": "gpu-portal"},
-                "rules": PORTAL_RBAC_RULES,
-            },
-            _preload_content=False,
-        )
-        api.create_cluster_role_binding(
+        api_client = self.api_client()
+        rbac: Any = k8s.RbacAuthorizationV1Api(api_client)
+        rules = portal_rbac_rules()
+        for name, role_rules in (
+            (PORTAL_CLUSTER_ROLE, rules["cluster"]),
+            (PORTAL_WORKLOADS_ROLE, rules["namespace"]),
+        ):
+            rbac.create_cluster_role(
+                {
+                    "apiVersion": "rbac.authorization.k8s.io/v1",
+                    "kind": "ClusterRole",
+                    "metadata": {"name": name},
+                    "rules": role_rules,
+                },
+                _preload_content=False,
+            )
+        rbac.create_cluster_role_binding(
             {
                 "apiVersion": "rbac.authorization.k8s.io/v1",
                 "kind": "ClusterRoleBinding",
-                "metadata": {"name": "gpu-portal"},
+                "metadata": {"name": PORTAL_CLUSTER_ROLE},
                 "roleRef": {
                     "apiGroup": "rbac.authorization.k8s.io",
                     "kind": "ClusterRole",
-                    "name": "gpu-portal",
+                    "name": PORTAL_CLUSTER_ROLE,
                 },
                 "subjects": [
                     {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": PORTAL_USER}
@@ -807,6 +762,47 @@ class Testbed:
             },
             _preload_content=False,
         )
+        admission: Any = k8s.AdmissionregistrationV1Api(api_client)
+        for doc in portal_admission_policies(PORTAL_USER):
+            create = (
+                admission.create_validating_admission_policy
+                if doc["kind"] == "ValidatingAdmissionPolicy"
+                else admission.create_validating_admission_policy_binding
+            )
+            create(doc, _preload_content=False)
+        self._wait_admission_policies()
+
+    def _wait_admission_policies(self, timeout: float = 60.0) -> None:
+        """Until the portal's dry-run RoleBinding in `default` (not a project namespace) is
+        refused by the policy: it is then loaded, not only stored."""
+        from kubernetes import client as k8s
+        from kubernetes.client.exceptions import ApiException
+
+        rbac: Any = k8s.RbacAuthorizationV1Api(self.api_client(self.portal_kubeconfig))
+        body = {
+            "metadata": {"name": PORTAL_WORKLOADS_ROLE},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": PORTAL_WORKLOADS_ROLE,
+            },
+            "subjects": [
+                {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": PORTAL_USER}
+            ],
+        }
+
+        def refused() -> bool:
+            try:
+                rbac.create_namespaced_role_binding(
+                    "default", body, dry_run="All", _preload_content=False
+                )
+            except ApiException as exc:
+                return exc.status == 403 and "not a GPU Portal project namespace" in str(
+                    exc.body or ""
+                )
+            return False
+
+        wait_until("the portal's admission policies", refused, timeout=timeout, interval=0.2)
 
     def add_nodes(self, nodes: Iterable[NodeShape], *, timeout: float = 180.0) -> None:
         """Register nodes and wait until each is Ready and free of the not-ready taint."""

@@ -1,5 +1,9 @@
 """Single sign-on people: their account, and the memberships their provider groups give.
 
+An account is found by the provider's issuer and subject (`OidcIdentity`), never by username:
+the first sign-in of a subject creates its account under `preferred_username`, unless another
+account already has that name (then the sign-in is refused, see `create_account_for_subject`).
+
 `OIDC_GROUP_MAP` says which provider group grants which role: a team role (developer, team lead
 of a team, named by its slug) or an organisation role (finance, platform admin). It is written as
 `group=team-slug:role,group=role,...` or as a JSON object of the same strings, e.g.
@@ -24,9 +28,10 @@ from django.contrib.auth import get_user_model
 from django.core.exceptions import ImproperlyConfigured
 from django.db import transaction
 from django.db.models import Q
+from django.utils import timezone
 
 from tenants.choices import ORGANISATION_ROLES, TEAM_ROLES, Role
-from tenants.models import AuditEvent, Membership, Team
+from tenants.models import AuditEvent, Membership, OidcIdentity, Team
 from tenants.services import record_audit_event
 
 logger = logging.getLogger(__name__)
@@ -114,34 +119,128 @@ def groups_from_claim(value: Any) -> set[str]:
     return set()
 
 
-def save_user_from_claims(*, user: Any | None, claims: Mapping[str, Any]) -> Any:
-    """Create the account for `preferred_username`, or bring its name and e-mail up to date.
+@dataclass(frozen=True, slots=True)
+class ProviderSubject:
+    """Who a person is at the identity provider: the ID token's issuer and subject."""
 
-    A new account has no usable password: it signs in through the provider only.
-    """
-    fields = {
+    issuer: str
+    subject: str
+
+
+class IdentityConflict(Exception):
+    """A first sign-in whose username already belongs to an account not linked to it."""
+
+
+def linked_account(subject: ProviderSubject) -> Any | None:
+    """The account `subject` is linked to, None before its first sign-in."""
+    identity = (
+        OidcIdentity.objects.filter(issuer=subject.issuer, subject=subject.subject)
+        .select_related("user")
+        .first()
+    )
+    if identity is None:
+        return None
+    OidcIdentity.objects.filter(pk=identity.pk).update(last_login_at=timezone.now())
+    return identity.user
+
+
+def _claim_fields(claims: Mapping[str, Any]) -> dict[str, str]:
+    return {
         "email": str(claims.get("email") or ""),
         "first_name": str(claims.get("given_name") or "")[:150],
         "last_name": str(claims.get("family_name") or "")[:150],
     }
-    if user is None:
-        user = get_user_model().objects.create_user(
-            username=str(claims["preferred_username"]), **fields
+
+
+def create_account_for_subject(*, subject: ProviderSubject, claims: Mapping[str, Any]) -> Any:
+    """The first sign-in of `subject`: a new account named `preferred_username`, linked to it.
+
+    A username already taken (in any letter case) by another account is refused with
+    `IdentityConflict`: the provider names people, it does not decide who owns a portal
+    account. A platform operator links an existing account explicitly (`link_identity`). The
+    new account has no usable password: it signs in through the provider only.
+    """
+    username = str(claims["preferred_username"])
+    User = get_user_model()
+    if User.objects.filter(username__iexact=username).exists():
+        raise IdentityConflict(
+            f"an account named {username!r} already exists and is not linked to this identity "
+            "of the provider; a platform operator can link it (manage.py user_account link-oidc)"
         )
-        record_audit_event(
-            actor=None,
-            action="user.created",
-            target=user,
-            message="first sign-in through the identity provider",
-            data={"user": user.get_username(), "source": SOURCE},
-        )
-        return user
+    user = User.objects.create_user(username=username, **_claim_fields(claims))
+    OidcIdentity.objects.create(
+        user=user, issuer=subject.issuer, subject=subject.subject, last_login_at=timezone.now()
+    )
+    record_audit_event(
+        actor=None,
+        action="user.created",
+        target=user,
+        message="first sign-in through the identity provider",
+        data={
+            "user": user.get_username(),
+            "source": SOURCE,
+            "issuer": subject.issuer,
+            "subject": subject.subject,
+        },
+    )
+    return user
+
+
+def update_account_from_claims(*, user: Any, claims: Mapping[str, Any]) -> Any:
+    """Bring the account's name and e-mail up to date; the username stays as it was created."""
+    fields = _claim_fields(claims)
     changed = [field for field, value in fields.items() if getattr(user, field) != value]
     if changed:
         for field in changed:
             setattr(user, field, fields[field])
         user.save(update_fields=changed)
     return user
+
+
+@transaction.atomic
+def link_identity(*, actor: Any | None, user: Any, subject: ProviderSubject) -> OidcIdentity:
+    """Link `subject` to an existing account, so that its sign-ins reach that account.
+
+    `actor` None is an operator at the command line. A subject linked to another account is
+    refused; linking the same pair again changes nothing.
+    """
+    existing = OidcIdentity.objects.filter(issuer=subject.issuer, subject=subject.subject).first()
+    if existing is not None:
+        if existing.user_id != user.pk:
+            raise IdentityConflict(
+                f"subject {subject.subject!r} of {subject.issuer} is linked to another account"
+            )
+        return existing
+    identity = OidcIdentity.objects.create(
+        user=user, issuer=subject.issuer, subject=subject.subject
+    )
+    record_audit_event(
+        actor=actor,
+        action="user.identity_linked",
+        target=user,
+        data={"user": user.get_username(), "issuer": subject.issuer, "subject": subject.subject},
+    )
+    return identity
+
+
+@transaction.atomic
+def unlink_identity(*, actor: Any | None, user: Any, subject: ProviderSubject) -> bool:
+    """Remove the link; the provider's person can no longer sign in as `user`."""
+    deleted, _ = OidcIdentity.objects.filter(
+        user=user, issuer=subject.issuer, subject=subject.subject
+    ).delete()
+    if deleted:
+        record_audit_event(
+            actor=actor,
+            action="user.identity_unlinked",
+            target=user,
+            data={
+                "user": user.get_username(),
+                "issuer": subject.issuer,
+                "subject": subject.subject,
+            },
+        )
+    return bool(deleted)
 
 
 @transaction.atomic

@@ -76,6 +76,7 @@ class FakeApiServer:
         self.requests: list[tuple[str, str]] = []
         self.urls: list[str] = []
         self._version = 100
+        self.username = "system:serviceaccount:gpu-portal:gpu-portal-worker"
 
     # Test helpers ----------------------------------------------------------------------------
 
@@ -127,6 +128,12 @@ class FakeApiServer:
     # Verbs -----------------------------------------------------------------------------------
 
     def _post(self, path: str, query: dict[str, str], body: dict[str, Any]) -> RESTResponse:
+        if path.endswith("/selfsubjectreviews"):
+            return self._ok(
+                {**body, "status": {"userInfo": {"username": self.username}}}, status=201
+            )
+        if path.endswith("/selfsubjectaccessreviews"):
+            return self._ok({**body, "status": {"allowed": True}}, status=201)
         name = body["metadata"]["name"]
         target = f"{path}/{name}"
         if target in self.objects:

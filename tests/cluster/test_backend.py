@@ -32,6 +32,9 @@ DEPLOYMENT_PATH = f"/apis/apps/v1/namespaces/{NAMESPACE}/deployments/gpr-812-a1"
 SERVICE_PATH = f"{NS_PATH}/services/gpr-812-a1"
 QUOTA_PATH = f"{NS_PATH}/resourcequotas/gpu-portal-quota"
 LIMITS_PATH = f"{NS_PATH}/limitranges/gpu-portal-limits"
+BINDING_PATH = (
+    f"/apis/rbac.authorization.k8s.io/v1/namespaces/{NAMESPACE}/rolebindings/gpu-portal-workloads"
+)
 
 
 def as_json(obj: Any) -> dict[str, Any]:
@@ -185,16 +188,40 @@ def test_ensure_project_creates_namespace_quota_and_limit_range(server: FakeApiS
     policies = f"/apis/networking.k8s.io/v1/namespaces/{NAMESPACE}/networkpolicies"
     assert set(empty.objects) == {
         NS_PATH,
+        BINDING_PATH,
         QUOTA_PATH,
         LIMITS_PATH,
         f"{policies}/gpu-portal-default-deny",
         f"{policies}/gpu-portal-allow-gang",
     }
     assert empty.objects[QUOTA_PATH]["spec"]["hard"]["requests.nvidia.com/mig-1g.10gb"] == "4"
+    binding = empty.objects[BINDING_PATH]
+    assert binding["roleRef"]["name"] == "gpu-portal-workloads"
+    assert binding["subjects"] == [
+        {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": empty.username}
+    ]
     writes = len(empty.calls()) - len(empty.calls("GET"))
     backend.ensure_project(project())
-    assert len(empty.calls()) - len(empty.calls("GET")) - writes == 5, "only the five creates"
+    assert len(empty.calls()) - len(empty.calls("GET")) - writes == 6, "only the six creates"
     assert not empty.calls("PUT") and not empty.calls("PATCH")
+    # Who the portal is was asked once, of the API server.
+    assert [p for _, p in empty.calls("POST") if p.endswith("selfsubjectreviews")] == [
+        "/apis/authentication.k8s.io/v1/selfsubjectreviews"
+    ]
+
+
+def test_ensure_project_rebinds_the_role_to_the_portals_current_identity(
+    server: FakeApiServer,
+) -> None:
+    server.put(
+        BINDING_PATH,
+        project_manifests.workloads_role_binding_manifest(project(), "system:serviceaccount:x:old"),
+    )
+    KubernetesClusterBackend(
+        api_client=server.api_client(), portal_username="system:serviceaccount:gpu:worker"
+    ).ensure_project(project())
+    assert server.objects[BINDING_PATH]["subjects"][0]["name"] == "system:serviceaccount:gpu:worker"
+    assert not [p for _, p in server.calls("POST") if p.endswith("selfsubjectreviews")]
 
 
 def test_ensure_project_adopts_a_namespace_and_converges_drift(server: FakeApiServer) -> None:

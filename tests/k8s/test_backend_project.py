@@ -78,21 +78,37 @@ def test_quota_and_limit_range_drift_converges(
     assert gone.value.status == 404
 
 
-def test_an_existing_namespace_is_adopted(
+def test_a_namespace_an_administrator_hands_over_is_adopted(
     k8s_backend: Any, k8s_namespace: str, k8s_admin: Admin
 ) -> None:
     k8s_admin.core.create_namespace(
         {
             "metadata": {
                 "name": k8s_namespace,
-                "labels": {"pod-security.kubernetes.io/enforce": "restricted"},
+                "labels": {
+                    "pod-security.kubernetes.io/enforce": "restricted",
+                    "app.kubernetes.io/managed-by": "gpu-portal",  # the hand-over
+                },
             }
         }
     )
     k8s_backend.ensure_project(project(k8s_namespace))
     labels = k8s_admin.core.read_namespace(k8s_namespace).metadata.labels
-    assert labels["app.kubernetes.io/managed-by"] == "gpu-portal"
+    assert labels["gpu-portal/project"] == "detection"
     assert labels["pod-security.kubernetes.io/enforce"] == "restricted"  # the admin's choice
+
+
+def test_a_namespace_not_handed_over_is_refused_and_left_as_it_was(
+    k8s_backend: Any, k8s_namespace: str, k8s_admin: Admin
+) -> None:
+    k8s_admin.core.create_namespace({"metadata": {"name": k8s_namespace, "labels": {"a": "b"}}})
+    with pytest.raises(PermanentClusterError, match="managed-by=gpu-portal") as refused:
+        k8s_backend.ensure_project(project(k8s_namespace))
+    assert refused.value.status == 403
+    assert k8s_admin.core.read_namespace(k8s_namespace).metadata.labels == {
+        "a": "b",
+        "kubernetes.io/metadata.name": k8s_namespace,
+    }
 
 
 def test_a_drifted_priority_class_is_recreated_and_a_foreign_one_refused(

@@ -344,8 +344,10 @@ def foreign_pod(admin: Admin, namespace: str, node: str, *, gpus: int) -> str:
     """A GPU pod without the portal's labels on `node`, running (kwok) for an hour."""
     from kubernetes import client as k8s
 
+    # Made before the portal's first launch there, so handed over to it with the portal's label.
+    handed_over = {"app.kubernetes.io/managed-by": "gpu-portal"}
     with contextlib.suppress(k8s.ApiException):
-        admin.core.create_namespace({"metadata": {"name": namespace}})
+        admin.core.create_namespace({"metadata": {"name": namespace, "labels": handed_over}})
     name = f"other-{uuid.uuid4().hex[:6]}"
     admin.core.create_namespaced_pod(
         namespace,

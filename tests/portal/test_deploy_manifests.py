@@ -2,9 +2,10 @@
 
 Validated offline against the Kubernetes 1.37 schemas (kubernetes-validate, strict: unknown
 fields fail). Invariants: exactly one beat that is never doubled during an upgrade, probes on
-/healthz and /readyz, no service-account token in any pod but the worker's, and a worker
-ClusterRole that grants exactly the verbs runtime/cluster/kubernetes.py calls — derived from
-its source here, so a new client call without its RBAC rule fails this test.
+/healthz and /readyz, no service-account token in any pod but the worker's, and worker
+ClusterRoles (deploy/helm/gpu-portal/files/rbac.yaml) that grant the verbs
+runtime/cluster/kubernetes*.py calls — derived from its source here, so a new client call without
+its RBAC rule fails this test — with cluster-wide calls in the cluster-wide role only.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import pytest
 import yaml
 from django.conf import settings
 
-from scripts.testbed.cluster import PORTAL_RBAC_RULES
+from scripts.testbed.cluster import portal_admission_policies, portal_rbac_rules
 
 ROOT = Path(settings.BASE_DIR)
 MANIFESTS = ROOT / "deploy" / "manifests"
@@ -64,8 +65,11 @@ def test_the_manifests_hold_every_component() -> None:
         ("Job", "gpu-portal-migrate"),
         ("ConfigMap", "gpu-portal-config"),
         ("Secret", "gpu-portal-secrets"),
-        ("ClusterRole", "gpu-portal-worker"),
-        ("ClusterRoleBinding", "gpu-portal-worker"),
+        ("ClusterRole", "gpu-portal"),
+        ("ClusterRole", "gpu-portal-workloads"),
+        ("ClusterRoleBinding", "gpu-portal"),
+        ("ValidatingAdmissionPolicy", "gpu-portal-rolebindings"),
+        ("ValidatingAdmissionPolicy", "gpu-portal-namespaces"),
     } <= kinds
 
 
@@ -146,6 +150,7 @@ GROUPS = {
     "apps": "apps",
     "scheduling": "scheduling.k8s.io",
     "networking": "networking.k8s.io",
+    "rbac": "rbac.authorization.k8s.io",
 }
 PLURALS = {
     "namespace": "namespaces",
@@ -163,58 +168,100 @@ PLURALS = {
     "persistent_volume_claim": "persistentvolumeclaims",
     "secret": "secrets",
     "network_policy": "networkpolicies",
+    "role_binding": "rolebindings",
 }
 
 
-def backend_permissions() -> set[tuple[str, str, str]]:
-    """(group, resource, verb) for every typed client call in the kubernetes backend's source
-    (custom objects, such as HTTPRoutes, claim templates and Kueue's, name their resource in a
-    string: the test bed's role below covers them)."""
+CLUSTER_SCOPED = frozenset(
+    {
+        "namespaces",
+        "nodes",
+        "priorityclasses",
+        "resourceslices",
+        "resourceflavors",
+        "cohorts",
+        "clusterqueues",
+        "workloadpriorityclasses",
+    }
+)
+# What the cluster-wide role may do to namespaced resources: read (inventory, sync, Kueue's
+# queues), and create the one RoleBinding the admission policy allows.
+CLUSTER_WIDE_ON_NAMESPACED = frozenset({"get", "list", "watch"})
+
+
+def backend_permissions() -> set[tuple[str, str, str, bool]]:
+    """(group, resource, verb, cluster-wide) for every typed client call in the kubernetes
+    backend's source (custom objects, such as HTTPRoutes, claim templates and Kueue's, name
+    their resource in a string: the k8s tests under the same roles cover them)."""
     source = "\n".join(
         path.read_text() for path in sorted((ROOT / "runtime" / "cluster").glob("kubernetes*.py"))
     )
-    needed: set[tuple[str, str, str]] = set()
+    needed: set[tuple[str, str, str, bool]] = set()
     for api, method in re.findall(
-        r"self\.(core|batch|apps|scheduling|networking)\.([a-z_]+)", source
+        r"self\.(core|batch|apps|scheduling|networking|rbac)\.([a-z_]+)", source
     ):
         verb_word = next(v for v in VERBS if method.startswith(v + "_"))
         kind = method.removeprefix(verb_word + "_").removeprefix("namespaced_")
+        everywhere = kind.endswith("_for_all_namespaces")
         kind = kind.removesuffix("_for_all_namespaces")
-        needed.add((GROUPS[api], PLURALS[kind], VERBS[verb_word]))
+        resource = PLURALS[kind]
+        cluster_wide = everywhere or resource in CLUSTER_SCOPED
+        needed.add((GROUPS[api], resource, VERBS[verb_word], cluster_wide))
         if "watcher.stream(" in source and method == "list_pod_for_all_namespaces":
-            needed.add(("", "pods", "watch"))
+            needed.add(("", "pods", "watch", True))
     return needed
 
 
-def test_worker_rbac_grants_exactly_what_the_backend_calls() -> None:
-    role = named("ClusterRole", "gpu-portal-worker")
-    granted = {
+def permissions(rules: list[dict[str, Any]]) -> set[tuple[str, str, str]]:
+    return {
         (group, resource, verb)
-        for rule in role["rules"]
+        for rule in rules
         for group in rule["apiGroups"]
         for resource in rule["resources"]
         for verb in rule["verbs"]
     }
-    assert "*" not in {part for permission in granted for part in permission}
-    assert backend_permissions() <= granted
-    # Exactly the role the k8s tests run the backend under on a real API server.
-    assert granted == {
-        (group, resource, verb)
-        for rule in PORTAL_RBAC_RULES
-        for group in rule["apiGroups"]
-        for resource in rule["resources"]
-        for verb in rule["verbs"]
-    }
-    binding = named("ClusterRoleBinding", "gpu-portal-worker")
-    assert binding["roleRef"]["name"] == "gpu-portal-worker"
+
+
+def test_worker_rbac_grants_what_the_backend_calls_and_namespaced_writes_per_namespace() -> None:
+    rules = portal_rbac_rules()
+    cluster, namespace = permissions(rules["cluster"]), permissions(rules["namespace"])
+    assert "*" not in {part for permission in cluster | namespace for part in permission}
+    for group, resource, verb, cluster_wide in backend_permissions():
+        held = cluster if cluster_wide else cluster | namespace
+        assert (group, resource, verb) in held, (group, resource, verb, cluster_wide)
+    # Cluster-wide, namespaced objects are only read; Secrets and claims not even that.
+    for group, resource, verb in cluster:
+        if resource in CLUSTER_SCOPED:
+            continue
+        if (group, resource) == ("rbac.authorization.k8s.io", "rolebindings"):
+            continue  # bounded by the admission policy (tests/k8s/test_least_privilege.py)
+        if (group, resource) == ("rbac.authorization.k8s.io", "clusterroles"):
+            assert verb == "bind"
+            continue
+        assert verb in CLUSTER_WIDE_ON_NAMESPACED, (group, resource, verb)
+    assert not {r for _, r, _ in cluster} & {"secrets", "persistentvolumeclaims", "pods/log"}
+    (bind,) = [rule for rule in rules["cluster"] if rule["resources"] == ["clusterroles"]]
+    assert bind["resourceNames"] == ["gpu-portal-workloads"]
+
+
+def test_the_plain_manifests_carry_the_chart_files_roles() -> None:
+    rules = portal_rbac_rules()
+    assert named("ClusterRole", "gpu-portal")["rules"] == rules["cluster"]
+    assert named("ClusterRole", "gpu-portal-workloads")["rules"] == rules["namespace"]
+    binding = named("ClusterRoleBinding", "gpu-portal")
+    assert binding["roleRef"]["name"] == "gpu-portal"
+    policies = portal_admission_policies("system:serviceaccount:gpu-portal:gpu-portal-worker")
+    for policy in policies:
+        assert named(policy["kind"], policy["metadata"]["name"]) == policy
 
 
 def test_backend_permissions_are_read_from_the_source() -> None:
     needed = backend_permissions()
-    assert ("batch", "jobs", "create") in needed
-    assert ("", "pods", "watch") in needed
-    assert ("scheduling.k8s.io", "priorityclasses", "delete") in needed
-    assert not any(verb == "update" and resource == "namespaces" for _, resource, verb in needed)
+    assert ("batch", "jobs", "create", False) in needed
+    assert ("", "pods", "watch", True) in needed
+    assert ("scheduling.k8s.io", "priorityclasses", "delete", True) in needed
+    assert ("rbac.authorization.k8s.io", "rolebindings", "create", False) in needed
+    assert not any(verb == "update" and resource == "namespaces" for _, resource, verb, _ in needed)
 
 
 def test_manifest_commands_exist_in_the_project() -> None:

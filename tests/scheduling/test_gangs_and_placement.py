@@ -201,3 +201,32 @@ def test_the_node_kube_scheduler_chose_moves_the_claims_in_a_cluster_placed_pool
     assert allocation.node_name == "h100-mig-2"
     request.refresh_from_db()
     assert request.status == RequestStatus.RUNNING
+
+
+@pytest.mark.parametrize(
+    ("kind", "flavor", "non_root"), [("notebook", "l4_12g", True), ("job", "a100", False)]
+)
+def test_the_workload_spec_carries_the_pod_security_settings(
+    org: Org,
+    fleet: Fleet,
+    admit: Callable[..., list[tuple[int, int]]],
+    settings: Any,
+    kind: str,
+    flavor: str,
+    non_root: bool,
+) -> None:
+    settings.WORKLOAD_FS_GROUP = 100
+    settings.WORKLOAD_NON_ROOT_KINDS = ["notebook"]
+    chosen = getattr(fleet, flavor)
+    services.set_quota(actor=org.admin, team=org.team_a, flavor=chosen, guaranteed=8, limit=8)
+    request = GpuRequestFactory.create(
+        to="queued", project=org.project_a, flavor=chosen, gpu_count=1, kind=kind
+    )
+    assert admit() == [(request.pk, 1)]
+    spec = execution.workload_spec(
+        GpuRequest.objects.select_related("flavor__pool", "project__team", "team", "owner").get(
+            pk=request.pk
+        ),
+        Allocation.objects.get(request=request),
+    )
+    assert (spec.fs_group, spec.run_as_non_root) == (100, non_root)

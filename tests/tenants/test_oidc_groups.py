@@ -22,12 +22,13 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ImproperlyConfigured
+from django.core.management import CommandError, call_command
 from django.http import HttpResponse
 from django.test import Client
 from django.urls import include, path
 
 from tenants.choices import Role
-from tenants.models import AuditEvent, Membership, Team
+from tenants.models import AuditEvent, Membership, OidcIdentity, Team
 from tenants.services.identity import GroupGrant, parse_group_map
 
 # The portal's routes with single sign-on's: settings switch it on at import time from the
@@ -362,6 +363,85 @@ def test_a_local_superuser_cannot_be_taken_over_through_the_provider(
     assert response["Location"] == "/login/"
     assert signed_in_as(client) is None
     assert roles_of("root") == set()
+
+
+def test_a_provider_user_named_like_a_local_account_cannot_take_it_over(
+    sso: StubIdentityProvider,
+) -> None:
+    alice = get_user_model().objects.create_user("alice", password="pw-alice")
+    Membership.objects.create(user=alice, team=Team.objects.get(slug="vision"), role=Role.DEVELOPER)
+
+    for name in ("alice", "Alice"):
+        client = Client()
+        response = sign_in(
+            client, sso, preferred_username=name, sub="not-alice", groups=["gpu-admins"]
+        )
+        assert response["Location"] == "/login/"
+        assert signed_in_as(client) is None
+
+    assert list(get_user_model().objects.values_list("username", flat=True)) == ["alice"]
+    assert roles_of("alice") == {("vision", Role.DEVELOPER)}  # the provider's groups did nothing
+    assert not OidcIdentity.objects.exists()
+    refusals = AuditEvent.objects.filter(action="auth.sso_refused")
+    assert [event.data["username"] for event in refusals.order_by("id")] == ["alice", "Alice"]
+    assert "already exists" in refusals.first().message  # type: ignore[union-attr]
+    # Alice herself still signs in with her password.
+    assert Client().login(username="alice", password="pw-alice")
+
+
+def test_a_name_the_provider_gives_to_another_person_does_not_reach_the_first_account(
+    sso: StubIdentityProvider,
+) -> None:
+    first = Client()
+    sign_in(first, sso, preferred_username="erin", sub="person-1", groups=["gpu-vision-devs"])
+    assert signed_in_as(first) == "erin"
+
+    second = Client()
+    response = sign_in(second, sso, preferred_username="erin", sub="person-2")
+
+    assert response["Location"] == "/login/"
+    assert signed_in_as(second) is None
+    assert OidcIdentity.objects.get().subject == "person-1"
+
+
+def test_a_returning_subject_whose_username_changed_reaches_its_own_account(
+    sso: StubIdentityProvider,
+) -> None:
+    sign_in(Client(), sso, preferred_username="erin", sub="person-1", groups=["gpu-vision-devs"])
+    erin = get_user_model().objects.get(username="erin")
+
+    client = Client()
+    sign_in(client, sso, preferred_username="erin.smith", sub="person-1", groups=["gpu-admins"])
+
+    assert signed_in_as(client) == "erin"  # the account keeps the name it was created with
+    assert get_user_model().objects.count() == 1
+    assert roles_of("erin") == {(None, Role.PLATFORM_ADMIN)}
+    identity = OidcIdentity.objects.get(user=erin)
+    assert (identity.issuer, identity.subject) == (sso.url, "person-1")
+    assert identity.last_login_at is not None
+
+
+def test_an_operator_links_an_existing_account_to_the_provider_explicitly(
+    sso: StubIdentityProvider,
+) -> None:
+    alice = get_user_model().objects.create_user("alice", password="pw-alice")
+    call_command("user_account", "link-oidc", "alice", issuer=sso.url, subject="alice-at-idp")
+
+    client = Client()
+    sign_in(client, sso, preferred_username="alice", sub="alice-at-idp", groups=["gpu-finance"])
+
+    assert signed_in_as(client) == "alice"
+    assert roles_of("alice") == {(None, Role.FINANCE)}
+    linked = AuditEvent.objects.get(action="user.identity_linked")
+    assert (linked.target_id, linked.data["subject"]) == (str(alice.pk), "alice-at-idp")
+    # Another account cannot be given the same subject.
+    get_user_model().objects.create_user("bob")
+    with pytest.raises(CommandError, match="linked to another account"):
+        call_command("user_account", "link-oidc", "bob", issuer=sso.url, subject="alice-at-idp")
+    call_command("user_account", "unlink-oidc", "alice", issuer=sso.url, subject="alice-at-idp")
+    refused = Client()
+    sign_in(refused, sso, preferred_username="alice", sub="alice-at-idp")
+    assert signed_in_as(refused) is None
 
 
 def test_a_group_map_that_does_not_read_stops_single_sign_on_but_not_password_sign_in(
