@@ -119,6 +119,7 @@ def test_the_external_values_put_every_setting_where_the_portal_reads_it() -> No
     assert config["OIDC_RP_CLIENT_ID"] == "gpu-portal"
     assert config["ALLOWED_HOSTS"] == "gpu.example.com,gpu-portal-web.gpu-portal.svc"
     assert config["DEFAULT_FROM_EMAIL"] == "GPU Portal <gpu-portal@example.com>"
+    assert config["PORTAL_URL"] == "https://gpu.example.com"
     assert secret["DATABASE_URL"].startswith("postgres://portal:ci-only@postgres.databases.svc")
     assert secret["REDIS_URL"] == "redis://redis.databases.svc:6379/0"
     assert secret["EMAIL_URL"] == "smtp+tls://portal:ci-only@smtp.example.com:587"

@@ -69,6 +69,7 @@ app.kubernetes.io/component: {{ .component }}
 DEBUG: "false"
 ALLOWED_HOSTS: {{ printf "%s,%s" .Values.portalHost $internal | quote }}
 CSRF_TRUSTED_ORIGINS: {{ printf "https://%s" .Values.portalHost | quote }}
+PORTAL_URL: {{ printf "https://%s" .Values.portalHost | quote }}
 CLUSTER_BACKEND: {{ .Values.clusterBackend | quote }}
 PORTAL_INTERNAL_URL: {{ printf "http://%s" $internal | quote }}
 {{- if .Values.workloadDomain }}
