@@ -141,4 +141,11 @@ def test_helm_refuses_values_that_cannot_work(helm_built: None) -> None:
         render(set_values=["existingSecret="])
     with pytest.raises(HelmError, match="choose one of ingress.enabled and httpRoute.enabled"):
         render(set_values=["httpRoute.enabled=true"])
+    # values.schema.json: a misspelt key, a type or a URL scheme that cannot work.
+    with pytest.raises(HelmError, match="additional properties 'workloadDomian' not allowed"):
+        render(set_values=["workloadDomian=apps.example.com"])
+    with pytest.raises(HelmError, match="/web/workers"):
+        render(set_values=["web.workers=0"])
+    with pytest.raises(HelmError, match="/email/url"):
+        render(set_values=["email.url=https://smtp.example.com"])
     assert (CHART / "files" / "rbac.yaml").is_file()
