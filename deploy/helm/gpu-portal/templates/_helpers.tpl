@@ -85,9 +85,6 @@ WORKLOAD_GATEWAY_SECTION: {{ .Values.httpRoute.gateway.sectionName | quote }}
 {{- else }}
 WORKLOAD_ROUTE: ingress
 WORKLOAD_INGRESS_CLASS: {{ .Values.ingress.className | quote }}
-{{- if .Values.ingress.workloadTlsSecretName }}
-WORKLOAD_TLS_SECRET: {{ .Values.ingress.workloadTlsSecretName | quote }}
-{{- end }}
 {{- end }}
 INGRESS_CONTROLLER_NAMESPACE: {{ .Values.networkPolicy.ingressControllerNamespace | quote }}
 PROMETHEUS_URL: {{ .Values.prometheus.url | quote }}
