@@ -76,6 +76,7 @@ testbed: testbed-build
 testbed-build: install
 	GOFLAGS=-p=1 bash scripts/testbed/build.sh
 	bash scripts/testbed/build-kueue.sh
+	bash scripts/testbed/build-helm.sh
 
 # The portal end to end on the test bed (API, PostgreSQL BENCH_E2E_DATABASE_URL recreated, Redis
 # db 12, a Celery worker) against the same pods created straight through the API server.

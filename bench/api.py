@@ -67,7 +67,7 @@ def server_environment(url: str, redis_url: str) -> dict[str, str]:
         # The per-user creation limit (120/minute) would measure the throttle, not the server.
         "REQUEST_CREATE_RATE": "1000000/minute",
         "CLUSTER_BACKEND": "simulated",
-        # As deployed (deploy/manifests/10-config.yaml): one connection per worker, kept.
+        # As deployed (the Helm chart's ConfigMap): one connection per worker, kept.
         "CONN_MAX_AGE": "60",
     }
 

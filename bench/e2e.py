@@ -10,7 +10,7 @@ kube-scheduler, kwok), one fleet of `ceil(N / 8)` kwok nodes with 8 `nvidia.com/
 1. **portal**: the product as deployed, on loopback. PostgreSQL database `portal_bench_e2e`
    (recreated, migrated, the demo organisation and fleet; the team's A100 quota raised to N),
    Redis db 12 as the broker, gunicorn (`portal.wsgi`, one sync worker per core) and two Celery
-   workers as deploy/manifests/50-worker.yaml runs them, one per queue (portal/celery.py): the
+   workers as the Helm chart runs them, one per queue (portal/celery.py): the
    `celery` queue (launches, notifications; prefork `--concurrency 4`) and the `periodic` queue
    (the cycle, workload and inventory sync, the sweeps; `--concurrency 2`, with embedded beat),
    with `CLUSTER_BACKEND=kubernetes` and the test bed's least-privilege `portal.kubeconfig`.

@@ -9,7 +9,7 @@ with the cluster:
   reclaim, metering, …) and the scheduling cycle, however it is asked for.
 
 A worker started without `-Q` consumes both (they are the app's `task_queues`); production runs
-one worker Deployment per queue (`deploy/manifests/50-worker.yaml`, docs/operations.md).
+one worker Deployment per queue (the Helm chart's `templates/workers.yaml`, docs/operations.md).
 """
 
 from __future__ import annotations

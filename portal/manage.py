@@ -1,8 +1,8 @@
 """Fleet settings: the pages where platform admins manage the catalogue and the organisation.
 
 One list page per kind of object (tiers, node pools, flavors, approval rules, reclaim policies,
-team quotas, prices, teams, projects, memberships) with its create form, an edit page and a
-delete confirmation. The pages hold no rules: every write goes through the owning app's
+team quotas, prices, teams, projects, memberships, webhooks) with its create form, an edit page
+and a delete confirmation. The pages hold no rules: every write goes through the owning app's
 service, which checks the role again and records the audit event.
 
 Who sees what: an object outside the user's `visible_to()` is 404, as everywhere; a page or an
@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
@@ -41,6 +42,7 @@ from portal.manage_forms import (
     TeamForm,
     TeamQuotaForm,
     TierForm,
+    WebhookForm,
 )
 from portal.templatetags.portal_format import format_when
 from scheduling.engine.reserve import format_duration
@@ -59,7 +61,8 @@ from scheduling.services import clusters as cluster_services
 from scheduling.services import project_data as data_services
 from tenants import services as tenant_services
 from tenants.errors import ConflictError, DomainError, ForbiddenError
-from tenants.models import Membership, Project, ScopedQuerySet, Team, scope_of
+from tenants.models import Membership, Project, ScopedQuerySet, Team, Webhook, scope_of
+from tenants.services import webhooks as webhook_services
 
 Cell = Callable[[Any], Any]
 
@@ -387,6 +390,26 @@ SECTIONS: dict[str, Section] = {
             create=tenant_services.add_membership,
             update=tenant_services.change_membership_role,
             delete=tenant_services.remove_membership,
+        ),
+        Section(
+            slug="webhooks",
+            title="Webhooks",
+            noun="webhook",
+            intro="Endpoints that hear every notice the portal sends (approvals, warnings, "
+            "budget alerts), each in its receiver's format: a Slack incoming webhook, a "
+            "Microsoft Teams workflow, or plain JSON. A URL is never shown again.",
+            form=WebhookForm,
+            queryset=lambda: Webhook.objects.all(),
+            columns=(
+                ("Name", lambda webhook: webhook.name),
+                ("Format", lambda webhook: webhook.get_payload_format_display()),
+                ("Host", lambda webhook: urlsplit(webhook.url).hostname or ""),
+                ("Active", lambda webhook: _yes_no(webhook.is_active)),
+            ),
+            instance_arg="webhook",
+            create=webhook_services.create_webhook,
+            update=webhook_services.update_webhook,
+            delete=webhook_services.delete_webhook,
         ),
     )
 }

@@ -26,7 +26,7 @@ from scheduling.models import (
     local_cluster_id,
 )
 from tenants.errors import DomainError, show_on_form
-from tenants.models import Membership, Project, Team
+from tenants.models import Membership, Project, Team, Webhook
 
 
 class ManageForm(forms.ModelForm):
@@ -269,6 +269,37 @@ class ClusterForm(ManageForm):
             kubeconfig = self.fields["kubeconfig"]
             kubeconfig.label = "Replace the kubeconfig"
             kubeconfig.help_text = "Leave empty to keep the stored one, which is never shown."
+
+
+class WebhookForm(ManageForm):
+    """A webhook: its URL is a credential (Slack's and Teams' carry their secret in it), so the
+    page never shows it; on edit an empty URL keeps the stored one."""
+
+    url = forms.URLField(
+        required=False,
+        max_length=500,
+        assume_scheme="https",
+        widget=forms.PasswordInput(render_value=False, attrs={"autocomplete": "off"}),
+        label="URL",
+        help_text="Where every notice is POSTed (http or https). Never shown again.",
+    )
+
+    class Meta:
+        model = Webhook
+        fields = ["name", "url", "payload_format", "is_active"]
+        labels = {"payload_format": "Payload format", "is_active": "Active"}
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.instance.pk is not None:
+            self.fields["url"].label = "Replace the URL"
+            self.fields["url"].help_text = "Leave empty to keep the stored one, never shown."
+
+    def clean_url(self) -> str:
+        url = str(self.cleaned_data.get("url") or "")
+        if not url and self.instance.pk is None:
+            raise forms.ValidationError("A new webhook needs its URL.")
+        return url or self.instance.url
 
 
 class TeamForm(ManageForm):

@@ -390,7 +390,12 @@ PORTAL_CURRENCY = env.str("PORTAL_CURRENCY", default="EUR")
 # Billing months and days are cut in this zone (an IANA name; DST-safe through zoneinfo).
 BILLING_TIME_ZONE = env.str("BILLING_TIME_ZONE", default="UTC")
 USAGE_METERING_SECONDS = env.float("USAGE_METERING_SECONDS", default=60.0)
+# A webhook from the environment, besides those platform admins register in the portal, and the
+# payload its receiver expects: json (the event as it is), slack or teams.
 NOTIFICATION_WEBHOOK_URL = env.str("NOTIFICATION_WEBHOOK_URL", default="")
+NOTIFICATION_WEBHOOK_FORMAT = env.str("NOTIFICATION_WEBHOOK_FORMAT", default="json")
+if NOTIFICATION_WEBHOOK_FORMAT not in {"json", "slack", "teams"}:
+    raise environ.ImproperlyConfigured("NOTIFICATION_WEBHOOK_FORMAT must be json, slack or teams")
 DEMO_PASSWORD = env.str("DEMO_PASSWORD", default="demo")
 # The demo's past: `seed_demo` writes this many days of history once (0: none).
 DEMO_HISTORY_DAYS = env.int("DEMO_HISTORY_DAYS", default=90)
@@ -399,8 +404,26 @@ DEMO_HISTORY_DAYS = env.int("DEMO_HISTORY_DAYS", default=90)
 DEMO_TRAFFIC = env.bool("DEMO_TRAFFIC", default=False)
 DEMO_TRAFFIC_SECONDS = env.float("DEMO_TRAFFIC_SECONDS", default=15.0)
 DEMO_TRAFFIC_MAX_LIVE = env.int("DEMO_TRAFFIC_MAX_LIVE", default=14)
-EMAIL_BACKEND = env.str("EMAIL_BACKEND", default="django.core.mail.backends.console.EmailBackend")
+# Outgoing email. EMAIL_URL names the server in one value (smtp://user:password@host:25,
+# smtp+tls://…:587 for STARTTLS, smtp+ssl://…:465 for TLS from the start; django-environ's
+# syntax); without it the standard Django settings are read one by one, and the default
+# backend writes email to the log.
+_email = env.email_url_config(env.str("EMAIL_URL")) if env.str("EMAIL_URL", default="") else {}
+EMAIL_BACKEND = _email.get("EMAIL_BACKEND") or env.str(
+    "EMAIL_BACKEND", default="django.core.mail.backends.console.EmailBackend"
+)
+EMAIL_HOST = _email.get("EMAIL_HOST") or env.str("EMAIL_HOST", default="localhost")
+EMAIL_PORT = _email.get("EMAIL_PORT") or env.int("EMAIL_PORT", default=25)
+EMAIL_HOST_USER = _email.get("EMAIL_HOST_USER") or env.str("EMAIL_HOST_USER", default="")
+EMAIL_HOST_PASSWORD = _email.get("EMAIL_HOST_PASSWORD") or env.str(
+    "EMAIL_HOST_PASSWORD", default=""
+)
+EMAIL_USE_TLS = _email.get("EMAIL_USE_TLS", env.bool("EMAIL_USE_TLS", default=False))
+EMAIL_USE_SSL = _email.get("EMAIL_USE_SSL", env.bool("EMAIL_USE_SSL", default=False))
+EMAIL_TIMEOUT = env.int("EMAIL_TIMEOUT", default=10)
 DEFAULT_FROM_EMAIL = env.str("DEFAULT_FROM_EMAIL", default="gpu-portal@localhost")
+SERVER_EMAIL = env.str("SERVER_EMAIL", default=DEFAULT_FROM_EMAIL)
+# PORTAL_URL (above) also makes the links in webhook messages absolute; empty: no link.
 
 # --- Single sign-on (off unless OIDC_RP_CLIENT_ID is set) ------------------------------------
 OIDC_ENABLED = bool(env.str("OIDC_RP_CLIENT_ID", default=""))

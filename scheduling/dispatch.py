@@ -41,6 +41,7 @@ log = logging.getLogger(__name__)
 
 RUN_SCHEDULING_CYCLE = "scheduling.tasks.run_scheduling_cycle"
 SEND_NOTIFICATION = "scheduling.tasks.send_notification"
+SEND_WEBHOOK = "tenants.tasks.send_webhook"
 LAUNCH_WORKLOAD = "runtime.tasks.launch_workload"
 TERMINATE_WORKLOAD = "runtime.tasks.terminate_workload"
 SCALE_WORKLOAD_TO_ZERO = "runtime.tasks.scale_workload_to_zero"
@@ -221,6 +222,14 @@ def request_notification(
     recipients: list[str], subject: str, body: str, event: dict[str, Any]
 ) -> None:
     enqueue_after_commit(SEND_NOTIFICATION, recipients, subject, body, event)
+
+
+def request_webhook(
+    webhook_id: int | None, subject: str, body: str, link: str, event: dict[str, Any]
+) -> None:
+    """One notice to one webhook (None: the NOTIFICATION_WEBHOOK_URL setting's), a task each, so
+    a receiver that fails is retried alone (ids only: a webhook's URL is a credential)."""
+    enqueue_after_commit(SEND_WEBHOOK, webhook_id, subject, body, link, event)
 
 
 def send_launch(request_id: int, attempt: int) -> None:

@@ -6,9 +6,7 @@ The cycle's follow-up work (launches, terminations) is queued by name through
 
 from __future__ import annotations
 
-import json
 import logging
-import urllib.request
 from typing import Any
 
 from celery import shared_task
@@ -25,18 +23,9 @@ log = logging.getLogger(__name__)
 def send_notification(
     recipients: list[str], subject: str, body: str, event: dict[str, Any]
 ) -> None:
+    """The notice's email, through the configured backend (EMAIL_URL or EMAIL_BACKEND)."""
     if recipients:
         send_mail(subject, body, settings.DEFAULT_FROM_EMAIL, recipients)
-    if settings.NOTIFICATION_WEBHOOK_URL:
-        payload = json.dumps({"subject": subject, "body": body, **event}).encode()
-        request = urllib.request.Request(
-            settings.NOTIFICATION_WEBHOOK_URL,
-            data=payload,
-            headers={"Content-Type": "application/json"},
-            method="POST",
-        )
-        with urllib.request.urlopen(request, timeout=10):  # noqa: S310 — admin-configured URL
-            pass
 
 
 @shared_task(acks_late=True)

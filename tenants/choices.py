@@ -23,3 +23,11 @@ class NotificationKind(models.TextChoices):
     WARNING = "warning", "Warning"
     BUDGET = "budget", "Budget alert"
     UPDATE = "update", "Request update"
+
+
+class WebhookFormat(models.TextChoices):
+    """The payload a webhook's receiver expects."""
+
+    JSON = "json", "Plain JSON"
+    SLACK = "slack", "Slack (incoming webhook)"
+    TEAMS = "teams", "Microsoft Teams (workflow, Adaptive Card)"

@@ -10,10 +10,17 @@ from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
+from django.core.validators import URLValidator
 from django.db import models
 from django.db.models import Q
 
-from tenants.choices import ORGANISATION_ROLES, TEAM_ROLES, NotificationKind, Role
+from tenants.choices import (
+    ORGANISATION_ROLES,
+    TEAM_ROLES,
+    NotificationKind,
+    Role,
+    WebhookFormat,
+)
 from tenants.scope import ANONYMOUS, Scope
 
 
@@ -253,6 +260,39 @@ class Notification(models.Model):
 
     def __str__(self) -> str:
         return f"{self.recipient} · {self.subject}"
+
+
+class WebhookQuerySet(ScopedQuerySet):
+    def for_scope(self, scope: Scope) -> WebhookQuerySet:
+        # A webhook's URL is a credential (Slack's and Teams' carry their secret in the path).
+        return self.all() if scope.is_platform_admin else self.none()
+
+
+class Webhook(models.Model):
+    """An HTTP endpoint that hears every notice the portal sends, in its receiver's format.
+
+    Platform admins register them; no one else sees them.
+    """
+
+    name = models.CharField(max_length=100, unique=True)
+    url = models.URLField(
+        max_length=500,
+        validators=[URLValidator(schemes=["https", "http"])],
+        help_text="Where the notices are POSTed.",
+    )
+    payload_format = models.CharField(
+        max_length=10, choices=WebhookFormat.choices, default=WebhookFormat.JSON
+    )
+    is_active = models.BooleanField(default=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = WebhookQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
 
 
 class ApiTokenLabel(models.Model):

@@ -9,7 +9,7 @@ from django.db.models import QuerySet
 from django.utils.dateparse import parse_date
 
 from tenants.choices import Role
-from tenants.models import AuditEvent, Membership, scope_of
+from tenants.models import AuditEvent, Membership, Webhook, scope_of
 from tenants.scope import Scope
 
 
@@ -79,3 +79,12 @@ def _day(value: str) -> date | None:
         return parse_date(value) if value else None
     except ValueError:
         return None
+
+
+def active_webhook_ids() -> list[int]:
+    """The webhooks that hear every notice now."""
+    return list(Webhook.objects.filter(is_active=True).values_list("pk", flat=True))
+
+
+def active_webhook(*, webhook_id: int) -> Webhook | None:
+    return Webhook.objects.filter(pk=webhook_id, is_active=True).first()

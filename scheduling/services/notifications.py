@@ -10,6 +10,7 @@ from django.urls import reverse
 
 from scheduling import dispatch
 from tenants.choices import NotificationKind
+from tenants.selectors import active_webhook_ids
 from tenants.services.notifications import deliver_notifications
 
 # Event types by the inbox kind they show as; any other type is a request update.
@@ -33,24 +34,31 @@ LEAD_DECISIONS = {
 
 def notify(*, users: Iterable[Any], subject: str, body: str, event: dict[str, Any]) -> None:
     """Tell `users`: an inbox notification now (in the caller's transaction), then the email
-    or webhook queued to go out after the commit; never fails the caller.
+    and one message per webhook queued to go out after the commit; never fails the caller.
 
-    No email is queued when there is no one to email and no webhook to call.
+    No email is queued when there is no one to email; every active webhook (and the one of the
+    NOTIFICATION_WEBHOOK_URL setting) hears every notice.
     """
     users = list(users)
     event_type = str(event.get("type", ""))
+    link = _link(event)
     deliver_notifications(
         users=users,
         kind=KIND_OF_EVENT.get(event_type, NotificationKind.UPDATE),
         event_type=event_type,
         subject=subject,
         body=body,
-        url=_link(event),
+        url=link,
     )
     recipients = sorted({user.email for user in users if getattr(user, "email", "")})
-    if not recipients and not settings.NOTIFICATION_WEBHOOK_URL:
-        return
-    dispatch.request_notification(recipients, subject, body, event)
+    if recipients:
+        dispatch.request_notification(recipients, subject, body, event)
+    webhooks: list[int | None] = [*active_webhook_ids()]
+    if settings.NOTIFICATION_WEBHOOK_URL:
+        webhooks.append(None)
+    absolute_link = f"{settings.PORTAL_URL}{link}" if settings.PORTAL_URL and link else ""
+    for webhook_id in webhooks:
+        dispatch.request_webhook(webhook_id, subject, body, absolute_link, event)
 
 
 def _link(event: dict[str, Any]) -> str:

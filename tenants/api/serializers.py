@@ -1,13 +1,14 @@
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlsplit
 
 from django.contrib.auth import authenticate, get_user_model
 from rest_framework import serializers
 
 from tenants.api.base import ScopedPrimaryKeyRelatedField
 from tenants.choices import Role
-from tenants.models import AuditEvent, Membership, Notification, Project, Team
+from tenants.models import AuditEvent, Membership, Notification, Project, Team, Webhook
 
 
 class TeamSerializer(serializers.ModelSerializer):
@@ -165,3 +166,23 @@ class NotificationSerializer(serializers.ModelSerializer):
 
 class NotificationsMarkedSerializer(serializers.Serializer):
     marked_read = serializers.IntegerField(help_text="How many unread notifications were marked.")
+
+
+class WebhookSerializer(serializers.ModelSerializer):
+    """A webhook as platform admins see it; `url` goes in only (Slack's and Teams' carry their
+    secret in it), `host` says where it points."""
+
+    url = serializers.URLField(
+        write_only=True,
+        max_length=500,
+        help_text="Where notices are POSTed (http or https). Never returned.",
+    )
+    host = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Webhook
+        fields = ["id", "name", "url", "host", "payload_format", "is_active", "created_at"]
+        read_only_fields = ["id", "host", "created_at"]
+
+    def get_host(self, webhook: Webhook) -> str:
+        return urlsplit(webhook.url).hostname or ""

@@ -11,6 +11,7 @@ router.register("projects", views.ProjectViewSet, basename="project")
 router.register("members", views.MembershipViewSet, basename="membership")
 router.register("audit", views.AuditEventViewSet, basename="audit-event")
 router.register("notifications", views.NotificationViewSet, basename="notification")
+router.register("webhooks", views.WebhookViewSet, basename="webhook")
 
 urlpatterns = [
     path("auth/token/", views.TokenView.as_view(), name="auth-token"),

@@ -32,9 +32,11 @@ from tenants.api.serializers import (
     TeamSerializer,
     TokenRequestSerializer,
     TokenSerializer,
+    WebhookSerializer,
 )
-from tenants.models import AuditEvent, Membership, Notification, Project, Team, scope_of
+from tenants.models import AuditEvent, Membership, Notification, Project, Team, Webhook, scope_of
 from tenants.selectors import primary_role, user_roles
+from tenants.services import webhooks as webhook_services
 from tenants.services.notifications import mark_notifications_read
 from tenants.services.tokens import issue_api_token
 
@@ -218,3 +220,28 @@ class NotificationViewSet(ScopedReadOnlyViewSet):
         """Mark every unread notification of the caller read."""
         marked = mark_notifications_read(user=request.user)
         return Response(NotificationsMarkedSerializer({"marked_read": marked}).data)
+
+
+class WebhookViewSet(ScopedModelViewSet):
+    """Webhooks that hear every notice, each in its receiver's format (json, slack, teams);
+    platform admins only: to anyone else they do not exist."""
+
+    permission_classes = [permissions.IsAuthenticated, PlatformAdminWrites]
+    queryset = Webhook.objects.all()
+    serializer_class = WebhookSerializer
+    filterset_fields = ["payload_format", "is_active"]
+
+    def perform_create(self, serializer: BaseSerializer) -> None:
+        serializer.instance = webhook_services.create_webhook(
+            actor=self.request.user, **serializer.validated_data
+        )
+
+    def perform_update(self, serializer: BaseSerializer) -> None:
+        serializer.instance = webhook_services.update_webhook(
+            actor=self.request.user,
+            webhook=cast(Webhook, serializer.instance),
+            **serializer.validated_data,
+        )
+
+    def perform_destroy(self, instance: Webhook) -> None:
+        webhook_services.delete_webhook(actor=self.request.user, webhook=instance)

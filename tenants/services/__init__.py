@@ -4,7 +4,8 @@
   services use to check a role, apply validated changes and record them;
 - `identity`: accounts and memberships that follow the identity provider's groups;
 - `tokens`: personal API tokens with a name and a last-used time;
-- `notifications`: the portal's inbox.
+- `notifications`: the portal's inbox;
+- `webhooks`: the webhooks every notice is sent to, and the payload of each format.
 
 The organisation's services are re-exported here, so `tenants.services.record_audit_event` is
 the name other apps use.

@@ -1,7 +1,7 @@
 """Celery workers SIGKILLed again and again while requests flow: nothing lost, nothing twice.
 
 Two workers run, both consuming every queue (one of them embeds beat; production runs the
-`periodic` queue and beat apart, deploy/manifests); each kill hits a worker that is up
+`periodic` queue and beat apart, deploy/helm/gpu-portal); each kill hits a worker that is up
 and consuming, at a random moment, and the worker is restarted at once while the other one
 carries on — so killed tasks are redelivered to a live worker while their first run's effects
 are half-written. A third of the kills wait for a worker that is running a launch, a third for

@@ -18,14 +18,18 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def queued(monkeypatch: pytest.MonkeyPatch) -> list[tuple[list[str], dict[str, Any]]]:
-    """The notices handed to the broker: (recipients, event)."""
-    sent: list[tuple[list[str], dict[str, Any]]] = []
+def queued(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Any, dict[str, Any]]]:
+    """The notices handed to the broker: (recipients, event) for an email, ("webhook <id>",
+    event) for a webhook message."""
+    sent: list[tuple[Any, dict[str, Any]]] = []
 
     def send(task_name: str, *args: Any) -> None:
         if task_name == dispatch.SEND_NOTIFICATION:
             recipients, _subject, _body, event = args
             sent.append((recipients, event))
+        if task_name == dispatch.SEND_WEBHOOK:
+            webhook_id, _subject, _body, _link, event = args
+            sent.append((f"webhook {webhook_id}", event))
 
     monkeypatch.setattr(dispatch, "send", send)
     return sent
@@ -50,7 +54,7 @@ def test_a_webhook_still_hears_an_approval_at_submission(
     settings.NOTIFICATION_WEBHOOK_URL = "https://hooks.example.com/gpu-portal"
     with django_capture_on_commit_callbacks(execute=True):
         body = api_submit(org.dev_a, request_body(org.project_a, fleet.l4_12g)).json()
-    assert queued == [([], {"type": "request.approved", "request": body["id"]})]
+    assert queued == [("webhook None", {"type": "request.approved", "request": body["id"]})]
 
 
 def test_a_leads_approval_emails_the_owner(
