@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('tenants', '0003_notifications_and_token_labels'),
+        ('tenants', '0004_oidc_identity'),
     ]
 
     operations = [
