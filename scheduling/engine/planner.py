@@ -36,6 +36,7 @@ from .placement import Placer
 from .preemption import find_victims, team_rose_above_guarantee
 from .queue import FairQueue
 from .quota import EPS, QuotaLedger
+from .reasons import capacity_reason
 from .reserve import is_long, leaves_reserve, reserve_reason
 from .state import MODE_MIG, MODE_VGPU, AllocRecord, Claim, FleetState, Shape, shape_of
 from .types import (
@@ -261,7 +262,7 @@ class Scheduler:
                 fresh = (f"waiting behind reservation for request {holder}", "reservation")
                 self._fail[(mkey, block_ids)] = fresh
             else:
-                fresh = (self.placer.capacity_reason(shape), "capacity")
+                fresh = (capacity_reason(self.placer, shape), "capacity")
                 self._fail[(mkey, ())] = fresh
             memo = fresh
         # Preemption.
@@ -315,6 +316,9 @@ class Scheduler:
             req.node_selector,
             req.tolerations,
             req.pools,
+            req.cpu_millicores,
+            req.memory_mib,
+            req.distributed,
             self._long_in(req) if self.reserve_pools else (),
         )
         hit = self._shapes.get(raw)
@@ -388,6 +392,8 @@ class Scheduler:
             nodes=nodes,
             model=st.node_model[nodes[0]],
             from_snapshot=False,
+            cpu_millicores=max(0, req.cpu_millicores),
+            memory_mib=max(0, req.memory_mib),
         )
         led = self.ledger
         key = (req.team, req.flavor)
