@@ -302,6 +302,7 @@ def test_the_schema_documents_the_blocker_and_its_codes(org: Org) -> None:
         "fragmentation",
         "mig_layout",
         "node_health",
+        "host_resources",
         "cluster",
     }
 
