@@ -72,6 +72,8 @@ class Placer:
         self._groups: dict[tuple[object, ...], tuple[list[Group], str | None]] = {}
         # Most shares of a shape a node of a group could hold (reasons.most_shares).
         self.most_cache: dict[tuple[object, ...], int] = {}
+        # Host room of the nodes with room for a GPU shape, per group (reasons.gpu_room).
+        self.room_cache: dict[tuple[Shape, GroupKeyT], tuple[int, list[tuple[int, int]]]] = {}
         self._node_sizes: dict[GroupKeyT, frozenset[int]] = {}
 
     @staticmethod

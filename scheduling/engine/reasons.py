@@ -7,6 +7,8 @@ none of those has the pod's CPU and memory free, the reason says so (`host_reaso
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from .filters import cpus_text, fit_gpus, gib_text, max_shares
 from .index import GIB, Group
 from .placement import Placer
@@ -68,24 +70,13 @@ def host_reason(placer: Placer, shape: Shape, groups: list[Group], where: str) -
     cpu, mem = shape.cpu_millicores, shape.host_memory_mib
     if not cpu and not mem:
         return None
-    st = placer.st
-    most_cpu = most_mem = -1
-    for g in groups:
-        for node in g.nodes:
-            if not all(f(st, node, shape) is None for f in placer.node_filters):
-                continue
-            count = min(shape.gpu_count, len(st.node_devices[node]))
-            if not is_gang(shape, 0):
-                count = shape.gpu_count
-            if fit_gpus(st, node, shape, count) is None:
-                continue
-            if st.host_fits(node, cpu, mem):
-                return None  # not host resources (a reservation, say)
-            most_cpu = max(most_cpu, st.node_cpu_free[node])
-            most_mem = max(most_mem, st.node_mem_free[node])
-    if most_cpu < 0:
+    room = gpu_room(placer, shape, groups)
+    if not room:
         return None
-    beside = gpu_words(shape, where)
+    if any(c >= cpu and m >= mem for c, m in room):
+        return None  # not host resources (a reservation, say)
+    most_cpu = max(c for c, _ in room)
+    most_mem = max(m for _, m in room)
     free = []
     if most_cpu < cpu:
         free.append(cpus_text(max(0, most_cpu)))
@@ -97,9 +88,36 @@ def host_reason(placer: Placer, shape: Shape, groups: list[Group], where: str) -
         else "have the CPU or the memory free, but none has both"
     )
     return (
-        f"waiting for a node with {_host_words(cpu, mem)} free beside {beside}; "
+        f"waiting for a node with {_host_words(cpu, mem)} free beside {gpu_words(shape, where)}; "
         f"the nodes with room for the GPUs {have}"
     )
+
+
+def gpu_room(placer: Placer, shape: Shape, groups: list[Group]) -> list[tuple[int, int]]:
+    """(free millicores, free MiB) of each node that passes the filters and has room for the
+    request's GPUs now (its per-node part, for a gang).
+
+    Cached per GPU shape and group until work starts or stops in the group's pool: requests that
+    differ only in CPU and memory share one scan.
+    """
+    st = placer.st
+    key = replace(shape, cpu_millicores=0, host_memory_mib=0)
+    gang = is_gang(shape, 0)
+    room: list[tuple[int, int]] = []
+    for g in groups:
+        version = st.pool_version.get(g.pool.name, 0)
+        hit = placer.room_cache.get((key, g.key))
+        if hit is None or hit[0] != version:
+            here: list[tuple[int, int]] = []
+            for node in g.nodes:
+                if not all(f(st, node, shape) is None for f in placer.node_filters):
+                    continue
+                n = min(shape.gpu_count, len(st.node_devices[node])) if gang else shape.gpu_count
+                if fit_gpus(st, node, shape, n) is not None:
+                    here.append((st.node_cpu_free[node], st.node_mem_free[node]))
+            hit = placer.room_cache[(key, g.key)] = (version, here)
+        room.extend(hit[1])
+    return room
 
 
 def most_shares(placer: Placer, shape: Shape, groups: list[Group]) -> int:

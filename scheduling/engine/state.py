@@ -229,6 +229,9 @@ class FleetState:
                 if self.node_schedulable[ni] and self.node_pool[ni] in self.pool_capacity:
                     self.pool_capacity[self.node_pool[ni]] += 1.0
         self.allocs: dict[str, AllocRecord] = {}
+        # Per pool, bumped on every apply/release there that is not a dry run (notify=False:
+        # undone before anyone reads), so caches of derived figures know they are stale.
+        self.pool_version: dict[str, int] = {p.name: 0 for p in snapshot.pools}
         self._claim_values: dict[Claim, DeviceClaim] = {}
         # Called with (node, changed devices or None for all) after apply/release.
         self.listener: Callable[[int, tuple[int, ...] | None], None] | None = None
@@ -422,8 +425,10 @@ class FleetState:
         self._take_host(rec, 1)
         if self.pool_used:
             self._charge_pool(rec, rec.ge)
-        if notify and self.listener is not None:
-            self._notify(rec)
+        if notify:
+            self._bump(rec)
+            if self.listener is not None:
+                self._notify(rec)
 
     def release(self, rec: AllocRecord, notify: bool = True) -> None:
         """Give back the capacity `rec` claims and forget it."""
@@ -442,8 +447,15 @@ class FleetState:
         self._take_host(rec, -1)
         if self.pool_used:
             self._charge_pool(rec, -rec.ge)
-        if notify and self.listener is not None:
-            self._notify(rec)
+        if notify:
+            self._bump(rec)
+            if self.listener is not None:
+                self._notify(rec)
+
+    def _bump(self, rec: AllocRecord) -> None:
+        for n in rec.nodes:
+            pool = self.node_pool[n]
+            self.pool_version[pool] = self.pool_version.get(pool, 0) + 1
 
     def _notify(self, rec: AllocRecord) -> None:
         assert self.listener is not None
