@@ -38,7 +38,7 @@ from .queue import FairQueue
 from .quota import EPS, QuotaLedger
 from .reasons import capacity_reason
 from .reserve import is_long, leaves_reserve, reserve_reason
-from .state import MODE_MIG, MODE_VGPU, AllocRecord, Claim, FleetState, Shape, shape_of
+from .state import MODE_MIG, MODE_VGPU, AllocRecord, Claim, FleetState, Shape, is_gang, shape_of
 from .types import (
     MIG_PROFILES,
     MIG_SLICES,
@@ -302,7 +302,8 @@ class Scheduler:
         """The request's shape and its memo key (cached per distinct request shape).
 
         The memo key replaces the workload kind by the eligible groups it leads to, so requests
-        that differ only in kind but can go to the same pools share failures.
+        that differ only in kind but can go to the same pools share failures (and whether they
+        are distributed, unless that makes them a gang).
         """
         raw = (
             req.flavor,
@@ -325,8 +326,10 @@ class Scheduler:
         if hit is None:
             shape = shape_of(req, flavor)
             groups, _ = self.placer.groups_for(shape)
+            # `distributed` only matters where it makes a gang.
+            spread = bool(groups) and is_gang(shape, min(g.max_devices for g in groups))
             canon: tuple[object, ...] = (
-                replace(shape, workload_kind="") if groups else shape,
+                replace(shape, workload_kind="", distributed=spread) if groups else shape,
                 tuple(g.key for g in groups),
             )
             if raw[-1]:
