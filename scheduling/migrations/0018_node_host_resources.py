@@ -4,25 +4,38 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('scheduling', '0017_pool_cluster_set_on_save'),
+        ("scheduling", "0017_pool_cluster_set_on_save"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='node',
-            name='cpu_millicores',
-            field=models.PositiveIntegerField(blank=True, help_text='Allocatable CPU in millicores, as the node reports it.', null=True),
+            model_name="node",
+            name="cpu_millicores",
+            field=models.PositiveIntegerField(
+                blank=True,
+                help_text="Allocatable CPU in millicores, as the node reports it.",
+                null=True,
+            ),
         ),
         migrations.AddField(
-            model_name='node',
-            name='memory_mib',
-            field=models.PositiveIntegerField(blank=True, help_text='Allocatable memory in MiB, as the node reports it.', null=True),
+            model_name="node",
+            name="memory_mib",
+            field=models.PositiveIntegerField(
+                blank=True,
+                help_text="Allocatable memory in MiB, as the node reports it.",
+                null=True,
+            ),
         ),
         migrations.AlterField(
-            model_name='node',
-            name='foreign_usage',
-            field=models.JSONField(blank=True, default=dict, help_text='Resources held by pods the portal did not create, e.g. {"nvidia.com/gpu": 2, "cpu_millicores": 4000, "memory_mib": 8192}; subtracted from what the engine sees free.'),
+            model_name="node",
+            name="foreign_usage",
+            field=models.JSONField(
+                blank=True,
+                default=dict,
+                help_text="Resources held by pods the portal did not create, e.g. "
+                '{"nvidia.com/gpu": 2, "cpu_millicores": 4000, "memory_mib": 8192}; subtracted '
+                "from what the engine sees free.",
+            ),
         ),
     ]
