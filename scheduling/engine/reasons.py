@@ -13,6 +13,7 @@ from .filters import cpus_text, fit_gpus, gib_text, max_shares
 from .index import GIB, Group
 from .placement import Placer
 from .state import Shape, is_gang
+from .types import MIG_PROFILES
 
 
 def capacity_reason(placer: Placer, shape: Shape) -> str:
@@ -97,7 +98,8 @@ def gpu_room(placer: Placer, shape: Shape, groups: list[Group]) -> list[tuple[in
     """(free millicores, free MiB) of each node that passes the filters and has room for the
     request's GPUs now (its per-node part, for a gang).
 
-    Cached per GPU shape and group until work starts or stops in the group's pool: requests that
+    Only the nodes the capacity index files with room are looked at, and the answer is cached
+    per GPU shape and group until work starts or stops in the group's pool: requests that
     differ only in CPU and memory share one scan.
     """
     st = placer.st
@@ -109,7 +111,7 @@ def gpu_room(placer: Placer, shape: Shape, groups: list[Group]) -> list[tuple[in
         hit = placer.room_cache.get((key, g.key))
         if hit is None or hit[0] != version:
             here: list[tuple[int, int]] = []
-            for node in g.nodes:
+            for node in _gpu_candidates(placer, g, shape, gang):
                 if not all(f(st, node, shape) is None for f in placer.node_filters):
                     continue
                 n = min(shape.gpu_count, len(st.node_devices[node])) if gang else shape.gpu_count
@@ -118,6 +120,22 @@ def gpu_room(placer: Placer, shape: Shape, groups: list[Group]) -> list[tuple[in
             hit = placer.room_cache[(key, g.key)] = (version, here)
         room.extend(hit[1])
     return room
+
+
+def _gpu_candidates(placer: Placer, g: Group, shape: Shape, gang: bool) -> list[int]:
+    """Nodes of `g` that the capacity index files with room for `shape`'s GPUs (a superset of
+    those that fit: `fit_gpus` decides), in index order."""
+    st = placer.st
+    if shape.kind == "whole":
+        lo = 1 if gang else max(1, shape.gpu_count)
+        return [n for k in range(lo, len(g.whole)) for n in g.whole[k]]
+    if shape.kind == "vgpu":
+        buckets = g.vgpu[shape.memory_mib // GIB :]
+    elif shape.mig_profile in g.mig:
+        buckets = g.mig[shape.mig_profile][MIG_PROFILES[shape.mig_profile].slices :]
+    else:
+        return []
+    return list(dict.fromkeys(st.dev_node[d] for bucket in buckets for d in bucket))
 
 
 def most_shares(placer: Placer, shape: Shape, groups: list[Group]) -> int:
