@@ -16,8 +16,9 @@ from scheduling.models import Node
 from scheduling.selectors.snapshot import build_snapshot
 from scheduling.services import cycle
 from tests.scheduling.conftest import Fleet
+from tests.scheduling.helpers import request_body
 from tests.scheduling.test_inventory import reported
-from tests.support.factories import GpuRequestFactory
+from tests.support.factories import GpuRequestFactory, api_submit
 from tests.support.personas import Org
 
 pytestmark = pytest.mark.django_db
@@ -84,7 +85,10 @@ def test_a_request_no_node_has_the_cpu_for_waits_with_the_host_resources_blocker
     org: Org, fleet: Fleet, django_capture_on_commit_callbacks: Any
 ) -> None:
     services.set_quota(actor=org.admin, team=org.team_a, flavor=fleet.a100, guaranteed=8, limit=8)
-    Node.objects.filter(pool__slug="a100-training").update(cpu_millicores=16_000)
+    # CPU-only pods of another tenant leave 16 of the nodes' 128 cores.
+    Node.objects.filter(pool__slug="a100-training").update(
+        foreign_usage={"cpu_millicores": 112_000}
+    )
     request = GpuRequestFactory.create(
         to="queued", project=org.project_a, flavor=fleet.a100, gpu_count=4, cpu_millicores=64_000
     )
@@ -94,3 +98,18 @@ def test_a_request_no_node_has_the_cpu_for_waits_with_the_host_resources_blocker
     assert "64 CPU free beside 4 A100-80G GPUs" in request.waiting_reason
     assert request.blocker["code"] == "host_resources"
     assert request.blocker["detail"]["most_cpu_free_millicores"] == 16_000
+
+
+def test_a_request_asking_more_than_any_node_of_its_pool_offers_is_refused(
+    org: Org, fleet: Fleet
+) -> None:
+    body = request_body(org.project_a, fleet.l4_6g, cpu_millicores=64_000)
+    error = api_submit(org.dev_a, body, status=400).json()["error"]
+    assert "cpu_millicores" in error["fields"]
+    assert "the largest has 48000" in error["fields"]["cpu_millicores"]
+    body = request_body(org.project_a, fleet.l4_6g, cpu_millicores=8_000, memory_mib=512 * GIB)
+    error = api_submit(org.dev_a, body, status=400).json()["error"]
+    assert "memory_mib" in error["fields"]
+    # A node that does not report its memory does not limit it.
+    Node.objects.filter(name="l4-vgpu-2").update(memory_mib=None)
+    api_submit(org.dev_a, body, status=201)
