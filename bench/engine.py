@@ -34,6 +34,18 @@ Figures (medians over --runs, all in one process on the same seeded workload):
 * engine.quota_breaches        (team, flavor) pairs whose usage after the plan exceeds the limit
                                and grew during the cycle; must be 0
 
+With host resources (bench/host_load.py: the same workload with nodes' CPU and memory, CPU-only
+load of other tenants on 30% of the nodes, and every pod's CPU and memory):
+
+* engine.host.plan_seconds, engine.host.arrival_decision_ms   as above, on that snapshot
+* engine.admitted, engine.host.admitted   admissions of the cycle without and with host
+                               resources
+* engine.host.overcommitted_nodes   nodes whose CPU or memory the running work plus the plan
+                               exceed; must be 0
+* engine.host_blind.overcommitted_nodes   the same for a cycle that places by GPUs alone (the
+                               nodes' host resources left unknown to the engine): the pods
+                               kube-scheduler would leave Pending
+
 Each figure is printed as a human-readable line and as one JSON line
 {"metric": ..., "value": ..., "unit": ...}.
 """
@@ -50,6 +62,7 @@ from collections import Counter, defaultdict
 from dataclasses import replace
 
 from bench import product
+from bench.host_load import overcommitted_nodes, with_host_resources, without_host_requests
 from bench.packing import PoolFigures, stranded, total
 from bench.workload import MULTI_SHARE, Workload, generate
 from scheduling.engine import Plan, Policy, Request, Scheduler, Snapshot
@@ -511,6 +524,81 @@ def main() -> None:
     )
     breaches = quota_breaches(snap, engine_plan)
     _emit("engine.quota_breaches", breaches, "count", f"quota breaches: {breaches}")
+    host_figures(w, snap, engine_plan, fresh, runs)
+
+
+def host_figures(w: Workload, snap: Snapshot, plain: Plan, fresh: list[Request], runs: int) -> None:
+    """The cycle on the same workload with host resources and CPU-only load (host_load.py)."""
+    host = with_host_resources(snap, w.seed)
+    times: list[float] = []
+    cpu: list[float] = []
+    host_plan: Plan | None = None
+    for _ in range(runs):
+        gc.collect()
+        c0 = time.process_time()
+        t0 = time.perf_counter()
+        got = Scheduler(host, Policy()).plan(w.now)
+        times.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
+        host_plan = host_plan or got
+    assert host_plan is not None
+    blind = Scheduler(without_host_requests(host), Policy()).plan(w.now)
+    arrivals_host = with_host_resources(replace(snap, pending=tuple(fresh)), w.seed + 1).pending
+    lat_all: list[float] = []
+    lat_admitted: list[float] = []
+    for _ in range(runs):
+        sched = Scheduler(host, Policy())
+        for r in arrivals_host:
+            t0 = time.perf_counter()
+            d = sched.place_one(r, w.now)
+            dt = (time.perf_counter() - t0) * 1000
+            lat_all.append(dt)
+            if d.admission is not None:
+                lat_admitted.append(dt)
+    host_wait = Counter("host" if "beside" in x.reason else x.code for x in host_plan.waiting)
+    print(
+        f"with host resources: {len(host_plan.admissions)} admitted, "
+        f"{len(host_plan.preemptions)} preemptions, waiting by code "
+        f"{dict(sorted(host_wait.items()))} ('host': CPU or memory, not GPUs, is missing)"
+    )
+    _emit("engine.admitted", len(plain.admissions), "count", f"admitted: {len(plain.admissions)}")
+    _emit(
+        "engine.host.admitted",
+        len(host_plan.admissions),
+        "count",
+        f"admitted with host resources: {len(host_plan.admissions)}",
+    )
+    full = statistics.median(times)
+    _emit(
+        "engine.host.plan_seconds",
+        full,
+        "s",
+        f"in-memory plan with host resources: {full:.3f} s median; runs "
+        f"{[round(t, 3) for t in times]}; CPU time {statistics.median(cpu):.3f} s median",
+    )
+    med = statistics.median(lat_admitted) if lat_admitted else float("nan")
+    _emit(
+        "engine.host.arrival_decision_ms",
+        med,
+        "ms",
+        f"arrival decision with host resources: {med:.3f} ms median over {len(lat_admitted)} "
+        f"admitted arrivals (all {len(lat_all)}: median {statistics.median(lat_all):.3f} ms)",
+    )
+    over = overcommitted_nodes(host, host_plan)
+    blind_over = overcommitted_nodes(host, blind)
+    _emit(
+        "engine.host.overcommitted_nodes",
+        over,
+        "count",
+        f"nodes over their CPU or memory after the cycle: {over} of {len(host.nodes)}",
+    )
+    _emit(
+        "engine.host_blind.overcommitted_nodes",
+        blind_over,
+        "count",
+        f"the same, placing by GPUs alone: {blind_over} of {len(host.nodes)} "
+        f"({len(blind.admissions)} admitted)",
+    )
 
 
 if __name__ == "__main__":

@@ -403,6 +403,7 @@ def engine_request(fleet: Fleet, r: RequestRow) -> engine.Request:
         mig_profile=f.mig_profile or None,
         max_runtime_seconds=float(r.max_runtime_seconds),
         pools=(f.pool,),
+        distributed=r.kind == "job",
     )
 
 

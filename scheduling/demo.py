@@ -51,6 +51,9 @@ POOLS: list[dict[str, Any]] = [
         "memory_mib": 81920,
         "nodes": 2,
         "gpus_per_node": 8,
+        # Host resources of a DGX A100-class node: 128 cores, 2 TiB.
+        "cpu_millicores": 128_000,
+        "host_memory_mib": 2 * 1024 * 1024,
         "mig_layouts": None,
     },
     {
@@ -65,6 +68,9 @@ POOLS: list[dict[str, Any]] = [
         "memory_mib": 81920,
         "nodes": 1,
         "gpus_per_node": 8,
+        # Host resources of a DGX H100-class node: 112 cores, 2 TiB.
+        "cpu_millicores": 112_000,
+        "host_memory_mib": 2 * 1024 * 1024,
         "mig_layouts": [{"1g.10gb": 7}] * 4 + [{"3g.40gb": 2}] * 4,
     },
     {
@@ -79,6 +85,9 @@ POOLS: list[dict[str, Any]] = [
         "memory_mib": 24576,
         "nodes": 2,
         "gpus_per_node": 4,
+        # A 4 x L4 inference server: 48 cores, 384 GiB.
+        "cpu_millicores": 48_000,
+        "host_memory_mib": 384 * 1024,
         "mig_layouts": None,
     },
 ]
@@ -148,6 +157,8 @@ def seed_demo_fleet(*, teams: dict[str, Team]) -> None:
                         "gpu-portal/pool": spec["slug"],
                         "nvidia.com/gpu.product": spec["gpu_model"],
                     },
+                    "cpu_millicores": spec["cpu_millicores"],
+                    "memory_mib": spec["host_memory_mib"],
                 },
             )
             for index in range(spec["gpus_per_node"]):

@@ -13,6 +13,7 @@ from runtime.cluster.kubernetes_client import LIST_PAGE_SIZE, KubernetesApi
 from runtime.cluster.kubernetes_nodes import (
     dra_gpus,
     foreign_gpu_usage,
+    foreign_host_usage,
     node_inventory,
     with_dra_gpus,
 )
@@ -26,9 +27,9 @@ class KubernetesInventory(KubernetesApi):
     """Nodes and their GPUs, read for `sync_inventory`."""
 
     def sync_inventory(self) -> list[NodeInventory]:
-        """Every node, with the GPU resources that pods the portal did not create hold on it
-        (bound, unfinished pods without the portal's label, from every namespace), and the GPUs
-        the ResourceSlices of NVIDIA's DRA driver offer on it."""
+        """Every node, with the GPU resources, CPU and memory that pods the portal did not
+        create hold on it (bound, unfinished pods without the portal's label, from every
+        namespace), and the GPUs the ResourceSlices of NVIDIA's DRA driver offer on it."""
         nodes = self._list_all(self.core.list_node)
         slices = dra_gpus(self._resource_slices())
         others = self._list_all(
@@ -37,10 +38,11 @@ class KubernetesInventory(KubernetesApi):
             field_selector="spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed",
         )
         foreign = foreign_gpu_usage(others)
+        host = foreign_host_usage(others)
         inventory = (
             replace(
                 with_dra_gpus(node, slices.get(node.name)),
-                foreign_usage=foreign.get(node.name, {}),
+                foreign_usage={**foreign.get(node.name, {}), **host.get(node.name, {})},
             )
             for node in map(node_inventory, nodes)
         )

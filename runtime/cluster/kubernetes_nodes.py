@@ -141,8 +141,8 @@ def node_inventory(node: k8s.V1Node) -> NodeInventory:
         mig_devices=mig,
         hami_devices=hami,
         vgpu_slots=gpu_allocatable if hami else 0,
-        cpu_millicores=int(quantity(cpu) * 1000) if cpu else 0,
-        memory_mib=int(quantity(memory) / (1 << 20)) if memory else 0,
+        cpu_millicores=_millicores(cpu) if cpu else 0,
+        memory_mib=_mib(memory) if memory else 0,
     )
 
 
@@ -245,4 +245,71 @@ def foreign_gpu_usage(pods: Sequence[k8s.V1Pod]) -> dict[str, dict[str, int]]:
                 if amount > 0:
                     held = usage.setdefault(node, {})
                     held[name] = held.get(name, 0) + amount
+    return usage
+
+
+# CPU and memory taken by others ------------------------------------------------------------
+
+FOREIGN_CPU = "cpu_millicores"
+FOREIGN_MEMORY = "memory_mib"
+
+
+def _host_requests(containers: Any) -> tuple[int, int]:
+    """(millicores, MiB) the containers request, each container's requests added up."""
+    cpu = memory = 0
+    for container in containers or []:
+        requests = (container.resources.requests if container.resources else None) or {}
+        if requests.get("cpu") is not None:
+            cpu += _millicores(requests["cpu"])
+        if requests.get("memory") is not None:
+            memory += _mib(requests["memory"])
+    return cpu, memory
+
+
+def _millicores(value: object) -> int:
+    """A CPU quantity in millicores (0 when malformed)."""
+    try:
+        return int(quantity(str(value)) * 1000)
+    except (ValueError, ArithmeticError, InvalidOperation):
+        return 0
+
+
+def _mib(value: object) -> int:
+    """A memory quantity in MiB, rounded down (0 when malformed)."""
+    try:
+        return int(quantity(str(value)) / (1 << 20))
+    except (ValueError, ArithmeticError, InvalidOperation):
+        return 0
+
+
+def foreign_host_usage(pods: Sequence[k8s.V1Pod]) -> dict[str, dict[str, int]]:
+    """node → the CPU (millicores) and memory (MiB) that pods the portal did not create request.
+
+    What kube-scheduler counts against the node's allocatable: per pod, the larger of its
+    containers' requests added up and its largest init container's, plus the pod's overhead;
+    bound, unfinished pods without the portal's label only (the portal's own allocations hold
+    theirs).
+    """
+    usage: dict[str, dict[str, int]] = {}
+    for pod in pods:
+        labels = (pod.metadata.labels if pod.metadata else None) or {}
+        if labels.get(MANAGED_BY_LABEL) == MANAGED_BY_VALUE or pod.spec is None:
+            continue
+        node = pod.spec.node_name
+        phase = pod.status.phase if pod.status is not None else None
+        if not node or phase in ("Succeeded", "Failed"):
+            continue
+        cpu, memory = _host_requests(pod.spec.containers)
+        for init in pod.spec.init_containers or []:
+            init_cpu, init_memory = _host_requests([init])
+            cpu, memory = max(cpu, init_cpu), max(memory, init_memory)
+        overhead = pod.spec.overhead or {}
+        if overhead.get("cpu") is not None:
+            cpu += _millicores(overhead["cpu"])
+        if overhead.get("memory") is not None:
+            memory += _mib(overhead["memory"])
+        if cpu or memory:
+            held = usage.setdefault(node, {})
+            held[FOREIGN_CPU] = held.get(FOREIGN_CPU, 0) + cpu
+            held[FOREIGN_MEMORY] = held.get(FOREIGN_MEMORY, 0) + memory
     return usage

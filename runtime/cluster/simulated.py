@@ -117,6 +117,11 @@ class SimulatedCluster:
             dra = node.pool.allocation == DeviceAllocation.DRA
             allocatable = {} if dra else {"nvidia.com/gpu": str(len(devices))}
             allocatable.update({f"nvidia.com/mig-{p}": str(c) for p, c in mig.items()})
+            # Host resources as the node row says (the demo fleet's are real servers' sizes).
+            if node.cpu_millicores:
+                allocatable["cpu"] = f"{node.cpu_millicores}m"
+            if node.memory_mib:
+                allocatable["memory"] = f"{node.memory_mib}Mi"
             inventory.append(
                 NodeInventory(
                     name=node.name,
@@ -131,6 +136,8 @@ class SimulatedCluster:
                     gpu_memory_mib=max((d.memory_mib for d in devices), default=None),
                     mig_devices=mig,
                     dra_gpu_count=len(devices) if dra else 0,
+                    cpu_millicores=node.cpu_millicores or 0,
+                    memory_mib=node.memory_mib or 0,
                 )
             )
         return inventory

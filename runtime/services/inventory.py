@@ -127,7 +127,16 @@ def _mig_profiles_by_pool() -> dict[int, list[str]]:
 
 
 # What a sync sets on a node besides `synced_at`; a node whose values all match is not rewritten.
-NODE_FIELDS = ("pool", "gpu_model", "labels", "is_schedulable", "held_back_reason", "foreign_usage")
+NODE_FIELDS = (
+    "pool",
+    "gpu_model",
+    "labels",
+    "is_schedulable",
+    "held_back_reason",
+    "foreign_usage",
+    "cpu_millicores",
+    "memory_mib",
+)
 NODE_COLUMNS = ("pool_id", *NODE_FIELDS[1:])
 
 
@@ -185,6 +194,9 @@ def apply_inventory(
             is_schedulable=reported.ready and reported.schedulable,
             held_back_reason=problem,
             foreign_usage=dict(reported.foreign_usage),
+            # Allocatable host resources; a node that reports none is not limited by them.
+            cpu_millicores=reported.cpu_millicores or None,
+            memory_mib=reported.memory_mib or None,
             synced_at=now,
         )
         existing = known.get(reported.name)

@@ -28,7 +28,7 @@ from .filters import (
     node_taints,
 )
 from .index import Group
-from .state import AllocRecord, Claim, FleetState, Shape
+from .state import AllocRecord, Claim, FleetState, Shape, is_gang
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,7 +85,7 @@ def reserve(
     """A reservation for the head request, or None if it can never fit."""
     if not groups:
         return None
-    gang = shape.kind == "whole" and shape.gpu_count > min(g.max_devices for g in groups)
+    gang = is_gang(shape, min(g.max_devices for g in groups))
     best: tuple[float, tuple[Claim, ...]] | None = None
     for g in groups:
         count = g.max_devices if gang else shape.gpu_count

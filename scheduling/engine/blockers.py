@@ -10,6 +10,8 @@ engine's wait codes say *that* a request waits on quota or capacity; a blocker s
 - capacity waits (`capacity`, `reserved`) are split by the free capacity the plan leaves on
   the nodes that could run the request (its pools, labels, GPU model, taints), counted in
   GPU-equivalents (GE) for the request's kind (whole free cards, vGPU share, free MIG slices):
+  0. some healthy node has the GE its GPUs need on one node, but none of those nodes has the
+     pod's CPU and memory free: `host_resources`;
   1. the healthy nodes have the GE it needs, yet no node or GPU has room for it:
      `mig_layout` when it is a MIG request and the cards' fixed MIG layouts offer too few free
      instances of its profile although the free slices would hold them, else `fragmentation`;
@@ -35,7 +37,7 @@ from typing import Literal, get_args
 from .filters import POOL_FILTERS
 from .quota import EPS, QuotaLedger
 from .reserve import reserve_reason
-from .state import Shape, shape_of
+from .state import Shape, is_gang, shape_of
 from .types import (
     MIG_PROFILES,
     MIG_SLICES,
@@ -59,6 +61,7 @@ BlockerCode = Literal[
     "capacity",
     "fragmentation",
     "mig_layout",
+    "host_resources",
     "node_health",
     "retry_backoff",
     "cluster",
@@ -74,6 +77,7 @@ ENGINE_CODES: frozenset[BlockerCode] = frozenset(
         "fragmentation",
         "mig_layout",
         "node_health",
+        "host_resources",
     }
 )
 
@@ -241,16 +245,33 @@ class _Fleet:
         victims = {p.victim_id for p in plan.preemptions}
         pending = {r.id: r for r in snapshot.pending}
         self.exclusive: set[str] = set()
+        # Free host CPU and memory of the nodes that report them.
+        self.cpu_free = {n.id: n.cpu_millicores for n in snapshot.nodes if n.cpu_millicores}
+        self.mem_free = {n.id: n.memory_mib for n in snapshot.nodes if n.memory_mib}
         for alloc in snapshot.allocations:
             if alloc.request_id in victims:
                 self._take(alloc.placement, -1)
-            elif alloc.exclusive_node:
+                continue
+            if alloc.exclusive_node:
                 self.exclusive.update(c.node_id for c in alloc.placement)
+            self._take_host(alloc.placement, alloc.cpu_millicores, alloc.memory_mib)
         for admission in plan.admissions:
             self._take(admission.placement, 1)
             request = pending.get(admission.request_id)
             if request is not None and not request.allow_shared_node:
                 self.exclusive.update(admission.node_ids)
+            if request is not None:
+                self._take_host(admission.placement, request.cpu_millicores, request.memory_mib)
+
+    def _take_host(self, placement: tuple[DeviceClaim, ...], cpu: int, mem: int) -> None:
+        for node_id in dict.fromkeys(c.node_id for c in placement):
+            if node_id in self.cpu_free:
+                self.cpu_free[node_id] -= cpu
+            if node_id in self.mem_free:
+                self.mem_free[node_id] -= mem
+
+    def host_fits(self, node: Node, cpu: int, mem: int) -> bool:
+        return self.cpu_free.get(node.id, cpu) >= cpu and self.mem_free.get(node.id, mem) >= mem
 
     def _take(self, placement: tuple[DeviceClaim, ...], sign: int) -> None:
         for claim in placement:
@@ -323,6 +344,9 @@ def capacity_blocker(fleet: _Fleet, request: Request, flavor: Flavor, wait: Wait
             )
     healthy = [n for n in nodes if n.schedulable]
     unhealthy = [n for n in nodes if not n.schedulable]
+    host = host_blocker(fleet, shape, flavor, healthy, detail)
+    if host is not None:
+        return host
     healthy_free = sum(fleet.free_ge(n, shape.kind) for n in healthy)
     unhealthy_free = sum(fleet.free_ge(n, shape.kind) for n in unhealthy)
     if healthy_free + EPS >= demand:
@@ -368,6 +392,44 @@ def capacity_blocker(fleet: _Fleet, request: Request, flavor: Flavor, wait: Wait
         "capacity",
         f"Pool {where} has too little free for the {_fmt(demand)} GPU-eq it needs; "
         "it starts as running work ends.",
+        detail,
+    )
+
+
+def host_blocker(
+    fleet: _Fleet, shape: Shape, flavor: Flavor, healthy: list[Node], detail: dict[str, DetailValue]
+) -> Blocker | None:
+    """`host_resources` when healthy nodes have room for the request's GPUs (in GE, on one node;
+    a gang's per-node part) but none of them has the pod's CPU and memory free."""
+    cpu, mem = shape.cpu_millicores, shape.host_memory_mib
+    if not cpu and not mem:
+        return None
+    roomy = []
+    for n in healthy:
+        cards = len(fleet.devices.get(n.id, ()))
+        count = min(shape.gpu_count, cards) if is_gang(shape, 0) else shape.gpu_count
+        if fleet.free_ge(n, shape.kind) + EPS >= count * flavor.gpu_equivalent:
+            if fleet.host_fits(n, cpu, mem):
+                return None
+            roomy.append(n)
+    if not roomy:
+        return None
+    most_cpu = max(fleet.cpu_free.get(n.id, 0) for n in roomy)
+    most_mem = max(fleet.mem_free.get(n.id, 0) for n in roomy)
+    detail |= {
+        "cpu_millicores": cpu,
+        "memory_mib": mem,
+        "most_cpu_free_millicores": max(0, most_cpu),
+        "most_memory_free_mib": max(0, most_mem),
+    }
+    wanted = " and ".join(
+        ([f"{cpu / 1000:g} CPU"] if cpu else []) + ([f"{mem / 1024:g} GiB"] if mem else [])
+    )
+    return Blocker(
+        "host_resources",
+        f"Waiting for a node with {wanted} free beside its GPUs; the nodes with room for the "
+        f"GPUs have at most {max(0, most_cpu) / 1000:g} CPU and "
+        f"{max(0, most_mem) / 1024:g} GiB free.",
         detail,
     )
 

@@ -5,9 +5,14 @@ Two levels, run in this order (kube-scheduler's PreFilter/Filter split):
 1. Pool filters `(pool, shape)` run once per (pool, shape) and prune whole pools: the pool
    admits the workload kind, and its sharing mode can serve the flavor kind.
 2. Node filters `(state, node, shape)` run on each candidate node the capacity index proposes:
-   schedulable, labels, taints, GPU model, shared/exclusive node, and capacity (whole cards;
-   N distinct devices with enough vGPU memory and cores each; N free MIG instances of the
-   profile, on one GPU or several, for a request of gpu_count N).
+   schedulable, labels, taints, GPU model, shared/exclusive node, host resources (the pod's
+   CPU and memory free on the node), and capacity (whole cards; N distinct devices with enough
+   vGPU memory and cores each; N free MIG instances of the profile, on one GPU or several, for
+   a request of gpu_count N).
+
+Host resources are capacity too: `fit_node`, which every path that decides "fits" goes through
+(placement, preemption, backfill), refuses a node without the CPU and memory, and the placer
+checks them on every candidate whatever the policy's filter list says.
 
 The fit helpers at the bottom choose concrete devices; placement, preemption and backfill all use
 them so that "fits" means the same thing everywhere.
@@ -20,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection
 
-from .state import MODE_MIG, MODE_VGPU, Claim, FleetState, Shape
+from .state import MODE_MIG, MODE_VGPU, Claim, FleetState, Shape, is_gang
 from .types import MIG_PROFILES, MIG_SLICES, Pool, mig_bits
 
 PoolFilter = Callable[[Pool, Shape], "str | None"]
@@ -104,12 +109,37 @@ def shared_node(st: FleetState, node: int, shape: Shape) -> str | None:
     return None
 
 
+def cpus_text(millicores: int) -> str:
+    """Millicores as people read them (\"12 CPU\")."""
+    return f"{millicores / 1000:g} CPU"
+
+
+def gib_text(mib: int) -> str:
+    """MiB as GiB (\"512 GiB\")."""
+    return f"{mib / 1024:g} GiB"
+
+
+def host_resources(st: FleetState, node: int, shape: Shape) -> str | None:
+    """The node has the pod's CPU and memory free (what kube-scheduler's NodeResourcesFit
+    checks; a pod placed without them stays Pending)."""
+    if st.host_fits(node, shape.cpu_millicores, shape.host_memory_mib):
+        return None
+    return (
+        f"node {st.node_ids[node]} has {cpus_text(max(0, st.node_cpu_free[node]))} and "
+        f"{gib_text(max(0, st.node_mem_free[node]))} free, needs {cpus_text(shape.cpu_millicores)} "
+        f"and {gib_text(shape.host_memory_mib)}"
+    )
+
+
 def capacity(st: FleetState, node: int, shape: Shape) -> str | None:
     """The node can host the request (or its per-node part, for gangs) right now."""
     n = shape.gpu_count
-    part = min(n, len(st.node_devices[node])) if shape.kind == "whole" else n
+    part = min(n, len(st.node_devices[node])) if is_gang(shape, 0) else n
     if fit_node(st, node, shape, part) is not None:
         return None
+    host = host_resources(st, node, shape)
+    if host is not None:
+        return host
     name = st.node_ids[node]
     if shape.kind == "whole":
         return f"node {name} has {st.free_whole_count(node)} free GPUs, needs {part}"
@@ -134,6 +164,7 @@ NODE_FILTERS: dict[str, NodeFilter] = {
     "node_taints": node_taints,
     "gpu_model": gpu_model,
     "shared_node": shared_node,
+    "host_resources": host_resources,
     "capacity": capacity,
 }
 
@@ -265,11 +296,25 @@ def fit_node(
 ) -> tuple[Claim, ...] | None:
     """Claims placing `count` devices of `shape` on `node` now, ignoring other filters.
 
-    Whole: the lowest free cards.  vGPU: the tightest device by free memory (best fit); for
-    `count` > 1 the `count` tightest distinct devices (HAMi puts each share on its own GPU).
+    None when the node lacks the pod's host CPU or memory.  Whole: the lowest free cards.
+    vGPU: the tightest device by free memory (best fit); for `count` > 1 the `count` tightest
+    distinct devices (HAMi puts each share on its own GPU).
     MIG: the device with the fewest free slices, at the fragmentation-aware start; for
     `count` > 1 that choice repeated instance by instance (several may share one GPU).
     """
+    if not st.host_fits(node, shape.cpu_millicores, shape.host_memory_mib):
+        return None
+    return fit_gpus(st, node, shape, count, blocked)
+
+
+def fit_gpus(
+    st: FleetState,
+    node: int,
+    shape: Shape,
+    count: int,
+    blocked: Collection[int] = _NO_BLOCK,
+) -> tuple[Claim, ...] | None:
+    """`fit_node` for the GPUs alone (host resources not checked): for reasons only."""
     if shape.kind == "whole":
         if not shape.allow_shared_node and st.node_tenants[node] > 0:
             return None

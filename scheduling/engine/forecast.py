@@ -278,6 +278,8 @@ def _allocation(
         project=request.project,
         priority=request.priority,
         exclusive_node=not request.allow_shared_node,
+        cpu_millicores=request.cpu_millicores,
+        memory_mib=request.memory_mib,
     )
 
 

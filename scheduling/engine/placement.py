@@ -10,7 +10,10 @@ Plugin placer, per request:
 3. Score the candidates with the weighted score plugins; highest wins, ties go to the lowest node
    id then device id (deterministic).
 
-Gangs (whole-card requests larger than a node) take full nodes from one group, all or nothing.
+Every candidate must have the request's host CPU and memory free (`Placer.node_ok`), whatever
+the policy's filter list says.  A whole-card request has all its cards on one node; only a
+distributed one (`Request.distributed`) larger than a node is a gang, which takes full nodes
+from one group, all or nothing, with its host resources free on each.
 Multi-share requests (vGPU or MIG with gpu_count N > 1) take all N shares on one node, all or
 nothing: N distinct GPUs with the vGPU memory and cores free each, or N MIG instances of the
 profile (several may share one GPU); nodes come from the same device buckets as single shares.
@@ -29,19 +32,19 @@ from .filters import (
     POOL_FILTERS,
     NodeFilter,
     fit_shares,
-    max_shares,
     mig_start,
     whole_devices,
 )
 from .index import GIB, CapacityIndex, Group
 from .scores import FUSED, POOL_LEVEL, SCORES, ScoreFn, fused
-from .state import Claim, FleetState, Shape
+from .state import Claim, FleetState, Shape, is_gang
 from .types import DEFAULT_FILTERS, MIG_PROFILES, Policy
 
 Candidate = tuple[int, tuple[Claim, ...], Group]
 GroupKeyT = tuple[str, str]
 ScoreList = list[tuple[ScoreFn, float]]
-ScorePlan = tuple[ScoreList, ScoreList, "tuple[float, float, float, float] | None"]
+# (pool-level plugins, per-candidate plugins, fused weights or None, plugins after the fused ones)
+ScorePlan = tuple[ScoreList, ScoreList, "tuple[float, float, float, float] | None", ScoreList]
 
 
 class Placer:
@@ -54,9 +57,10 @@ class Placer:
         unknown = [n for n in policy.filters if n not in NODE_FILTERS]
         if unknown:
             raise ValueError(f"unknown filter plugin(s): {', '.join(unknown)}")
-        # The index only proposes spots with capacity, so the capacity filter is implied here.
+        # The index only proposes spots with GPU capacity, so the capacity filter is implied
+        # here; host resources are checked on every candidate by `node_ok` itself.
         self.node_filters: list[NodeFilter] = [
-            NODE_FILTERS[n] for n in policy.filters if n != "capacity"
+            NODE_FILTERS[n] for n in policy.filters if n not in ("capacity", "host_resources")
         ]
         # With the stock filter list, plain shapes on plain nodes only need the shared-node check.
         self.fast_filters = tuple(policy.filters) == DEFAULT_FILTERS
@@ -66,12 +70,19 @@ class Placer:
             pool: self._score_list(lst) for pool, lst in policy.pool_scores
         }
         self._groups: dict[tuple[object, ...], tuple[list[Group], str | None]] = {}
-        self._most: dict[tuple[object, ...], int] = {}
+        # Most shares of a shape a node of a group could hold (reasons.most_shares).
+        self.most_cache: dict[tuple[object, ...], int] = {}
+        # Host room of the nodes with room for a GPU shape, per group (reasons.gpu_room).
+        self.room_cache: dict[tuple[Shape, GroupKeyT], tuple[int, list[tuple[int, int]]]] = {}
         self._node_sizes: dict[GroupKeyT, frozenset[int]] = {}
 
     @staticmethod
     def _score_list(items: tuple[tuple[str, float], ...]) -> ScorePlan:
-        """(pool-level plugins, per-candidate plugins, fused weights or None)."""
+        """(pool-level plugins, per-candidate plugins, fused weights or None, the rest).
+
+        When the per-candidate list starts with the FUSED plugins, `fused` evaluates those and
+        the plugins after them run one by one; otherwise every plugin runs one by one.
+        """
         unknown = [n for n, _ in items if n not in SCORES]
         if unknown:
             raise ValueError(f"unknown score plugin(s): {', '.join(unknown)}")
@@ -79,8 +90,10 @@ class Placer:
         per_cand = [(SCORES[n], w) for n, w in items if w and n not in POOL_LEVEL]
         names = tuple(n for n, w in items if w and n not in POOL_LEVEL)
         weights = tuple(w for n, w in items if w and n not in POOL_LEVEL)
-        fused_w = (weights[0], weights[1], weights[2], weights[3]) if names == FUSED else None
-        return pool_level, per_cand, fused_w
+        if names[: len(FUSED)] == FUSED:
+            fused_w = (weights[0], weights[1], weights[2], weights[3])
+            return pool_level, per_cand, fused_w, per_cand[len(FUSED) :]
+        return pool_level, per_cand, None, per_cand
 
     # ------------------------------------------------------------------ groups
 
@@ -106,8 +119,11 @@ class Placer:
         return groups, reason
 
     def node_ok(self, node: int, shape: Shape) -> bool:
-        """All node filters (except capacity) pass."""
+        """The node has the request's host resources free and all node filters (except the
+        GPU capacity, which the index vouches for) pass."""
         st = self.st
+        if not st.host_fits(node, shape.cpu_millicores, shape.host_memory_mib):
+            return False
         if (
             self.fast_filters
             and st.node_plain[node]
@@ -139,7 +155,7 @@ class Placer:
             return None, False
         if self.policy.placer == "best_fit":
             return self._best_fit(shape, groups, blocked)
-        if shape.kind == "whole" and shape.gpu_count > min(g.max_devices for g in groups):
+        if is_gang(shape, min(g.max_devices for g in groups)):
             return self._gang(shape, groups, blocked, preemptible)
         limit = max(1, self.policy.max_candidates)
         cands: list[Candidate] = []
@@ -165,7 +181,7 @@ class Placer:
         st = self.st
         base: dict[GroupKeyT, float] = {}
         for node, claims, g in cands:
-            pool_level, fns, fused_w = self.pool_scores.get(g.pool.name, self.scores)
+            pool_level, fns, fused_w, rest = self.pool_scores.get(g.pool.name, self.scores)
             total = base.get(g.key)
             if total is None:
                 total = base[g.key] = sum(
@@ -173,6 +189,8 @@ class Placer:
                 )
             if fused_w is not None and self.use_fused:
                 total = fused(st, node, shape, claims, g.pool, preemptible, total, fused_w)
+                for fn, w in rest:
+                    total += w * fn(st, node, shape, claims, g.pool, preemptible)
             else:
                 for fn, w in fns:
                     total += w * fn(st, node, shape, claims, g.pool, preemptible)
@@ -405,7 +423,7 @@ class Placer:
     ) -> tuple[tuple[Claim, ...] | None, bool]:
         st, hit = self.st, False
         if shape.kind == "whole":
-            if shape.gpu_count > min(g.max_devices for g in groups):
+            if is_gang(shape, min(g.max_devices for g in groups)):
                 return self._gang(shape, groups, blocked, False)
             top = max(g.max_devices for g in groups)
             for k in range(shape.gpu_count, top + 1):
@@ -483,54 +501,3 @@ class Placer:
                 out.append((node, ((d, False, 0, 0, bits),), g))
                 return hit
         return hit
-
-    # ------------------------------------------------------------------ reasons
-
-    def capacity_reason(self, shape: Shape) -> str:
-        """Why no spot exists for `shape` anywhere (phrased for people)."""
-        groups, pool_reason = self.groups_for(shape)
-        where = "/".join(shape.models) if shape.models else "eligible"
-        if not groups:
-            if shape.models == ():
-                return "the pinned GPU model contradicts the flavor's model"
-            return f"no pool can run it ({pool_reason})" if pool_reason else "no pool can run it"
-        if shape.kind == "whole":
-            n = shape.gpu_count
-            per = min(g.max_devices for g in groups)
-            if n > per:
-                q = -(-n // per)
-                return f"no {q} {where} nodes with {per} free GPUs each for a {n}-GPU gang"
-            if not shape.allow_shared_node:
-                return f"no {where} node is entirely free (the request wants a node of its own)"
-            return f"no {where} node has {n} free GPU{'s' if n != 1 else ''}"
-        n = shape.gpu_count
-        if shape.kind == "vgpu":
-            gib = f"{shape.memory_mib / GIB:g}"
-            cores = f" and {shape.cores_percent}% cores" if shape.cores_percent else ""
-            if n > 1:
-                most = self.most_shares(shape, groups)
-                never = (
-                    f" (the largest holds {most} such share{'s' if most != 1 else ''})"
-                    if most < n
-                    else ""
-                )
-                return f"no {where} node has {n} GPUs with {gib} GiB{cores} free each{never}"
-            return f"no {where} node has {gib} GiB{cores} free on one GPU"
-        if n > 1:
-            most = self.most_shares(shape, groups)
-            never = f" (the largest holds {most})" if most < n else ""
-            return f"no {where} node has {n} free {shape.mig_profile} MIG slices{never}"
-        return f"no {where} GPU has a free {shape.mig_profile} MIG slice"
-
-    def most_shares(self, shape: Shape, groups: list[Group]) -> int:
-        """The most shares of `shape` any node of `groups` could hold when empty (cached)."""
-        key = (shape.kind, shape.memory_mib, shape.cores_percent, shape.mig_profile)
-        out = 0
-        for g in groups:
-            got = self._most.get((g.key, key))
-            if got is None:
-                got = self._most[(g.key, key)] = max(
-                    (max_shares(self.st, n, shape) for n in g.nodes), default=0
-                )
-            out = max(out, got)
-        return out

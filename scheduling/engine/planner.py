@@ -36,8 +36,9 @@ from .placement import Placer
 from .preemption import find_victims, team_rose_above_guarantee
 from .queue import FairQueue
 from .quota import EPS, QuotaLedger
+from .reasons import capacity_reason
 from .reserve import is_long, leaves_reserve, reserve_reason
-from .state import MODE_MIG, MODE_VGPU, AllocRecord, Claim, FleetState, Shape, shape_of
+from .state import MODE_MIG, MODE_VGPU, AllocRecord, Claim, FleetState, Shape, is_gang, shape_of
 from .types import (
     MIG_PROFILES,
     MIG_SLICES,
@@ -56,6 +57,7 @@ from .types import (
     Waiting,
 )
 
+Host = tuple[int, int]  # (millicores, MiB)
 _Outcome = tuple[Admission | None, list[Preemption], str | None, WaitCode | None]
 
 
@@ -96,6 +98,11 @@ class Scheduler:
         self.holds: list[Hold] = []
         self._fail: dict[tuple[int, tuple[int, ...]], tuple[str, WaitCode]] = {}
         self._preempt_fail: set[tuple[int, int, bool, tuple[int, ...]]] = set()
+        # Failed preemptions by GPU shape (host resources left out): the host resources asked
+        # each time. Victims that free too little CPU or memory for a request free too little
+        # for one asking more, so such a request fails at once.
+        self._preempt_fail_host: dict[tuple[int, int, bool, tuple[int, ...]], list[Host]] = {}
+        self._gpu_key: dict[int, int] = {}  # memo key → the memo key of its GPU shape
         # Memo keys refused by a short-request reserve: they wait without a reservation, since
         # holding devices for them would keep short work out of the very share kept for it.
         self._by_reserve: set[tuple[int, tuple[int, ...]]] = set()
@@ -261,7 +268,7 @@ class Scheduler:
                 fresh = (f"waiting behind reservation for request {holder}", "reservation")
                 self._fail[(mkey, block_ids)] = fresh
             else:
-                fresh = (self.placer.capacity_reason(shape), "capacity")
+                fresh = (capacity_reason(self.placer, shape), "capacity")
                 self._fail[(mkey, ())] = fresh
             memo = fresh
         # Preemption.
@@ -301,7 +308,8 @@ class Scheduler:
         """The request's shape and its memo key (cached per distinct request shape).
 
         The memo key replaces the workload kind by the eligible groups it leads to, so requests
-        that differ only in kind but can go to the same pools share failures.
+        that differ only in kind but can go to the same pools share failures (and whether they
+        are distributed, unless that makes them a gang).
         """
         raw = (
             req.flavor,
@@ -315,23 +323,33 @@ class Scheduler:
             req.node_selector,
             req.tolerations,
             req.pools,
+            req.cpu_millicores,
+            req.memory_mib,
+            req.distributed,
             self._long_in(req) if self.reserve_pools else (),
         )
         hit = self._shapes.get(raw)
         if hit is None:
             shape = shape_of(req, flavor)
             groups, _ = self.placer.groups_for(shape)
-            canon: tuple[object, ...] = (
-                replace(shape, workload_kind="") if groups else shape,
-                tuple(g.key for g in groups),
-            )
+            # `distributed` only matters where it makes a gang.
+            spread = bool(groups) and is_gang(shape, min(g.max_devices for g in groups))
+            canon_shape = replace(shape, workload_kind="", distributed=spread) if groups else shape
+            canon: tuple[object, ...] = (canon_shape, tuple(g.key for g in groups))
             if raw[-1]:
                 # Long in some reserved pool: the reserve depends on the demand and on which
                 # pools count it as long, so such requests share failures only among themselves.
                 canon += (raw[-1], req.gpu_count * flavor.gpu_equivalent)
             key_id = self._key_ids.setdefault(canon, len(self._key_ids))
+            gpu_canon = (replace(canon_shape, cpu_millicores=0, host_memory_mib=0), *canon[1:])
+            self._gpu_key[key_id] = self._key_ids.setdefault(gpu_canon, len(self._key_ids))
             hit = self._shapes[raw] = (shape, key_id)
         return hit
+
+    def forget_failed_preemptions(self) -> None:
+        """Let every shape try preemption again (more work became a possible victim)."""
+        self._preempt_fail.clear()
+        self._preempt_fail_host.clear()
 
     def _long_in(self, req: Request) -> tuple[str, ...]:
         """Names of the reserved pools for which `req` is a long request."""
@@ -388,6 +406,8 @@ class Scheduler:
             nodes=nodes,
             model=st.node_model[nodes[0]],
             from_snapshot=False,
+            cpu_millicores=max(0, req.cpu_millicores),
+            memory_mib=max(0, req.memory_mib),
         )
         led = self.ledger
         key = (req.team, req.flavor)
@@ -403,7 +423,7 @@ class Scheduler:
             and led.used[key] > guaranteed
             and team_rose_above_guarantee(st, self.placer, req.team, req.flavor)
         ):
-            self._preempt_fail.clear()
+            self.forget_failed_preemptions()
         return Admission(req.id, tuple(st.device_claim(c) for c in claims), borrowed, preemptible)
 
     def _preempt(
@@ -424,6 +444,10 @@ class Scheduler:
             return None
         key = (mkey, req.priority, reclaim, block_ids)
         if key in self._preempt_fail:
+            return None
+        host = (shape.cpu_millicores, shape.host_memory_mib)
+        gpu_key = (self._gpu_key[mkey], req.priority, reclaim, block_ids)
+        if any(c <= host[0] and m <= host[1] for c, m in self._preempt_fail_host.get(gpu_key, ())):
             return None
         groups, _ = self.placer.groups_for(shape)
         if not groups:
@@ -452,6 +476,7 @@ class Scheduler:
                     found = None
         if found is None:
             self._preempt_fail.add(key)
+            self._preempt_fail_host.setdefault(gpu_key, []).append(host)
             return None
         claims, victims = found
         out: list[Preemption] = []

@@ -16,6 +16,9 @@ guaranteed quota and the victim is borrowed (reclaim).  Steps:
 4. Choose the node with the fewest victims, then fewest guaranteed victims, then lowest
    highest-victim-priority, then node id.  Gangs take the best full nodes, all or nothing; a
    multi-share vGPU/MIG request needs one node where the victims free room for all N shares.
+
+Host resources count like GPUs: a node fits only once the victims free the request's CPU and
+memory too (`fit_node`), so work that holds a node's CPU can be preempted for it.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from .filters import fit_node, whole_devices
 from .index import Group
 from .placement import Placer
 from .quota import EPS, QuotaLedger
-from .state import MODE_MIG, MODE_VGPU, AllocRecord, Claim, FleetState, Shape
+from .state import MODE_MIG, MODE_VGPU, AllocRecord, Claim, FleetState, Shape, is_gang
 from .types import MIG_PROFILES
 
 PREEMPTION_CANDIDATES = 8
@@ -77,7 +80,7 @@ def find_victims(
     PREEMPTION_CANDIDATES nodes with a feasible victim set, or at a single borrowed victim of the
     lowest priority class (nothing can be cheaper).
     """
-    gang = shape.kind == "whole" and shape.gpu_count > min(g.max_devices for g in groups)
+    gang = is_gang(shape, min(g.max_devices for g in groups))
     results: list[tuple[tuple[int, int, int, int], int, tuple[Claim, ...], list[AllocRecord]]] = []
     done = False
     blocked_nodes = {st.dev_node[d] for d in blocked}

@@ -99,7 +99,7 @@ class ReplayScheduler(Scheduler):
         self.snapshot = replace(self.snapshot, pending=pending)
         self.holds = []
         self._fail.clear()
-        self._preempt_fail.clear()
+        self.forget_failed_preemptions()
         self._by_reserve.clear()
         self._blocked.clear()
         self._share.clear()

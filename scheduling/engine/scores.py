@@ -15,16 +15,20 @@ direction accordingly.  Weights come from `Policy.scores` (or `Policy.pool_score
                  (averaged over the GPUs of a multi-share request).
 * tenancy_mix    avoid mixing preemptible and non-preemptible work on a node, so preemption
                  frees whole nodes and guaranteed work is not disturbed.
+* host_balance   keep a node's CPU, memory and GPUs used in like proportions after the
+                 placement (kube-scheduler's NodeResourcesBalancedAllocation), so that CPU-heavy
+                 work does not strand a node's free GPUs, nor GPU work its free CPU.
 
 Adding a rule: write the function, register it in SCORES, list `(name, weight)` in the policy.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 from .filters import mig_value
-from .state import Claim, FleetState, Shape
+from .state import UNLIMITED, Claim, FleetState, Shape
 from .types import MIG_SLICES, Pool
 
 ScoreFn = Callable[[FleetState, int, Shape, "tuple[Claim, ...]", Pool, bool], float]
@@ -144,6 +148,30 @@ def tenancy_mix(
     return same / tenants
 
 
+def host_balance(
+    st: FleetState, node: int, shape: Shape, claims: tuple[Claim, ...], pool: Pool, pre: bool
+) -> float:
+    """1 minus the spread (standard deviation) of the node's used shares of CPU, memory and
+    GPU cards after the placement; 0.5 when the node reports neither CPU nor memory."""
+    if not st.host_tracked(node):
+        return 0.5
+    n = len(st.node_devices[node])
+    shares: list[float] = []
+    if n:
+        shares.append((n - st.node_free[node] + _newly_used(st, shape, claims)) / n)
+    for total, free, need in (
+        (st.node_cpu_total[node], st.node_cpu_free[node], shape.cpu_millicores),
+        (st.node_mem_total[node], st.node_mem_free[node], shape.host_memory_mib),
+    ):
+        if total != UNLIMITED and total > 0:
+            shares.append(min(1.0, max(0.0, (total - free + need) / total)))
+    if len(shares) < 2:
+        return 0.5
+    mean = sum(shares) / len(shares)
+    spread: float = math.sqrt(sum((x - mean) ** 2 for x in shares) / len(shares))
+    return 1.0 - spread
+
+
 #: Per-candidate plugins that `fused` evaluates in one call, in this order.
 FUSED: tuple[str, ...] = ("node_packing", "device_packing", "fragmentation", "tenancy_mix")
 
@@ -222,4 +250,5 @@ SCORES: dict[str, ScoreFn] = {
     "device_packing": device_packing,
     "fragmentation": fragmentation,
     "tenancy_mix": tenancy_mix,
+    "host_balance": host_balance,
 }

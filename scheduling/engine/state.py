@@ -48,6 +48,19 @@ class Shape:
     node_selector: tuple[tuple[str, str], ...]
     tolerations: tuple[str, ...]
     pools: tuple[str, ...] = ()
+    # Host resources of one pod (per node), and whether the request may be a multi-node gang.
+    cpu_millicores: int = 0
+    host_memory_mib: int = 0
+    distributed: bool = False
+
+
+def is_gang(shape: Shape, max_devices: int) -> bool:
+    """A whole-card request spread over several nodes: it says it is distributed and asks for
+    more cards than the largest node of the smallest eligible group has (`max_devices`).
+
+    Everything else has all its cards on one node.
+    """
+    return shape.distributed and shape.kind == "whole" and shape.gpu_count > max_devices
 
 
 def shape_of(request: Request, flavor: Flavor) -> Shape:
@@ -69,6 +82,9 @@ def shape_of(request: Request, flavor: Flavor) -> Shape:
         node_selector=tuple(sorted(request.node_selector)),
         tolerations=tuple(sorted(set(request.tolerations))),
         pools=tuple(sorted(set(request.pools))),
+        cpu_millicores=max(0, request.cpu_millicores),
+        host_memory_mib=max(0, request.memory_mib),
+        distributed=request.distributed,
     )
 
 
@@ -100,6 +116,13 @@ class AllocRecord:
     nodes: tuple[int, ...]
     model: str
     from_snapshot: bool
+    # Host resources held on each of `nodes` (one pod per node).
+    cpu_millicores: int = 0
+    memory_mib: int = 0
+
+
+#: Free host CPU/memory of a node that does not report it: large enough that nothing is refused.
+UNLIMITED = 1 << 62
 
 
 class FleetState:
@@ -131,6 +154,16 @@ class FleetState:
         self.node_preemptible: list[int] = [0] * len(nodes)
         self.node_exclusive: list[bool] = [False] * len(nodes)
         self.node_allocs: list[dict[str, None]] = [{} for _ in nodes]
+        # Host resources: what the node offers the portal's work, and what is free of it now
+        # (UNLIMITED where the node does not report the resource).
+        self.node_cpu_total: list[int] = [
+            UNLIMITED if n.cpu_millicores is None else max(0, n.cpu_millicores) for n in nodes
+        ]
+        self.node_mem_total: list[int] = [
+            UNLIMITED if n.memory_mib is None else max(0, n.memory_mib) for n in nodes
+        ]
+        self.node_cpu_free: list[int] = list(self.node_cpu_total)
+        self.node_mem_free: list[int] = list(self.node_mem_total)
 
         devices = sorted(
             (d for d in snapshot.devices if d.node_id in self.node_of),
@@ -196,6 +229,9 @@ class FleetState:
                 if self.node_schedulable[ni] and self.node_pool[ni] in self.pool_capacity:
                     self.pool_capacity[self.node_pool[ni]] += 1.0
         self.allocs: dict[str, AllocRecord] = {}
+        # Per pool, bumped on every apply/release there that is not a dry run (notify=False:
+        # undone before anyone reads), so caches of derived figures know they are stale.
+        self.pool_version: dict[str, int] = {p.name: 0 for p in snapshot.pools}
         self._claim_values: dict[Claim, DeviceClaim] = {}
         # Called with (node, changed devices or None for all) after apply/release.
         self.listener: Callable[[int, tuple[int, ...] | None], None] | None = None
@@ -204,7 +240,8 @@ class FleetState:
             rec = self._record_from_allocation(a)
             if rec is not None:
                 self.allocs[rec.id] = rec
-                self._attach(rec)  # capacity is already reflected in the device state
+                self._attach(rec)  # GPU capacity is already reflected in the device state
+                self._take_host(rec, 1)
                 if self.pool_used:
                     self._charge_pool(rec, rec.ge)
         # Preemption candidates: running preemptible work per node, cheapest victim first.
@@ -281,6 +318,8 @@ class FleetState:
             nodes=nodes,
             model=self.node_model[nodes[0]],
             from_snapshot=True,
+            cpu_millicores=max(0, a.cpu_millicores),
+            memory_mib=max(0, a.memory_mib),
         )
 
     # ------------------------------------------------------------------ queries
@@ -291,6 +330,14 @@ class FleetState:
         if got is None:
             got = self._victim_nodes[key] = [n for n in nodes if n in self.node_victims]
         return got
+
+    def host_fits(self, node: int, cpu_millicores: int, memory_mib: int) -> bool:
+        """The node has `cpu_millicores` and `memory_mib` of host resources free now."""
+        return self.node_cpu_free[node] >= cpu_millicores and self.node_mem_free[node] >= memory_mib
+
+    def host_tracked(self, node: int) -> bool:
+        """The node reports its CPU or memory (otherwise host resources never limit it)."""
+        return self.node_cpu_total[node] != UNLIMITED or self.node_mem_total[node] != UNLIMITED
 
     def fully_free(self, dev: int) -> bool:
         return (
@@ -323,6 +370,14 @@ class FleetState:
         pool = self.node_pool[node]
         if pool in self.pool_used and self.node_schedulable[node]:
             self.pool_used[pool] += ge
+
+    def _take_host(self, rec: AllocRecord, sign: int) -> None:
+        """Take (sign 1) or give back (sign -1) the host resources `rec` holds on its nodes."""
+        cpu, mem = rec.cpu_millicores * sign, rec.memory_mib * sign
+        if cpu or mem:
+            for n in rec.nodes:
+                self.node_cpu_free[n] -= cpu
+                self.node_mem_free[n] -= mem
 
     def _attach(self, rec: AllocRecord) -> None:
         for n in rec.nodes:
@@ -367,10 +422,13 @@ class FleetState:
                 self.mig_mask[dev] |= bits
         self.allocs[rec.id] = rec
         self._attach(rec)
+        self._take_host(rec, 1)
         if self.pool_used:
             self._charge_pool(rec, rec.ge)
-        if notify and self.listener is not None:
-            self._notify(rec)
+        if notify:
+            self._bump(rec)
+            if self.listener is not None:
+                self._notify(rec)
 
     def release(self, rec: AllocRecord, notify: bool = True) -> None:
         """Give back the capacity `rec` claims and forget it."""
@@ -386,10 +444,18 @@ class FleetState:
                 node_free[self.dev_node[dev]] += 1
         self.allocs.pop(rec.id, None)
         self._detach(rec)
+        self._take_host(rec, -1)
         if self.pool_used:
             self._charge_pool(rec, -rec.ge)
-        if notify and self.listener is not None:
-            self._notify(rec)
+        if notify:
+            self._bump(rec)
+            if self.listener is not None:
+                self._notify(rec)
+
+    def _bump(self, rec: AllocRecord) -> None:
+        for n in rec.nodes:
+            pool = self.node_pool[n]
+            self.pool_version[pool] = self.pool_version.get(pool, 0) + 1
 
     def _notify(self, rec: AllocRecord) -> None:
         assert self.listener is not None

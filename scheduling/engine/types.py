@@ -4,7 +4,8 @@ Every type is a frozen, slotted dataclass so a snapshot can be shared, hashed wh
 never mutated behind the engine's back.  Collections are tuples (ordered, hashable) instead of
 lists or sets so that iteration order is part of the value and plans are deterministic.
 
-Units: memory in MiB, cores in percent of one GPU (0-100), time in epoch seconds, capacity and
+Units: memory in MiB, cores in percent of one GPU (0-100), host CPU in millicores, time in epoch
+seconds, capacity and
 quota in GPU-equivalents ("GE": one whole card = 1.0, a MIG 1g slice = 1/7, a vGPU share =
 max(memory share, core share)).
 """
@@ -146,12 +147,22 @@ class Pool:
 
 @dataclass(frozen=True, slots=True)
 class Node:
+    """A node of a pool.
+
+    `cpu_millicores` and `memory_mib` are what the node offers the portal's work: its
+    allocatable CPU and memory minus what pods the portal did not create request.  The engine
+    subtracts what the snapshot's allocations hold (`Allocation.cpu_millicores`) itself.  None
+    means not known, and then the resource does not limit placement on the node.
+    """
+
     id: str
     pool: str
     gpu_model: str
     labels: tuple[tuple[str, str], ...] = ()
     taints: tuple[Taint, ...] = ()
     schedulable: bool = True
+    cpu_millicores: int | None = None
+    memory_mib: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,7 +214,11 @@ class DeviceClaim:
 
 @dataclass(frozen=True, slots=True)
 class Allocation:
-    """Running work. `request_id` identifies it in preemptions."""
+    """Running work. `request_id` identifies it in preemptions.
+
+    `cpu_millicores` and `memory_mib` are the host resources it holds on each of its nodes
+    (one pod per node: a gang's ranks each hold that much).
+    """
 
     request_id: str
     team: str
@@ -217,6 +232,8 @@ class Allocation:
     preemptible: bool = False
     borrowed: bool = False
     exclusive_node: bool = False
+    cpu_millicores: int = 0
+    memory_mib: int = 0
 
     @property
     def expected_end(self) -> float:
@@ -231,7 +248,10 @@ class Request:
     non-zero / set.  A vGPU request of gpu_count N takes N shares, each on a different GPU of
     one node (HAMi `nvidia.com/gpu: N`); a MIG request of gpu_count N takes N instances of the
     profile on one node, on the same or different GPUs.  Both are charged N x the flavor's GE.
-    Whole-GPU requests with more GPUs than a node has are gangs over several nodes of one pool.
+    A whole-GPU request has all its cards on one node, unless it is `distributed`: then, when
+    it asks for more cards than a node of its pool has, it is a gang over several nodes of one
+    pool (one rank per node).  `cpu_millicores` and `memory_mib` are the host resources of one
+    pod, i.e. what it needs on each node it runs on.
     """
 
     id: str
@@ -254,6 +274,9 @@ class Request:
     # The pools it may run in (a flavor offered in several pools or clusters); empty: any pool
     # its node selector and kind allow.
     pools: tuple[str, ...] = ()
+    cpu_millicores: int = 0
+    memory_mib: int = 0
+    distributed: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -382,6 +405,7 @@ DEFAULT_FILTERS: tuple[str, ...] = (
     "node_taints",
     "gpu_model",
     "shared_node",
+    "host_resources",
     "capacity",
 )
 DEFAULT_SCORES: tuple[tuple[str, float], ...] = (
@@ -391,6 +415,7 @@ DEFAULT_SCORES: tuple[tuple[str, float], ...] = (
     ("device_packing", 1.0),
     ("fragmentation", 2.0),
     ("tenancy_mix", 0.5),
+    ("host_balance", 1.0),
 )
 
 

@@ -328,8 +328,17 @@ class Node(models.Model):
     foreign_usage = models.JSONField(
         default=dict,
         blank=True,
-        help_text="GPU resources held by pods the portal did not create, e.g. "
-        '{"nvidia.com/gpu": 2}; subtracted from what the engine sees free.',
+        help_text="Resources held by pods the portal did not create, e.g. "
+        '{"nvidia.com/gpu": 2, "cpu_millicores": 4000, "memory_mib": 8192}; subtracted from '
+        "what the engine sees free.",
+    )
+    # The node's allocatable host resources (its status); empty: not reported, and then they
+    # do not limit placement.
+    cpu_millicores = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Allocatable CPU in millicores, as the node reports it."
+    )
+    memory_mib = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Allocatable memory in MiB, as the node reports it."
     )
 
     objects = CatalogQuerySet.as_manager()

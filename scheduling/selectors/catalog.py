@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from django.db.models import Count, Exists, Max, OuterRef, QuerySet, Sum
+from django.db.models import Count, Exists, Max, OuterRef, Q, QuerySet, Sum
 
 from scheduling.choices import FlavorKind
-from scheduling.models import Flavor, GpuDevice, Tier
+from scheduling.models import Flavor, GpuDevice, Node, Tier
 from tenants.models import Project
 
 
@@ -45,6 +45,10 @@ class PoolCapacity:
     max_device_memory_mib: int
     mig_slices_total: dict[str, int]
     mig_slices_per_node_max: dict[str, int]
+    # The most CPU and memory one node offers; None when a node does not report it (then it
+    # does not limit placement) or the pool has no nodes.
+    max_node_cpu_millicores: int | None = None
+    max_node_memory_mib: int | None = None
 
 
 def pool_capacity(*, flavor: Flavor) -> PoolCapacity:
@@ -68,7 +72,17 @@ def pool_capacity(*, flavor: Flavor) -> PoolCapacity:
     mig_node_max: dict[str, int] = {}
     for (_, profile), count in mig_node.items():
         mig_node_max[profile] = max(mig_node_max.get(profile, 0), count)
+    hosts = Node.objects.filter(
+        pool=flavor.pool_id, is_schedulable=True, gpu_model=flavor.gpu_model
+    ).aggregate(
+        cpu=Max("cpu_millicores"),
+        memory=Max("memory_mib"),
+        cpu_unknown=Count("pk", filter=Q(cpu_millicores__isnull=True)),
+        memory_unknown=Count("pk", filter=Q(memory_mib__isnull=True)),
+    )
     return PoolCapacity(
+        max_node_cpu_millicores=None if hosts["cpu_unknown"] else hosts["cpu"],
+        max_node_memory_mib=None if hosts["memory_unknown"] else hosts["memory"],
         max_gpus_per_node=int(busiest or 0),
         total_gpus=int(total or 0),
         max_device_memory_mib=int(memory or 0),

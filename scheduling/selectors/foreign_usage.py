@@ -9,6 +9,9 @@ where they are:
   the cards, each down to nothing before the next (a foreign `nvidia.com/gpu` alone, HAMi's
   share without sizes, takes nothing: HAMi gives it a whole card's memory only when asked);
 - `nvidia.com/mig-<profile>` on a MIG node: that many free instances of the profile are taken.
+
+Their CPU and memory requests (`cpu_millicores`, `memory_mib`) come off the node's allocatable
+host resources (`host_left`).
 """
 
 from __future__ import annotations
@@ -27,6 +30,17 @@ GPU = "nvidia.com/gpu"
 GPU_MEMORY = "nvidia.com/gpumem"
 GPU_CORES = "nvidia.com/gpucores"
 MIG_PREFIX = "nvidia.com/mig-"
+CPU_MILLICORES = "cpu_millicores"
+MEMORY_MIB = "memory_mib"
+
+
+def host_left(
+    cpu_millicores: int | None, memory_mib: int | None, usage: Mapping[str, int]
+) -> tuple[int | None, int | None]:
+    """A node's allocatable CPU and memory minus what foreign pods request (None: not known)."""
+    cpu = None if cpu_millicores is None else max(0, cpu_millicores - usage.get(CPU_MILLICORES, 0))
+    memory = None if memory_mib is None else max(0, memory_mib - usage.get(MEMORY_MIB, 0))
+    return cpu, memory
 
 
 def _is_free_card(device: GpuDevice) -> bool:

@@ -27,7 +27,7 @@ from scheduling.models import (
     NodePool,
     Quota,
 )
-from scheduling.selectors.foreign_usage import subtract_foreign_usage
+from scheduling.selectors.foreign_usage import host_left, subtract_foreign_usage
 from scheduling.selectors.scheduler_modes import handed_to_kueue
 
 ENGINE_PRIORITY: dict[str, engine.Priority] = {
@@ -146,11 +146,15 @@ def _nodes(kueue: frozenset[int] = frozenset()) -> list[dict[str, Any]]:
             "is_schedulable",
             "held_back_reason",
             "foreign_usage",
+            "cpu_millicores",
+            "memory_mib",
         )
     )
 
 
 def _engine_node(node: dict[str, Any], pool: engine.Pool) -> engine.Node:
+    # What the node offers the portal's work: its allocatable minus foreign pods' requests.
+    cpu, memory = host_left(node["cpu_millicores"], node["memory_mib"], node["foreign_usage"])
     return engine.Node(
         id=node["name"],
         pool=pool.name,
@@ -159,6 +163,8 @@ def _engine_node(node: dict[str, Any], pool: engine.Pool) -> engine.Node:
         taints=pool.taints,
         # A node held back by inventory's access check takes no new work.
         schedulable=node["is_schedulable"] and not node["held_back_reason"],
+        cpu_millicores=cpu,
+        memory_mib=memory,
     )
 
 
@@ -176,6 +182,8 @@ ALLOCATION_FIELDS = (
     "request__max_runtime_seconds",
     "request__priority",
     "request__allow_shared_node",
+    "request__cpu_millicores",
+    "request__memory_mib",
 )
 
 
@@ -205,6 +213,9 @@ def engine_allocation(row: dict[str, Any]) -> engine.Allocation:
         preemptible=row["is_preemptible"],
         borrowed=row["is_borrowed"],
         exclusive_node=not row["request__allow_shared_node"],
+        # Each of its pods (one per node) holds the request's CPU and memory.
+        cpu_millicores=row.get("request__cpu_millicores") or 0,
+        memory_mib=row.get("request__memory_mib") or 0,
     )
 
 
@@ -369,6 +380,8 @@ PENDING_FIELDS = (
     "flavor__pool__slug",
     "flavor__pool__cluster_id",
     "cluster_id",
+    "cpu_millicores",
+    "memory_mib",
 )
 
 
@@ -406,4 +419,9 @@ def engine_request(
         mig_profile=row["flavor__mig_profile"] or None,
         max_runtime_seconds=float(row["max_runtime_seconds"]),
         pools=candidates,
+        cpu_millicores=row.get("cpu_millicores") or 0,
+        memory_mib=row.get("memory_mib") or 0,
+        # A batch job may span nodes (a gang, one pod per node); notebooks and services live
+        # on one node.
+        distributed=row["kind"] == WorkloadKind.JOB,
     )

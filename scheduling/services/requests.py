@@ -137,6 +137,19 @@ def _validate_shape(
             raise invalid_field("gpu_cores_percent", "Cores are a percentage between 1 and 100.")
 
 
+def _validate_host_fits(*, flavor: Flavor, capacity: PoolCapacity, host: HostResources) -> None:
+    """A pod asking more CPU or memory than any node of the pool offers would wait forever."""
+    for field, asked, most, unit in (
+        ("cpu_millicores", host.cpu_millicores, capacity.max_node_cpu_millicores, "millicores"),
+        ("memory_mib", host.memory_mib, capacity.max_node_memory_mib, "MiB"),
+    ):
+        if asked is not None and most is not None and asked > most:
+            raise invalid_field(
+                field,
+                f"No node of pool {flavor.pool} offers {asked} {unit}; the largest has {most}.",
+            )
+
+
 @dataclass(frozen=True, slots=True)
 class HostResources:
     """CPU, memory and /dev/shm of one request's pod (None: not set, the cluster's default)."""
@@ -330,6 +343,7 @@ def submit_gpu_request(
         memory_mib=memory_mib,
         cores_percent=cores_percent,
     )
+    _validate_host_fits(flavor=flavor, capacity=capacity, host=host)
 
     standing = quota_standing(project=project, flavor=flavor, lock=True)
     if standing is None:

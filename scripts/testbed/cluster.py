@@ -314,11 +314,19 @@ def hami_register(cards: int, *, split: int = 10, memory_mib: int = 23034) -> st
     )
 
 
-def whole_card_node(name: str, *, pool: str = "a100-training", gpus: int = 8) -> NodeShape:
+def whole_card_node(
+    name: str,
+    *,
+    pool: str = "a100-training",
+    gpus: int = 8,
+    cpu: str = "128",
+    memory: str = "2Ti",
+) -> NodeShape:
+    """An A100 whole-card node; by default the host of a DGX A100 (128 cores, 2 TiB)."""
     return NodeShape(
         name=name,
         pool=pool,
-        resources={"nvidia.com/gpu": str(gpus)},
+        resources={"nvidia.com/gpu": str(gpus), "cpu": cpu, "memory": memory},
         labels={
             # What GPU feature discovery reports; inventory sync maps it onto the demo
             # flavors' short model (A100-80G) through runtime/cluster/gpu_models.py.
@@ -330,14 +338,20 @@ def whole_card_node(name: str, *, pool: str = "a100-training", gpus: int = 8) ->
 
 
 def demo_nodes() -> list[NodeShape]:
-    """The demo fleet (scheduling/demo.py): 2 A100 whole-card nodes, 1 H100 MIG node (4 cards of
-    7 × 1g.10gb and 4 of 2 × 3g.40gb), 2 L4 HAMi vGPU nodes (4 cards split 10 ways)."""
+    """The demo fleet (scheduling/demo.py): 2 A100 whole-card nodes (128 cores, 2 TiB), 1 H100
+    MIG node (4 cards of 7 × 1g.10gb and 4 of 2 × 3g.40gb; 112 cores, 2 TiB), 2 L4 HAMi vGPU
+    nodes (4 cards split 10 ways; 48 cores, 384 GiB)."""
     nodes = [whole_card_node(f"a100-training-{i}") for i in (1, 2)]
     nodes.append(
         NodeShape(
             name="h100-mig-1",
             pool="h100-mig",
-            resources={"nvidia.com/mig-1g.10gb": "28", "nvidia.com/mig-3g.40gb": "8"},
+            resources={
+                "nvidia.com/mig-1g.10gb": "28",
+                "nvidia.com/mig-3g.40gb": "8",
+                "cpu": "112",
+                "memory": "2Ti",
+            },
             labels={
                 "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
                 "nvidia.com/gpu.count": "8",
@@ -355,6 +369,8 @@ def demo_nodes() -> list[NodeShape]:
                     "nvidia.com/gpu": "40",
                     "nvidia.com/gpumem": str(4 * 23034),
                     "nvidia.com/gpucores": "400",
+                    "cpu": "48",
+                    "memory": "384Gi",
                 },
                 labels={"nvidia.com/gpu.product": "NVIDIA-L4"},
                 annotations={"hami.io/node-nvidia-register": hami_register(4)},

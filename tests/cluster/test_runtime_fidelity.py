@@ -11,7 +11,7 @@ import pytest
 from runtime.cluster import names, project_manifests
 from runtime.cluster.base import NodeInventory, WorkloadStatus
 from runtime.cluster.kubernetes import KubernetesClusterBackend
-from runtime.cluster.kubernetes_nodes import foreign_gpu_usage
+from runtime.cluster.kubernetes_nodes import foreign_gpu_usage, foreign_host_usage
 from runtime.cluster.kubernetes_status import job_deadline_seconds, with_failed_create
 from runtime.services.inventory import access_problem
 from scheduling.choices import SharingMode
@@ -186,6 +186,46 @@ def test_foreign_gpu_usage_adds_up_bound_unfinished_pods_without_portal_labels()
         "gpu-1": {"nvidia.com/gpu": 3},
         "l4-1": {"nvidia.com/gpu": 2, "nvidia.com/gpumem": 8000, "nvidia.com/gpucores": 60},
         "h100-1": {"nvidia.com/mig-1g.10gb": 3},
+    }
+
+
+def test_foreign_host_usage_adds_up_what_kube_scheduler_counts_against_a_node() -> None:
+    def pod(name: str, spec: dict[str, Any], **kw: Any) -> Any:
+        return r.deserialize(
+            {
+                "metadata": {"name": name, "namespace": "other", "labels": kw.get("labels", {})},
+                "spec": {"nodeName": kw.get("node", "gpu-1"), **spec},
+                "status": {"phase": kw.get("phase", "Running")},
+            },
+            "V1Pod",
+        )
+
+    def container(cpu: str, memory: str) -> dict[str, Any]:
+        return {
+            "name": "c",
+            "image": "x",
+            "resources": {"requests": {"cpu": cpu, "memory": memory}},
+        }
+
+    pods = [
+        # Containers add up: 1.5 CPU and 3 GiB.
+        pod("two", {"containers": [container("500m", "1Gi"), container("1", "2Gi")]}),
+        # An init container larger than the containers counts instead, plus the overhead.
+        pod(
+            "init",
+            {
+                "initContainers": [container("4", "1Gi")],
+                "containers": [container("1", "2Gi")],
+                "overhead": {"cpu": "250m", "memory": "128Mi"},
+            },
+        ),
+        pod("portal", {"containers": [container("8", "8Gi")]}, labels={**r.LABELS}),
+        pod("done", {"containers": [container("8", "8Gi")]}, phase="Succeeded"),
+        pod("other-node", {"containers": [container("2", "512Mi")]}, node="gpu-2"),
+    ]
+    assert foreign_host_usage(pods) == {
+        "gpu-1": {"cpu_millicores": 1_500 + 4_250, "memory_mib": 3 * 1024 + 2 * 1024 + 128},
+        "gpu-2": {"cpu_millicores": 2_000, "memory_mib": 512},
     }
 
 

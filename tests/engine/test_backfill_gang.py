@@ -80,7 +80,12 @@ def test_backfill_disabled_means_no_reservation() -> None:
 
 
 def test_gang_spanning_nodes_is_placed_all_or_nothing() -> None:
-    snap = fleet(node("n1"), node("n2"), node("n3", whole=(0,)), pending=[req("g", gpu_count=16)])
+    snap = fleet(
+        node("n1"),
+        node("n2"),
+        node("n3", whole=(0,)),
+        pending=[req("g", gpu_count=16, distributed=True)],
+    )
     plan = Scheduler(snap).plan(now=0.0)
     (adm,) = plan.admissions
     assert adm.devices_by_node == (("n1", tuple(range(8))), ("n2", tuple(range(8))))
@@ -90,7 +95,7 @@ def test_gang_without_enough_full_nodes_admits_nothing() -> None:
     snap = fleet(
         node("n1"),
         node("n2", whole=(0,)),
-        pending=[req("g", gpu_count=16)],
+        pending=[req("g", gpu_count=16, distributed=True)],
     )
     plan = Scheduler(snap, Policy(enable_backfill=False)).plan(now=0.0)
     assert plan.admissions == ()
@@ -98,13 +103,19 @@ def test_gang_without_enough_full_nodes_admits_nothing() -> None:
 
 
 def test_gang_with_remainder_uses_a_partial_node() -> None:
-    snap = fleet(node("n1"), node("n2", whole=(0, 1, 2, 3)), pending=[req("g", gpu_count=12)])
+    snap = fleet(
+        node("n1"),
+        node("n2", whole=(0, 1, 2, 3)),
+        pending=[req("g", gpu_count=12, distributed=True)],
+    )
     (adm,) = Scheduler(snap).plan(now=0.0).admissions
     assert sorted(len(d) for _, d in adm.devices_by_node) == [4, 8]
 
 
 def test_gang_never_mixes_pools() -> None:
-    snap = fleet(node("x1"), node("v1", pool="vgpu"), pending=[req("g", gpu_count=16)])
+    snap = fleet(
+        node("x1"), node("v1", pool="vgpu"), pending=[req("g", gpu_count=16, distributed=True)]
+    )
     plan = Scheduler(snap, Policy(enable_backfill=False)).plan(now=0.0)
     assert plan.admissions == ()
 

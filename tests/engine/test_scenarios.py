@@ -69,7 +69,7 @@ def test_gang_preempts_full_nodes_all_or_nothing() -> None:
         teams=teams,
         quotas=quotas,
         allocations=victims,
-        pending=[req("gang", team="a", gpu_count=16, priority=Priority.HIGH)],
+        pending=[req("gang", team="a", gpu_count=16, priority=Priority.HIGH, distributed=True)],
     )
     p = plan(snap, now=0.0)
     assert sorted(x.victim_id for x in p.preemptions) == ["low0", "low1"]

@@ -70,7 +70,7 @@ def test_generic_capacity_reason_when_the_reserve_is_not_what_blocks() -> None:
     result = plan(one_node_pool(reserved(0.25), 4, (r,)), now=0.0)
     (w,) = result.waiting
     assert "keeps" not in w.reason
-    assert "free GPU" in w.reason
+    assert "on one node" in w.reason
 
 
 def test_long_request_goes_to_a_pool_without_reserve() -> None:

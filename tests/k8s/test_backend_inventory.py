@@ -31,7 +31,7 @@ def test_inventory_reads_nodes_labels_taints_and_gpu_capacities(k8s_backend: Any
     assert [(t.key, t.value, t.effect) for t in a100.taints] == [
         ("nvidia.com/gpu", "present", "NoSchedule")
     ]
-    assert a100.cpu_millicores == 64000 and a100.memory_mib == 512 * 1024
+    assert a100.cpu_millicores == 128_000 and a100.memory_mib == 2 * 1024 * 1024
     mig = nodes["h100-mig-1"]
     assert mig.gpu_count == 8
     assert mig.mig_devices == {"1g.10gb": 28, "3g.40gb": 8}

@@ -309,6 +309,7 @@ def test_the_schema_documents_the_blocker_and_its_codes(org: Org) -> None:
         "capacity",
         "fragmentation",
         "mig_layout",
+        "host_resources",
         "node_health",
         "retry_backoff",
         "cluster",
