@@ -269,6 +269,9 @@ PORTAL_INTERNAL_URL = env.str("PORTAL_INTERNAL_URL", default="").rstrip("/")
 WORKLOAD_LOG_WAIT_SECONDS = env.float("WORKLOAD_LOG_WAIT_SECONDS", default=10.0)
 WORKLOAD_LOG_POLL_SECONDS = env.float("WORKLOAD_LOG_POLL_SECONDS", default=2.0)
 WORKLOAD_LOG_FOLLOW_SECONDS = env.float("WORKLOAD_LOG_FOLLOW_SECONDS", default=300.0)
+# Long-lived responses (a followed log) one user may hold open at a time, across every web
+# process; one more is answered 429 (runtime/services/streams.py).
+STREAMS_PER_USER = env.int("STREAMS_PER_USER", default=4)
 # Simulated cluster: how much faster than real time simulated work starts and runs.
 SIMULATION_SPEED = env.float("SIMULATION_SPEED", default=1.0)
 # Fault injection for the tests: how long a simulated launch takes before the object exists.

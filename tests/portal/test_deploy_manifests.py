@@ -19,6 +19,7 @@ import yaml
 from django.conf import settings
 
 from scripts.testbed.cluster import PORTAL_RBAC_RULES
+from tests.support.web_server import gunicorn_app
 
 ROOT = Path(settings.BASE_DIR)
 MANIFESTS = ROOT / "deploy" / "manifests"
@@ -228,8 +229,7 @@ def test_manifest_commands_exist_in_the_project() -> None:
             if command[:2] == ["python", "manage.py"]:
                 assert command[2] in get_commands()
             elif command[0] == "gunicorn":
-                module, _, attribute = command[1].partition(":")
-                assert hasattr(__import__(module, fromlist=[attribute]), attribute)
+                assert callable(gunicorn_app(command))
             elif command[0] == "celery":
                 assert command[1:3] == ["-A", "portal"]
                 assert command[3] in {"worker", "beat"}
