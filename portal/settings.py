@@ -97,6 +97,17 @@ DATABASES["default"].setdefault("CONN_MAX_AGE", env.int("CONN_MAX_AGE", default=
 # Persistent connections are checked before each request reuses them (a restarted PostgreSQL
 # costs a reconnect, not a failed request).
 DATABASES["default"].setdefault("CONN_HEALTH_CHECKS", True)
+# The web tier runs under ASGI, where every request has a thread of its own: a kept connection
+# (CONN_MAX_AGE) would outlive its thread. There each process borrows connections from a pool
+# of at most DATABASE_POOL_MAX_SIZE instead (psycopg's pool; 0: no pool, one per request).
+DATABASE_POOL_MAX_SIZE = env.int("DATABASE_POOL_MAX_SIZE", default=0)
+if DATABASE_POOL_MAX_SIZE and DATABASES["default"]["ENGINE"].endswith("postgresql"):
+    DATABASES["default"]["CONN_MAX_AGE"] = 0
+    DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
+        "min_size": 1,
+        "max_size": DATABASE_POOL_MAX_SIZE,
+        "timeout": env.float("DATABASE_POOL_TIMEOUT_SECONDS", default=10.0),
+    }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # The demo runs a web server, a worker and beat on one file. A deferred transaction cannot
     # upgrade its read lock to a write lock (it fails at once with "database is locked", whatever

@@ -9,8 +9,9 @@ process that dies with streams open frees their slots when the leases run out.
 
 from __future__ import annotations
 
+import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from django.conf import settings
 from django.contrib.auth.base_user import AbstractBaseUser
@@ -26,15 +27,20 @@ class TooManyStreams(Exception):
     retry_after_seconds = SLOT_LEASE_SECONDS
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class StreamSlot:
     """One held slot: its key, and the token that tells ours from a later holder's."""
 
     key: str
     token: str
+    renewed_at: float = field(default_factory=time.monotonic)
 
     async def renew(self) -> None:
-        """Extend the lease (a stream calls this on every poll)."""
+        """Keep the lease: a stream calls this on every poll; the cache is asked again only
+        once a third of the lease has passed."""
+        if time.monotonic() - self.renewed_at < SLOT_LEASE_SECONDS / 3:
+            return
+        self.renewed_at = time.monotonic()
         if await cache.aget(self.key) == self.token:
             await cache.atouch(self.key, SLOT_LEASE_SECONDS)
 

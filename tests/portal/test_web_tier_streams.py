@@ -116,6 +116,7 @@ def web_server(redis_url: str, tmp_path: Path) -> Iterator[int]:
         "ALLOWED_HOSTS": "127.0.0.1",
         "SECURE_SSL_REDIRECT": "false",
         "CONN_MAX_AGE": "0",
+        "DATABASE_POOL_MAX_SIZE": "4",  # as deployed, on PostgreSQL
         "CLUSTER_BACKEND": "simulated",
         "WORKLOAD_LOG_POLL_SECONDS": "0.5",
         "WORKLOAD_LOG_FOLLOW_SECONDS": "120",
