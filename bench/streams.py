@@ -2,7 +2,8 @@
 
     python -m bench.streams [--followers N] [--calls C] [--workers W]      (make bench-streams)
 
-1. Recreates the database at BENCH_STREAMS_DATABASE_URL (default `portal_benchstreams`),
+1. Recreates the database at BENCH_STREAMS_DATABASE_URL (default `portal_benchstreams`; a name
+   that does not start with `portal_bench` is refused),
    migrates it and seeds the demo organisation and fleet, plus one developer per
    STREAMS_PER_USER followers, each with a notebook that the simulated cluster runs (submitted,
    admitted and launched through the services, then synced to running).
@@ -14,8 +15,9 @@
    each call on a new connection, one after the other.
 4. Opens N followers (`GET /api/v1/requests/<id>/logs/?follow=1`, each a real HTTP stream on its
    own connection, its own thread, at most STREAMS_PER_USER per person), waits until each has
-   its first lines, then measures the same calls again while all N stay open, and checks that
-   every stream is still open afterwards.
+   its first lines, measures the server's CPU over 10 s with only the streams open, then the
+   same calls again while all N stay open, and checks that every stream is still open
+   afterwards.
 
 It prints one JSON line per figure: p50, p99 and max in ms of each kind of call, with the number
 of followers. Client, server and database share the machine's cores; the followers' polls (each
@@ -48,6 +50,7 @@ P99_TARGET_MS = 200
 STREAMS_PER_USER = 4
 SECRET_KEY = "bench-streams-only-" + "x" * 40
 FIRST_LINES_SECONDS = 60.0
+IDLE_WINDOW_SECONDS = 10.0
 
 
 def emit(metric: str, value: float, unit: str, **labels: Any) -> None:
@@ -167,6 +170,17 @@ def start_web(env: dict[str, str], port: int, workers: int) -> subprocess.Popen[
     raise SystemExit("the web server did not answer /healthz within 60 s")
 
 
+def server_cpu_seconds(pid: int) -> float:
+    """CPU time (user + system) of the gunicorn master and its worker processes so far."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    total = 0
+    for process in [str(pid), *children]:
+        fields = Path(f"/proc/{process}/stat").read_text().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / ticks
+
+
 def call(port: int, path: str, headers: dict[str, str]) -> float:
     """One GET on a new connection; its latency in ms (an error status is fatal)."""
     began = time.perf_counter()
@@ -256,6 +270,9 @@ def main() -> None:
     os.environ.update(server_environment(url, redis_url), CELERY_TASK_ALWAYS_EAGER="true")
 
     # 1. A fresh database, migrated and seeded.
+    name = url.rsplit("/", 1)[1]
+    if not name.startswith("portal_bench"):
+        raise SystemExit(f"refusing to recreate {name!r}: the name must start with portal_bench")
     recreate_database(url)
     import django
 
@@ -291,6 +308,11 @@ def main() -> None:
         emit("all_first_lines_s", time.monotonic() - began, "s", followers=args.followers)
         if len(streaming) != args.followers:
             raise SystemExit(f"only {len(streaming)} of {args.followers} streams stream")
+        # What the open streams alone cost the server: its CPU over a window with no calls.
+        cpu_before, window_began = server_cpu_seconds(server.pid), time.monotonic()
+        time.sleep(IDLE_WINDOW_SECONDS)
+        share = (server_cpu_seconds(server.pid) - cpu_before) / (time.monotonic() - window_began)
+        emit("followers_server_cpu", share * 100, "% of a core", followers=args.followers)
         measure(port, people[0], args.calls, followers=args.followers)
         still_open = sum(1 for f in followers if not f.ended)
         emit("followers_still_open", still_open, "streams", followers=args.followers)

@@ -65,9 +65,9 @@ MIDDLEWARE = [
     "tenants.middleware.CacheOutageMiddleware",
 ]
 
-if not DEBUG:
-    # Production serves collected static files; runserver serves them in DEBUG.
-    MIDDLEWARE.insert(1, "whitenoise.middleware.WhiteNoiseMiddleware")
+# Static files come from WhiteNoise: collected ones in production, straight from the finders
+# with DEBUG on (the ASGI server of `make run` has no static handler of its own).
+MIDDLEWARE.insert(1, "whitenoise.middleware.WhiteNoiseMiddleware")
 
 ROOT_URLCONF = "portal.urls"
 WSGI_APPLICATION = "portal.wsgi.application"

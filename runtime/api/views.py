@@ -61,6 +61,8 @@ def _tail(request: Request) -> int:
 
 
 class RequestLogsView(RequestInspectView):
+    opens_streams = True  # `follow=1`: at most STREAMS_PER_USER at a time (429 beyond)
+
     @extend_schema(
         parameters=[
             OpenApiParameter(
