@@ -7,8 +7,8 @@ under a one-time key, and the web waits for it (`WORKLOAD_LOG_WAIT_SECONDS`). Th
 backend is a database read, done in place.
 
 A followed log (`follow_log`) is an async iterator: between its polls it waits on the event
-loop of the ASGI server (portal/asgi.py), holding no worker, no thread and no database
-connection, so followers cannot stall the pages.
+loop of the ASGI server (portal/asgi.py), occupying no worker or thread and holding no
+database connection, so followers do not stall the pages.
 """
 
 from __future__ import annotations
@@ -188,8 +188,8 @@ def format_line(line: dict[str, Any], *, with_pod: bool) -> str:
 
 def _released(work: Callable[..., Any]) -> Callable[..., Any]:
     """`work` as a coroutine, run in the request's thread; the database connection it used is
-    closed afterwards (with CONN_MAX_AGE=0, as the web tier runs), so a stream holds none
-    while it waits for its next poll."""
+    given back afterwards (to the web tier's pool: docs/operations.md, "Web tier"), so a
+    stream holds none while it waits for its next poll."""
 
     def run(*args: Any, **kwargs: Any) -> Any:
         try:
@@ -237,8 +237,8 @@ async def follow_log(gpu_request: GpuRequest, *, tail: int, slot: StreamSlot) ->
             except InspectUnavailable as error:
                 yield f"[portal] {error}\n"
                 fresh = []
+            pods.update(line["pod"] for line in fresh)
             for line in fresh:
-                pods.add(line["pod"])
                 yield format_line(line, with_pod=len(pods) > 1)
             if fresh and fresh[-1]["at"]:
                 last = parse_datetime(fresh[-1]["at"]) or last
