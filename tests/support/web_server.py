@@ -1,5 +1,4 @@
-"""The web tier as deployed, for tests: the application a gunicorn command serves, and a real
-gunicorn with uvicorn workers on a free loopback port."""
+"""The web tier as deployed, for tests: the application a gunicorn command serves."""
 
 from __future__ import annotations
 
