@@ -27,5 +27,6 @@ USER 10001:10001
 EXPOSE 8000
 # The same image runs web (this default), `celery -A portal worker`, `celery -A portal beat` and
 # `python manage.py migrate`; see docker-compose.yml and deploy/helm/gpu-portal.
-CMD ["gunicorn", "portal.wsgi:application", "--bind", "0.0.0.0:8000", "--workers", "3", \
-     "--worker-tmp-dir", "/tmp", "--access-logfile", "-"]
+# The web tier is ASGI: gunicorn with uvicorn workers (portal/gunicorn_config.py).
+CMD ["gunicorn", "--config", "python:portal.gunicorn_config", "--bind", "0.0.0.0:8000", \
+     "--workers", "3", "--worker-tmp-dir", "/tmp"]

@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 PY_STAMP := $(VENV)/.installed
 JS_STAMP := node_modules/.installed
 
-.PHONY: install run test lint typecheck test-only bench bench-engine bench-pipeline bench-reports bench-api bench-estimates clean
+.PHONY: install run test lint typecheck test-only bench bench-engine bench-pipeline bench-reports bench-api bench-estimates bench-streams clean
 
 $(PY_STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -40,7 +40,7 @@ test: install lint typecheck
 test-only: install
 	$(BIN)/pytest
 
-bench: bench-engine bench-pipeline bench-reports bench-api bench-estimates
+bench: bench-engine bench-pipeline bench-reports bench-api bench-estimates bench-streams
 
 # The engine in memory, then the real cycle on PostgreSQL (BENCH_DATABASE_URL, recreated).
 bench-engine: install
@@ -61,6 +61,11 @@ bench-estimates: install
 # API load: a compiled load generator (bench/loadgen, Go) against gunicorn + PostgreSQL (BENCH_API_DATABASE_URL, recreated) on loopback.
 bench-api: install
 	$(BIN)/python -m bench.api $(if $(SECONDS_PER_SCENARIO),--seconds $(SECONDS_PER_SCENARIO),)
+
+# The web tier under followed logs: page and workload-auth p99 with 0 and FOLLOWERS (50) open
+# streams, on the ASGI server as deployed + PostgreSQL (BENCH_STREAMS_DATABASE_URL, recreated).
+bench-streams: install
+	$(BIN)/python -m bench.streams $(if $(FOLLOWERS),--followers $(FOLLOWERS),)
 
 clean:
 	rm -rf $(VENV) node_modules staticfiles var .mypy_cache .ruff_cache .pytest_cache

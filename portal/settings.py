@@ -68,9 +68,9 @@ MIDDLEWARE = [
     "tenants.middleware.CacheOutageMiddleware",
 ]
 
-if not DEBUG:
-    # Production serves collected static files; runserver serves them in DEBUG.
-    MIDDLEWARE.insert(1, "whitenoise.middleware.WhiteNoiseMiddleware")
+# Static files come from WhiteNoise: collected ones in production, straight from the finders
+# with DEBUG on (the ASGI server of `make run` has no static handler of its own).
+MIDDLEWARE.insert(1, "whitenoise.middleware.WhiteNoiseMiddleware")
 
 ROOT_URLCONF = "portal.urls"
 WSGI_APPLICATION = "portal.wsgi.application"
@@ -100,6 +100,17 @@ DATABASES["default"].setdefault("CONN_MAX_AGE", env.int("CONN_MAX_AGE", default=
 # Persistent connections are checked before each request reuses them (a restarted PostgreSQL
 # costs a reconnect, not a failed request).
 DATABASES["default"].setdefault("CONN_HEALTH_CHECKS", True)
+# The web tier runs under ASGI, where every request has a thread of its own: a kept connection
+# (CONN_MAX_AGE) would outlive its thread. There each process borrows connections from a pool
+# of at most DATABASE_POOL_MAX_SIZE instead (psycopg's pool; 0: no pool, one per request).
+DATABASE_POOL_MAX_SIZE = env.int("DATABASE_POOL_MAX_SIZE", default=0)
+if DATABASE_POOL_MAX_SIZE and DATABASES["default"]["ENGINE"].endswith("postgresql"):
+    DATABASES["default"]["CONN_MAX_AGE"] = 0
+    DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
+        "min_size": 1,
+        "max_size": DATABASE_POOL_MAX_SIZE,
+        "timeout": env.float("DATABASE_POOL_TIMEOUT_SECONDS", default=10.0),
+    }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # The demo runs a web server, a worker and beat on one file. A deferred transaction cannot
     # upgrade its read lock to a write lock (it fails at once with "database is locked", whatever
@@ -304,6 +315,9 @@ PORTAL_INTERNAL_URL = env.str("PORTAL_INTERNAL_URL", default="").rstrip("/")
 WORKLOAD_LOG_WAIT_SECONDS = env.float("WORKLOAD_LOG_WAIT_SECONDS", default=10.0)
 WORKLOAD_LOG_POLL_SECONDS = env.float("WORKLOAD_LOG_POLL_SECONDS", default=2.0)
 WORKLOAD_LOG_FOLLOW_SECONDS = env.float("WORKLOAD_LOG_FOLLOW_SECONDS", default=300.0)
+# Long-lived responses (a followed log) one user may hold open at a time, across every web
+# process; one more is answered 429 (runtime/services/streams.py).
+STREAMS_PER_USER = env.int("STREAMS_PER_USER", default=4)
 # Simulated cluster: how much faster than real time simulated work starts and runs.
 SIMULATION_SPEED = env.float("SIMULATION_SPEED", default=1.0)
 # Fault injection for the tests: how long a simulated launch takes before the object exists.

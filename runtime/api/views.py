@@ -8,12 +8,12 @@ from django.http import HttpResponse, StreamingHttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers
-from rest_framework.exceptions import APIException
+from rest_framework.exceptions import APIException, Throttled
 from rest_framework.generics import GenericAPIView
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from runtime.services import inspection
+from runtime.services import inspection, streams
 from scheduling.models import GpuRequest
 from tenants.api.base import ScopedViewSetMixin
 
@@ -24,6 +24,10 @@ class ClusterUnavailable(APIException):
     status_code = 503
     default_detail = "The cluster cannot be read now."
     default_code = "cluster_unavailable"
+
+
+class TooManyStreams(Throttled):
+    default_code = "too_many_streams"
 
 
 class WorkloadEventSerializer(serializers.Serializer):
@@ -57,6 +61,8 @@ def _tail(request: Request) -> int:
 
 
 class RequestLogsView(RequestInspectView):
+    opens_streams = True  # `follow=1`: at most STREAMS_PER_USER at a time (429 beyond)
+
     @extend_schema(
         parameters=[
             OpenApiParameter(
@@ -70,12 +76,19 @@ class RequestLogsView(RequestInspectView):
     )
     def get(self, request: Request, pk: str | None = None) -> Any:
         """The current attempt's log as text, oldest line first; lines carry `[pod]` when the
-        attempt has several pods. `follow=1` streams new lines until the work stops."""
+        attempt has several pods. `follow=1` streams new lines until the work stops; one person
+        holds at most STREAMS_PER_USER such streams at a time (one more is 429)."""
         gpu_request = self.get_object()
         tail = _tail(request)
-        if request.query_params.get("follow") in ("1", "true", "yes"):
+        if request.method == "GET" and request.query_params.get("follow") in ("1", "true", "yes"):
+            try:
+                slot = streams.take_stream_slot(holder=request.user)
+            except streams.TooManyStreams as error:
+                raise TooManyStreams(wait=error.retry_after_seconds, detail=str(error)) from error
+            # An async iterator: under ASGI it waits on the event loop, not in a worker.
             response = StreamingHttpResponse(
-                inspection.follow_log(gpu_request, tail=tail), content_type="text/plain"
+                inspection.follow_log(gpu_request, tail=tail, slot=slot),
+                content_type="text/plain; charset=utf-8",
             )
             response["X-Accel-Buffering"] = "no"  # proxies pass lines on as they come
             response["Cache-Control"] = "no-store"

@@ -90,7 +90,7 @@ class PortalAutoSchema(AutoSchema):
         3. 404: it names an object in its path (other tenants' objects are 404), or it is a
            paginated list (a page past the end).
         4. 409: it writes; services refuse actions the object's state does not allow.
-        5. 429: it is throttled.
+        5. 429: it is throttled, or it opens streams, capped per person (`opens_streams`).
         6. 503: always; the cache-outage middleware answers it when Redis is unreachable.
         """
         statuses = []
@@ -105,7 +105,7 @@ class PortalAutoSchema(AutoSchema):
             statuses.append(404)
         if self.method in WRITE_METHODS:
             statuses.append(409)
-        if self.view.get_throttles():
+        if self.view.get_throttles() or getattr(self.view, "opens_streams", False):
             statuses.append(429)
         statuses.append(503)
         return statuses

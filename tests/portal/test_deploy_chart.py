@@ -26,6 +26,7 @@ from django.conf import settings
 
 from scripts.testbed.cluster import portal_admission_policies, portal_rbac_rules
 from scripts.testbed.helm import CHART, CI_VALUES, helm_binary, render
+from tests.support.web_server import gunicorn_app
 
 ROOT = Path(settings.BASE_DIR)
 KUBERNETES_VERSION = "1.37.0"
@@ -428,11 +429,7 @@ def test_chart_commands_exist_in_the_project(value_set: str) -> None:
             if command[:2] == ["python", "manage.py"]:
                 assert command[2] in get_commands()
             elif command[0] == "gunicorn":
-                module, _, attribute = command[1].partition(":")
-                assert hasattr(__import__(module, fromlist=[attribute]), attribute)
-                worker_class = next(a for a in command if a.startswith("--worker-class="))
-                module, _, attribute = worker_class.partition("=")[2].rpartition(".")
-                assert hasattr(__import__(module, fromlist=[attribute]), attribute)
+                assert callable(gunicorn_app(command))
             elif command[0] == "celery":
                 assert command[1:3] == ["-A", "portal"]
                 assert command[3] in {"worker", "beat"}

@@ -1,10 +1,10 @@
 """The embedded default holds under ordinary use: concurrent submissions on SQLite.
 
-A real web server (runserver, as `make run` starts it, with the demo's environment) and a real
-Celery worker with beat serve a SQLite file and a broker of their own. Fifty submissions go in
-ten at a time, each on its own connection; every answer must be a 201 or a clear 4xx (a quota,
-a limit), never a server error or a dropped connection, and neither process may log a locked
-database.
+A real web server (gunicorn with uvicorn workers, as `make run` starts it, with the demo's
+environment) and a real Celery worker with beat serve a SQLite file and a broker of their own.
+Fifty submissions go in ten at a time, each on its own connection; every answer must be a 201
+or a clear 4xx (a quota, a limit), never a server error or a dropped connection, and neither
+process may log a locked database.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 from django.conf import settings
 
-from portal.management.commands.run_portal import demo_environment
+from portal.management.commands.run_portal import demo_environment, web_command
 from tests.support.services import free_port, wait_for_port
 
 pytestmark = pytest.mark.integration
@@ -121,7 +121,7 @@ def portal(tmp_path: Path, broker: str) -> Iterator[Portal]:
     manage(env, "seed_demo")
     port = free_port()
     commands = {
-        "web": [sys.executable, "manage.py", "runserver", f"127.0.0.1:{port}", "--noreload"],
+        "web": web_command(address=f"127.0.0.1:{port}", workers=2),
         "worker": [
             sys.executable, "-m", "celery", "-A", "portal", "worker", "--beat",
             "--schedule", str(tmp_path / "celerybeat-schedule"), "-l", "info", "-c", "2",

@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
 import time
+from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any, cast
 
 import pytest
-from django.test import Client
+from asgiref.sync import async_to_sync, sync_to_async
+from django.test import AsyncClient, Client
 from django.urls import reverse
 from django.utils import timezone
+from knox.models import AuthToken
 
 from runtime.cluster.simulated import LOG_LINE_SECONDS, SimulatedCluster
 from runtime.models import SimulatedWorkload
-from runtime.services import execution, inspection
+from runtime.services import execution, inspection, streams
 from scheduling.choices import RequestStatus
 from scheduling.models import Allocation, GpuRequest
 from tests.scheduling.conftest import Fleet
@@ -75,26 +80,95 @@ def test_logs_are_empty_before_the_first_launch(org: Org, fleet: Fleet) -> None:
     assert response.status_code == 200 and response.content == b""
 
 
+def token_headers(user: Any) -> dict[str, str]:
+    _, token = AuthToken.objects.create(user=user)
+    return {"Authorization": f"Token {token}"}
+
+
+async def next_text(stream: AsyncIterator[bytes]) -> str:
+    return (await anext(stream)).decode()
+
+
 def test_follow_streams_new_lines_until_the_work_ends(
     org: Org, fleet: Fleet, settings: Any
 ) -> None:
+    """Through Django's ASGI handler: the stream is an async iterator, read as it comes."""
     settings.WORKLOAD_LOG_POLL_SECONDS = 0.2
     settings.WORKLOAD_LOG_FOLLOW_SECONDS = 5.0
     request = running(org, fleet, kind="notebook")
     started(request, seconds_ago=LOG_LINE_SECONDS * 2)
-    response: Any = api_client(org.dev_a).get(logs_url(request, tail=5, follow=1))
-    assert response.status_code == 200 and response.streaming
-    stream = iter(response.streaming_content)
-    first = [next(stream).decode() for _ in range(3)]
-    assert first[0].startswith("[I ServerApp] Jupyter Server is running")
-    # Five simulated seconds later the notebook wrote one more line.
-    started(request, seconds_ago=LOG_LINE_SECONDS * 3 + 0.5)
-    assert next(stream).decode().startswith("[I ServerApp]")
-    # Once the request stops being live the stream ends.
-    GpuRequest.objects.filter(pk=request.pk).update(status=RequestStatus.CANCELLED)
-    began = time.monotonic()
-    list(stream)
-    assert time.monotonic() - began < 2.0  # well before WORKLOAD_LOG_FOLLOW_SECONDS
+    headers = token_headers(org.dev_a)
+
+    async def follow() -> float:
+        response: Any = await AsyncClient().get(
+            logs_url(request, tail=5, follow=1), headers=headers
+        )
+        assert response.status_code == 200 and response.streaming and response.is_async
+        stream = aiter(response.streaming_content)
+        first = [await next_text(stream) for _ in range(3)]
+        assert first[0].startswith("[I ServerApp] Jupyter Server is running")
+        # Five simulated seconds later the notebook wrote one more line.
+        await sync_to_async(started)(request, seconds_ago=LOG_LINE_SECONDS * 3 + 0.5)
+        assert (await next_text(stream)).startswith("[I ServerApp]")
+        # Once the request stops being live the stream ends.
+        await GpuRequest.objects.filter(pk=request.pk).aupdate(status=RequestStatus.CANCELLED)
+        began = time.monotonic()
+        async for _ in stream:
+            pass
+        return time.monotonic() - began
+
+    assert async_to_sync(follow)() < 2.0  # well before WORKLOAD_LOG_FOLLOW_SECONDS
+
+
+def test_one_stream_too_many_is_429_with_retry_after_and_a_slot_frees_when_one_ends(
+    org: Org, fleet: Fleet, settings: Any
+) -> None:
+    settings.STREAMS_PER_USER = 2
+    settings.WORKLOAD_LOG_POLL_SECONDS = 0.2
+    request = running(org, fleet, kind="notebook")
+    started(request, seconds_ago=LOG_LINE_SECONDS * 2)
+    as_dev, as_lead = token_headers(org.dev_a), token_headers(org.lead_a)
+    url = logs_url(request, tail=1, follow=1)
+    client = AsyncClient()
+
+    async def scenario() -> None:
+        first: Any = await client.get(url, headers=as_dev)
+        second: Any = await client.get(url, headers=as_dev)
+        assert first.status_code == second.status_code == 200
+        refused: Any = await client.get(url, headers=as_dev)
+        assert refused.status_code == 429
+        assert refused["Retry-After"] == str(streams.SLOT_LEASE_SECONDS)
+        error = json.loads(refused.content)["error"]
+        assert error["code"] == "too_many_streams" and "2 streams open" in error["message"]
+        # Reading without follow is not a stream; other people have slots of their own.
+        assert (await client.get(logs_url(request, tail=1), headers=as_dev)).status_code == 200
+        assert (await client.get(url, headers=as_lead)).status_code == 200
+        # A stream that ends gives its slot back; here the client goes away (the server
+        # cancels the response's task while the stream waits for its next poll).
+        stream = aiter(first.streaming_content)
+        await next_text(stream)
+        reader = asyncio.ensure_future(next_text(stream))
+        await asyncio.sleep(0.05)
+        reader.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await reader
+        assert (await client.get(url, headers=as_dev)).status_code == 200
+
+    async_to_sync(scenario)()
+
+
+def test_a_slot_whose_holder_died_frees_itself_when_its_lease_runs_out(
+    org: Org, settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A web process that crashes mid-stream runs no `finally`: only the lease frees its slot."""
+    settings.STREAMS_PER_USER = 1
+    monkeypatch.setattr(streams, "SLOT_LEASE_SECONDS", 1)
+    streams.take_stream_slot(holder=org.dev_a)  # never released
+    with pytest.raises(streams.TooManyStreams):
+        streams.take_stream_slot(holder=org.dev_a)
+    streams.take_stream_slot(holder=org.dev_b)  # the cap is per person
+    time.sleep(1.2)
+    assert streams.take_stream_slot(holder=org.dev_a).key == streams.slot_key(org.dev_a.pk, 0)
 
 
 def test_events_merge_the_clusters_and_the_portals_by_time(org: Org, fleet: Fleet) -> None:

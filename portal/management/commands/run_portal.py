@@ -3,7 +3,8 @@
 1. Migrates the database and seeds the demo organisation (idempotent).
 2. Starts an embedded Redis-protocol server, unless REDIS_URL or CELERY_BROKER_URL is set.
 3. Collects the static files, then starts two Celery workers (one per queue, `portal/celery.py`),
-   Celery beat and the web server with debug pages off (`demo_environment`), each writing its
+   Celery beat and the web server as deployed (gunicorn with uvicorn workers,
+   `portal/gunicorn_config.py`) with debug pages off (`demo_environment`), each writing its
    log to var/log/<name>.log.
 4. Prints where to sign in, then a status line every STATUS_INTERVAL_SECONDS; Ctrl-C stops
    everything it started.
@@ -36,6 +37,7 @@ from tenants.services import DEMO_USERS
 STATUS_INTERVAL_SECONDS = 30
 LOG_TAIL_LINES = 20
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost")
+WEB_WORKERS = 2
 
 
 def _stop_on_sigterm(signum: int, frame: Any) -> None:
@@ -88,6 +90,15 @@ def demo_environment(base: Mapping[str, str], *, host: str, port: int = 8000) ->
     # Its people keep working (portal.demo_traffic); DEMO_TRAFFIC=0 leaves the fleet to the visitor.
     env.setdefault("DEMO_TRAFFIC", "true")
     return env
+
+
+def web_command(*, address: str, workers: int) -> list[str]:
+    """The web server as deployed (`portal/gunicorn_config.py`): gunicorn with uvicorn workers,
+    so a followed log waits on the event loop while pages keep being served."""
+    return [
+        sys.executable, "-m", "gunicorn", "-c", "python:portal.gunicorn_config",
+        "--bind", address, "--workers", str(workers),
+    ]  # fmt: skip
 
 
 def status_line(now: datetime) -> str:
@@ -151,7 +162,7 @@ class Command(BaseCommand):
                 *celery, "worker", "-Q", "periodic", "-n", "periodic@%h", "-l", "info", "-c", "1",
             ],
             "beat": [*celery, "beat", "-l", "info"],
-            "web": [python, manage, "runserver", address, "--noreload"],
+            "web": web_command(address=address, workers=WEB_WORKERS),
         }  # fmt: skip
         log_files: dict[str, IO[bytes]] = {}
         processes: dict[str, subprocess.Popen[bytes]] = {}
