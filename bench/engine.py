@@ -27,10 +27,15 @@ Figures (medians over --runs, all in one process on the same seeded workload):
                                preemption and backfill rules; only placement differs);
                                engine.stranded_vs_best_fit their ratio; per pool as
                                engine.pool.<pool>.{engine,best_fit}_stranded_ge
-* engine.max_fair_share_gap_points  priority-blind DRF within each priority class and pool
-                               (bench.engine.class_fair_gap); also printed: the earlier reference
-                               (whole fleet, classes served in turn) and a whole-fleet
-                               priority-blind one
+* engine.admitted_ge_vs_best_fit  GE the engine admits / GE the best-fit baseline admits
+* engine.usable_free_ge_left   free GE after the cycle that a waiting request could use now
+                               (free minus stranded; bench.yardsticks)
+* engine.max_fair_share_gap_points  priority-blind DRF within each priority class and pool,
+                               handing out the pools' free capacity (bench.yardsticks.
+                               class_fair_gap); engine.fair_share_gap_admitted_budget_points the
+                               same handing out only what the engine admitted; also printed: the
+                               earlier reference (whole fleet, classes served in turn) and a
+                               whole-fleet priority-blind one
 * engine.quota_breaches        (team, flavor) pairs whose usage after the plan exceeds the limit
                                and grew during the cycle; must be 0
 
@@ -65,6 +70,13 @@ from bench import product
 from bench.host_load import overcommitted_nodes, with_host_resources, without_host_requests
 from bench.packing import PoolFigures, stranded, total
 from bench.workload import MULTI_SHARE, Workload, generate
+from bench.yardsticks import (
+    admitted_ge,
+    class_fair_gap,
+    quota_breaches,
+    usage_after,
+    water_fill,
+)
 from scheduling.engine import Plan, Policy, Request, Scheduler, Snapshot
 
 POOL_LABEL = product.POOL_LABEL
@@ -73,57 +85,6 @@ POOL_LABEL = product.POOL_LABEL
 def _emit(metric: str, value: float, unit: str, text: str) -> None:
     print(text)
     print(json.dumps({"metric": metric, "value": round(value, 6), "unit": unit}))
-
-
-def _usage_after(snap: Snapshot, plan: Plan) -> dict[tuple[str, str], float]:
-    flavors = {f.id: f for f in snap.flavors}
-    out: defaultdict[tuple[str, str], float] = defaultdict(float)
-    victims = {p.victim_id for p in plan.preemptions}
-    for a in snap.allocations:
-        if a.request_id not in victims:
-            out[(a.team, a.flavor)] += a.gpu_equivalents
-    reqs = {r.id: r for r in snap.pending}
-    for adm in plan.admissions:
-        r = reqs[adm.request_id]
-        out[(r.team, r.flavor)] += r.gpu_count * flavors[r.flavor].gpu_equivalent
-    return out
-
-
-def quota_breaches(snap: Snapshot, plan: Plan) -> int:
-    before: defaultdict[tuple[str, str], float] = defaultdict(float)
-    for a in snap.allocations:
-        before[(a.team, a.flavor)] += a.gpu_equivalents
-    limit = {(q.team, q.flavor): q.limit for q in snap.quotas if q.project is None}
-    after = _usage_after(snap, plan)
-    return sum(
-        1
-        for key, used in after.items()
-        if used > limit.get(key, 0.0) + 1e-6 and used > before[key] + 1e-6
-    )
-
-
-def _water_fill(
-    current: dict[str, float], extra: dict[str, float], weight: dict[str, float], budget: float
-) -> dict[str, float]:
-    """Weighted water-filling: raise totals toward lambda * weight, each by at most `extra`."""
-    teams = sorted(current)
-    give = min(budget, sum(extra.values()))
-    if give <= 0:
-        return dict(current)
-
-    def handed(level: float) -> float:
-        return sum(min(extra[t], max(0.0, level * weight[t] - current[t])) for t in teams)
-
-    lo, hi = 0.0, 1.0
-    while handed(hi) < give and hi < 1e15:
-        hi *= 2
-    for _ in range(100):
-        mid = (lo + hi) / 2
-        if handed(mid) < give:
-            lo = mid
-        else:
-            hi = mid
-    return {t: current[t] + min(extra[t], max(0.0, hi * weight[t] - current[t])) for t in teams}
 
 
 def fair_shares(snap: Snapshot, plan: Plan, capacity: float, by_priority: bool) -> dict[str, float]:
@@ -165,7 +126,7 @@ def fair_shares(snap: Snapshot, plan: Plan, capacity: float, by_priority: bool) 
             take = min(d, room)
             extra[team] += take
             used_tf[(team, flavor)] += take  # conservative: assume this level gets it all
-        after = _water_fill(current, extra, weight, budget)
+        after = water_fill(current, extra, weight, budget)
         budget -= sum(after.values()) - sum(current.values())
         current = after
     return current
@@ -177,7 +138,7 @@ def fair_share_gap(
     """Max |actual - fair| over teams in points of fleet capacity, and the worst team."""
     fair = fair_shares(snap, plan, capacity, by_priority)
     actual: defaultdict[str, float] = defaultdict(float)
-    for (team, _), used in _usage_after(snap, plan).items():
+    for (team, _), used in usage_after(snap, plan).items():
         actual[team] += used
     gaps = {t: abs(actual[t] - fair[t]) / capacity * 100 for t in fair}
     worst = max(sorted(gaps), key=lambda t: gaps[t])
@@ -186,86 +147,6 @@ def fair_share_gap(
         f"{fair[worst] / capacity * 100:.2f}%"
     )
     return gaps[worst], detail
-
-
-def flavor_pools(snap: Snapshot) -> dict[str, str]:
-    """Flavor -> the pool its requests are pinned to (their one candidate pool, or the pool
-    label of their node selector); every flavor maps to "fleet" when any request names no pool
-    (the unpinned workload)."""
-    out: dict[str, str] = {}
-    for r in snap.pending:
-        pool = r.pools[0] if len(r.pools) == 1 else dict(r.node_selector).get(POOL_LABEL)
-        if pool is None:
-            return {f.id: "fleet" for f in snap.flavors}
-        out[r.flavor] = pool
-    return {f.id: out.get(f.id, "fleet") for f in snap.flavors}
-
-
-def class_fair_gap(snap: Snapshot, plan: Plan, capacity: float) -> tuple[float, str]:
-    """Priority-blind fairness within each priority class, in points of fleet capacity.
-
-    For each class, highest first, and each pool: the GE the engine admitted in that class and
-    pool is handed out again by weighted water-filling (weights = the team's share of the pool's
-    guaranteed quota) over the teams' demand of that class in the pool (pending GE, capped per
-    flavor by the limit room left), starting from what each team holds in the pool (surviving
-    running work plus what higher classes were actually given).  The gap of a team in a class is
-    |admitted - fair| summed over pools; returned: the largest over classes and teams.
-    """
-    flavors = {f.id: f for f in snap.flavors}
-    pool_of = flavor_pools(snap)
-    teams = sorted(t.name for t in snap.teams)
-    weight_raw: defaultdict[tuple[str, str], float] = defaultdict(float)
-    limit: dict[tuple[str, str], float] = {}
-    for q in snap.quotas:
-        if q.project is None:
-            weight_raw[(pool_of.get(q.flavor, "fleet"), q.team)] += q.guaranteed
-            limit[(q.team, q.flavor)] = max(q.limit, q.guaranteed)
-    pools = sorted(set(pool_of.values()))
-    weight: dict[str, dict[str, float]] = {}
-    for pool in pools:
-        tot = sum(weight_raw[(pool, t)] for t in teams) or 1.0
-        weight[pool] = {t: max(weight_raw[(pool, t)] / tot, 1e-12) for t in teams}
-    victims = {p.victim_id for p in plan.preemptions}
-    held: dict[str, dict[str, float]] = {pool: dict.fromkeys(teams, 0.0) for pool in pools}
-    used_tf: defaultdict[tuple[str, str], float] = defaultdict(float)
-    for a in snap.allocations:
-        if a.request_id not in victims:
-            held[pool_of.get(a.flavor, "fleet")][a.team] += a.gpu_equivalents
-            used_tf[(a.team, a.flavor)] += a.gpu_equivalents
-    admitted = {adm.request_id for adm in plan.admissions}
-    by_class: defaultdict[int, list[Request]] = defaultdict(list)
-    for r in snap.pending:
-        by_class[r.priority].append(r)
-    worst, detail = 0.0, "no admissions"
-    for prio in sorted(by_class, reverse=True):
-        reqs = by_class[prio]
-        demand: defaultdict[tuple[str, str, str], float] = defaultdict(float)
-        got: dict[str, dict[str, float]] = {pool: dict.fromkeys(teams, 0.0) for pool in pools}
-        for r in reqs:
-            ge = r.gpu_count * flavors[r.flavor].gpu_equivalent
-            demand[(pool_of[r.flavor], r.team, r.flavor)] += ge
-            if r.id in admitted:
-                got[pool_of[r.flavor]][r.team] += ge
-        gap: defaultdict[str, float] = defaultdict(float)
-        for pool in pools:
-            budget = sum(got[pool].values())
-            extra = dict.fromkeys(teams, 0.0)
-            for (p, team, flavor), d in sorted(demand.items()):
-                if p == pool:
-                    room = max(0.0, limit.get((team, flavor), 0.0) - used_tf[(team, flavor)])
-                    extra[team] += min(d, room)
-            fair = _water_fill(held[pool], extra, weight[pool], budget)
-            for t in teams:
-                gap[t] += abs(got[pool][t] - (fair[t] - held[pool][t]))
-                held[pool][t] += got[pool][t]
-        for r in reqs:
-            if r.id in admitted:
-                used_tf[(r.team, r.flavor)] += r.gpu_count * flavors[r.flavor].gpu_equivalent
-        team = max(sorted(gap), key=lambda t: gap[t]) if gap else ""
-        if team and gap[team] / capacity * 100 > worst:
-            worst = gap[team] / capacity * 100
-            detail = f"{team} in priority class {prio}: off by {gap[team]:.1f} GE"
-    return worst, detail
 
 
 def arrivals(w: Workload, n: int, seed: int, pinned: bool = True) -> list[Request]:
@@ -454,8 +335,8 @@ def main() -> None:
         f"(all {len(lat_all)}: median {statistics.median(lat_all):.3f} ms, p99 {p99:.3f} ms)",
     )
 
-    eng = stranded(snap, engine_plan, _usage_after(snap, engine_plan))
-    base = stranded(snap, base_plan, _usage_after(snap, base_plan))
+    eng = stranded(snap, engine_plan, usage_after(snap, engine_plan))
+    base = stranded(snap, base_plan, usage_after(snap, base_plan))
     print(
         "per pool after the cycle (GE; stranded = free GE no waiting request of the pool can use):"
     )
@@ -498,15 +379,38 @@ def main() -> None:
         "ratio",
         f"stranded vs best-fit: {ratio:.3f}{note}",
     )
+    e_adm, b_adm = admitted_ge(snap, engine_plan), admitted_ge(snap, base_plan)
+    _emit(
+        "engine.admitted_ge_vs_best_fit",
+        e_adm / b_adm if b_adm > 0 else 1.0,
+        "ratio",
+        f"admitted GE: engine {e_adm:.2f}, best-fit {b_adm:.2f}",
+    )
+    e_usable = total(eng.values(), "free_ge") - e_st
+    _emit(
+        "engine.usable_free_ge_left",
+        e_usable,
+        "GE",
+        f"free GE left after the cycle that a waiting request could use now (fits, within "
+        f"quota): engine {e_usable:.2f}, best-fit {total(base.values(), 'free_ge') - b_st:.2f}",
+    )
     gap, detail = fair_share_gap(snap, engine_plan, w.capacity_ge)
     flat_gap, flat_detail = fair_share_gap(snap, engine_plan, w.capacity_ge, by_priority=False)
     cls_gap, cls_detail = class_fair_gap(snap, engine_plan, w.capacity_ge)
+    adm_gap, adm_detail = class_fair_gap(snap, engine_plan, w.capacity_ge, budget="admitted")
     _emit(
         "engine.max_fair_share_gap_points",
         cls_gap,
         "points",
-        f"max fair-share gap, priority-blind DRF within each priority class and pool: "
-        f"{cls_gap:.2f} points ({cls_detail})",
+        f"max fair-share gap, priority-blind DRF within each priority class and pool, free "
+        f"capacity handed out: {cls_gap:.2f} points ({cls_detail})",
+    )
+    _emit(
+        "engine.fair_share_gap_admitted_budget_points",
+        adm_gap,
+        "points",
+        f"the same with only the GE the engine admitted handed out (the earlier reference, "
+        f"which an admit-nothing plan passes): {adm_gap:.2f} points ({adm_detail})",
     )
     _emit(
         "engine.fair_share_gap_by_priority_points",

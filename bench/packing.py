@@ -227,7 +227,8 @@ def stranded(
             and cohort_u[(cohort, r.flavor)] + demand <= cohort_g[(cohort, r.flavor)] + EPS
         )
 
-    waiting = {w.request_id for w in plan.waiting}
+    admitted = {a.request_id for a in plan.admissions}  # every other request still waits
+    waiting = {r.id for r in snap.pending if r.id not in admitted}
     shapes_all: set[_Shape] = set()
     shapes_quota: set[_Shape] = set()
     for r in snap.pending:
