@@ -6,8 +6,7 @@
   N vGPU shares on distinct cards, N MIG instances). With `quota_aware`, a waiting request only
   counts if its team could take it within quota now (under its guarantee, or under its limit
   with idle guaranteed quota left in its cohort — the engine's quota rules).
-* `fair_share_gaps`: each team's share of capacity after the plan against weighted DRF
-  water-filling references (see the function).
+  A request the plan does not admit counts as waiting, whether or not the plan lists it.
 """
 
 from __future__ import annotations
