@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from django.db.models import Count, Exists, Max, OuterRef, Q, QuerySet, Sum
 
 from scheduling.choices import FlavorKind
-from scheduling.models import Flavor, GpuDevice, Node, Tier
+from scheduling.models import Flavor, GpuDevice, Tier
 from tenants.models import Project
 
 
@@ -59,8 +59,21 @@ def pool_capacity(*, flavor: Flavor) -> PoolCapacity:
     devices = GpuDevice.objects.filter(
         node__pool=flavor.pool_id, node__is_schedulable=True, node__gpu_model=flavor.gpu_model
     )
-    per_node = devices.values("node_id").annotate(gpus=Count("id"), node_memory=Max("memory_mib"))
-    shape = per_node.aggregate(busiest=Max("gpus"), total=Sum("gpus"), memory=Max("node_memory"))
+    per_node = devices.values("node_id").annotate(
+        gpus=Count("id"),
+        node_memory=Max("memory_mib"),
+        host_cpu=Max("node__cpu_millicores"),
+        host_memory=Max("node__memory_mib"),
+    )
+    shape = per_node.aggregate(
+        busiest=Max("gpus"),
+        total=Sum("gpus"),
+        memory=Max("node_memory"),
+        cpu=Max("host_cpu"),
+        max_host_memory=Max("host_memory"),
+        cpu_unknown=Count("node_id", filter=Q(host_cpu__isnull=True)),
+        memory_unknown=Count("node_id", filter=Q(host_memory__isnull=True)),
+    )
     busiest, total, memory = shape["busiest"], shape["total"], shape["memory"]
     mig_total: dict[str, int] = {}
     mig_node: dict[tuple[int, str], int] = {}
@@ -72,17 +85,9 @@ def pool_capacity(*, flavor: Flavor) -> PoolCapacity:
     mig_node_max: dict[str, int] = {}
     for (_, profile), count in mig_node.items():
         mig_node_max[profile] = max(mig_node_max.get(profile, 0), count)
-    hosts = Node.objects.filter(
-        pool=flavor.pool_id, is_schedulable=True, gpu_model=flavor.gpu_model
-    ).aggregate(
-        cpu=Max("cpu_millicores"),
-        memory=Max("memory_mib"),
-        cpu_unknown=Count("pk", filter=Q(cpu_millicores__isnull=True)),
-        memory_unknown=Count("pk", filter=Q(memory_mib__isnull=True)),
-    )
     return PoolCapacity(
-        max_node_cpu_millicores=None if hosts["cpu_unknown"] else hosts["cpu"],
-        max_node_memory_mib=None if hosts["memory_unknown"] else hosts["memory"],
+        max_node_cpu_millicores=None if shape["cpu_unknown"] else shape["cpu"],
+        max_node_memory_mib=None if shape["memory_unknown"] else shape["max_host_memory"],
         max_gpus_per_node=int(busiest or 0),
         total_gpus=int(total or 0),
         max_device_memory_mib=int(memory or 0),
