@@ -82,6 +82,9 @@ class Person:
     token: str
     session: str
     notebook_id: int
+    #: The workload's own cookie (what /connect/ sets on the workload's host): the auth check
+    #: reads it, never the portal's session.
+    workload_cookie: str
 
 
 def seed(people: int) -> list[Person]:
@@ -95,6 +98,7 @@ def seed(people: int) -> list[Person]:
     from runtime.cluster.simulated import LOG_LINE_SECONDS, SimulatedCluster
     from runtime.models import SimulatedWorkload
     from runtime.services import execution
+    from runtime.services.workload_access import cookie_value
     from scheduling.choices import RequestStatus
     from scheduling.demo import seed_demo_fleet
     from scheduling.models import Flavor, GpuRequest, Quota
@@ -127,7 +131,8 @@ def seed(people: int) -> list[Person]:
         _, token = AuthToken.objects.create(user)
         browser = Client()
         browser.force_login(user)
-        found.append(Person(token, browser.cookies["sessionid"].value, request.pk))
+        workload_cookie = cookie_value(user=user, request_id=request.pk)
+        found.append(Person(token, browser.cookies["sessionid"].value, request.pk, workload_cookie))
     # One scheduling cycle admits them all, the simulated cluster starts them, and they have
     # been running for a while when the cluster is next synced.
     cycle.run_cycle()
@@ -198,15 +203,19 @@ def call(port: int, path: str, headers: dict[str, str]) -> float:
 
 def measure(port: int, person: Person, calls: int, followers: int) -> dict[str, float]:
     """The page and the auth check, `calls` each, from two clients at once."""
-    cookie = {"Cookie": f"sessionid={person.session}"}
+    from runtime.services.workload_access import COOKIE_NAME
+
+    session = {"Cookie": f"sessionid={person.session}"}
+    workload = {"Cookie": f"{COOKIE_NAME}={person.workload_cookie}"}
     paths = {
-        "page": "/requests/",
-        "auth_check": f"/auth/workloads/{person.notebook_id}/",
+        "page": ("/requests/", session),
+        "auth_check": (f"/auth/workloads/{person.notebook_id}/", workload),
     }
-    for path in paths.values():  # warm
+    for path, cookie in paths.values():  # warm
         call(port, path, cookie)
 
-    def series(path: str) -> list[float]:
+    def series(target: tuple[str, dict[str, str]]) -> list[float]:
+        path, cookie = target
         return [call(port, path, cookie) for _ in range(calls)]
 
     with ThreadPoolExecutor(len(paths)) as pool:

@@ -16,6 +16,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -34,6 +35,7 @@ from portal.management.commands.run_portal import web_command
 from runtime.cluster.simulated import LOG_LINE_SECONDS, SimulatedCluster
 from runtime.models import SimulatedWorkload
 from runtime.services import execution, streams
+from runtime.services.workload_access import COOKIE_NAME, cookie_value
 from scheduling.choices import RequestStatus
 from scheduling.models import GpuRequest
 from tests.scheduling.conftest import Fleet
@@ -122,6 +124,13 @@ def web_server(redis_url: str, tmp_path: Path) -> Iterator[int]:
         "WORKLOAD_LOG_FOLLOW_SECONDS": "120",
         "STREAMS_PER_USER": str(FOLLOWERS),
     }
+    # DEBUG=false serves the hashed static files, as `make run` does after collecting them.
+    subprocess.run(  # noqa: S603 - our own manage.py, fixed arguments
+        [sys.executable, "manage.py", "collectstatic", "--noinput", "-v", "0"],
+        cwd=ROOT,
+        env=env,
+        check=True,
+    )
     log = tmp_path / "web.log"
     with log.open("wb") as output:
         process = subprocess.Popen(
@@ -145,11 +154,11 @@ def web_server(redis_url: str, tmp_path: Path) -> Iterator[int]:
         print(log.read_text(errors="replace")[-3000:])
 
 
-def timed_get(port: int, path: str, session: str) -> tuple[int, float]:
+def timed_get(port: int, path: str, cookie: str) -> tuple[int, float]:
     began = time.monotonic()
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=PAGE_TIMEOUT_SECONDS)
     try:
-        connection.request("GET", path, headers={"Cookie": f"sessionid={session}"})
+        connection.request("GET", path, headers={"Cookie": cookie})
         response = connection.getresponse()
         response.read()
         return response.status, time.monotonic() - began
@@ -164,7 +173,9 @@ def test_pages_and_the_auth_check_answer_at_once_while_logs_are_followed(
     _, token = AuthToken.objects.create(user=org.dev_a)
     browser = Client()
     browser.force_login(org.dev_a)
-    session = browser.cookies[settings.SESSION_COOKIE_NAME].value
+    session = f"sessionid={browser.cookies[settings.SESSION_COOKIE_NAME].value}"
+    # The auth check reads the workload's own cookie, never the portal's session.
+    workload = f"{COOKIE_NAME}={cookie_value(user=org.dev_a, request_id=request.pk)}"
     port = web_server
     assert timed_get(port, "/requests/", session)[0] == 200  # warm: the first call imports
 
@@ -179,7 +190,9 @@ def test_pages_and_the_auth_check_answer_at_once_while_logs_are_followed(
         assert follower.status == 200 and follower.lines, follower.error
 
     pages = [timed_get(port, "/requests/", session) for _ in range(PAGE_CALLS)]
-    checks = [timed_get(port, f"/auth/workloads/{request.pk}/", session) for _ in range(PAGE_CALLS)]
+    checks = [
+        timed_get(port, f"/auth/workloads/{request.pk}/", workload) for _ in range(PAGE_CALLS)
+    ]
     assert {status for status, _ in pages} == {200}
     assert {status for status, _ in checks} == {200}
     slowest = max(seconds for _, seconds in pages + checks)
