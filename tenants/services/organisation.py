@@ -31,7 +31,8 @@ def record_audit_event(
     event = AuditEvent(
         actor=actor if actor is not None and getattr(actor, "pk", None) else None,
         action=action,
-        target_type=type(target).__name__,
+        # `__class__`, not `type()`: a page's `request.user` is a lazy proxy of the User.
+        target_type=target.__class__.__name__,
         target_id=str(getattr(target, "pk", "") or ""),
         team=team,
         project=project,
