@@ -20,9 +20,8 @@ from urllib.parse import urlsplit
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied
 from django.db.models import Count, Model
-from django.http import HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_http_methods
 
@@ -416,12 +415,13 @@ SECTIONS: dict[str, Section] = {
 
 
 def _require_platform_admin(request: HttpRequest) -> None:
+    """Only platform admins manage the fleet settings; to anyone else the pages do not exist."""
     if not scope_of(request.user).is_platform_admin:
-        raise PermissionDenied("Only platform admins manage the fleet settings.")
+        raise Http404
 
 
 def _visible(request: HttpRequest, queryset: ScopedQuerySet, pk: int) -> Any:
-    """The object if the user sees it (else 404) and may manage it (else 403)."""
+    """The object if the user is a platform admin who sees it; else 404."""
     found = get_object_or_404(queryset.visible_to(request.user), pk=pk)
     _require_platform_admin(request)
     return found

@@ -7,6 +7,7 @@ from django import forms
 
 from scheduling.choices import Priority, WorkloadKind
 from scheduling.models import Cluster, Flavor
+from scheduling.services.requests import BLANK_NAME
 from tenants.models import Project
 
 
@@ -14,7 +15,9 @@ class GpuRequestForm(forms.Form):
     """The web form for a GPU request; the same service as the API validates the rest."""
 
     name = forms.CharField(
-        max_length=80, required=False, help_text="A short label for lists, e.g. resnet sweep 3"
+        max_length=80,
+        error_messages={"required": BLANK_NAME},
+        help_text="A short label for lists, e.g. resnet sweep 3",
     )
     project = forms.ModelChoiceField(queryset=Project.objects.none())
     flavor = forms.ModelChoiceField(queryset=Flavor.objects.none())

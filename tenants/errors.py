@@ -20,6 +20,26 @@ class DomainError(Exception):
         self.fields = fields or {}
 
 
+def invalid_fields(fields: dict[str, Any]) -> DomainError:
+    """A 400 whose message names each field at fault and why, e.g. "team: No such team."."""
+    return DomainError("invalid", fields_message(fields), fields=fields)
+
+
+def fields_message(fields: dict[str, Any]) -> str:
+    """One line for people: every field's name with its reason, in order."""
+    parts = [f"{name}: {_reason(text)}" for name, text in fields.items()]
+    return " ".join(parts) or "Invalid input."
+
+
+def _reason(text: Any) -> str:
+    if isinstance(text, dict):
+        return "; ".join(f"{key}: {_reason(value)}" for key, value in text.items())
+    if isinstance(text, list):
+        return " ".join(_reason(item) for item in text)
+    reason = str(text).strip()
+    return reason if reason.endswith((".", "!", "?")) else f"{reason}."
+
+
 class ConflictError(DomainError):
     """The object is not in a state that allows the action (HTTP 409)."""
 

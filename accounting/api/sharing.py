@@ -15,7 +15,7 @@ from rest_framework.views import APIView
 from accounting.forms import SharingQueryForm
 from accounting.selectors.sharing import SharingPeriod, pool_sharing, require_sharing_reader
 from accounting.sharing_report import PoolSharing, Thresholds
-from tenants.errors import DomainError
+from tenants.errors import invalid_fields
 
 
 def _plain(value: Any) -> Any:
@@ -43,7 +43,7 @@ def valid_query(data: Any) -> SharingQueryForm:
     form = SharingQueryForm(data)
     if not form.is_valid():
         fields = {name: " ".join(str(e) for e in errors) for name, errors in form.errors.items()}
-        raise DomainError("invalid", "Invalid input: see the fields.", fields=fields)
+        raise invalid_fields(fields)
     return form
 
 

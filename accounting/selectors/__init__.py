@@ -26,7 +26,7 @@ from accounting.models import DailyUsage, MonthlyUsage, Price, TeamMonthlyUsage,
 from accounting.periods import billing_zone, month_bounds, month_of, next_month, seconds_between
 from scheduling.choices import FINISHED_STATUSES
 from scheduling.models import Allocation, Cluster, Flavor, GpuDevice, GpuRequest, NodePool
-from tenants.errors import DomainError, ForbiddenError
+from tenants.errors import DomainError, ForbiddenError, invalid_fields
 from tenants.models import Project, Team, scope_of
 from tenants.scope import Scope
 
@@ -177,7 +177,7 @@ def check_filters(*, user: Any, query: UsageQuery) -> None:
     if query.cluster_id is not None and not Cluster.objects.filter(pk=query.cluster_id).exists():
         errors["cluster"] = "No such cluster."
     if errors:
-        raise DomainError("invalid", "Invalid input: see the fields.", fields=errors)
+        raise invalid_fields(errors)
 
 
 def _source(*, scope: Scope, query: UsageQuery) -> tuple[QuerySet[Any], str]:

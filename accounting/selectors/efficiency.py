@@ -81,7 +81,13 @@ def efficiency_rows(
     for allocation in rows:
         request = allocation.request
         if group_by == "request":
-            key, label = request.pk, {"request_id": request.pk, "request": str(request)}
+            key = request.pk
+            label = {
+                "request_id": request.pk,
+                "request": request.label,
+                "project_id": request.project_id,
+                "project": request.project.name,
+            }
         elif group_by == "project":
             key = request.project_id
             label = {"project_id": request.project_id, "project": request.project.name}

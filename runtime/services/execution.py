@@ -46,6 +46,7 @@ from scheduling.choices import SHARING_MODE_OF_FLAVOR_KIND, DeviceAllocation, Re
 from scheduling.models import Allocation, Cluster, GpuRequest, NodePool, ReclaimPolicy
 from scheduling.sealing import SealError, unseal
 from scheduling.services.lifecycle import end_allocation, record_request_event, transition
+from scheduling.services.notifications import announce_finish
 
 log = logging.getLogger(__name__)
 
@@ -416,11 +417,13 @@ def apply_workload_status(request: GpuRequest, status: WorkloadStatus) -> str | 
                 allocation = end_allocation(request, reason=status.phase)
                 if allocation is not None and status.finished_at:
                     Allocation.objects.filter(pk=allocation.pk).update(ended_at=status.finished_at)
+                announce_finish(request)
                 return target
         if status.phase == "missing" and request.status == RequestStatus.RUNNING:
             reason = "The workload disappeared from the cluster."
             if transition(request, RequestStatus.FAILED, actor=None, reason=reason):
                 end_allocation(request, reason="workload missing")
+                announce_finish(request)
                 return RequestStatus.FAILED
     return None
 

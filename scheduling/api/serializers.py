@@ -22,6 +22,7 @@ from scheduling.models import (
 )
 from scheduling.selectors.connect import connect_url, current_allocation
 from scheduling.services.blockers import shown_blocker
+from scheduling.services.requests import BLANK_NAME
 from tenants.api.base import ScopedPrimaryKeyRelatedField
 from tenants.models import Project, Team
 
@@ -304,7 +305,9 @@ class GpuRequestSerializer(serializers.ModelSerializer):
     team: serializers.PrimaryKeyRelatedField[Any] = serializers.PrimaryKeyRelatedField(
         read_only=True
     )
-    name = serializers.CharField(max_length=80, required=False, allow_blank=True, default="")
+    name = serializers.CharField(
+        max_length=80, required=False, error_messages={"blank": BLANK_NAME}
+    )
     gpu_count = serializers.IntegerField(min_value=1, max_value=1024)
     kind = serializers.ChoiceField(choices=WorkloadKind.choices, default=WorkloadKind.JOB)
     image = serializers.CharField(max_length=255)

@@ -141,6 +141,11 @@ class GpuRequest(models.Model):
     def __str__(self) -> str:
         return f"request {self.pk} ({self.flavor} × {self.gpu_count})"
 
+    @property
+    def label(self) -> str:
+        """How people call the request: its name and number ("resnet sweep 3 (#1025)")."""
+        return f"{self.name} (#{self.pk})" if self.name else f"request #{self.pk}"
+
     def as_audit_data(self) -> dict[str, Any]:
         return {"status": self.status, "flavor": self.flavor_id, "gpu_count": self.gpu_count}
 

@@ -61,9 +61,17 @@ def connectable_request(user: Any, request_id: int) -> GpuRequest | None:
     )
 
 
+# A request in these states waits for a placement: an allocation of its attempt number is the
+# earlier attempt's (it was preempted or requeued), not where it runs.
+WAITING_AGAIN = frozenset({RequestStatus.APPROVED, RequestStatus.QUEUED})
+
+
 def current_allocation(gpu_request: GpuRequest) -> Allocation | None:
     """The allocation of the request's current attempt: from `observed_allocations` when the
-    view prefetched it, else one query."""
+    view prefetched it, else one query. None while the request waits to be placed again: the
+    node and pods of an earlier attempt are not where it is."""
+    if gpu_request.status in WAITING_AGAIN:
+        return None
     prefetched = getattr(gpu_request, "observed_allocations", None)
     if prefetched is not None:
         return next((a for a in prefetched if a.attempt == gpu_request.attempt), None)

@@ -50,14 +50,41 @@ class Series:
     allocated: list[float]
     activity: list[float | None]
 
-    def as_chart(self, title: str) -> dict[str, Any]:
+    def as_chart(self, title: str, *, capacity: float | None = None) -> dict[str, Any]:
+        """Two axes, each with its unit: GPU-equivalents on the left (up to `capacity`, the
+        GPUs there are), activity in percent on the right (0–100)."""
+        ge_axis: dict[str, Any] = {
+            "position": "left",
+            "beginAtZero": True,
+            "title": {"display": True, "text": "GPU-equivalents allocated (peak in the hour)"},
+        }
+        if capacity:
+            ge_axis["suggestedMax"] = capacity
         return {
             "type": "line",
             "labels": self.labels,
             "datasets": [
-                {"label": f"{title}: allocated GPU-equivalents", "data": self.allocated},
-                {"label": f"{title}: GPU activity %", "data": self.activity},
+                {
+                    "label": f"{title}: allocated GPU-equivalents",
+                    "data": self.allocated,
+                    "yAxisID": "ge",
+                },
+                {
+                    "label": f"{title}: GPU activity % of held GPUs",
+                    "data": self.activity,
+                    "yAxisID": "percent",
+                },
             ],
+            "scales": {
+                "ge": ge_axis,
+                "percent": {
+                    "position": "right",
+                    "min": 0,
+                    "max": 100,
+                    "title": {"display": True, "text": "GPU activity % (of held GPUs)"},
+                    "grid": {"drawOnChartArea": False},
+                },
+            },
         }
 
 
@@ -66,25 +93,40 @@ def _hours(now: datetime) -> list[datetime]:
     return [first + timedelta(hours=i) for i in range(int(WINDOW.total_seconds() // 3600) + 1)]
 
 
+def _held_hours(allocation: Allocation, start: datetime, end: datetime, now: datetime) -> float:
+    """How many hours of [start, end) the allocation ran (its end: ended_at, else now)."""
+    if allocation.started_at is None:
+        return 0.0
+    stop = min(end, allocation.ended_at or now, now)
+    return max((stop - max(start, allocation.started_at)).total_seconds(), 0.0) / 3600
+
+
+def _peak_held(
+    allocations: list[Allocation], share: dict[int, float], start: datetime, end: datetime
+) -> float:
+    """The most GPU-equivalents held at any one moment of [start, end): two jobs one after the
+    other on a card make 1, not 2, so the figure never passes the GPUs there are."""
+    changes: list[tuple[datetime, int, float]] = []
+    for a in allocations:
+        if a.started_at is None or a.started_at >= end or (a.ended_at and a.ended_at <= start):
+            continue
+        changes.append((max(a.started_at, start), 1, share[a.pk]))
+        if a.ended_at is not None and a.ended_at < end:
+            changes.append((a.ended_at, 0, -share[a.pk]))  # an end sorts before a start
+    held = peak = 0.0
+    for _, _, delta in sorted(changes):
+        held += delta
+        peak = max(peak, held)
+    return peak
+
+
 def _series(allocations: list[Allocation], share: dict[int, float], now: datetime) -> Series:
-    """1. Allocated per hour: the share of each allocation running during that hour.
+    """1. Allocated per hour: the peak GPU-equivalents held at once during that hour.
     2. Activity per hour: mean of the samples of those allocations, from one grouped query."""
     hours = _hours(now)
-    allocated = []
-    for hour in hours:
-        end = hour + timedelta(hours=1)
-        allocated.append(
-            round(
-                sum(
-                    share[a.pk]
-                    for a in allocations
-                    if a.started_at
-                    and a.started_at < end
-                    and (a.ended_at is None or a.ended_at > hour)
-                ),
-                3,
-            )
-        )
+    allocated = [
+        round(_peak_held(allocations, share, hour, hour + timedelta(hours=1)), 3) for hour in hours
+    ]
     means = dict(
         UtilisationSample.objects.filter(
             allocation__in=[a.pk for a in allocations], sampled_at__gte=hours[0]
@@ -184,7 +226,8 @@ class GpuRow:
     device: GpuDevice
     holders: list[tuple[Allocation, float]]  # live allocations on it and their share
     activity_percent: float | None  # latest sample of its holders
-    window_activity_percent: float | None  # mean over the window
+    # Mean activity while held in the window, weighted by GPU-hours held (free time not counted)
+    window_activity_percent: float | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,13 +270,22 @@ def node_detail(*, node: Node, now: datetime | None = None) -> NodeDetail:
         everyone = on_device.get(device.index, [])
         holders = [(a, s) for a, s in everyone if a.ended_at is None]
         busy = [latest[a.pk] for a, _ in holders if a.pk in latest]
-        seen = [window_means[a.pk] for a, _ in everyone if a.pk in window_means]
+        # As finance's efficiency: each measured allocation weighted by the GPU-hours it held
+        # this card in the window; hours the card was free are not counted as idle.
+        weights = [
+            (s * _held_hours(a, now - WINDOW, now, now), window_means[a.pk])
+            for a, s in everyone
+            if a.pk in window_means
+        ]
+        held = sum(weight for weight, _ in weights)
         rows.append(
             GpuRow(
                 device=device,
                 holders=holders,
                 activity_percent=round(sum(busy) / len(busy), 1) if busy else None,
-                window_activity_percent=round(sum(seen) / len(seen), 1) if seen else None,
+                window_activity_percent=(
+                    round(sum(w * mean for w, mean in weights) / held, 1) if held else None
+                ),
             )
         )
     return NodeDetail(node=node, gpus=rows, series=_series(allocations, share, now))

@@ -40,7 +40,7 @@ from scheduling.selectors.scheduler_modes import flavor_pools_in, handed_to_kueu
 from scheduling.selectors.snapshot import build_snapshot, claims_as_json, ready_queue
 from scheduling.services.blockers import record_blockers
 from scheduling.services.lifecycle import Move, transition_each, transition_many
-from scheduling.services.notifications import notify
+from scheduling.services.notifications import notify_each
 
 log = logging.getLogger(__name__)
 
@@ -444,14 +444,25 @@ def _preempt(preemptions: tuple[engine.Preemption, ...]) -> list[tuple[int, int]
         Allocation.objects.filter(pk__in=ended[start : start + 500], ended_at__isnull=True).update(
             ended_at=now, end_reason="preempted"
         )
-    for request in moved:
-        if request.status == RequestStatus.FAILED:
-            notify(
-                users=[request.owner],
-                subject=f"GPU request {request.pk} was preempted and not requeued",
-                body=request.status_reason + " Submit it again to run it.",
-                event={"type": "request.preempted_final", "request": request.pk},
+    # 4. Tell each owner, in one statement for all of them.
+    notify_each(
+        [
+            (
+                [request.owner],
+                f"GPU request {request.label} was preempted and not requeued",
+                request.status_reason + " Submit it again to run it.",
+                {"type": "request.preempted_final", "request": request.pk},
             )
+            if request.status == RequestStatus.FAILED
+            else (
+                [request.owner],
+                f"GPU request {request.label} was preempted and is queued again",
+                f"{reason_of[request.pk].rstrip('.')}. It runs again when placed.",
+                {"type": "request.preempted", "request": request.pk},
+            )
+            for request in moved
+        ]
+    )
     attempts = {request.pk: allocation_of[request.pk].attempt for request in moved}
     return [(pk, attempts[pk]) for pk in reason_of if pk in attempts]
 

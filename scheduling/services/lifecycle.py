@@ -19,6 +19,7 @@ from django.utils import timezone
 
 from scheduling.choices import FINISHED_STATUSES, TRANSITIONS, RequestStatus
 from scheduling.models import Allocation, GpuRequest
+from scheduling.services.notifications import settle_approval_notices
 from tenants.errors import ConflictError
 from tenants.models import AuditEvent
 from tenants.services import record_audit_event
@@ -71,6 +72,8 @@ def transition_through(request: GpuRequest, moves: Sequence[Move], **fields: Any
     for field, value in changes.items():
         setattr(request, field, value)
     AuditEvent.objects.bulk_create(_move_events(request, current, moves))
+    if current == RequestStatus.PENDING_APPROVAL:
+        settle_approval_notices(request_id=request.pk)
     return True
 
 

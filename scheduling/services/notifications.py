@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from django.conf import settings
 from django.urls import reverse
 
 from scheduling import dispatch
+from scheduling.choices import RequestStatus
+from scheduling.models import GpuRequest
 from tenants.choices import NotificationKind
 from tenants.selectors import active_webhook_ids
-from tenants.services.notifications import deliver_notifications
+from tenants.services.notifications import (
+    Notice,
+    deliver_notices,
+    deliver_notifications,
+    mark_notifications_read_for_all,
+)
 
 # Event types by the inbox kind they show as; any other type is a request update.
 KIND_OF_EVENT = {
@@ -24,9 +31,10 @@ KIND_OF_EVENT = {
     "reclaim.timeout_warning": NotificationKind.WARNING,
     "budget.alert": NotificationKind.BUDGET,
 }
+APPROVAL_ASKED = "request.pending_approval"
 # Events that ask a lead to decide: their notification opens the approvals inbox.
 LEAD_DECISIONS = {
-    "request.pending_approval",
+    APPROVAL_ASKED,
     "request.asked_extension",
     "request.asked_idle_exemption",
 }
@@ -50,19 +58,84 @@ def notify(*, users: Iterable[Any], subject: str, body: str, event: dict[str, An
         body=body,
         url=link,
     )
-    recipients = sorted({user.email for user in users if getattr(user, "email", "")})
-    if recipients:
-        dispatch.request_notification(recipients, subject, body, event)
+    _send_out(users, subject, body, event, link=link, webhooks=_webhooks())
+
+
+def _webhooks() -> list[int | None]:
+    """Every active webhook, and None for the one of the NOTIFICATION_WEBHOOK_URL setting."""
     webhooks: list[int | None] = [*active_webhook_ids()]
     if settings.NOTIFICATION_WEBHOOK_URL:
         webhooks.append(None)
+    return webhooks
+
+
+def _send_out(
+    users: Sequence[Any],
+    subject: str,
+    body: str,
+    event: dict[str, Any],
+    *,
+    link: str,
+    webhooks: Sequence[int | None],
+) -> None:
+    """Queue the email (when someone has an address) and one message per webhook."""
+    recipients = sorted({user.email for user in users if getattr(user, "email", "")})
+    if recipients:
+        dispatch.request_notification(recipients, subject, body, event)
     absolute_link = f"{settings.PORTAL_URL}{link}" if settings.PORTAL_URL and link else ""
     for webhook_id in webhooks:
         dispatch.request_webhook(webhook_id, subject, body, absolute_link, event)
 
 
+def notify_each(messages: Sequence[tuple[Sequence[Any], str, str, dict[str, Any]]]) -> None:
+    """`notify` for many messages at once, (users, subject, body, event) each: their inbox
+    notifications in one statement, whatever their number; email and webhook as `notify`."""
+    deliver_notices(
+        notices=[
+            Notice(
+                users=users,
+                kind=KIND_OF_EVENT.get(str(event.get("type", "")), NotificationKind.UPDATE),
+                event_type=str(event.get("type", "")),
+                subject=subject,
+                body=body,
+                url=_link(event),
+            )
+            for users, subject, body, event in messages
+        ]
+    )
+    webhooks = _webhooks()
+    for users, subject, body, event in messages:
+        _send_out(list(users), subject, body, event, link=_link(event), webhooks=webhooks)
+
+
+def announce_finish(request: GpuRequest) -> None:
+    """Tell the owner that their work ended on its own: it finished, or it failed and why."""
+    word = "finished" if request.status == RequestStatus.SUCCEEDED else request.status
+    notify(
+        users=[request.owner],
+        subject=f"GPU request {request.label} {word}",
+        body=request.status_reason,
+        event={"type": f"request.{request.status}", "request": request.pk},
+    )
+
+
+def settle_approval_notices(*, request_id: int) -> int:
+    """The request was decided (approved, rejected, cancelled, expired), by anyone: every lead's
+    "needs your approval" notice of it is marked read. How many were."""
+    return mark_notifications_read_for_all(
+        event_type=APPROVAL_ASKED, url=approval_link(request_id=request_id)
+    )
+
+
+def approval_link(*, request_id: int) -> str:
+    """The request's row in the approvals inbox."""
+    return f"{reverse('approvals-page')}#inbox-approval-{request_id}"
+
+
 def _link(event: dict[str, Any]) -> str:
     """The portal page a notification opens: the decision, the request or the budgets."""
+    if event.get("type") == APPROVAL_ASKED and event.get("request"):
+        return approval_link(request_id=int(event["request"]))
     if event.get("type") in LEAD_DECISIONS:
         return reverse("approvals-page")
     if event.get("request"):

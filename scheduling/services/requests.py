@@ -62,6 +62,7 @@ IMAGE_REFERENCE = re.compile(
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
 MAX_COMMAND_ARGS = 256
 MAX_ENV_VARS = 128
+BLANK_NAME = "A request's name cannot be blank: give it a short label, such as resnet sweep 3."
 
 
 def _validate_workload(
@@ -295,6 +296,8 @@ def submit_gpu_request(
     scope = scope_of(actor)
     if not (scope.is_member_of(project.team_id) or scope.is_platform_admin):
         raise ForbiddenError("forbidden", "Only members of the project's team may request GPUs.")
+    if name and not name.strip():
+        raise invalid_field("name", BLANK_NAME)
     command = command or []
     env = env or {}
     tier = flavor.pool.tier

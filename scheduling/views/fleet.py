@@ -59,5 +59,5 @@ def fleet_node(request: HttpRequest, pk: int) -> HttpResponse:
     return render(
         request,
         "scheduling/fleet_node.html",
-        {"detail": detail, "chart": detail.series.as_chart(node.name)},
+        {"detail": detail, "chart": detail.series.as_chart(node.name, capacity=len(detail.gpus))},
     )

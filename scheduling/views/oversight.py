@@ -18,7 +18,7 @@ from scheduling.models import Flavor
 from scheduling.selectors import quota_rows
 from tenants.errors import DomainError
 from tenants.models import AuditEvent, Project, scope_of
-from tenants.selectors import filter_audit_events
+from tenants.selectors import audit_rows, filter_audit_events
 
 
 @login_required
@@ -77,6 +77,7 @@ def audit_log(request: HttpRequest) -> HttpResponse:
         AuditEvent.objects.visible_to(request.user).select_related("actor", "team"), **filters
     )
     page = Paginator(events, 50).get_page(request.GET.get("page"))
+    rows = audit_rows(page.object_list)
     visible = AuditEvent.objects.visible_to(request.user).order_by()
     choices = {
         "target_types": sorted(set(visible.values_list("target_type", flat=True).distinct())),
@@ -88,5 +89,5 @@ def audit_log(request: HttpRequest) -> HttpResponse:
     return render(
         request,
         "scheduling/audit.html",
-        {"page": page, "filters": filters, "query": query, **choices},
+        {"page": page, "rows": rows, "filters": filters, "query": query, **choices},
     )

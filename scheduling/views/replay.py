@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from django import forms
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied
-from django.http import HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.utils import timezone
 from django.views.decorators.http import require_http_methods
@@ -49,7 +48,7 @@ class ReplayForm(forms.Form):
 def policy_replay(request: HttpRequest) -> HttpResponse:
     """Platform admins: the replay form, and the comparison once it ran."""
     if not scope_of(request.user).is_platform_admin:
-        raise PermissionDenied
+        raise Http404
     form = ReplayForm(request.POST or None)
     context: dict[str, object] = {"form": form, "example": POLICY_EXAMPLE}
     if request.method == "POST" and form.is_valid():

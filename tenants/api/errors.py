@@ -15,7 +15,7 @@ from rest_framework.response import Response
 from rest_framework.serializers import as_serializer_error
 from rest_framework.views import exception_handler
 
-from tenants.errors import DomainError
+from tenants.errors import DomainError, fields_message
 
 
 def error_body(code: str, message: str, fields: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -51,7 +51,7 @@ def portal_exception_handler(exc: Exception, context: dict[str, Any]) -> Respons
         non_field = fields.pop("non_field_errors", None) if isinstance(fields, dict) else None
         if isinstance(exc.detail, list):
             non_field = _flatten(exc.detail)
-        message = str(non_field) if non_field else "Invalid input: see the fields."
+        message = str(non_field) if non_field else fields_message(fields)
         response.data = error_body("invalid", message, fields)
     else:
         codes = exc.get_codes()

@@ -6,7 +6,8 @@ only stores and reads them. A notification belongs to its recipient alone.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from django.utils import timezone
@@ -14,21 +15,39 @@ from django.utils import timezone
 from tenants.models import Notification
 
 
+@dataclass(frozen=True, slots=True)
+class Notice:
+    """One message for some users, before it becomes a notification per recipient."""
+
+    users: Sequence[Any]
+    kind: str
+    event_type: str
+    subject: str
+    body: str
+    url: str = ""
+
+
 def deliver_notifications(
     *, users: Iterable[Any], kind: str, event_type: str, subject: str, body: str, url: str = ""
 ) -> list[Notification]:
     """One unread notification per distinct recipient, inserted in one statement."""
-    recipients = {user.pk: user for user in users if getattr(user, "pk", None)}
+    notice = Notice(list(users), kind, event_type, subject, body, url)
+    return deliver_notices(notices=[notice])
+
+
+def deliver_notices(*, notices: Iterable[Notice]) -> list[Notification]:
+    """Each notice to each of its distinct recipients, all inserted in one statement."""
     rows = [
         Notification(
             recipient=user,
-            kind=kind,
-            event_type=event_type[:60],
-            subject=subject[:200],
-            body=body,
-            url=url,
+            kind=notice.kind,
+            event_type=notice.event_type[:60],
+            subject=notice.subject[:200],
+            body=notice.body,
+            url=notice.url,
         )
-        for user in recipients.values()
+        for notice in notices
+        for user in {user.pk: user for user in notice.users if getattr(user, "pk", None)}.values()
     ]
     return Notification.objects.bulk_create(rows)
 
@@ -41,6 +60,13 @@ def mark_notifications_read(*, user: Any, ids: Iterable[int] | None = None) -> i
     unread = Notification.objects.visible_to(user).filter(read_at__isnull=True)
     if ids is not None:
         unread = unread.filter(pk__in=list(ids))
+    return unread.update(read_at=timezone.now())
+
+
+def mark_notifications_read_for_all(*, event_type: str, url: str) -> int:
+    """Mark read, whoever received them, the unread notifications of one event and link: what
+    they asked of their recipients is settled. Returns how many."""
+    unread = Notification.objects.filter(event_type=event_type, url=url, read_at__isnull=True)
     return unread.update(read_at=timezone.now())
 
 

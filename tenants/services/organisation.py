@@ -9,7 +9,7 @@ from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
 from django.db import IntegrityError, models, transaction
 
 from tenants.choices import ORGANISATION_ROLES, TEAM_ROLES, Role
-from tenants.errors import ConflictError, DomainError, ForbiddenError
+from tenants.errors import ConflictError, DomainError, ForbiddenError, fields_message
 from tenants.models import AuditEvent, Membership, Project, Team, scope_of
 
 
@@ -31,7 +31,8 @@ def record_audit_event(
     event = AuditEvent(
         actor=actor if actor is not None and getattr(actor, "pk", None) else None,
         action=action,
-        target_type=type(target).__name__,
+        # `__class__`, not `type()`: a page's `request.user` is a lazy proxy of the User.
+        target_type=target.__class__.__name__,
         target_id=str(getattr(target, "pk", "") or ""),
         team=team,
         project=project,
@@ -89,8 +90,7 @@ def validation_error(error: ValidationError) -> DomainError:
         if name != NON_FIELD_ERRORS
     }
     general = " ".join(str(text) for text in messages.get(NON_FIELD_ERRORS, []))
-    first = general or next(iter(fields.values()), "")
-    return DomainError("invalid", first or "Invalid input: see the fields.", fields=fields)
+    return DomainError("invalid", general or fields_message(fields), fields=fields)
 
 
 def save_valid(instance: models.Model) -> None:

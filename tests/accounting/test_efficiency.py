@@ -157,3 +157,19 @@ def test_efficiency_report_query_count_stays_flat_as_runs_grow(
     add_runs(8)
     with django_assert_max_num_queries(len(few.captured_queries)):
         assert len(efficiency_rows(user=org.finance, group_by=group_by)) >= 1
+
+
+def test_the_home_page_names_requests_and_their_projects(org: Org, runs: dict[str, Any]) -> None:
+    done = runs["done"]
+    done.name = "resnet sweep"
+    done.save(update_fields=["name"])
+    client = Client()
+    client.force_login(org.dev_a)
+    page = client.get(reverse("home"))
+    table = page.content.decode().split('data-testid="efficiency-table"')[1].split("</table>")[0]
+    row = table.split("<tbody>")[1].split("</tr>")[0]
+    cells = [cell.split("</td>")[0] for cell in row.split("<td")[1:]]
+    assert "resnet sweep (#" in cells[0] and cells[1].endswith(f">{org.project_a.name}")
+    assert "×" not in table  # no "request 1025 (A100-80G whole × 4)" in a column of names
+    chart = page.context["dashboard"]["efficiency_chart"]
+    assert chart["labels"] == [f"resnet sweep (#{done.pk})"]

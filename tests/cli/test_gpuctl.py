@@ -193,7 +193,7 @@ def test_errors_print_the_api_message_and_exit_non_zero(
     refused = gpuctl("submit", "-f", write(tmp_path / "long.json", over_api))
     assert refused.returncode == 1
     assert refused.stderr.splitlines() == [
-        "Error: Invalid input: see the fields.",
+        "Error: max_runtime_seconds: Ensure this value is less than or equal to 7776000.",
         "  max_runtime_seconds: Ensure this value is less than or equal to 7776000.",
     ]
     assert not GpuRequest.objects.exists()

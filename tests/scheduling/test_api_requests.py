@@ -172,6 +172,8 @@ def test_high_priority_needs_the_lead(org: Org, fleet: Fleet) -> None:
         ({"max_runtime_seconds": 9 * 3600}, "max_runtime_seconds"),  # dev tier: 8 h
         ({"priority": "urgent"}, "priority"),
         ({"kind": "daemon"}, "kind"),
+        ({"name": ""}, "name"),
+        ({"name": "   "}, "name"),
     ],
 )
 def test_invalid_requests_are_400_naming_the_field(
@@ -180,7 +182,11 @@ def test_invalid_requests_are_400_naming_the_field(
     response = api_submit(
         org.dev_a, request_body(org.project_a, fleet.l4_12g, **overrides), status=400
     )
-    assert field in response.json()["error"]["fields"], response.json()
+    error = response.json()["error"]
+    assert field in error["fields"], error
+    # The message says what is wrong without reading `fields`: the field's name and why.
+    said = error["message"].startswith(f"{field}: ") or error["message"] == error["fields"][field]
+    assert said and "see the fields" not in error["message"], error
     assert not GpuRequest.objects.exists()
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from datetime import timedelta
 
 import pytest
 from django.test import Client
@@ -60,3 +61,45 @@ def test_only_platform_admins_drill_into_the_fleet(org: Org, fleet: Fleet, usern
     assert node is not None
     assert client.get(reverse("fleet-pool-page", args=[node.pool.slug])).status_code == 404
     assert client.get(reverse("fleet-node-page", args=[node.pk])).status_code == 404
+
+
+def test_a_node_chart_keeps_gpu_equivalents_and_percent_apart_and_within_the_node(
+    org: Org, fleet: Fleet
+) -> None:
+    """Two jobs one after the other on gpu0 in one hour hold one card, not two; the card's
+    48-hour mean weighs each job by the hours it held it, as finance's efficiency does."""
+    hour = timezone.now().replace(minute=0, second=0, microsecond=0) - timedelta(hours=1)
+    first = GpuRequestFactory.create(project=org.project_a, flavor=fleet.a100, to="running")
+    allocation = Allocation.objects.get(request=first)
+    node = Node.objects.get(name=allocation.claims[0]["node"])
+    claim = {**allocation.claims[0], "device_index": 0}
+    Allocation.objects.filter(pk=allocation.pk).update(
+        claims=[claim],
+        node_name=node.name,
+        started_at=hour - timedelta(hours=3),
+        ended_at=hour + timedelta(minutes=20),
+    )
+    second = GpuRequestFactory.create(project=org.project_a, flavor=fleet.a100, to="running")
+    later = Allocation.objects.get(request=second)
+    Allocation.objects.filter(pk=later.pk).update(
+        claims=[claim], node_name=node.name, started_at=hour + timedelta(minutes=30)
+    )
+    for held, percent in ((allocation, 90), (later, 10)):
+        UtilisationSample.objects.create(
+            allocation=held,
+            sampled_at=hour + timedelta(minutes=40 if held == later else 10),
+            activity_percent=percent,
+            memory_used_mib=1000,
+        )
+    page = login(org.admin).get(reverse("fleet-node-page", args=[node.pk]))
+    chart = page.context["chart"]
+    ge, percent = chart["datasets"]
+    assert (ge["yAxisID"], percent["yAxisID"]) == ("ge", "percent")
+    assert chart["scales"]["percent"]["max"] == 100
+    assert "GPU-equivalents" in chart["scales"]["ge"]["title"]["text"]
+    gpus = Node.objects.get(pk=node.pk).devices.count()
+    assert max(ge["data"]) <= gpus and max(ge["data"]) == 1.0  # one card, in turn
+    row = next(r for r in page.context["detail"].gpus if r.device.index == 0)
+    # 3 h 20 at 90 % and at most 1 h 30 at 10 %: weighted by hours held, not 50 % for two jobs.
+    assert row.window_activity_percent is not None and row.window_activity_percent > 60
+    assert 'data-testid="activity-method"' in page.content.decode()

@@ -48,7 +48,7 @@ def test_several_moves_are_one_update_and_each_is_audited(org: Org, fleet: Fleet
             approved_by=org.lead_a,
         )
     assert moved
-    updates = [query for query in captured if query["sql"].startswith("UPDATE")]
+    updates = [q for q in captured if q["sql"].startswith('UPDATE "scheduling_gpurequest"')]
     assert len(updates) == 1
 
     stored = GpuRequest.objects.get(pk=request.pk)

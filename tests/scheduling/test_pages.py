@@ -24,6 +24,7 @@ def login(username: str) -> Client:
 
 def form_data(org: Org, fleet: Fleet, **overrides: object) -> dict[str, object]:
     data: dict[str, object] = {
+        "name": "notebook",
         "project": org.project_a.pk,
         "flavor": fleet.l4_12g.pk,
         "gpu_count": 1,

@@ -82,6 +82,7 @@ def test_the_request_form_shows_the_refusal_on_the_flavor(
     client = Client()
     client.force_login(org.dev_b)
     data = {
+        "name": "notebook",
         "project": org.project_b.pk,
         "flavor": fleet.l4_12g.pk,
         "gpu_count": 1,

@@ -74,6 +74,7 @@ def test_the_request_form_takes_resources_home_volume_and_secret_env(
         actor=org.lead_a, project=org.project_a, name="hf", data={"token": VALUE}
     )
     form = {
+        "name": "notebook",
         "project": org.project_a.pk,
         "flavor": fleet.l4_6g.pk,
         "gpu_count": 1,
@@ -110,5 +111,5 @@ def test_an_admin_sets_a_teams_storage_quota_on_the_fleet_settings_pages(org: Or
     assert admin.post(edit, {"team": org.team_a.pk, "limit_gib": 300}).status_code == 302
     quota.refresh_from_db()
     assert quota.limit_gib == 300
-    assert client_of(org.lead_a).get(edit).status_code == 403
+    assert client_of(org.lead_a).get(edit).status_code == 404
     assert client_of(org.lead_b).get(edit).status_code == 404

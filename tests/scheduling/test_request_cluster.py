@@ -88,6 +88,7 @@ def test_the_form_takes_a_cluster_and_shows_its_refusal_on_the_field(
     _east_with_a100s(org, fleet)
     client = _client(org.dev_a)
     form = {
+        "name": "notebook",
         "project": org.project_a.pk,
         "flavor": fleet.l4_12g.pk,
         "gpu_count": 1,

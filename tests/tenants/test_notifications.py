@@ -58,7 +58,7 @@ def test_a_request_waiting_for_approval_tells_the_lead_and_the_answer_tells_the_
 
     asked = Notification.objects.get(recipient=org.lead_a)
     assert asked.kind == NotificationKind.APPROVAL
-    assert asked.url == reverse("approvals-page")
+    assert asked.url == reverse("approvals-page") + f"#inbox-approval-{request.pk}"
     assert not Notification.objects.filter(recipient__in=[org.lead_b, org.dev_b]).exists()
 
     services.approve_gpu_request(actor=org.lead_a, request=request)

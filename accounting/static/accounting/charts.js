@@ -17,7 +17,9 @@
         options: {
           responsive: true,
           animation: false,
-          scales: { x: { stacked: stacked }, y: { stacked: stacked, beginAtZero: true } }
+          // A chart of two units names its own axes (`scales`); others share one y axis.
+          scales: spec.scales ||
+            { x: { stacked: stacked }, y: { stacked: stacked, beginAtZero: true } }
         }
       });
     });
