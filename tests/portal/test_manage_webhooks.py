@@ -72,7 +72,8 @@ def test_no_one_but_a_platform_admin_reaches_a_webhook(org: Org) -> None:
     webhook = Webhook.objects.create(name="Slack", url=SECRET_URL, payload_format="slack")
     for persona in ("lead_a", "dev_a", "finance"):
         client = _client(getattr(org, persona))
-        assert client.get(reverse("manage-webhooks")).status_code == 404  # admin-only pages are not there for others
+        # Admin-only pages are not there for anyone else (404), as every manage page.
+        assert client.get(reverse("manage-webhooks")).status_code == 404
         for route in ("manage-webhooks-edit", "manage-webhooks-delete"):
             url = reverse(route, kwargs={"pk": webhook.pk})
             assert client.get(url).status_code == 404, (persona, route)
