@@ -57,6 +57,8 @@ class World:
         """An object of `model` that B's lead sees and A's people do not (None: shared catalog)."""
         if model is AuthToken:
             return self.b_token
+        if model._meta.label in ADMIN_ONLY:
+            return ADMIN_ONLY[model._meta.label](self)
         queryset = model._default_manager.all()
         assert isinstance(queryset, ScopedQuerySet), f"{model.__name__} has no visible_to()"
         seen_by_a = set(queryset.visible_to(self.org.lead_a).values_list("pk", flat=True))
@@ -140,6 +142,18 @@ def _b_project_data(world: World) -> None:
     ProjectWorkspace.objects.get_or_create(project=world.org.project_b, defaults={"size_gib": 5})
     ProjectSecret.objects.get_or_create(project=world.org.project_b, name="canary-team")
 
+
+def _admin_webhook(world: World) -> models.Model:
+    from tenants.models import Webhook
+
+    webhook, _ = Webhook.objects.get_or_create(
+        name="canary-team", defaults={"url": "https://hooks.example.net/canary"}
+    )
+    return webhook
+
+
+# Objects only platform admins see (a webhook's URL is a credential): every team's people get 404.
+ADMIN_ONLY = {"tenants.Webhook": _admin_webhook}
 
 # Team B's object for a model the world fixture does not create by itself: a new tenant-owned
 # model whose route the walk reports as "shared" gets its factory here.
