@@ -20,12 +20,12 @@ from scheduling.models import (
     VolumeAccessMode,
 )
 from scheduling.services import project_data as services
-from tenants.api.base import ScopedModelViewSet, ScopedPrimaryKeyRelatedField
+from tenants.api.base import FixedOnceCreatedMixin, ScopedModelViewSet, ScopedPrimaryKeyRelatedField
 from tenants.api.permissions import PlatformAdminWrites
 from tenants.models import Project, Team
 
 
-class StorageQuotaSerializer(serializers.ModelSerializer):
+class StorageQuotaSerializer(FixedOnceCreatedMixin, serializers.ModelSerializer):
     """How many GiB a team's workspaces and home volumes may claim, and how many they do."""
 
     team = ScopedPrimaryKeyRelatedField(queryset=Team.objects.all())
@@ -37,10 +37,7 @@ class StorageQuotaSerializer(serializers.ModelSerializer):
         fields = ["id", "team", "limit_gib", "used_gib", "updated_at"]
         read_only_fields = ["id", "used_gib", "updated_at"]
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        if self.instance is not None and not isinstance(self.instance, list | tuple):
-            self.fields["team"].read_only = True
+    fixed_once_created = ("team",)
 
     @extend_schema_field(serializers.IntegerField())
     def get_used_gib(self, quota: StorageQuota) -> int:

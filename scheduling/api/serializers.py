@@ -22,13 +22,18 @@ from scheduling.models import (
 )
 from scheduling.selectors.connect import connect_url, current_allocation
 from scheduling.services.blockers import shown_blocker
-from tenants.api.base import ScopedPrimaryKeyRelatedField
+from tenants.api.base import (
+    FixedOnceCreatedMixin,
+    JsonBooleanField,
+    JsonListRelatedMixin,
+    ScopedPrimaryKeyRelatedField,
+)
 from tenants.models import Project, Team
 
 SLUG_PATTERN = re.compile(r"[-a-zA-Z0-9_]+")
 
 
-class SlugReferenceField(serializers.SlugRelatedField):
+class SlugReferenceField(JsonListRelatedMixin, serializers.SlugRelatedField):
     """An object named by its slug; text that cannot be a slug (control characters, say) does
     not exist either, and is refused before it reaches the database."""
 
@@ -67,7 +72,7 @@ class TierSerializer(serializers.ModelSerializer):
 
 
 class NodePoolSerializer(serializers.ModelSerializer):
-    tier: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
+    tier: serializers.SlugRelatedField[Any] = SlugReferenceField(
         slug_field="slug", queryset=Tier.objects.all()
     )
     cluster = SlugReferenceField(
@@ -108,7 +113,7 @@ class NodePoolSerializer(serializers.ModelSerializer):
 
 
 class FlavorSerializer(serializers.ModelSerializer):
-    pool: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
+    pool: serializers.SlugRelatedField[Any] = SlugReferenceField(
         slug_field="slug", queryset=NodePool.objects.all()
     )
     other_pools = SlugReferenceField(
@@ -145,17 +150,13 @@ class FlavorSerializer(serializers.ModelSerializer):
         read_only_fields = ["id", "tier", "resource_names"]
 
 
-class TierRuleSerializer(serializers.ModelSerializer):
+class TierRuleSerializer(FixedOnceCreatedMixin, serializers.ModelSerializer):
     """A rule that belongs to one tier: the tier is named by slug and fixed once created."""
 
-    tier: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
+    tier: serializers.SlugRelatedField[Any] = SlugReferenceField(
         slug_field="slug", queryset=Tier.objects.all()
     )
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        if self.instance is not None and not isinstance(self.instance, list | tuple):
-            self.fields["tier"].read_only = True
+    fixed_once_created = ("tier",)
 
     def validate_tier(self, tier: Tier) -> Tier:
         if self.Meta.model.objects.filter(tier=tier).exists():  # type: ignore[attr-defined]
@@ -196,7 +197,7 @@ class ReclaimPolicySerializer(TierRuleSerializer):
         read_only_fields = ["id"]
 
 
-class QuotaSerializer(serializers.ModelSerializer):
+class QuotaSerializer(FixedOnceCreatedMixin, serializers.ModelSerializer):
     team = ScopedPrimaryKeyRelatedField(queryset=Team.objects.all())
     project = ScopedPrimaryKeyRelatedField(
         queryset=Project.objects.all(), allow_null=True, required=False, default=None
@@ -212,11 +213,7 @@ class QuotaSerializer(serializers.ModelSerializer):
         read_only_fields = ["id", "used", "updated_at"]
         validators: list[Any] = []
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        if self.instance is not None and not isinstance(self.instance, list | tuple):
-            for field in ("team", "project", "flavor"):
-                self.fields[field].read_only = True
+    fixed_once_created = ("team", "project", "flavor")
 
     def get_used(self, quota: Quota) -> int:
         used: dict[tuple[int, int | None, int], int] = self.context.get("used_units", {})
@@ -316,8 +313,8 @@ class GpuRequestSerializer(serializers.ModelSerializer):
     )
     max_runtime_seconds = serializers.IntegerField(min_value=60, max_value=90 * 24 * 3600)
     priority = serializers.ChoiceField(choices=Priority.choices, default=Priority.NORMAL)
-    is_preemptible = serializers.BooleanField(default=False)
-    allow_shared_node = serializers.BooleanField(default=True)
+    is_preemptible = JsonBooleanField(default=False)
+    allow_shared_node = JsonBooleanField(default=True)
     reason = serializers.CharField(max_length=2000, required=False, allow_blank=True, default="")
     gpu_memory_mib = serializers.IntegerField(
         min_value=1, max_value=1_048_576, required=False, allow_null=True, default=None
@@ -349,7 +346,7 @@ class GpuRequestSerializer(serializers.ModelSerializer):
         default=None,
         help_text="Size of /dev/shm (memory-backed, counted in memory); null: the flavor's.",
     )
-    home_volume = serializers.BooleanField(
+    home_volume = JsonBooleanField(
         default=False, help_text="Mount the owner's home volume of the project (notebooks)."
     )
     secret_env = SecretEnvSerializer(
@@ -439,7 +436,7 @@ class WhatIfSerializer(serializers.Serializer):
     wait_seconds = serializers.FloatField(allow_null=True)
 
 
-class RequestTemplateSerializer(serializers.ModelSerializer):
+class RequestTemplateSerializer(FixedOnceCreatedMixin, serializers.ModelSerializer):
     """A saved request body: the caller's own, or (`is_shared`) the whole team's."""
 
     team = ScopedPrimaryKeyRelatedField(queryset=Team.objects.all())
@@ -491,10 +488,7 @@ class RequestTemplateSerializer(serializers.ModelSerializer):
         ]
         read_only_fields = ["id", "owner", "created_at", "updated_at"]
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        if self.instance is not None and not isinstance(self.instance, list | tuple):
-            self.fields["team"].read_only = True
+    fixed_once_created = ("team",)
 
 
 class DecisionSerializer(serializers.Serializer):

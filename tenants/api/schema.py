@@ -14,6 +14,8 @@ from typing import Any
 from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.plumbing import ComponentRegistry, ResolvedComponent
 
+from tenants.api.base import FixedOnceCreatedMixin
+
 ERROR_SCHEMA: dict[str, Any] = {
     "type": "object",
     "description": "The one error shape of the API.",
@@ -80,6 +82,13 @@ class PortalAutoSchema(AutoSchema):
                 response["headers"] = RETRY_AFTER
             responses.setdefault(str(status), response)
         return operation
+
+    def get_request_serializer(self) -> Any:
+        """The request body; a PATCH leaves out the fields fixed once created."""
+        serializer = super().get_request_serializer()
+        if self.method == "PATCH" and isinstance(serializer, FixedOnceCreatedMixin):
+            serializer.fix_once_created()  # a fresh instance, made for this operation
+        return serializer
 
     def error_statuses(self, operation: dict[str, Any]) -> list[int]:
         """Which errors this operation can answer, from what it takes and what guards it.

@@ -5,7 +5,7 @@ from typing import Any
 from django.contrib.auth import authenticate, get_user_model
 from rest_framework import serializers
 
-from tenants.api.base import ScopedPrimaryKeyRelatedField
+from tenants.api.base import FixedOnceCreatedMixin, ScopedPrimaryKeyRelatedField
 from tenants.choices import Role
 from tenants.models import AuditEvent, Membership, Notification, Project, Team
 
@@ -50,7 +50,7 @@ class TextSlugRelatedField(serializers.SlugRelatedField):
         return super().to_internal_value(data)
 
 
-class MembershipSerializer(serializers.ModelSerializer):
+class MembershipSerializer(FixedOnceCreatedMixin, serializers.ModelSerializer):
     user = TextSlugRelatedField(
         slug_field="username", queryset=get_user_model().objects.filter(is_active=True)
     )
@@ -65,12 +65,7 @@ class MembershipSerializer(serializers.ModelSerializer):
         read_only_fields = ["id", "created_at"]
         validators: list[Any] = []
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        if self.instance is not None:
-            # Who and where are fixed once granted; only the role changes.
-            self.fields["user"].read_only = True
-            self.fields["team"].read_only = True
+    fixed_once_created = ("user", "team")  # who and where; only the role changes
 
 
 class TokenRequestSerializer(serializers.Serializer):
@@ -120,7 +115,9 @@ class MeSerializer(serializers.Serializer):
 
 
 class AuditEventSerializer(serializers.ModelSerializer):
-    actor = serializers.CharField(source="actor.username", read_only=True, default=None)
+    actor = serializers.CharField(
+        source="actor.username", read_only=True, default=None, allow_null=True
+    )  # null: a decision the system took by itself
 
     class Meta:
         model = AuditEvent
