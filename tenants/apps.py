@@ -10,7 +10,11 @@ class TenantsConfig(AppConfig):
         from rest_framework import serializers
 
         from tenants import signals  # noqa: F401 — connects the audit and deactivation receivers
-        from tenants.api.base import JsonBooleanField
+        from tenants.api.base import JsonBooleanField, JsonCharField, JsonSlugField
 
-        # The API's booleans take JSON's true and false only (DRF also takes 0, 1, "yes", ...).
-        serializers.ModelSerializer.serializer_field_mapping[models.BooleanField] = JsonBooleanField
+        # The API takes JSON's types as the schema says them: DRF's model serializers would also
+        # take 0, 1 and "yes" for a boolean and a number for text.
+        mapping = serializers.ModelSerializer.serializer_field_mapping
+        mapping[models.BooleanField] = JsonBooleanField
+        mapping[models.CharField] = mapping[models.TextField] = JsonCharField
+        mapping[models.SlugField] = JsonSlugField

@@ -56,6 +56,13 @@ def _tail(request: Request) -> int:
     return min(int(raw), inspection.MAX_TAIL)
 
 
+def _follow(request: Request) -> bool:
+    raw = request.query_params.get("follow", "")
+    if raw not in ("", "0", "1", "false", "true"):
+        raise serializers.ValidationError({"follow": "true or false (1 or 0)."})
+    return raw in ("1", "true")
+
+
 class RequestLogsView(RequestInspectView):
     @extend_schema(
         parameters=[
@@ -73,7 +80,7 @@ class RequestLogsView(RequestInspectView):
         attempt has several pods. `follow=1` streams new lines until the work stops."""
         gpu_request = self.get_object()
         tail = _tail(request)
-        if request.query_params.get("follow") in ("1", "true", "yes"):
+        if _follow(request):
             response = StreamingHttpResponse(
                 inspection.follow_log(gpu_request, tail=tail), content_type="text/plain"
             )

@@ -74,6 +74,25 @@ class JsonBooleanField(serializers.BooleanField):
         raise AssertionError  # fail() raises
 
 
+class JsonStringMixin:
+    """Text as a JSON string: a number is a 400 (DRF would take 0 for "0"), as the schema says."""
+
+    fail: Any  # the field's own
+
+    def to_internal_value(self, data: Any) -> Any:
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return super().to_internal_value(data)  # type: ignore[misc]
+
+
+class JsonCharField(JsonStringMixin, serializers.CharField):
+    """A string field; every model serializer's text is one (`TenantsConfig.ready`)."""
+
+
+class JsonSlugField(JsonStringMixin, serializers.SlugField):
+    """A slug field that takes only a JSON string."""
+
+
 class JsonListRelatedField(serializers.ManyRelatedField):
     """Several references, as a JSON list: an object is a 400 (DRF would take a dict's keys)."""
 

@@ -5,7 +5,7 @@ from typing import Any
 from django.contrib.auth import authenticate, get_user_model
 from rest_framework import serializers
 
-from tenants.api.base import FixedOnceCreatedMixin, ScopedPrimaryKeyRelatedField
+from tenants.api.base import FixedOnceCreatedMixin, JsonCharField, ScopedPrimaryKeyRelatedField
 from tenants.choices import Role
 from tenants.models import AuditEvent, Membership, Notification, Project, Team
 
@@ -19,7 +19,7 @@ class TeamSerializer(serializers.ModelSerializer):
 
 class ProjectSerializer(serializers.ModelSerializer):
     team = ScopedPrimaryKeyRelatedField(queryset=Team.objects.all())
-    namespace = serializers.CharField(read_only=True)
+    namespace = JsonCharField(read_only=True)
 
     class Meta:
         model = Project
@@ -69,9 +69,9 @@ class MembershipSerializer(FixedOnceCreatedMixin, serializers.ModelSerializer):
 
 
 class TokenRequestSerializer(serializers.Serializer):
-    username = serializers.CharField()
-    password = serializers.CharField(style={"input_type": "password"}, trim_whitespace=False)
-    name = serializers.CharField(
+    username = JsonCharField()
+    password = JsonCharField(style={"input_type": "password"}, trim_whitespace=False)
+    name = JsonCharField(
         required=False,
         allow_blank=True,
         max_length=64,
@@ -94,28 +94,28 @@ class TokenRequestSerializer(serializers.Serializer):
 
 
 class TokenSerializer(serializers.Serializer):
-    token = serializers.CharField()
-    name = serializers.CharField()
+    token = JsonCharField()
+    name = JsonCharField()
     expiry = serializers.DateTimeField(allow_null=True)
     replaced = serializers.IntegerField(help_text="Earlier tokens of this name now revoked.")
 
 
 class RoleSerializer(serializers.Serializer):
-    role = serializers.CharField()
+    role = JsonCharField()
     team = serializers.DictField(allow_null=True)
 
 
 class MeSerializer(serializers.Serializer):
     id = serializers.IntegerField()
-    username = serializers.CharField()
-    email = serializers.CharField(help_text="The user's address; empty when none is set.")
-    full_name = serializers.CharField()
-    primary_role = serializers.CharField(allow_null=True)
+    username = JsonCharField()
+    email = JsonCharField(help_text="The user's address; empty when none is set.")
+    full_name = JsonCharField()
+    primary_role = JsonCharField(allow_null=True)
     roles = RoleSerializer(many=True)
 
 
 class AuditEventSerializer(serializers.ModelSerializer):
-    actor = serializers.CharField(
+    actor = JsonCharField(
         source="actor.username", read_only=True, default=None, allow_null=True
     )  # null: a decision the system took by itself
 
@@ -137,7 +137,7 @@ class AuditEventSerializer(serializers.ModelSerializer):
 
 
 class NotificationSerializer(serializers.ModelSerializer):
-    kind_label = serializers.CharField(source="get_kind_display", read_only=True)
+    kind_label = JsonCharField(source="get_kind_display", read_only=True)
     is_read = serializers.SerializerMethodField()
 
     class Meta:

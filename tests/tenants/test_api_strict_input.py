@@ -141,3 +141,36 @@ def test_the_systems_own_decisions_have_a_null_actor(org: Org) -> None:
     assert components["AuditEvent"]["properties"]["actor"]["nullable"] is True
     events = api_client(org.admin).get(reverse("audit-event-list")).json()["results"]
     assert [event["actor"] for event in events if event["action"] == "cycle.admitted"] == [None]
+
+
+@pytest.mark.parametrize("value", [0, 12, 1.5])
+def test_text_is_a_json_string(org: Org, fleet: Fleet, value: Any) -> None:
+    body = {
+        "project": org.project_a.pk,
+        "flavor": fleet.l4_12g.pk,
+        "gpu_count": 1,
+        "image": "pytorch/pytorch:2.4.0",
+        "max_runtime_seconds": 3600,
+        "name": value,
+    }
+    response = api_client(org.dev_a).post(reverse("gpu-request-list"), body, format="json")
+    assert response.status_code == 400, response.content
+    assert "name" in response.json()["error"]["fields"]
+    team = api_client(org.admin).patch(
+        reverse("team-detail", kwargs={"pk": org.team_a.pk}), {"name": value}, format="json"
+    )
+    assert team.status_code == 400
+
+
+def test_follow_is_true_or_false(org: Org, fleet: Fleet) -> None:
+    from tests.accounting.factories import make_request
+
+    request = make_request(
+        project=org.project_a, owner=org.dev_a, flavor=fleet.l4_12g, status="running"
+    )
+    url = reverse("gpu-request-logs", kwargs={"pk": request.pk})
+    client = api_client(org.dev_a)
+    answer = client.get(url, {"follow": "-58800"})
+    assert answer.status_code == 400
+    assert "follow" in answer.json()["error"]["fields"]
+    assert client.get(url, {"follow": "false"}).status_code != 400
