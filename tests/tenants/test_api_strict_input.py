@@ -174,3 +174,23 @@ def test_follow_is_true_or_false(org: Org, fleet: Fleet) -> None:
     assert answer.status_code == 400
     assert "follow" in answer.json()["error"]["fields"]
     assert client.get(url, {"follow": "false"}).status_code != 400
+
+
+def test_every_write_documents_its_400(org: Org) -> None:
+    paths = SchemaGenerator().get_schema(request=None, public=True)["paths"]
+    resubmit = paths["/api/v1/requests/{id}/resubmit/"]["post"]
+    assert "400" in resubmit["responses"]
+
+
+def test_the_summary_answers_four_decimal_places(org: Org, fleet: Fleet) -> None:
+    from decimal import Decimal
+
+    from tests.accounting.factories import make_request
+
+    for _ in range(3):
+        request = make_request(
+            project=org.project_a, owner=org.dev_a, flavor=fleet.l4_12g, status="running"
+        )
+        type(request).objects.filter(pk=request.pk).update(gpu_equivalent=Decimal("0.7619"))
+    summary = api_client(org.dev_a).get(reverse("gpu-request-summary")).json()
+    assert summary["committed_gpu_equivalent"] == "2.2857"
