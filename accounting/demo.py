@@ -6,9 +6,11 @@ from datetime import UTC, datetime
 from decimal import Decimal
 
 from django.conf import settings
+from django.db import transaction
 
 from accounting.models import Price
 from scheduling.models import Flavor
+from tenants.demo import DemoSeeding
 
 PRICES = {
     "a100-80g": "2.50",
@@ -20,13 +22,23 @@ PRICES = {
 PRICED_FROM = datetime(2026, 1, 1, tzinfo=UTC)
 
 
-def seed_demo_prices() -> None:
-    for flavor in Flavor.objects.filter(slug__in=PRICES):
-        Price.objects.get_or_create(
+@transaction.atomic
+def seed_demo_prices(*, seeding: DemoSeeding | None = None) -> None:
+    """Price the demo flavors that were never priced (`tenants.demo`): a price a user changed,
+    added or deleted stays so."""
+    record = seeding or DemoSeeding()
+    for slug, amount in PRICES.items():
+        key = f"price:{slug}@{PRICED_FROM:%Y-%m-%d}"
+        flavor = record.seeded(f"flavor:{slug}", Flavor)
+        if flavor is None:
+            record.could_not(key, f"flavor {slug} is gone")
+            continue
+        record.get_or_create(
+            key,
+            Price,
             flavor=flavor,
             effective_from=PRICED_FROM,
-            defaults={
-                "price_per_hour": Decimal(PRICES[flavor.slug]),
-                "currency": settings.PORTAL_CURRENCY,
-            },
+            defaults={"price_per_hour": Decimal(amount), "currency": settings.PORTAL_CURRENCY},
         )
+    if seeding is None:
+        record.finish()

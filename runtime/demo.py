@@ -7,13 +7,17 @@ from datetime import timedelta
 from django.utils import timezone
 
 from runtime.models import SimulatedWorkload
+from tenants.demo import DemoSeeding
 
 
-def seed_demo_zombie() -> None:
+def seed_demo_zombie(*, seeding: DemoSeeding | None = None) -> None:
     """A workload left behind in the simulated cluster with no request: the first reclaim pass
-    finds and removes it, so the demo shows zombie cleanup."""
+    finds and removes it, so the demo shows zombie cleanup. Seeded once (`tenants.demo`)."""
+    record = seeding or DemoSeeding()
     now = timezone.now()
-    SimulatedWorkload.objects.get_or_create(
+    record.get_or_create(
+        "simulated-workload:gpu-vision-detection/gpr-0-a1",
+        SimulatedWorkload,
         namespace="gpu-vision-detection",
         name="gpr-0-a1",
         defaults={
@@ -27,3 +31,5 @@ def seed_demo_zombie() -> None:
             "ends_at": now + timedelta(days=365),
         },
     )
+    if seeding is None:
+        record.finish()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from decimal import Decimal
+from functools import partial
 from typing import Any
 
 from django.db import transaction
@@ -18,6 +19,7 @@ from scheduling.models import (
     ReclaimPolicy,
     Tier,
 )
+from tenants.demo import DemoSeeding
 from tenants.models import Team
 
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
@@ -116,24 +118,45 @@ TIERS_OF_TEAM = {"vision": ["dev", "inference", "training"], "speech": ["dev", "
 
 
 @transaction.atomic
-def seed_demo_fleet(*, teams: dict[str, Team]) -> None:
-    """Create (or leave as they are) the demo tiers, pools, nodes, flavors and quotas."""
+def seed_demo_fleet(*, teams: dict[str, Team], seeding: DemoSeeding | None = None) -> None:
+    """Make the demo tiers, pools, nodes, flavors and quotas that were never seeded.
+
+    Each is made once (`tenants.demo`): a tier, pool, flavor, rule or quota a user changed,
+    retired or deleted stays so.
+    """
+    record = seeding or DemoSeeding()
     tiers: dict[str, Tier] = {}
     for slug, (name, max_runtime, rank, rule) in TIERS.items():
-        tier, _ = Tier.objects.get_or_create(
-            slug=slug, defaults={"name": name, "max_runtime_seconds": max_runtime, "rank": rank}
+        tier = record.get_or_create(
+            f"tier:{slug}",
+            Tier,
+            slug=slug,
+            defaults={"name": name, "max_runtime_seconds": max_runtime, "rank": rank},
         )
-        ApprovalRule.objects.get_or_create(tier=tier, defaults=rule)
-        # Short windows so that the demo shows idle reclamation within minutes.
-        ReclaimPolicy.objects.get_or_create(tier=tier, defaults=DEMO_RECLAIM)
+        if tier is None:
+            continue
         tiers[slug] = tier
+        record.get_or_create(f"approval-rule:{slug}", ApprovalRule, tier=tier, defaults=rule)
+        # Short windows so that the demo shows idle reclamation within minutes.
+        record.get_or_create(
+            f"reclaim-policy:{slug}", ReclaimPolicy, tier=tier, defaults=DEMO_RECLAIM
+        )
     for team_slug, tier_slugs in TIERS_OF_TEAM.items():
         for tier_slug in tier_slugs:
-            tiers[tier_slug].allowed_teams.add(teams[team_slug])
+            key = f"tier-access:{tier_slug}/{team_slug}"
+            if tier_slug not in tiers or team_slug not in teams:
+                record.could_not(key, f"tier {tier_slug} or team {team_slug} is gone")
+                continue
+            record.once(key, Tier, partial(_allow, tiers[tier_slug], teams[team_slug]))
 
     pools: dict[str, NodePool] = {}
     for spec in POOLS:
-        pool, _ = NodePool.objects.get_or_create(
+        if spec["tier"] not in tiers:
+            record.could_not(f"pool:{spec['slug']}", f"tier {spec['tier']} is gone")
+            continue
+        pool = record.get_or_create(
+            f"pool:{spec['slug']}",
+            NodePool,
             slug=spec["slug"],
             defaults={
                 "name": spec["name"],
@@ -146,10 +169,15 @@ def seed_demo_fleet(*, teams: dict[str, Team]) -> None:
                 "taints": [GPU_TAINT],
             },
         )
+        if pool is None:
+            continue
         pools[spec["slug"]] = pool
         for number in range(spec["nodes"]):
-            node, _ = Node.objects.get_or_create(
-                name=f"{spec['slug']}-{number + 1}",
+            name = f"{spec['slug']}-{number + 1}"
+            node = record.get_or_create(
+                f"node:{name}",
+                Node,
+                name=name,
                 defaults={
                     "pool": pool,
                     "gpu_model": spec["gpu_model"],
@@ -161,9 +189,13 @@ def seed_demo_fleet(*, teams: dict[str, Team]) -> None:
                     "memory_mib": spec["host_memory_mib"],
                 },
             )
+            if node is None:
+                continue
             for index in range(spec["gpus_per_node"]):
                 layouts = spec["mig_layouts"]
-                GpuDevice.objects.get_or_create(
+                record.get_or_create(
+                    f"gpu:{name}/{index}",
+                    GpuDevice,
                     node=node,
                     index=index,
                     defaults={
@@ -174,12 +206,16 @@ def seed_demo_fleet(*, teams: dict[str, Team]) -> None:
 
     flavors: dict[str, Flavor] = {}
     for slug, (name, pool_slug, kind, memory, cores, profile, weight) in FLAVORS.items():
-        pool = pools[pool_slug]
-        flavors[slug], _ = Flavor.objects.get_or_create(
+        if pool_slug not in pools:
+            record.could_not(f"flavor:{slug}", f"pool {pool_slug} is gone")
+            continue
+        flavor = record.get_or_create(
+            f"flavor:{slug}",
+            Flavor,
             slug=slug,
             defaults={
                 "name": name,
-                "pool": pool,
+                "pool": pools[pool_slug],
                 "kind": kind,
                 "gpu_model": next(p["gpu_model"] for p in POOLS if p["slug"] == pool_slug),
                 "gpu_memory_mib": memory,
@@ -188,11 +224,26 @@ def seed_demo_fleet(*, teams: dict[str, Team]) -> None:
                 "gpu_equivalent": Decimal(weight),
             },
         )
+        if flavor is not None:
+            flavors[slug] = flavor
     for team_slug, amounts in QUOTAS.items():
         for flavor_slug, (guaranteed, limit) in amounts.items():
-            Quota.objects.get_or_create(
+            key = f"quota:{team_slug}/{flavor_slug}"
+            if team_slug not in teams or flavor_slug not in flavors:
+                record.could_not(key, f"team {team_slug} or flavor {flavor_slug} is gone")
+                continue
+            record.get_or_create(
+                key,
+                Quota,
                 team=teams[team_slug],
                 project=None,
                 flavor=flavors[flavor_slug],
                 defaults={"guaranteed": guaranteed, "limit": limit},
             )
+    if seeding is None:
+        record.finish()
+
+
+def _allow(tier: Tier, team: Team) -> Tier:
+    tier.allowed_teams.add(team)
+    return tier

@@ -60,6 +60,13 @@ def _tail(request: Request) -> int:
     return min(int(raw), inspection.MAX_TAIL)
 
 
+def _follow(request: Request) -> bool:
+    raw = request.query_params.get("follow", "")
+    if raw not in ("", "0", "1", "false", "true"):
+        raise serializers.ValidationError({"follow": "true or false (1 or 0)."})
+    return raw in ("1", "true")
+
+
 class RequestLogsView(RequestInspectView):
     opens_streams = True  # `follow=1`: at most STREAMS_PER_USER at a time (429 beyond)
 
@@ -80,7 +87,7 @@ class RequestLogsView(RequestInspectView):
         holds at most STREAMS_PER_USER such streams at a time (one more is 429)."""
         gpu_request = self.get_object()
         tail = _tail(request)
-        if request.method == "GET" and request.query_params.get("follow") in ("1", "true", "yes"):
+        if request.method == "GET" and _follow(request):
             try:
                 slot = streams.take_stream_slot(holder=request.user)
             except streams.TooManyStreams as error:

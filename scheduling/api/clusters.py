@@ -16,7 +16,7 @@ from rest_framework.serializers import BaseSerializer
 from scheduling.choices import SchedulerMode
 from scheduling.models import Cluster
 from scheduling.services import clusters as services
-from tenants.api.base import ScopedModelViewSet
+from tenants.api.base import JsonCharField, ScopedModelViewSet
 from tenants.api.permissions import PlatformAdminWrites
 
 
@@ -25,7 +25,7 @@ class ClusterHealthSerializer(serializers.Serializer):
 
     reachable = serializers.BooleanField(source="is_reachable")
     last_contact_at = serializers.DateTimeField(allow_null=True)
-    last_error = serializers.CharField()
+    last_error = JsonCharField()
     last_error_at = serializers.DateTimeField(allow_null=True)
     activity_signal_at = serializers.DateTimeField(
         allow_null=True, help_text="When GPU activity last came from the cluster's Prometheus."
@@ -41,7 +41,7 @@ class ClusterHealthSerializer(serializers.Serializer):
 class ClusterSerializer(serializers.ModelSerializer):
     """A cluster as people see it; `kubeconfig` goes in only (create, or replace on update)."""
 
-    kubeconfig = serializers.CharField(
+    kubeconfig = JsonCharField(
         write_only=True,
         required=False,
         allow_blank=True,

@@ -20,12 +20,18 @@ from scheduling.models import (
     VolumeAccessMode,
 )
 from scheduling.services import project_data as services
-from tenants.api.base import ScopedModelViewSet, ScopedPrimaryKeyRelatedField
+from tenants.api.base import (
+    FixedOnceCreatedMixin,
+    JsonCharField,
+    JsonSlugField,
+    ScopedModelViewSet,
+    ScopedPrimaryKeyRelatedField,
+)
 from tenants.api.permissions import PlatformAdminWrites
 from tenants.models import Project, Team
 
 
-class StorageQuotaSerializer(serializers.ModelSerializer):
+class StorageQuotaSerializer(FixedOnceCreatedMixin, serializers.ModelSerializer):
     """How many GiB a team's workspaces and home volumes may claim, and how many they do."""
 
     team = ScopedPrimaryKeyRelatedField(queryset=Team.objects.all())
@@ -37,10 +43,7 @@ class StorageQuotaSerializer(serializers.ModelSerializer):
         fields = ["id", "team", "limit_gib", "used_gib", "updated_at"]
         read_only_fields = ["id", "used_gib", "updated_at"]
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        if self.instance is not None and not isinstance(self.instance, list | tuple):
-            self.fields["team"].read_only = True
+    fixed_once_created = ("team",)
 
     @extend_schema_field(serializers.IntegerField())
     def get_used_gib(self, quota: StorageQuota) -> int:
@@ -53,7 +56,7 @@ class WorkspaceSerializer(serializers.ModelSerializer):
     project = ScopedPrimaryKeyRelatedField(queryset=Project.objects.select_related("team"))
     size_gib = serializers.IntegerField(min_value=1, max_value=1_000_000)
     home_size_gib = serializers.IntegerField(min_value=0, max_value=100_000, default=0)
-    storage_class = serializers.CharField(max_length=253, allow_blank=True, default="")
+    storage_class = JsonCharField(max_length=253, allow_blank=True, default="")
     access_mode = serializers.ChoiceField(
         choices=VolumeAccessMode.choices, default=VolumeAccessMode.READ_WRITE_MANY
     )
@@ -79,18 +82,18 @@ class ProjectSecretSerializer(serializers.ModelSerializer):
     """A project secret: `data` (generic) or `password` (registry) are write-only."""
 
     project = ScopedPrimaryKeyRelatedField(queryset=Project.objects.select_related("team"))
-    name = serializers.SlugField(max_length=40)
+    name = JsonSlugField(max_length=40)
     kind = serializers.ChoiceField(choices=SecretKind.choices, default=SecretKind.GENERIC)
     # A field named like `Serializer.data`: the metaclass takes declared fields off the class.
     data = serializers.DictField(  # type: ignore[assignment]
-        child=serializers.CharField(max_length=65536, allow_blank=True, trim_whitespace=False),
+        child=JsonCharField(max_length=65536, allow_blank=True, trim_whitespace=False),
         write_only=True,
         required=False,
         help_text="Key/value pairs of a generic secret; never returned.",
     )
-    registry = serializers.CharField(max_length=253, required=False, allow_blank=True)
-    username = serializers.CharField(max_length=253, required=False, allow_blank=True)
-    password = serializers.CharField(
+    registry = JsonCharField(max_length=253, required=False, allow_blank=True)
+    username = JsonCharField(max_length=253, required=False, allow_blank=True)
+    password = JsonCharField(
         max_length=4096,
         write_only=True,
         required=False,
@@ -98,8 +101,8 @@ class ProjectSecretSerializer(serializers.ModelSerializer):
         help_text="A registry login's password or token; never returned.",
         style={"input_type": "password"},
     )
-    keys = serializers.ListField(child=serializers.CharField(), read_only=True)
-    kubernetes_name = serializers.CharField(source="cluster_name", read_only=True)
+    keys = serializers.ListField(child=JsonCharField(), read_only=True)
+    kubernetes_name = JsonCharField(source="cluster_name", read_only=True)
 
     class Meta:
         model = ProjectSecret

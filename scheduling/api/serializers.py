@@ -23,13 +23,20 @@ from scheduling.models import (
 from scheduling.selectors.connect import connect_url, current_allocation
 from scheduling.services.blockers import shown_blocker
 from scheduling.services.requests import BLANK_NAME
-from tenants.api.base import ScopedPrimaryKeyRelatedField
+from tenants.api.base import (
+    FixedOnceCreatedMixin,
+    JsonBooleanField,
+    JsonCharField,
+    JsonListRelatedMixin,
+    JsonSlugField,
+    ScopedPrimaryKeyRelatedField,
+)
 from tenants.models import Project, Team
 
 SLUG_PATTERN = re.compile(r"[-a-zA-Z0-9_]+")
 
 
-class SlugReferenceField(serializers.SlugRelatedField):
+class SlugReferenceField(JsonListRelatedMixin, serializers.SlugRelatedField):
     """An object named by its slug; text that cannot be a slug (control characters, say) does
     not exist either, and is refused before it reaches the database."""
 
@@ -68,7 +75,7 @@ class TierSerializer(serializers.ModelSerializer):
 
 
 class NodePoolSerializer(serializers.ModelSerializer):
-    tier: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
+    tier: serializers.SlugRelatedField[Any] = SlugReferenceField(
         slug_field="slug", queryset=Tier.objects.all()
     )
     cluster = SlugReferenceField(
@@ -79,7 +86,7 @@ class NodePoolSerializer(serializers.ModelSerializer):
     )
     node_count = serializers.IntegerField(read_only=True)
     gpu_count = serializers.IntegerField(read_only=True)
-    short_reserve_label = serializers.CharField(
+    short_reserve_label = JsonCharField(
         read_only=True, help_text='How the short-request reserve reads ("" when off).'
     )
 
@@ -109,7 +116,7 @@ class NodePoolSerializer(serializers.ModelSerializer):
 
 
 class FlavorSerializer(serializers.ModelSerializer):
-    pool: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
+    pool: serializers.SlugRelatedField[Any] = SlugReferenceField(
         slug_field="slug", queryset=NodePool.objects.all()
     )
     other_pools = SlugReferenceField(
@@ -119,8 +126,8 @@ class FlavorSerializer(serializers.ModelSerializer):
         required=False,
         help_text="Other pools (slugs) with the same cards, e.g. in another cluster.",
     )
-    tier = serializers.CharField(source="pool.tier.slug", read_only=True)
-    resource_names = serializers.ListField(child=serializers.CharField(), read_only=True)
+    tier = JsonCharField(source="pool.tier.slug", read_only=True)
+    resource_names = serializers.ListField(child=JsonCharField(), read_only=True)
 
     class Meta:
         model = Flavor
@@ -146,17 +153,13 @@ class FlavorSerializer(serializers.ModelSerializer):
         read_only_fields = ["id", "tier", "resource_names"]
 
 
-class TierRuleSerializer(serializers.ModelSerializer):
+class TierRuleSerializer(FixedOnceCreatedMixin, serializers.ModelSerializer):
     """A rule that belongs to one tier: the tier is named by slug and fixed once created."""
 
-    tier: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
+    tier: serializers.SlugRelatedField[Any] = SlugReferenceField(
         slug_field="slug", queryset=Tier.objects.all()
     )
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        if self.instance is not None and not isinstance(self.instance, list | tuple):
-            self.fields["tier"].read_only = True
+    fixed_once_created = ("tier",)
 
     def validate_tier(self, tier: Tier) -> Tier:
         if self.Meta.model.objects.filter(tier=tier).exists():  # type: ignore[attr-defined]
@@ -197,7 +200,7 @@ class ReclaimPolicySerializer(TierRuleSerializer):
         read_only_fields = ["id"]
 
 
-class QuotaSerializer(serializers.ModelSerializer):
+class QuotaSerializer(FixedOnceCreatedMixin, serializers.ModelSerializer):
     team = ScopedPrimaryKeyRelatedField(queryset=Team.objects.all())
     project = ScopedPrimaryKeyRelatedField(
         queryset=Project.objects.all(), allow_null=True, required=False, default=None
@@ -213,11 +216,7 @@ class QuotaSerializer(serializers.ModelSerializer):
         read_only_fields = ["id", "used", "updated_at"]
         validators: list[Any] = []
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        if self.instance is not None and not isinstance(self.instance, list | tuple):
-            for field in ("team", "project", "flavor"):
-                self.fields[field].read_only = True
+    fixed_once_created = ("team", "project", "flavor")
 
     def get_used(self, quota: Quota) -> int:
         used: dict[tuple[int, int | None, int], int] = self.context.get("used_units", {})
@@ -269,7 +268,7 @@ class SecretEnvSerializer(serializers.Serializer):
     """One environment variable read from a project secret's key."""
 
     name = serializers.RegexField(r"^[A-Za-z_][A-Za-z0-9_.-]*$", max_length=253)
-    secret = serializers.SlugField(max_length=40)
+    secret = JsonSlugField(max_length=40)
     key = serializers.RegexField(r"^[-._a-zA-Z0-9]{1,253}$", max_length=253)
 
 
@@ -277,7 +276,7 @@ class BlockerSerializer(serializers.Serializer):
     """What most keeps a waiting request from starting (docs/blockers.md); {} when nothing does."""
 
     code = serializers.ChoiceField(choices=BLOCKER_CODES, required=False)
-    message = serializers.CharField(required=False, help_text="One sentence for people.")
+    message = JsonCharField(required=False, help_text="One sentence for people.")
     detail = serializers.DictField(
         required=False, help_text="The figures behind it; the keys depend on the code."
     )
@@ -301,27 +300,25 @@ class GpuRequestSerializer(serializers.ModelSerializer):
         help_text="Run only on this cluster (slug): it must be active and hold one of the "
         "flavor's pools. Null: the engine chooses among the flavor's pools.",
     )
-    owner = serializers.CharField(source="owner.username", read_only=True)
+    owner = JsonCharField(source="owner.username", read_only=True)
     team: serializers.PrimaryKeyRelatedField[Any] = serializers.PrimaryKeyRelatedField(
         read_only=True
     )
-    name = serializers.CharField(
-        max_length=80, required=False, error_messages={"blank": BLANK_NAME}
-    )
+    name = JsonCharField(max_length=80, required=False, error_messages={"blank": BLANK_NAME})
     gpu_count = serializers.IntegerField(min_value=1, max_value=1024)
     kind = serializers.ChoiceField(choices=WorkloadKind.choices, default=WorkloadKind.JOB)
-    image = serializers.CharField(max_length=255)
+    image = JsonCharField(max_length=255)
     command = serializers.ListField(
-        child=serializers.CharField(max_length=4096, allow_blank=True), required=False, default=list
+        child=JsonCharField(max_length=4096, allow_blank=True), required=False, default=list
     )
     env = serializers.DictField(
-        child=serializers.CharField(max_length=4096, allow_blank=True), required=False, default=dict
+        child=JsonCharField(max_length=4096, allow_blank=True), required=False, default=dict
     )
     max_runtime_seconds = serializers.IntegerField(min_value=60, max_value=90 * 24 * 3600)
     priority = serializers.ChoiceField(choices=Priority.choices, default=Priority.NORMAL)
-    is_preemptible = serializers.BooleanField(default=False)
-    allow_shared_node = serializers.BooleanField(default=True)
-    reason = serializers.CharField(max_length=2000, required=False, allow_blank=True, default="")
+    is_preemptible = JsonBooleanField(default=False)
+    allow_shared_node = JsonBooleanField(default=True)
+    reason = JsonCharField(max_length=2000, required=False, allow_blank=True, default="")
     gpu_memory_mib = serializers.IntegerField(
         min_value=1, max_value=1_048_576, required=False, allow_null=True, default=None
     )
@@ -352,7 +349,7 @@ class GpuRequestSerializer(serializers.ModelSerializer):
         default=None,
         help_text="Size of /dev/shm (memory-backed, counted in memory); null: the flavor's.",
     )
-    home_volume = serializers.BooleanField(
+    home_volume = JsonBooleanField(
         default=False, help_text="Mount the owner's home volume of the project (notebooks)."
     )
     secret_env = SecretEnvSerializer(
@@ -387,7 +384,7 @@ class GpuRequestSerializer(serializers.ModelSerializer):
         ]
         read_only_fields = [*REQUEST_READ_ONLY_FIELDS, *REQUEST_WORKLOAD_FIELDS, "blocker"]
 
-    @extend_schema_field(serializers.CharField(allow_null=True))
+    @extend_schema_field(JsonCharField(allow_null=True))
     def get_connect_url(self, gpu_request: GpuRequest) -> str | None:
         url = connect_url(gpu_request)
         request = self.context.get("request")
@@ -395,12 +392,12 @@ class GpuRequestSerializer(serializers.ModelSerializer):
             return str(request.build_absolute_uri(url))
         return url
 
-    @extend_schema_field(serializers.ListField(child=serializers.CharField()))
+    @extend_schema_field(serializers.ListField(child=JsonCharField()))
     def get_node_names(self, gpu_request: GpuRequest) -> list[str]:
         allocation = current_allocation(gpu_request)
         return [n for n in allocation.node_name.split(",") if n] if allocation else []
 
-    @extend_schema_field(serializers.ListField(child=serializers.CharField()))
+    @extend_schema_field(serializers.ListField(child=JsonCharField()))
     def get_pod_names(self, gpu_request: GpuRequest) -> list[str]:
         allocation = current_allocation(gpu_request)
         return list(allocation.pod_names) if allocation else []
@@ -410,7 +407,7 @@ class GpuRequestSerializer(serializers.ModelSerializer):
         allocation = current_allocation(gpu_request)
         return allocation.exit_code if allocation else None
 
-    @extend_schema_field(serializers.CharField())
+    @extend_schema_field(JsonCharField())
     def get_termination_reason(self, gpu_request: GpuRequest) -> str:
         allocation = current_allocation(gpu_request)
         return allocation.termination_reason if allocation else ""
@@ -435,27 +432,27 @@ class WhatIfSerializer(serializers.Serializer):
     """When a request of one flavor, submitted now, would likely start."""
 
     flavor = serializers.IntegerField(source="flavor.pk")
-    flavor_name = serializers.CharField(source="flavor.name")
+    flavor_name = JsonCharField(source="flavor.name")
     estimated_start_at = serializers.DateTimeField(
         source="start_at", allow_null=True, help_text="null: not within the forecast's horizon."
     )
     wait_seconds = serializers.FloatField(allow_null=True)
 
 
-class RequestTemplateSerializer(serializers.ModelSerializer):
+class RequestTemplateSerializer(FixedOnceCreatedMixin, serializers.ModelSerializer):
     """A saved request body: the caller's own, or (`is_shared`) the whole team's."""
 
     team = ScopedPrimaryKeyRelatedField(queryset=Team.objects.all())
-    owner = serializers.CharField(source="owner.username", read_only=True)
+    owner = JsonCharField(source="owner.username", read_only=True)
     flavor = ScopedPrimaryKeyRelatedField(
         queryset=Flavor.objects.all(), required=False, allow_null=True
     )
     kind = serializers.ChoiceField(choices=WorkloadKind.choices, default=WorkloadKind.JOB)
     command = serializers.ListField(
-        child=serializers.CharField(max_length=4096, allow_blank=True), required=False
+        child=JsonCharField(max_length=4096, allow_blank=True), required=False
     )
     env = serializers.DictField(
-        child=serializers.CharField(max_length=4096, allow_blank=True), required=False
+        child=JsonCharField(max_length=4096, allow_blank=True), required=False
     )
     gpu_count = serializers.IntegerField(min_value=1, max_value=1024, required=False)
     max_runtime_seconds = serializers.IntegerField(
@@ -494,32 +491,29 @@ class RequestTemplateSerializer(serializers.ModelSerializer):
         ]
         read_only_fields = ["id", "owner", "created_at", "updated_at"]
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        if self.instance is not None and not isinstance(self.instance, list | tuple):
-            self.fields["team"].read_only = True
+    fixed_once_created = ("team",)
 
 
 class DecisionSerializer(serializers.Serializer):
-    comment = serializers.CharField(max_length=2000, required=False, allow_blank=True, default="")
+    comment = JsonCharField(max_length=2000, required=False, allow_blank=True, default="")
 
 
 class CancelSerializer(serializers.Serializer):
-    reason = serializers.CharField(max_length=2000, required=False, allow_blank=True, default="")
+    reason = JsonCharField(max_length=2000, required=False, allow_blank=True, default="")
 
 
 class AskLeadSerializer(serializers.Serializer):
-    reason = serializers.CharField(max_length=2000)
+    reason = JsonCharField(max_length=2000)
 
 
 class ExemptionSerializer(serializers.Serializer):
     hours = serializers.IntegerField(min_value=1, max_value=72)
-    comment = serializers.CharField(max_length=2000, required=False, allow_blank=True, default="")
+    comment = JsonCharField(max_length=2000, required=False, allow_blank=True, default="")
 
 
 class ExtensionSerializer(serializers.Serializer):
     seconds = serializers.IntegerField(min_value=60, max_value=30 * 24 * 3600)
-    comment = serializers.CharField(max_length=2000, required=False, allow_blank=True, default="")
+    comment = JsonCharField(max_length=2000, required=False, allow_blank=True, default="")
 
 
 class UtilisationPointSerializer(serializers.Serializer):

@@ -113,7 +113,8 @@ def _request_summary(requests: QuerySet[GpuRequest]) -> dict[str, Any]:
         "by_status": by_status,
         "waiting": by_status[RequestStatus.PENDING_APPROVAL] + by_status[RequestStatus.QUEUED],
         "running": by_status[RequestStatus.RUNNING],
-        "committed_gpu_equivalent": str(committed),
+        # As the schema says: 4 decimal places (SQLite's sum carries more).
+        "committed_gpu_equivalent": str(committed.quantize(Decimal("0.0001"))),
     }
 
 

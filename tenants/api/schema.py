@@ -14,6 +14,8 @@ from typing import Any
 from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.plumbing import ComponentRegistry, ResolvedComponent
 
+from tenants.api.base import FixedOnceCreatedMixin
+
 ERROR_SCHEMA: dict[str, Any] = {
     "type": "object",
     "description": "The one error shape of the API.",
@@ -81,10 +83,18 @@ class PortalAutoSchema(AutoSchema):
             responses.setdefault(str(status), response)
         return operation
 
+    def get_request_serializer(self) -> Any:
+        """The request body; a PATCH leaves out the fields fixed once created."""
+        serializer = super().get_request_serializer()
+        if self.method == "PATCH" and isinstance(serializer, FixedOnceCreatedMixin):
+            serializer.fix_once_created()  # a fresh instance, made for this operation
+        return serializer
+
     def error_statuses(self, operation: dict[str, Any]) -> list[int]:
         """Which errors this operation can answer, from what it takes and what guards it.
 
-        1. 400: it takes a body or query parameters (serializer and filter validation).
+        1. 400: it takes a body or query parameters (serializer and filter validation), or it
+           writes (a service's `DomainError`, e.g. a resubmit the quota refuses).
         2. 401 and 403: it needs a signed-in caller; services check the caller's role on any
            action, and a role may be refused a read (the audit trail, reports).
         3. 404: it names an object in its path (other tenants' objects are 404), or it is a
@@ -95,7 +105,11 @@ class PortalAutoSchema(AutoSchema):
         """
         statuses = []
         parameters = operation.get("parameters", [])
-        if "requestBody" in operation or any(p["in"] == "query" for p in parameters):
+        if (
+            "requestBody" in operation
+            or any(p["in"] == "query" for p in parameters)
+            or self.method in WRITE_METHODS
+        ):
             statuses.append(400)
         if {} not in operation.get("security", [{}]):
             statuses += [401, 403]

@@ -6,7 +6,7 @@ from urllib.parse import urlsplit
 from django.contrib.auth import authenticate, get_user_model
 from rest_framework import serializers
 
-from tenants.api.base import ScopedPrimaryKeyRelatedField
+from tenants.api.base import FixedOnceCreatedMixin, JsonCharField, ScopedPrimaryKeyRelatedField
 from tenants.choices import Role
 from tenants.models import AuditEvent, Membership, Notification, Project, Team, Webhook
 
@@ -20,7 +20,7 @@ class TeamSerializer(serializers.ModelSerializer):
 
 class ProjectSerializer(serializers.ModelSerializer):
     team = ScopedPrimaryKeyRelatedField(queryset=Team.objects.all())
-    namespace = serializers.CharField(read_only=True)
+    namespace = JsonCharField(read_only=True)
 
     class Meta:
         model = Project
@@ -51,7 +51,7 @@ class TextSlugRelatedField(serializers.SlugRelatedField):
         return super().to_internal_value(data)
 
 
-class MembershipSerializer(serializers.ModelSerializer):
+class MembershipSerializer(FixedOnceCreatedMixin, serializers.ModelSerializer):
     user = TextSlugRelatedField(
         slug_field="username", queryset=get_user_model().objects.filter(is_active=True)
     )
@@ -66,18 +66,13 @@ class MembershipSerializer(serializers.ModelSerializer):
         read_only_fields = ["id", "created_at"]
         validators: list[Any] = []
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        if self.instance is not None:
-            # Who and where are fixed once granted; only the role changes.
-            self.fields["user"].read_only = True
-            self.fields["team"].read_only = True
+    fixed_once_created = ("user", "team")  # who and where; only the role changes
 
 
 class TokenRequestSerializer(serializers.Serializer):
-    username = serializers.CharField()
-    password = serializers.CharField(style={"input_type": "password"}, trim_whitespace=False)
-    name = serializers.CharField(
+    username = JsonCharField()
+    password = JsonCharField(style={"input_type": "password"}, trim_whitespace=False)
+    name = JsonCharField(
         required=False,
         allow_blank=True,
         max_length=64,
@@ -100,28 +95,30 @@ class TokenRequestSerializer(serializers.Serializer):
 
 
 class TokenSerializer(serializers.Serializer):
-    token = serializers.CharField()
-    name = serializers.CharField()
+    token = JsonCharField()
+    name = JsonCharField()
     expiry = serializers.DateTimeField(allow_null=True)
     replaced = serializers.IntegerField(help_text="Earlier tokens of this name now revoked.")
 
 
 class RoleSerializer(serializers.Serializer):
-    role = serializers.CharField()
+    role = JsonCharField()
     team = serializers.DictField(allow_null=True)
 
 
 class MeSerializer(serializers.Serializer):
     id = serializers.IntegerField()
-    username = serializers.CharField()
-    email = serializers.CharField(help_text="The user's address; empty when none is set.")
-    full_name = serializers.CharField()
-    primary_role = serializers.CharField(allow_null=True)
+    username = JsonCharField()
+    email = JsonCharField(help_text="The user's address; empty when none is set.")
+    full_name = JsonCharField()
+    primary_role = JsonCharField(allow_null=True)
     roles = RoleSerializer(many=True)
 
 
 class AuditEventSerializer(serializers.ModelSerializer):
-    actor = serializers.CharField(source="actor.username", read_only=True, default=None)
+    actor = JsonCharField(
+        source="actor.username", read_only=True, default=None, allow_null=True
+    )  # null: a decision the system took by itself
 
     class Meta:
         model = AuditEvent
@@ -141,7 +138,7 @@ class AuditEventSerializer(serializers.ModelSerializer):
 
 
 class NotificationSerializer(serializers.ModelSerializer):
-    kind_label = serializers.CharField(source="get_kind_display", read_only=True)
+    kind_label = JsonCharField(source="get_kind_display", read_only=True)
     is_read = serializers.SerializerMethodField()
 
     class Meta:

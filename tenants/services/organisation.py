@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 from django.contrib.auth import get_user_model
@@ -9,6 +10,7 @@ from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
 from django.db import IntegrityError, models, transaction
 
 from tenants.choices import ORGANISATION_ROLES, TEAM_ROLES, Role
+from tenants.demo import DemoSeeding
 from tenants.errors import ConflictError, DomainError, ForbiddenError, fields_message
 from tenants.models import AuditEvent, Membership, Project, Team, scope_of
 
@@ -322,29 +324,59 @@ DEMO_STAFF = frozenset({"root"})  # may open the (read-only) Django admin
 
 
 @transaction.atomic
-def seed_demo_organisation(*, password: str) -> dict[str, Team]:
-    """Create (or bring back) the demo teams, projects and users; safe to run again."""
+def seed_demo_organisation(*, password: str, seeding: DemoSeeding | None = None) -> dict[str, Team]:
+    """Make the demo teams, projects, users and roles that were never seeded; answer the demo
+    teams that are there. Each is made once (`tenants.demo`): what a user changed or deleted
+    stays so, a demo user's password included."""
+    record = seeding or DemoSeeding()
     user_model = get_user_model()
     teams: dict[str, Team] = {}
     for slug, (name, project_slugs) in DEMO_TEAMS.items():
-        team, _ = Team.objects.get_or_create(slug=slug, defaults={"name": name})
+        team = record.get_or_create(f"team:{slug}", Team, slug=slug, defaults={"name": name})
+        if team is None:
+            for project_slug in project_slugs:
+                record.could_not(f"project:{slug}/{project_slug}", f"team {slug} is gone")
+            continue
         teams[slug] = team
         for project_slug in project_slugs:
-            Project.objects.get_or_create(
-                team=team, slug=project_slug, defaults={"name": project_slug.upper()}
+            record.get_or_create(
+                f"project:{slug}/{project_slug}",
+                Project,
+                team=team,
+                slug=project_slug,
+                defaults={"name": project_slug.upper()},
             )
     for username, first, last, role, team_slug in DEMO_USERS:
-        user, created = user_model.objects.get_or_create(
-            username=username,
-            defaults={"first_name": first, "last_name": last, "email": f"{username}@example.com"},
+        user = record.once(
+            f"user:{username}",
+            user_model,
+            partial(_demo_user, username, first, last, password=password),
         )
-        stale = created or not user.check_password(password)
-        if stale:
-            user.set_password(password)
-        is_staff = username in DEMO_STAFF
-        if stale or (user.is_staff, user.is_superuser) != (is_staff, is_staff):
-            user.is_staff = user.is_superuser = is_staff
-            user.save()
-        member_team = teams[team_slug] if team_slug else None
-        Membership.objects.get_or_create(user=user, team=member_team, role=role)
+        where = team_slug or "organisation"
+        # One role per user and team: a role given since is the user's to keep.
+        key = f"membership:{username}@{where}" + ("" if team_slug else f":{role}")
+        if user is None or (team_slug is not None and team_slug not in teams):
+            record.could_not(key, f"user {username} or team {where} is gone")
+            continue
+        if team_slug is None:
+            record.get_or_create(key, Membership, user=user, team=None, role=role, defaults={})
+        else:
+            record.get_or_create(
+                key, Membership, user=user, team=teams[team_slug], defaults={"role": role}
+            )
+    if seeding is None:
+        record.finish()
     return teams
+
+
+def _demo_user(username: str, first: str, last: str, *, password: str) -> Any:
+    """A demo user with the demo password; one who is there already keeps theirs."""
+    user, created = get_user_model().objects.get_or_create(
+        username=username,
+        defaults={"first_name": first, "last_name": last, "email": f"{username}@example.com"},
+    )
+    if created:
+        user.set_password(password)
+        user.is_staff = user.is_superuser = username in DEMO_STAFF
+        user.save()
+    return user

@@ -1,15 +1,25 @@
-"""Fuzz the API from its own OpenAPI schema, in-process: every answer is one the schema promises.
+"""The API's contract run: every answer is one its own OpenAPI schema promises, in-process.
 
-Runs as two tenants' users (a developer of team A and the lead of team B) against the demo
-fleet. schemathesis generates bodies, query strings and path ids from the schema, valid and
-invalid, and runs all its checks on each answer: no 5xx, every status documented, the body and
-headers as documented, schema-valid input accepted and schema-violating input rejected, and no
-answer without credentials. The sign-in and sign-out routes are left out (they end the session
-the run uses, and their 401s are the point).
+Runs as each role (a developer of team A, the lead of team B, finance and a platform admin)
+against the demo fleet. schemathesis generates bodies, query strings and path ids from the
+schema, valid and invalid, and runs all its checks on each answer: no 5xx, every status
+documented, the body and headers as documented, schema-valid input accepted and
+schema-violating input rejected, and no answer without credentials.
+
+1. Per operation: the examples, coverage and fuzzing phases; the four callers take turns.
+2. Linked calls, per role: schemathesis' state machine follows the links it infers from the
+   schema (create, then read, change and delete what was created, or use it in another call),
+   so each role's writes meet the objects they made.
+
+The request-create and export throttles are raised for the run (their 429s are tested in
+test_rate_limits.py). The sign-in and sign-out routes are left out (they end the session the
+run uses, and their 401s are the point). Any failure of any check fails the test: a schema that
+drifts from the API fails here.
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 from pathlib import Path
@@ -17,18 +27,24 @@ from typing import Any
 
 import pytest
 import schemathesis
-from hypothesis import HealthCheck
+from hypothesis import HealthCheck, Phase
 from hypothesis import settings as hypothesis_settings
+from rest_framework.throttling import SimpleRateThrottle
 from schemathesis.config import SchemathesisConfig
 
 from portal.wsgi import application
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.integration]
 
-# Generated cases per operation; the coverage phase adds its boundary cases on top. The two
-# callers take turns, so each sees every operation at half the cost of both running every case.
+# Generated cases per operation; the coverage phase adds its boundary cases on top. The
+# callers take turns, so each sees every operation at a quarter of the cost of all running
+# every case.
 MAX_EXAMPLES = 6
 TURNS = itertools.count()
+ROLES = ("dev_a", "lead_b", "finance", "admin")
+# Linked calls: scenarios per role, and calls per scenario at most.
+SCENARIOS = 12
+STEPS = 8
 
 
 def _load_schema() -> Any:
@@ -49,18 +65,22 @@ schema = _load_schema()
 
 
 @pytest.fixture
-def callers(org: Any, settings: Any) -> list[dict[str, str]]:
-    """The Authorization headers of team A's developer and team B's lead."""
+def callers(org: Any, settings: Any, monkeypatch: pytest.MonkeyPatch) -> dict[str, dict[str, str]]:
+    """The Authorization headers of each role, on the demo fleet, with the throttles raised."""
     from knox.models import AuthToken
 
     from scheduling.demo import seed_demo_fleet
 
     settings.WORKLOAD_LOG_FOLLOW_SECONDS = 0  # `logs/?follow=1` ends after the tail
+    raised = {scope: "100000/minute" for scope in ("request-create", "export")}
+    monkeypatch.setattr(
+        SimpleRateThrottle, "THROTTLE_RATES", {**SimpleRateThrottle.THROTTLE_RATES, **raised}
+    )
     seed_demo_fleet(teams={"vision": org.team_a, "speech": org.team_b})
-    headers = []
-    for user in (org.dev_a, org.lead_b):
-        _, token = AuthToken.objects.create(user=user)
-        headers.append({"Authorization": f"Token {token}"})
+    headers = {}
+    for role in ROLES:
+        _, token = AuthToken.objects.create(user=getattr(org, role))
+        headers[role] = {"Authorization": f"Token {token}"}
     return headers
 
 
@@ -70,5 +90,31 @@ def callers(org: Any, settings: Any) -> list[dict[str, str]]:
     deadline=None,
     suppress_health_check=list(HealthCheck),
 )
-def test_api_answers_as_its_schema_says(case: Any, callers: list[dict[str, str]]) -> None:
-    case.call_and_validate(headers=callers[next(TURNS) % len(callers)])
+def test_api_answers_as_its_schema_says(case: Any, callers: dict[str, dict[str, str]]) -> None:
+    case.call_and_validate(headers=callers[ROLES[next(TURNS) % len(ROLES)]])
+
+
+@functools.cache
+def _workflow() -> Any:
+    """The state machine over the schema's inferred links, built once, when first needed."""
+    return schema.as_state_machine()
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_linked_calls_keep_the_contract(role: str, callers: dict[str, dict[str, str]]) -> None:
+    # The run's own credentials, as `schemathesis run -H` sets them: its probes of the auth
+    # check send none or invalid ones and expect a 401.
+    before = schema.config.headers
+    schema.config.update(headers=callers[role])
+    try:
+        _workflow().run(
+            settings=hypothesis_settings(
+                max_examples=SCENARIOS,
+                stateful_step_count=STEPS,
+                deadline=None,
+                suppress_health_check=list(HealthCheck),
+                phases=[Phase.generate],
+            )
+        )
+    finally:
+        schema.config.headers = before

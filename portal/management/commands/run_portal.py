@@ -1,6 +1,6 @@
 """`manage.py run_portal`: the embedded demo in one process tree (what `make run` calls).
 
-1. Migrates the database and seeds the demo organisation (idempotent).
+1. Migrates the database and seeds what of the demo was never seeded (`prepare_database`).
 2. Starts an embedded Redis-protocol server, unless REDIS_URL or CELERY_BROKER_URL is set.
 3. Collects the static files, then starts two Celery workers (one per queue, `portal/celery.py`),
    Celery beat and the web server as deployed (gunicorn with uvicorn workers,
@@ -101,6 +101,13 @@ def web_command(*, address: str, workers: int) -> list[str]:
     ]  # fmt: skip
 
 
+def prepare_database(*, stdout: Any = None, stderr: Any = None) -> None:
+    """What `make run` does to the database before it starts a process: migrate it (from any
+    earlier release), then seed what of the demo was never seeded (`manage.py seed_demo`)."""
+    call_command("migrate", interactive=False, verbosity=0)
+    call_command("seed_demo", stdout=stdout, stderr=stderr)
+
+
 def status_line(now: datetime) -> str:
     """The fleet in one line: "12:01 UTC queued 3 · running 5 · reclaimed today 2"."""
     local = timezone.localtime(now)
@@ -133,8 +140,7 @@ class Command(BaseCommand):
         logs = log_dir()
         logs.mkdir(parents=True, exist_ok=True)
         # 1. The database and the demo organisation.
-        call_command("migrate", interactive=False, verbosity=0)
-        call_command("seed_demo")
+        prepare_database(stdout=self.stdout, stderr=self.stderr)
 
         # 2. The broker.
         env = demo_environment(os.environ, host=options["host"], port=options["port"])
