@@ -244,7 +244,10 @@ def list_requests(
 @click.pass_context
 def get(ctx: click.Context, request_id: int, output: str) -> None:
     """Show one request: every field the API returns."""
-    request = portal(ctx).get(f"requests/{request_id}/")
+    client = portal(ctx)
+    request = client.get(f"requests/{request_id}/")
+    if output == "table":
+        request = {**request, **_names_of(client, request)}
     if output == "table" and isinstance(request.get("blocker"), dict):
         request = {**request, "blocker": blocker_line(request["blocker"])}
     if output == "table" and "cluster" in request and request["cluster"] is None:
@@ -252,6 +255,25 @@ def get(ctx: click.Context, request_id: int, output: str) -> None:
     if output == "table" and request.get("estimated_start_at"):
         request = {**request, "likely_start": start_line(request)}
     click.echo(render(request, output))
+
+
+# Fields that hold another object's id, and where the API names that object.
+NAMED_FIELDS = {"team": "teams", "project": "projects", "flavor": "flavors", "cluster": "clusters"}
+
+
+def _names_of(client: PortalClient, request: dict[str, Any]) -> dict[str, str]:
+    """The request's team, project, flavor and cluster by name, as people know them (an object
+    the caller may not read keeps its id)."""
+    names: dict[str, str] = {}
+    for field, path in NAMED_FIELDS.items():
+        pk = request.get(field)
+        if not isinstance(pk, int):
+            continue
+        try:
+            names[field] = str(client.get(f"{path}/{pk}/")["name"])
+        except ApiError:
+            continue
+    return names
 
 
 def _clock(moment: str) -> str:

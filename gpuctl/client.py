@@ -56,6 +56,16 @@ def error_of(response: requests.Response) -> ApiError:
     return ApiError(f"HTTP {response.status_code}: {text}", status=response.status_code)
 
 
+def refused_token(error: ApiError) -> ApiError:
+    """A sent token that the API refused (revoked, expired, or its user deactivated): say what
+    to do about it."""
+    return ApiError(
+        f"{error.message} The portal no longer accepts your token: run `gpuctl login`.",
+        status=error.status,
+        code=error.code,
+    )
+
+
 class PortalClient:
     """Calls to `<url>/api/v1/...` with `Authorization: Token <token>` when there is one."""
 
@@ -92,6 +102,8 @@ class PortalClient:
             )
         except requests.RequestException as error:
             raise ApiError(f"Cannot reach {self.base}: {error}") from error
+        if response.status_code == 401 and "Authorization" in self.session.headers:
+            raise refused_token(error_of(response))
         if response.status_code >= 400:
             raise error_of(response)
         return response

@@ -126,6 +126,10 @@ def test_a_developer_drives_a_notebook_through_gpuctl(
     assert as_yaml == as_json | {"updated_at": as_yaml["updated_at"]}
     as_table = gpuctl("get", str(request.pk)).stdout
     assert any(line.split() == ["name", "resnet", "notebook"] for line in as_table.splitlines())
+    # The table names what the API gives as ids, as people know them.
+    named = {line.split(maxsplit=1)[0]: line.split(maxsplit=1)[-1] for line in as_table.splitlines()}
+    assert named["project"] == request.project.name and named["flavor"] == fleet.l4_12g.name
+    assert named["team"] == request.team.name
 
     # Wait for it to run while the cycle admits it (the test settings run the cycle and the
     # launch at once after a submission) and the cluster reports its pod running.
@@ -222,6 +226,14 @@ def test_errors_print_the_api_message_and_exit_non_zero(
     slow = gpuctl("wait", request_id, "--timeout", "0.5", "--interval", "0.1")
     assert slow.returncode == 3 and "timed out after 0.5 s" in slow.stderr
 
+    # A token revoked elsewhere (the tokens page, an admin): say what to do, not "HTTP 401".
+    AuthToken.objects.filter(user=org.dev_a).delete()
+    revoked = gpuctl("ls")
+    assert revoked.returncode == 1
+    assert revoked.stderr.endswith(
+        "The portal no longer accepts your token: run `gpuctl login`.\n"
+    ), revoked.stderr
+
 
 def test_templates_quota_and_a_token_from_the_environment(
     gpuctl: Gpuctl, org: Org, fleet: Fleet
@@ -270,3 +282,4 @@ def test_templates_quota_and_a_token_from_the_environment(
     gpuctl.env["GPUCTL_TOKEN"] = "not-a-token"
     refused = gpuctl("ls")
     assert refused.returncode == 1 and "Invalid token" in refused.stderr
+    assert "run `gpuctl login`" in refused.stderr
