@@ -127,7 +127,8 @@ def test_a_developer_drives_a_notebook_through_gpuctl(
     as_table = gpuctl("get", str(request.pk)).stdout
     assert any(line.split() == ["name", "resnet", "notebook"] for line in as_table.splitlines())
     # The table names what the API gives as ids, as people know them.
-    named = {line.split(maxsplit=1)[0]: line.split(maxsplit=1)[-1] for line in as_table.splitlines()}
+    fields = (line.partition(" ") for line in as_table.splitlines())
+    named = {field: value.strip() for field, _, value in fields}
     assert named["project"] == request.project.name and named["flavor"] == fleet.l4_12g.name
     assert named["team"] == request.team.name
 
