@@ -24,6 +24,7 @@ from scheduling.choices import (
     RequestStatus,
     WorkloadKind,
 )
+from scheduling.filters import RequestListFilter, list_title
 from scheduling.forms import DecisionForm, GpuRequestForm, initial_from_body
 from scheduling.models import Flavor, GpuRequest, RequestTemplate, UtilisationSample
 from scheduling.selectors import deferring_lead, flavors_for_project, governance_rules, quota_impact
@@ -106,14 +107,20 @@ def request_list(request: HttpRequest) -> HttpResponse:
     requests = GpuRequest.objects.visible_to(request.user).select_related(
         "flavor", "project", "owner"
     )
-    status = request.GET.get("status", "")
-    if status in RequestStatus.values:
-        requests = requests.filter(status=status)
-    page = Paginator(requests, 25).get_page(request.GET.get("page"))
+    filters = RequestListFilter(request.GET, queryset=requests, request=request)
+    page = Paginator(filters.qs, 25).get_page(request.GET.get("page"))
+    kept = request.GET.copy()
+    kept.pop("page", None)
     return render(
         request,
         "scheduling/request_list.html",
-        {"page": page, "status": status, "statuses": RequestStatus.choices},
+        {
+            "page": page,
+            "filters": filters,
+            "title": list_title(request.user),
+            "filtered": any(value for key, value in kept.items()),
+            "kept_query": kept.urlencode(),
+        },
     )
 
 
