@@ -6,6 +6,7 @@ from decimal import Decimal
 from functools import partial
 from typing import Any
 
+from django.contrib.auth import get_user_model
 from django.db import transaction
 
 from scheduling.choices import FlavorKind, Placement, SharingMode, WorkloadKind
@@ -17,6 +18,8 @@ from scheduling.models import (
     NodePool,
     Quota,
     ReclaimPolicy,
+    RequestTemplate,
+    StorageQuota,
     Tier,
 )
 from tenants.demo import DemoSeeding
@@ -247,3 +250,80 @@ def seed_demo_fleet(*, teams: dict[str, Team], seeding: DemoSeeding | None = Non
 def _allow(tier: Tier, team: Team) -> Tier:
     tier.allowed_teams.add(team)
     return tier
+
+
+# What a visitor can try at once: each team's shared templates on the request form, and room
+# for a project workspace.
+STORAGE_GIB = {"vision": 500, "speech": 200}
+TEMPLATES = {
+    "vision": (
+        "bob",
+        [
+            {
+                "name": "PyTorch notebook",
+                "description": "A quarter of an L4 with 12 GiB, JupyterLab with PyTorch.",
+                "flavor": "l4-12g",
+                "kind": WorkloadKind.NOTEBOOK,
+                "image": "jupyter/pytorch-notebook:2024-10-07",
+                "max_runtime_seconds": 4 * 3600,
+            },
+            {
+                "name": "Detector training, 1 A100",
+                "description": "A whole A100 80 GB for a training job (the lead approves it).",
+                "flavor": "a100-80g",
+                "kind": WorkloadKind.JOB,
+                "image": "pytorch/pytorch:2.4.0-cuda12.1-cudnn9-runtime",
+                "command": ["python", "train.py", "--epochs", "10"],
+                "max_runtime_seconds": 8 * 3600,
+            },
+        ],
+    ),
+    "speech": (
+        "dan",
+        [
+            {
+                "name": "ASR evaluation on a MIG slice",
+                "description": "An H100 3g.40gb slice for a batch evaluation job.",
+                "flavor": "h100-3g40gb",
+                "kind": WorkloadKind.JOB,
+                "image": "pytorch/pytorch:2.4.0-cuda12.1-cudnn9-runtime",
+                "command": ["python", "eval.py"],
+                "max_runtime_seconds": 2 * 3600,
+            },
+        ],
+    ),
+}
+
+
+@transaction.atomic
+def seed_demo_workbench(*, teams: dict[str, Team], seeding: DemoSeeding) -> None:
+    """Make the demo teams' storage quotas and shared request templates that were never
+    seeded (`tenants.demo`: what a user changed or deleted stays so)."""
+    for team_slug, limit_gib in STORAGE_GIB.items():
+        key = f"storage-quota:{team_slug}"
+        if team_slug not in teams:
+            seeding.could_not(key, f"team {team_slug} is gone")
+            continue
+        seeding.get_or_create(
+            key, StorageQuota, team=teams[team_slug], defaults={"limit_gib": limit_gib}
+        )
+    for team_slug, (lead, templates) in TEMPLATES.items():
+        owner = get_user_model().objects.filter(username=lead).first()
+        for spec in templates:
+            key = f"template:{team_slug}/{spec['name']}"
+            flavor = Flavor.objects.filter(slug=spec["flavor"]).first()
+            if team_slug not in teams or owner is None or flavor is None:
+                seeding.could_not(key, f"team {team_slug}, {lead} or {spec['flavor']} is gone")
+                continue
+            seeding.get_or_create(
+                key,
+                RequestTemplate,
+                team=teams[team_slug],
+                name=spec["name"],
+                defaults={
+                    **{field: value for field, value in spec.items() if field != "flavor"},
+                    "owner": owner,
+                    "flavor": flavor,
+                    "is_shared": True,
+                },
+            )

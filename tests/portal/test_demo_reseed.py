@@ -43,6 +43,7 @@ from scheduling.models import (
     Quota,
     ReclaimPolicy,
     RequestTemplate,
+    StorageQuota,
     Tier,
 )
 from tenants.demo import SEEDED, DemoSeeding
@@ -69,6 +70,7 @@ WATCHED: list[Any] = [
     Quota,
     Price,
     RequestTemplate,
+    StorageQuota,
     ProjectSecret,
     SimulatedWorkload,
 ]
@@ -206,6 +208,11 @@ def change_everything() -> None:
         )
     )
     ok(bob.patch(reverse(detail("request-template"), args=[template["id"]]), {"gpu_count": 2}))
+    # A seeded template deleted, a seeded storage quota lowered.
+    notebook = RequestTemplate.objects.get(team=vision, name="PyTorch notebook")
+    ok(bob.delete(reverse(detail("request-template"), args=[notebook.pk])))
+    storage = StorageQuota.objects.get(team=speech)
+    ok(root.patch(reverse(detail("storage-quota"), args=[storage.pk]), {"limit_gib": 50}))
     ok(
         bob.post(
             reverse("project-secret-list"),
@@ -297,7 +304,11 @@ def test_a_database_seeded_before_the_record_is_adopted_not_fought(settings: Any
     made_again = set(after["Quota"]) - set(changed["Quota"])
     assert len(made_again) == 1  # the first start with the record fills in what is missing
     after["Quota"] = changed["Quota"]
-    assert after == {**changed, "SimulatedWorkload": after["SimulatedWorkload"]}
+    # Templates and storage quotas came after that release: the first start fills them in.
+    assert not changed["RequestTemplate"] and len(after["RequestTemplate"]) == 3
+    assert not changed["StorageQuota"] and len(after["StorageQuota"]) == 2
+    filled_in = ("SimulatedWorkload", "RequestTemplate", "StorageQuota")
+    assert after == {**changed, **{name: after[name] for name in filled_in}}
     assert AuditEvent.objects.filter(action=SEEDED).count() == 1
 
 

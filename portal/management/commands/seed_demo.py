@@ -18,7 +18,7 @@ from django.db import DatabaseError
 from accounting.demo import seed_demo_prices
 from portal.demo_history import seed_demo_history
 from runtime.demo import seed_demo_zombie
-from scheduling.demo import seed_demo_fleet
+from scheduling.demo import seed_demo_fleet, seed_demo_workbench
 from tenants.demo import DemoSeeding
 from tenants.errors import DomainError
 from tenants.services import DEMO_USERS, seed_demo_organisation
@@ -43,6 +43,7 @@ class Command(BaseCommand):
         seeding = DemoSeeding()
         teams = seed_demo_organisation(password=settings.DEMO_PASSWORD, seeding=seeding)
         seed_demo_fleet(teams=teams, seeding=seeding)
+        seed_demo_workbench(teams=teams, seeding=seeding)
         seed_demo_prices(seeding=seeding)
         if settings.CLUSTER_BACKEND == "simulated":
             seed_demo_zombie(seeding=seeding)
