@@ -5,6 +5,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from hypothesis import settings
+
+# A failing property prints the `@reproduce_failure` blob that replays its exact example;
+# HYPOTHESIS_PROFILE picks another registered profile.
+settings.register_profile("portal", print_blob=True)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "portal"))
 
 SKIPPED: list[str] = []
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import pytest
@@ -10,6 +9,8 @@ from django.core.exceptions import ValidationError
 
 from runtime.cluster.base import NodeInventory
 from runtime.cluster.simulated import SimulatedCluster
+from runtime.cluster.specs import RESUMABLE_KINDS
+from runtime.models import SimulatedWorkload
 from runtime.services import execution
 from runtime.services.inventory import apply_inventory
 from scheduling.choices import DeviceAllocation, RequestStatus
@@ -18,6 +19,7 @@ from scheduling.services import cycle
 from tests.scheduling.conftest import Fleet
 from tests.support.factories import GpuRequestFactory
 from tests.support.personas import Org
+from tests.support.polling import wait_until
 
 pytestmark = pytest.mark.django_db
 
@@ -94,7 +96,18 @@ def test_a_dra_pools_request_runs_on_the_simulated_cluster_with_the_engines_card
     )
     backend = SimulatedCluster(speed=100_000)
     execution.launch_request(request_id=request.pk, attempt=1, backend=backend)
-    time.sleep(0.05)
-    execution.sync_workloads(backend=backend)
-    request.refresh_from_db()
-    assert request.status in (RequestStatus.RUNNING, RequestStatus.SUCCEEDED, RequestStatus.FAILED)
+    workload = SimulatedWorkload.objects.get()
+    assert workload.node_name == allocation.node_name  # on the node the engine chose
+    # A job ends by itself, failing when the simulation drew a failure at launch; other kinds
+    # run until the portal stops them.
+    if workload.kind not in RESUMABLE_KINDS:
+        expected = RequestStatus.FAILED if workload.fails else RequestStatus.SUCCEEDED
+    else:
+        expected = RequestStatus.RUNNING
+
+    def reached() -> bool:
+        execution.sync_workloads(backend=backend)
+        request.refresh_from_db()
+        return request.status == expected
+
+    wait_until(reached, timeout=10, what=f"request {request.pk} is {expected.label}")

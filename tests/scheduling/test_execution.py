@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 
-from runtime.cluster.simulated import SimulatedCluster
+from runtime.cluster.simulated import EXIT_CODES, SimulatedCluster
 from runtime.models import SimulatedWorkload
 from runtime.selectors import workloads
 from runtime.services import execution
@@ -19,6 +18,7 @@ from scheduling.services import cycle
 from tests.scheduling.conftest import Fleet
 from tests.support.factories import GpuRequestFactory
 from tests.support.personas import Org
+from tests.support.polling import wait_until
 
 pytestmark = pytest.mark.django_db
 FAST = SimulatedCluster(speed=100_000)  # starts within 0.2 ms, runs for at most 3 ms
@@ -50,14 +50,25 @@ def test_queued_request_is_admitted_placed_launched_and_finishes(
     allocation = Allocation.objects.get(request=request)
     (claim,) = allocation.claims
     assert claim["node"].startswith("l4-vgpu-") and claim["memory_mib"] == 12288
-    assert SimulatedWorkload.objects.get().name == f"gpr-{request.pk}-a1"
+    workload = SimulatedWorkload.objects.get()
+    assert workload.name == f"gpr-{request.pk}-a1"
 
-    time.sleep(0.01)
-    execution.sync_workloads(backend=FAST)
-    request.refresh_from_db()
-    assert request.status in (RequestStatus.SUCCEEDED, RequestStatus.FAILED)
+    # The simulated run's outcome is drawn at launch: a job that fails exits with its reason.
+    expected = RequestStatus.FAILED if workload.fails else RequestStatus.SUCCEEDED
+
+    def ended() -> bool:
+        execution.sync_workloads(backend=FAST)
+        request.refresh_from_db()
+        return request.status in (RequestStatus.SUCCEEDED, RequestStatus.FAILED)
+
+    wait_until(ended, timeout=10, what=f"request {request.pk} ends")
+    assert request.status == expected
     allocation.refresh_from_db()
     assert allocation.started_at is not None and allocation.ended_at is not None
+    # The container's exit code is kept: 0, or the failure's (1 for Error, 137 for OOMKilled,
+    # none for a pod that never ran its container).
+    exit_code = EXIT_CODES.get(workload.failure_reason) if workload.fails else 0
+    assert allocation.exit_code == exit_code
 
 
 def test_a_second_launch_of_the_same_attempt_creates_nothing_new(

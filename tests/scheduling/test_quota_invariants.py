@@ -11,7 +11,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from scheduling import services
-from scheduling.choices import COMMITTED_STATUSES, TRANSITIONS, RequestStatus
+from scheduling.choices import (
+    CANCELLABLE_STATUSES,
+    COMMITTED_STATUSES,
+    TRANSITIONS,
+    RequestStatus,
+)
 from scheduling.models import ApprovalRule, GpuRequest, Quota
 from scheduling.selectors import committed_units
 from tenants.errors import DomainError
@@ -54,6 +59,31 @@ def test_parallel_approvals_never_pass_the_quota_limit(org: Org, fleet: Fleet) -
     assert committed_units(flavor=fleet.l4_12g, team=org.team_a) == limit
 
 
+def _refusal_allowed(
+    action: str, code: str, status: str, gpu_count: int, used: int, limit: int
+) -> str | None:
+    """Why a lead's or owner's action may be refused here (None: the refusal is a bug).
+
+    * approve: the request is no longer pending approval (and not approved already, which is
+      a harmless repeat), or approving it would take the team past its limit;
+    * reject: only a pending request can be rejected;
+    * cancel: the request has ended, so it can no longer be cancelled.
+    """
+    if action == "approve":
+        if code == "quota_exceeded" and status == RequestStatus.PENDING_APPROVAL:
+            return "over the limit" if used + gpu_count > limit else None
+        if code == "illegal_transition" and status not in (
+            RequestStatus.PENDING_APPROVAL, RequestStatus.APPROVED, RequestStatus.QUEUED,
+        ):  # fmt: skip
+            return "not pending"
+    if action == "reject" and code == "illegal_transition":
+        return "not pending" if RequestStatus.REJECTED not in TRANSITIONS[status] else None
+    if action == "cancel" and code == "illegal_transition":
+        ended = status not in CANCELLABLE_STATUSES and status != RequestStatus.CANCELLED
+        return "ended" if ended else None
+    return None
+
+
 ACTIONS = st.lists(
     st.tuples(
         st.sampled_from(["submit", "approve", "reject", "cancel"]),
@@ -84,6 +114,8 @@ def test_any_sequence_of_actions_keeps_states_legal_and_quota_within_limit(
         for action, number, priority in actions:
             requests = list(GpuRequest.objects.order_by("id"))
             target: Any = requests[number % len(requests)] if requests else None
+            status_before = target.status if target is not None else None
+            used_before = committed_units(flavor=fleet.l4_12g, team=org.team_a)
             try:
                 if action == "submit":
                     made = GpuRequestFactory.create(
@@ -100,8 +132,17 @@ def test_any_sequence_of_actions_keeps_states_legal_and_quota_within_limit(
                     services.reject_gpu_request(actor=org.lead_a, request=target, comment="no")
                 elif target is not None and action == "cancel":
                     services.cancel_gpu_request(actor=org.dev_a, request=target)
-            except DomainError:
-                pass  # a refused action must leave everything as it was
+            except DomainError as error:
+                assert target is not None, f"{action} refused without a target: {error}"
+                why = _refusal_allowed(
+                    action, error.code, str(status_before), target.gpu_count,
+                    used_before, quota.limit,
+                )  # fmt: skip
+                assert why, f"{action} of a {status_before} request refused: {error.code}"
+                # A refused action leaves everything as it was.
+                target.refresh_from_db()
+                assert target.status == status_before
+                assert committed_units(flavor=fleet.l4_12g, team=org.team_a) == used_before
             for request in GpuRequest.objects.all():
                 states = history.setdefault(request.pk, [RequestStatus.PENDING_APPROVAL])
                 if states[-1] != request.status:
