@@ -18,7 +18,7 @@ from runtime.services import execution
 from runtime.services.preemption import preempt_request_workload
 from scheduling import dispatch
 from scheduling.choices import RequestStatus
-from scheduling.models import GpuRequest, Tier
+from scheduling.models import GpuRequest, ReclaimPolicy, Tier
 from scheduling.services import cycle
 from tenants.models import Notification
 from tests.scheduling.conftest import Fleet
@@ -170,3 +170,23 @@ def test_a_platform_admin_sets_a_tiers_grace_and_a_grace_over_an_hour_is_400(
     # A lead may not change it.
     response = api_client(org.lead_a).patch(url, {"preemption_grace_seconds": 1}, format="json")
     assert response.status_code in (403, 404)
+
+
+def test_work_preempted_on_its_last_attempt_fails_and_its_owner_still_hears_who_and_why(
+    org: Org, fleet: Fleet
+) -> None:
+    ReclaimPolicy.objects.update_or_create(
+        tier=Tier.objects.get(slug="training"), defaults={"max_attempts": 1}
+    )
+    victims, _ = preempt_two(org, fleet)
+    for victim in victims:
+        assert victim.status == RequestStatus.FAILED
+        notice = Notification.objects.get(
+            recipient=victim.owner,
+            event_type="request.preempted_final",
+            url__endswith=f"/{victim.pk}/",
+        )
+        assert notice.subject == f"GPU request {victim.label} was preempted and not requeued"
+        assert f"Preempted for request {victim.preempted_by_id} of team Team B" in notice.body
+        assert "not requeued again" in notice.body and "Submit it again" in notice.body
+        assert "to checkpoint" in notice.body
