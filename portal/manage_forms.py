@@ -84,6 +84,7 @@ class TierForm(ManageForm):
             "max_cpu_millicores",
             "max_memory_mib",
             "max_shm_mib",
+            "preemption_grace_seconds",
         ]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:

@@ -396,6 +396,9 @@ NODE_LOST_GRACE_SECONDS = env.int("NODE_LOST_GRACE_SECONDS", default=300)
 # A container that cannot pull its image keeps its request launching this long (from when sync
 # first saw the error) before the request fails: a registry hiccup or a late pull secret heals.
 IMAGE_PULL_GRACE_SECONDS = env.int("IMAGE_PULL_GRACE_SECONDS", default=300)
+# A preempted workload's pods get SIGTERM and this long to checkpoint before SIGKILL, unless
+# its tier sets its own (Tier.preemption_grace_seconds).
+PREEMPTION_GRACE_SECONDS = env.int("PREEMPTION_GRACE_SECONDS", default=30)
 # Crash-looping work is retried after CRASH_RETRY_BASE_SECONDS, doubling per crash of the same
 # request up to CRASH_RETRY_MAX_SECONDS (its tier's max_attempts still bounds the tries).
 CRASH_RETRY_BASE_SECONDS = env.int("CRASH_RETRY_BASE_SECONDS", default=60)

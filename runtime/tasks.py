@@ -20,6 +20,7 @@ from runtime.services import (
     inventory,
     kueue_policy,
     monitoring,
+    preemption,
     project_data,
     propagation,
     reclaim,
@@ -79,6 +80,12 @@ def launch_workload(self: Task, request_id: int, attempt: int, refusals: int = 0
 @shared_task(base=ClusterTask)
 def terminate_workload(request_id: int, attempt: int, reason: str) -> None:
     execution.terminate_request_workload(request_id=request_id, attempt=attempt, reason=reason)
+
+
+@shared_task(base=ClusterTask)
+def preempt_workload(request_id: int, attempt: int) -> int:
+    """A preempted attempt: its pods get the notice, then SIGTERM with the tier's grace."""
+    return preemption.preempt_request_workload(request_id=request_id, attempt=attempt)
 
 
 @shared_task(base=ClusterTask)

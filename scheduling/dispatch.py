@@ -44,6 +44,7 @@ SEND_NOTIFICATION = "scheduling.tasks.send_notification"
 SEND_WEBHOOK = "tenants.tasks.send_webhook"
 LAUNCH_WORKLOAD = "runtime.tasks.launch_workload"
 TERMINATE_WORKLOAD = "runtime.tasks.terminate_workload"
+PREEMPT_WORKLOAD = "runtime.tasks.preempt_workload"
 SCALE_WORKLOAD_TO_ZERO = "runtime.tasks.scale_workload_to_zero"
 SET_WORKLOAD_DEADLINE = "runtime.tasks.set_workload_deadline"
 PUSH_PROJECT_QUOTAS = "runtime.tasks.push_project_quotas"
@@ -238,5 +239,5 @@ def send_launch(request_id: int, attempt: int) -> None:
 
 
 def send_preemption(request_id: int, attempt: int) -> None:
-    """The cycle's preemption, acted on after its own commit."""
-    send(TERMINATE_WORKLOAD, request_id, attempt, "preempted")
+    """The cycle's preemption, acted on after its own commit: notice, then SIGTERM with grace."""
+    send(PREEMPT_WORKLOAD, request_id, attempt)

@@ -202,6 +202,11 @@ class ClusterBackend(Protocol):
         """Create the workload and return its name; a repeat adopts what exists."""
         ...
 
+    def give_notice(self, namespace: str, request_id: str, attempt: int, *, deadline: str) -> int:
+        """Tell the attempt's running pods by when (RFC 3339) a preemption kills them, before
+        `terminate` sends SIGTERM; returns how many were told. Gone counts as done."""
+        ...
+
     def terminate(
         self,
         namespace: str,

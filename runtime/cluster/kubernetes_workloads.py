@@ -21,6 +21,7 @@ from runtime.cluster.names import (
     MANAGED_BY_LABEL,
     MANAGED_BY_VALUE,
     MAX_RUNTIME_ANNOTATION,
+    PREEMPT_NOTICE_ANNOTATION,
     REASON_ANNOTATION,
     SUSPENDED_AT_ANNOTATION,
     SUSPENDED_REPLICAS_ANNOTATION,
@@ -164,6 +165,35 @@ class KubernetesWorkloads(KubernetesApi):
                     reason="Terminating",
                 )
             log.info("adopted existing %s %s/%s", body["kind"], spec.namespace, name)
+
+    def give_notice(self, namespace: str, request_id: str, attempt: int, *, deadline: str) -> int:
+        """Merge-patch the preemption notice (the RFC 3339 `deadline`) onto the attempt's pods
+        that are not terminating yet, every rank of a gang; their downward-API volume shows it
+        to the containers as a file. Returns how many pods were told; none left counts as done.
+        """
+        patch = {"metadata": {"annotations": {PREEMPT_NOTICE_ANNOTATION: deadline}}}
+        told = 0
+        for pod in self._list_all(
+            self.core.list_namespaced_pod,
+            namespace,
+            label_selector=pod_manifests.workload_selector(request_id, attempt),
+        ):
+            if pod.metadata.deletion_timestamp:
+                continue  # already stopping: its notice (if any) stands
+            try:
+                self._write(
+                    self.core.patch_namespaced_pod,
+                    pod.metadata.name,
+                    namespace,
+                    patch,
+                    _content_type="application/merge-patch+json",
+                )
+            except ClusterError as exc:
+                if exc.status != 404:
+                    raise
+                continue
+            told += 1
+        return told
 
     def terminate(
         self,

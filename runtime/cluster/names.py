@@ -25,6 +25,8 @@ WORKLOAD_LABEL = "gpu-portal/workload"
 OWNER_ANNOTATION = "gpu-portal/owner"
 REASON_ANNOTATION = "gpu-portal/launch-reason"
 TERMINATE_REASON_ANNOTATION = "gpu-portal/terminate-reason"
+#: On a preempted attempt's pods: by when (RFC 3339, UTC) they are killed; SIGTERM comes first.
+PREEMPT_NOTICE_ANNOTATION = "gpu-portal/preempt-notice"
 MAX_RUNTIME_ANNOTATION = "gpu-portal/max-runtime-seconds"
 # Set while a reclaimed notebook or service is scaled to zero: the replicas to resume with, and
 # when it was scaled down (ISO 8601, UTC) so zombie cleanup can apply the retention period.

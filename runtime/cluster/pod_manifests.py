@@ -17,6 +17,7 @@ from runtime.cluster.names import (
     MANAGED_BY_VALUE,
     MAX_RUNTIME_ANNOTATION,
     OWNER_ANNOTATION,
+    PREEMPT_NOTICE_ANNOTATION,
     REASON_ANNOTATION,
     REQUEST_LABEL,
     WORKLOAD_LABEL,
@@ -38,7 +39,13 @@ HAMI_USE_TYPE_ANNOTATION = "nvidia.com/use-gputype"
 HAMI_ALLOCATED_ANNOTATION = "hami.io/vgpu-devices-allocated"
 HAMI_TO_ALLOCATE_ANNOTATION = "hami.io/vgpu-devices-to-allocate"
 HAMI_NODE_ANNOTATION = "hami.io/vgpu-node"
-TERMINATION_GRACE_SECONDS = 30
+# A preemption's deadline reaches the containers as a file: the downward API projects the pod's
+# `gpu-portal/preempt-notice` annotation into it (empty until the portal sets it), and
+# `PREEMPT_NOTICE` names the file (env vars of a running container cannot change).
+NOTICE_VOLUME = "gpu-portal-notice"
+NOTICE_DIR = "/etc/gpu-portal/notice"
+NOTICE_FILE = "preempt-deadline"
+PREEMPT_NOTICE_ENV = "PREEMPT_NOTICE"
 SHM_VOLUME = "dshm"
 SHM_MOUNT_PATH = "/dev/shm"
 #: Jupyter's own variable for its token (jupyter_server's `ServerApp.token`), and the key of the
@@ -193,7 +200,7 @@ def pod_spec(spec: WorkloadSpec, *, restart_policy: str) -> dict[str, Any]:
         container["command"] = list(spec.command)
     if spec.args:
         container["args"] = list(spec.args)
-    env = {**spec.env, **route_env(spec)}
+    env = {**spec.env, **route_env(spec), PREEMPT_NOTICE_ENV: f"{NOTICE_DIR}/{NOTICE_FILE}"}
     env_list: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in sorted(env.items())]
     env_list += [
         {"name": ref.name, "valueFrom": {"secretKeyRef": {"name": ref.secret_name, "key": ref.key}}}
@@ -218,7 +225,7 @@ def pod_spec(spec: WorkloadSpec, *, restart_policy: str) -> dict[str, Any]:
     body: dict[str, Any] = {
         "restartPolicy": restart_policy,
         "schedulerName": spec.scheduler_name,
-        "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS,
+        "terminationGracePeriodSeconds": spec.termination_grace_seconds,
         # User workloads have no business with the API server or with every Service's env vars.
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
@@ -271,9 +278,9 @@ def uses_claim(spec: WorkloadSpec) -> bool:
 
 
 def pod_volumes(spec: WorkloadSpec) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """The pod's volumes and the container's mounts: the project's claims (workspace, home)
-    and, when asked, a memory-backed /dev/shm of `shm_mib` (it counts against the memory
-    limit, as any tmpfs does)."""
+    """The pod's volumes and the container's mounts: the project's claims (workspace, home),
+    when asked a memory-backed /dev/shm of `shm_mib` (it counts against the memory limit, as
+    any tmpfs does), and the preemption notice (read-only)."""
     volumes: list[dict[str, Any]] = []
     mounts: list[dict[str, Any]] = []
     for index, volume in enumerate(spec.volumes):
@@ -288,7 +295,19 @@ def pod_volumes(spec: WorkloadSpec) -> tuple[list[dict[str, Any]], list[dict[str
             {"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": f"{spec.shm_mib}Mi"}}
         )
         mounts.append({"name": SHM_VOLUME, "mountPath": SHM_MOUNT_PATH})
+    volumes.append(notice_volume())
+    mounts.append({"name": NOTICE_VOLUME, "mountPath": NOTICE_DIR, "readOnly": True})
     return volumes, mounts
+
+
+def notice_volume() -> dict[str, Any]:
+    """The downward-API volume whose one file holds the pod's preemption deadline (RFC 3339)
+    once the portal annotated it; the kubelet refreshes the file when the annotation changes."""
+    field = f"metadata.annotations['{PREEMPT_NOTICE_ANNOTATION}']"
+    return {
+        "name": NOTICE_VOLUME,
+        "downwardAPI": {"items": [{"path": NOTICE_FILE, "fieldRef": {"fieldPath": field}}]},
+    }
 
 
 def workload_metadata(spec: WorkloadSpec) -> dict[str, Any]:

@@ -210,6 +210,12 @@ class SimulatedCluster:
             pass  # launched concurrently by a duplicate task: the other one's object stands
         return spec.name
 
+    def give_notice(self, namespace: str, request_id: str, attempt: int, *, deadline: str) -> int:
+        """A simulated pod has no files to read: how many would have been told."""
+        return SimulatedWorkload.objects.filter(
+            namespace=namespace, request_key=request_id, attempt=attempt
+        ).count()
+
     def terminate(
         self,
         namespace: str,

@@ -314,6 +314,9 @@ class WorkloadSpec:
     notebook_token: str | None = field(default=None, repr=False)
     fs_group: int | None = None
     run_as_non_root: bool = False
+    #: The pods' `terminationGracePeriodSeconds`: the tier's preemption grace, so that the
+    #: garbage collector, a drain or the portal's own delete give the same time to checkpoint.
+    termination_grace_seconds: int = 30
 
     def __post_init__(self) -> None:
         workload_name(self.request_id, self.attempt)  # validates both

@@ -191,6 +191,7 @@ def workload_spec(request: GpuRequest, allocation: Allocation) -> WorkloadSpec:
         notebook_token=workload_notebook_token(request),
         fs_group=settings.WORKLOAD_FS_GROUP,
         run_as_non_root=request.kind in settings.WORKLOAD_NON_ROOT_KINDS,
+        termination_grace_seconds=pool.tier.preemption_grace,
         **project_data.workload_fields(request),
     )
 
@@ -199,7 +200,7 @@ def _live_allocation(request: GpuRequest, attempt: int) -> Allocation | None:
     return (
         Allocation.objects.active()
         .filter(request=request, attempt=attempt)
-        .select_related("pool__cluster")
+        .select_related("pool__cluster", "pool__tier")
         .first()
     )
 

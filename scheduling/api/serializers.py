@@ -21,6 +21,7 @@ from scheduling.models import (
     Tier,
 )
 from scheduling.selectors.connect import connect_url, current_allocation
+from scheduling.selectors.preemptions import last_preemption
 from scheduling.services.blockers import shown_blocker
 from scheduling.services.requests import BLANK_NAME
 from tenants.api.base import (
@@ -70,6 +71,7 @@ class TierSerializer(serializers.ModelSerializer):
             "max_cpu_millicores",
             "max_memory_mib",
             "max_shm_mib",
+            "preemption_grace_seconds",
         ]
         read_only_fields = ["id"]
 
@@ -250,6 +252,9 @@ REQUEST_READ_ONLY_FIELDS = [
     "queued_at",
     "started_at",
     "finished_at",
+    "preemption_reason",
+    "preempted_at",
+    "preemption_deadline_at",
 ]
 
 
@@ -280,6 +285,13 @@ class BlockerSerializer(serializers.Serializer):
     detail = serializers.DictField(
         required=False, help_text="The figures behind it; the keys depend on the code."
     )
+
+
+class PreemptedBySerializer(serializers.Serializer):
+    """The request a preemption made room for, as far as the preempted request's owner may see."""
+
+    id = serializers.IntegerField()
+    team = JsonCharField(help_text="The name of its team.")
 
 
 class GpuRequestSerializer(serializers.ModelSerializer):
@@ -373,6 +385,10 @@ class GpuRequestSerializer(serializers.ModelSerializer):
     blocker = serializers.SerializerMethodField(
         help_text="What most keeps it from starting: {code, message, detail}; {} when nothing."
     )
+    preempted_by = serializers.SerializerMethodField(
+        help_text="The request its last preemption made room for: {id, team} (the team's name; "
+        "nothing more of another team's request); null when never preempted."
+    )
 
     class Meta:
         model = GpuRequest
@@ -381,8 +397,14 @@ class GpuRequestSerializer(serializers.ModelSerializer):
             *REQUEST_READ_ONLY_FIELDS,
             *REQUEST_WORKLOAD_FIELDS,
             "blocker",
+            "preempted_by",
         ]
-        read_only_fields = [*REQUEST_READ_ONLY_FIELDS, *REQUEST_WORKLOAD_FIELDS, "blocker"]
+        read_only_fields = [
+            *REQUEST_READ_ONLY_FIELDS,
+            *REQUEST_WORKLOAD_FIELDS,
+            "blocker",
+            "preempted_by",
+        ]
 
     @extend_schema_field(JsonCharField(allow_null=True))
     def get_connect_url(self, gpu_request: GpuRequest) -> str | None:
@@ -415,6 +437,13 @@ class GpuRequestSerializer(serializers.ModelSerializer):
     @extend_schema_field(BlockerSerializer())
     def get_blocker(self, gpu_request: GpuRequest) -> dict[str, Any]:
         return shown_blocker(gpu_request.status, gpu_request.blocker)
+
+    @extend_schema_field(PreemptedBySerializer(allow_null=True))
+    def get_preempted_by(self, gpu_request: GpuRequest) -> dict[str, Any] | None:
+        preemption = last_preemption(gpu_request)
+        if preemption is None or preemption.preempted_by is None:
+            return None
+        return {"id": preemption.preempted_by.id, "team": preemption.preempted_by.team}
 
 
 class WhatIfQuerySerializer(serializers.Serializer):

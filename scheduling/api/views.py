@@ -51,6 +51,7 @@ from scheduling.models import (
     UtilisationSample,
 )
 from scheduling.selectors import committed_by_quota_key, flavors_for_project
+from scheduling.selectors.preemptions import PREEMPTION_COLUMNS
 from scheduling.services import catalog as catalog_services
 from scheduling.services.estimates import what_if
 from tenants.api.base import ScopedModelViewSet, ScopedViewSetMixin
@@ -67,6 +68,7 @@ REQUEST_COLUMNS_SHOWN = [
     ),
     "owner__username",
     "cluster__slug",
+    *PREEMPTION_COLUMNS,
 ]
 # What the request's workload fields read from its allocations (prefetched, one query).
 ALLOCATION_COLUMNS_SHOWN = [
@@ -348,7 +350,7 @@ class GpuRequestViewSet(
         if self.action in ("list", "retrieve"):
             queryset = (
                 queryset.select_related(None)
-                .select_related("owner", "cluster")
+                .select_related("owner", "cluster", "preempted_by__team")
                 .only(*REQUEST_COLUMNS_SHOWN)
                 .prefetch_related(
                     Prefetch(

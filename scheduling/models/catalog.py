@@ -52,6 +52,13 @@ class Tier(models.Model):
     max_cpu_millicores = models.PositiveIntegerField(null=True, blank=True)
     max_memory_mib = models.PositiveIntegerField(null=True, blank=True)
     max_shm_mib = models.PositiveIntegerField(null=True, blank=True)
+    preemption_grace_seconds = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=[MaxValueValidator(3600)],
+        help_text="How long preempted work has between SIGTERM and SIGKILL to checkpoint; "
+        "empty: the PREEMPTION_GRACE_SECONDS setting (30 s by default).",
+    )
     allowed_teams = models.ManyToManyField(Team, blank=True, related_name="allowed_tiers")
     allowed_projects = models.ManyToManyField(
         Project,
@@ -67,6 +74,13 @@ class Tier(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    @property
+    def preemption_grace(self) -> int:
+        """Seconds a preempted workload of this tier gets between SIGTERM and SIGKILL."""
+        if self.preemption_grace_seconds is not None:
+            return self.preemption_grace_seconds
+        return int(settings.PREEMPTION_GRACE_SECONDS)
 
 
 LOCAL_CLUSTER_SLUG = "local"

@@ -106,6 +106,18 @@ class GpuRequest(models.Model):
     timeout_warned_at = models.DateTimeField(null=True, blank=True)
     # Crashed work back in the queue is not admitted before this (its retry backoff).
     retry_not_before = models.DateTimeField(null=True, blank=True)
+    # The last preemption: the request it made room for, why, when, and by when its pods had
+    # to stop (SIGTERM then, SIGKILL at the deadline; the tier's grace period apart).
+    preempted_by = models.ForeignKey(
+        "self",
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="preemptions",
+    )
+    preemption_reason = models.TextField(blank=True)
+    preempted_at = models.DateTimeField(null=True, blank=True)
+    preemption_deadline_at = models.DateTimeField(null=True, blank=True)
 
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)

@@ -396,17 +396,26 @@ def _preempt(preemptions: tuple[engine.Preemption, ...]) -> list[tuple[int, int]
     victim evicted, in the plan's order.
     """
     reason_of: dict[int, str] = {}
+    cause_of: dict[int, engine.Preemption] = {}
     for preemption in preemptions:
-        reason_of.setdefault(
-            int(preemption.victim_id),
-            f"Preempted for request {preemption.for_request}: {preemption.reason}",
-        )
+        victim = int(preemption.victim_id)
+        if victim not in cause_of:
+            cause_of[victim] = preemption
+            reason_of[victim] = (
+                f"Preempted for request {preemption.for_request}: {preemption.reason}"
+            )
     if not reason_of:
         return []
-    # 1. Read the victims, their running allocations and their tiers' retry limits: three reads.
+    # 1. Read the victims, their running allocations, their tiers' retry limits and the teams
+    # of the requests they make room for: four reads.
     requests = GpuRequest.objects.select_related(
-        "flavor__pool", "owner", "team", "project"
+        "flavor__pool__tier", "owner", "team", "project"
     ).in_bulk(list(reason_of))
+    team_of = dict(
+        GpuRequest.objects.filter(
+            pk__in={int(p.for_request) for p in cause_of.values()}
+        ).values_list("pk", "team__name")
+    )
     allocation_of: dict[int, Allocation] = {}
     for allocation in Allocation.objects.active().filter(request_id__in=list(requests)):
         latest = allocation_of.get(allocation.request_id)
@@ -437,34 +446,68 @@ def _preempt(preemptions: tuple[engine.Preemption, ...]) -> list[tuple[int, int]
             final = Move(RequestStatus.QUEUED, "Requeued after preemption.")
         paths.append((request, [Move(RequestStatus.PREEMPTED, reason), final]))
     moved = transition_each(paths)
-    # 3. End their allocations.
+    # 3. End their allocations and record who preempted each one, why, and by when its pods
+    # stop (the termination after commit gives them the tier's grace period).
     ended = [allocation_of[request.pk].pk for request in moved]
     now = timezone.now()
     for start in range(0, len(ended), 500):
         Allocation.objects.filter(pk__in=ended[start : start + 500], ended_at__isnull=True).update(
             ended_at=now, end_reason="preempted"
         )
-    # 4. Tell each owner, in one statement for all of them.
-    notify_each(
-        [
-            (
-                [request.owner],
-                f"GPU request {request.label} was preempted and not requeued",
-                request.status_reason + " Submit it again to run it.",
-                {"type": "request.preempted_final", "request": request.pk},
-            )
-            if request.status == RequestStatus.FAILED
-            else (
-                [request.owner],
-                f"GPU request {request.label} was preempted and is queued again",
-                f"{reason_of[request.pk].rstrip('.')}. It runs again when placed.",
-                {"type": "request.preempted", "request": request.pk},
-            )
-            for request in moved
-        ]
+    for request in moved:
+        cause = cause_of[request.pk]
+        request.preempted_by_id = int(cause.for_request)
+        request.preemption_reason = cause.reason
+        request.preempted_at = now
+        request.preemption_deadline_at = now + timedelta(
+            seconds=request.flavor.pool.tier.preemption_grace
+        )
+    GpuRequest.objects.bulk_update(
+        moved,
+        ["preempted_by", "preemption_reason", "preempted_at", "preemption_deadline_at"],
+        batch_size=500,
     )
+    # 4. Tell each owner, in one statement for all of them.
+    notify_each([_preemption_notice(request, team_of) for request in moved])
     attempts = {request.pk: allocation_of[request.pk].attempt for request in moved}
     return [(pk, attempts[pk]) for pk in reason_of if pk in attempts]
+
+
+def _preemption_notice(
+    request: GpuRequest, team_of: dict[int, str]
+) -> tuple[list[Any], str, str, dict[str, Any]]:
+    """The owner's notice of a preemption: who it made room for (the request and its team,
+    nothing more of another tenant's), why, and the deadline its pods were given."""
+    by = request.preempted_by_id
+    team = team_of.get(by or 0, "")
+    deadline = request.preemption_deadline_at
+    grace = request.flavor.pool.tier.preemption_grace
+    stop = (
+        f"Its pods get SIGTERM now and are stopped at {deadline:%Y-%m-%d %H:%M:%S} UTC "
+        f"({grace} s to checkpoint; the file named by $PREEMPT_NOTICE holds the deadline)."
+        if deadline is not None
+        else ""
+    )
+    event = {
+        "request": request.pk,
+        "preempted_by": {"id": by, "team": team},
+        "reason": request.preemption_reason,
+        "deadline": deadline.isoformat() if deadline is not None else None,
+    }
+    who = f"Preempted for request {by} of team {team}: {request.preemption_reason}"
+    if request.status == RequestStatus.FAILED:
+        return (
+            [request.owner],
+            f"GPU request {request.label} was preempted and not requeued",
+            f"{who.rstrip('.')}. {stop} {request.status_reason} Submit it again to run it.",
+            {"type": "request.preempted_final", **event},
+        )
+    return (
+        [request.owner],
+        f"GPU request {request.label} was preempted and is queued again",
+        f"{who.rstrip('.')}. {stop} It runs again when placed.",
+        {"type": "request.preempted", **event},
+    )
 
 
 def _record_waiting(

@@ -29,6 +29,7 @@ from scheduling.forms import DecisionForm, GpuRequestForm, initial_from_body
 from scheduling.models import Flavor, GpuRequest, RequestTemplate, UtilisationSample
 from scheduling.selectors import deferring_lead, flavors_for_project, governance_rules, quota_impact
 from scheduling.selectors.clusters import placed_cluster
+from scheduling.selectors.preemptions import last_preemption
 from scheduling.services.blockers import shown_blocker
 from scheduling.services.estimates import what_if
 from tenants.errors import DomainError, show_on_form
@@ -210,7 +211,9 @@ def request_what_if(request: HttpRequest) -> HttpResponse:
 @login_required
 def request_detail(request: HttpRequest, pk: int) -> HttpResponse:
     gpu_request = get_object_or_404(
-        GpuRequest.objects.visible_to(request.user).select_related("flavor", "project", "owner"),
+        GpuRequest.objects.visible_to(request.user).select_related(
+            "flavor", "project", "owner", "preempted_by__team"
+        ),
         pk=pk,
     )
     history = (
@@ -233,6 +236,7 @@ def request_detail(request: HttpRequest, pk: int) -> HttpResponse:
             "placed_cluster": None if gpu_request.cluster_id else placed_cluster(gpu_request),
             "quota_impact": quota_impact(gpu_request=gpu_request) if is_pending else None,
             "blocker": shown_blocker(gpu_request.status, gpu_request.blocker),
+            "preemption": last_preemption(gpu_request),
             "history": history,
             "can_cancel": gpu_request.status in CANCELLABLE_STATUSES,
             "is_live": gpu_request.status in (RequestStatus.RUNNING, RequestStatus.LAUNCHING),

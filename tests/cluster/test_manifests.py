@@ -157,6 +157,7 @@ def test_job_runs_once_with_deadline_ttl_and_placement() -> None:
     assert container(job)["command"] == ["python", "train.py"]
     assert container(job)["env"] == [
         {"name": "PORTAL_REQUEST", "value": "812"},
+        {"name": "PREEMPT_NOTICE", "value": "/etc/gpu-portal/notice/preempt-deadline"},
         {"name": "WANDB_MODE", "value": "offline"},
     ]
 
@@ -380,3 +381,39 @@ def test_any_valid_spec_builds_schema_valid_manifests_with_its_name(spec: Worklo
         kubernetes_validate.validate(manifest, K8S_VERSIONS[-1], strict=True)
         assert manifest["metadata"]["name"] == spec.name
         assert manifest["metadata"]["labels"][ATTEMPT_LABEL] == str(spec.attempt)
+
+
+@pytest.mark.parametrize("kind", ["job", "notebook", "service"])
+def test_every_pod_can_read_its_preemption_deadline_from_the_file_preempt_notice_names(
+    kind: WorkloadKind,
+) -> None:
+    """Env vars of a running container cannot change, so the deadline comes as a file: the
+    downward API projects the pod's notice annotation into it; `PREEMPT_NOTICE` names it."""
+    spec = replace(workload(kind, "exclusive"), termination_grace_seconds=90)
+    first = manifests.workload_manifests(spec)[0]
+    assert_valid(first)
+    pod = pod_template(first)["spec"]
+    env = {e["name"]: e.get("value") for e in container(first)["env"]}
+    assert env["PREEMPT_NOTICE"] == "/etc/gpu-portal/notice/preempt-deadline"
+    (volume,) = [v for v in pod["volumes"] if v["name"] == "gpu-portal-notice"]
+    assert volume["downwardAPI"]["items"] == [
+        {
+            "path": "preempt-deadline",
+            "fieldRef": {"fieldPath": "metadata.annotations['gpu-portal/preempt-notice']"},
+        }
+    ]
+    assert {
+        "name": "gpu-portal-notice",
+        "mountPath": "/etc/gpu-portal/notice",
+        "readOnly": True,
+    } in container(first)["volumeMounts"]
+    # The tier's grace is the pods' own: the garbage collector deletes them with it too.
+    assert pod["terminationGracePeriodSeconds"] == 90
+
+
+def test_the_portal_names_the_notice_file_even_when_the_user_sets_preempt_notice() -> None:
+    spec = replace(workload("job", "exclusive"), env={"PREEMPT_NOTICE": "/tmp/mine"})
+    env = [
+        e for e in container(manifests.job_manifest(spec))["env"] if e["name"] == "PREEMPT_NOTICE"
+    ]
+    assert env == [{"name": "PREEMPT_NOTICE", "value": "/etc/gpu-portal/notice/preempt-deadline"}]

@@ -19,6 +19,7 @@ from runtime.cluster.base import (
     VolumeMount,
     WorkloadRoute,
 )
+from runtime.cluster.pod_manifests import notice_volume
 from tests.cluster.specs import NAMESPACE, workload
 from tests.cluster.test_manifests import assert_valid, container
 
@@ -60,11 +61,13 @@ def test_a_pod_mounts_the_workspace_home_and_shm_and_reads_secret_env(kind: str)
         {"name": "data-0", "persistentVolumeClaim": {"claimName": "workspace"}},
         {"name": "data-1", "persistentVolumeClaim": {"claimName": "home-7"}},
         {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "2048Mi"}},
+        notice_volume(),
     ]
     assert main["volumeMounts"] == [
         {"name": "data-0", "mountPath": "/workspace"},
         {"name": "data-1", "mountPath": "/home/jovyan"},
         {"name": "dshm", "mountPath": "/dev/shm"},
+        {"name": "gpu-portal-notice", "mountPath": "/etc/gpu-portal/notice", "readOnly": True},
     ]
     assert {
         "name": "HF_TOKEN",
@@ -82,10 +85,10 @@ def test_a_plain_env_value_wins_over_a_secret_reference_of_the_same_name() -> No
     assert [e for e in env if e["name"] == "HF_TOKEN"] == [{"name": "HF_TOKEN", "value": "plain"}]
 
 
-def test_a_pod_without_project_data_has_no_volumes_nor_pull_secrets() -> None:
+def test_a_pod_without_project_data_has_only_the_notice_volume_and_no_pull_secrets() -> None:
     pod = manifests.job_manifest(workload("job"))["spec"]["template"]["spec"]
-    assert "volumes" not in pod and "imagePullSecrets" not in pod
-    assert "volumeMounts" not in pod["containers"][0]
+    assert pod["volumes"] == [notice_volume()] and "imagePullSecrets" not in pod
+    assert [m["name"] for m in pod["containers"][0]["volumeMounts"]] == ["gpu-portal-notice"]
 
 
 def test_two_volumes_on_one_path_are_refused() -> None:

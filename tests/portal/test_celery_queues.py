@@ -30,6 +30,7 @@ def test_launches_and_the_rest_of_a_requests_life_stay_on_the_default_queue() ->
     for name in (
         dispatch.LAUNCH_WORKLOAD,
         dispatch.TERMINATE_WORKLOAD,
+        dispatch.PREEMPT_WORKLOAD,
         dispatch.SEND_NOTIFICATION,
         dispatch.SEND_WEBHOOK,
         dispatch.PUSH_PROJECT_QUOTAS,
