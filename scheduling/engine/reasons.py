@@ -12,7 +12,7 @@ from dataclasses import replace
 from .filters import cpus_text, fit_gpus, gib_text, max_shares
 from .index import GIB, Group
 from .placement import Placer
-from .state import Shape, is_gang
+from .state import Shape, gang_layout, is_gang
 from .types import MIG_PROFILES
 
 
@@ -31,8 +31,15 @@ def capacity_reason(placer: Placer, shape: Shape) -> str:
         n = shape.gpu_count
         per = min(g.max_devices for g in groups)
         if is_gang(shape, per):
-            q = -(-n // per)
-            return f"no {q} {where} nodes with {per} free GPUs each for a {n}-GPU gang"
+            layout = gang_layout(n, per)
+            if layout is None:
+                q = -(-n // per)
+                return (
+                    f"a {n}-GPU gang does not split evenly over {q} {where} nodes of {per} GPUs;"
+                    f" ask for a multiple of {q}"
+                )
+            nodes, cards = layout
+            return f"no {nodes} {where} nodes with {cards} free GPUs each for a {n}-GPU gang"
         if not shape.allow_shared_node:
             return f"no {where} node is entirely free (the request wants a node of its own)"
         gpus = f"{n} {where} GPU{'s' if n != 1 else ''}"

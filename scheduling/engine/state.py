@@ -63,6 +63,20 @@ def is_gang(shape: Shape, max_devices: int) -> bool:
     return shape.distributed and shape.kind == "whole" and shape.gpu_count > max_devices
 
 
+def gang_layout(gpu_count: int, max_devices: int) -> tuple[int, int] | None:
+    """How a gang of `gpu_count` cards spreads over nodes of at most `max_devices` cards: as
+    (nodes, cards per node), the same count on every node, on as few nodes as hold it
+    (ceil(gpu_count / max_devices)): 16 on 8-card nodes is 2 x 8, 12 is 2 x 6, 9 on 4-card
+    nodes 3 x 3. None when that many nodes cannot hold an equal share (7 on 4-card nodes):
+    every rank of a gang is one pod of one template, with one card count."""
+    if max_devices < 1 or gpu_count < 1:
+        return None
+    nodes = -(-gpu_count // max_devices)
+    if gpu_count % nodes:
+        return None
+    return nodes, gpu_count // nodes
+
+
 def shape_of(request: Request, flavor: Flavor) -> Shape:
     """Resolve a request against its flavor (request fields override flavor defaults)."""
     models: tuple[str, ...] | None = None
