@@ -378,6 +378,8 @@ class WorkloadSpec:
             raise ValueError("a gang's members must hold gpu_count cards between them")
         if any(m.gpu_count < 1 for m in self.gang):
             raise ValueError("every gang member holds at least one card")
+        if len({m.gpu_count for m in self.gang}) != 1:
+            raise ValueError("every gang member holds the same count of cards")
         nodes = [m.node_name for m in self.gang if m.node_name is not None]
         if len(set(nodes)) != len(nodes):
             raise ValueError("gang members are on different nodes")
