@@ -195,6 +195,9 @@ class FleetState:
         # where any legal start may be used.
         self.mig_layout: list[dict[str, tuple[int, ...]] | None] = []
         self.whole: list[bool] = []
+        # vGPU shares each card holds, and how many it may (0: no limit; HAMi's split count).
+        self.shares: list[int] = []
+        self.share_limit: list[int] = []
         for d in devices:
             i = len(self.dev_node)
             node = self.node_of[d.node_id]
@@ -214,6 +217,8 @@ class FleetState:
                 mig_layout_starts(d.mig_layout) if mode == MODE_MIG and d.mig_layout else None
             )
             self.whole.append(d.whole_allocated)
+            self.shares.append(0)
+            self.share_limit.append(max(0, d.vgpu_share_limit) if mode == MODE_VGPU else 0)
             self.node_devices[node].append(i)
 
         self.node_free: list[int] = [
@@ -255,6 +260,7 @@ class FleetState:
             if rec is not None:
                 self.allocs[rec.id] = rec
                 self._attach(rec)  # GPU capacity is already reflected in the device state
+                self._count_shares(rec, 1)  # the share counts are not
                 self._take_host(rec, 1)
                 if self.pool_used:
                     self._charge_pool(rec, rec.ge)
@@ -393,6 +399,18 @@ class FleetState:
                 self.node_cpu_free[n] -= cpu
                 self.node_mem_free[n] -= mem
 
+    def _count_shares(self, rec: AllocRecord, sign: int) -> None:
+        """Count (sign 1) or uncount (-1) the vGPU shares `rec` holds: its claims that are
+        neither a whole card nor a MIG instance."""
+        for dev, whole, _, _, bits in rec.claims:
+            if not whole and not bits:
+                self.shares[dev] += sign
+
+    def share_room(self, dev: int) -> bool:
+        """The card may take one more vGPU share (its split count is not reached)."""
+        limit = self.share_limit[dev]
+        return limit == 0 or self.shares[dev] < limit
+
     def _attach(self, rec: AllocRecord) -> None:
         for n in rec.nodes:
             self.node_tenants[n] += 1
@@ -434,6 +452,8 @@ class FleetState:
                 self.mem_free[dev] -= mem
                 self.cores_free[dev] -= cores
                 self.mig_mask[dev] |= bits
+                if not bits:
+                    self.shares[dev] += 1
         self.allocs[rec.id] = rec
         self._attach(rec)
         self._take_host(rec, 1)
@@ -454,6 +474,8 @@ class FleetState:
                 self.mem_free[dev] = min(self.mem_total[dev], self.mem_free[dev] + mem)
                 self.cores_free[dev] = min(100, self.cores_free[dev] + cores)
                 self.mig_mask[dev] &= ~bits
+                if not bits:
+                    self.shares[dev] -= 1
             if self.fully_free(dev):
                 node_free[self.dev_node[dev]] += 1
         self.allocs.pop(rec.id, None)
