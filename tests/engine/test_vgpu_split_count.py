@@ -37,6 +37,10 @@ def test_a_card_takes_no_more_shares_than_its_split_count() -> None:
     plan = Scheduler(snap, Policy(enable_backfill=False)).plan(now=0.0)
     assert len(plan.admissions) == 4, "2 cards x 2 shares, though memory would hold 6"
     assert {w.request_id for w in plan.waiting} == {"r4", "r5"}
+    assert plan.waiting[0].reason == (
+        "no eligible node has 10 GiB and 12% cores free on one GPU;"
+        " 2 GPUs have the room but already hold their vGPU share limit"
+    )
 
 
 def test_without_a_split_count_memory_and_cores_decide() -> None:
