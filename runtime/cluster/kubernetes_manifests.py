@@ -1,5 +1,5 @@
 """Pure builders of the objects one launch creates, as API-shaped dicts: a Job; a Deployment,
-its Service and its route (Ingress or HTTPRoute); a gang's headless Service and rank Jobs; a DRA
+its Service and its route (Ingress or HTTPRoute); a gang's headless Service and indexed Job; a DRA
 workload's ResourceClaimTemplates.
 
 No client, no I/O: a spec goes in, a dict comes out that can be sent as the body of a create
@@ -16,13 +16,18 @@ from typing import Any
 from runtime.cluster import dra_manifests
 from runtime.cluster.kueue_objects import PRIORITY_CLASS_LABEL, QUEUE_NAME_LABEL
 from runtime.cluster.names import (
+    ATTEMPT_LABEL,
+    COMPLETION_INDEX_ANNOTATION,
     GANG_SIZE_LABEL,
-    RANK_LABEL,
-    gang_member_name,
+    MANAGED_BY_LABEL,
+    MANAGED_BY_VALUE,
+    REQUEST_LABEL,
+    gang_host_name,
     notebook_secret_name,
     portal_route_name,
 )
 from runtime.cluster.pod_manifests import (
+    HOSTNAME_LABEL,
     NOTEBOOK_TOKEN_KEY,
     pod_selector,
     pod_spec,
@@ -299,25 +304,45 @@ def notebook_secret_manifest(spec: WorkloadSpec) -> Manifest | None:
     }
 
 
-def gang_env(spec: WorkloadSpec, rank: int) -> dict[str, str]:
-    """What torchrun and MPI launchers read: rank 0's stable DNS name through the headless
-    Service, the port, the world (one process group per node) and this pod's share."""
-    size = len(spec.gang)
-    hosts = [f"{gang_member_name(spec.name, r)}.{spec.name}" for r in range(size)]
+def gang_layout(spec: WorkloadSpec) -> tuple[int, int]:
+    """A gang's (nodes, GPUs per node): one rank per node, each with the same count of cards."""
+    return len(spec.gang), spec.gang[0].gpu_count
+
+
+def gang_env(spec: WorkloadSpec) -> dict[str, str]:
+    """The env every rank of a gang receives (docs/execution.md, "Gangs"): torchrun's
+    arguments as its `PET_*` variables, so a plain `torchrun train.py` joins the gang, and
+    the same facts under the names other launchers read. Rank 0's stable DNS name through the
+    headless Service is the rendezvous; WORLD_SIZE counts processes (nodes x GPUs per node).
+    The node's rank comes from the pod's completion index (`gang_rank_env`)."""
+    nodes, per_node = gang_layout(spec)
+    hosts = [f"{gang_host_name(spec.name, r)}.{spec.name}" for r in range(nodes)]
+    master = f"{hosts[0]}.{spec.namespace}.svc"
     return {
-        "MASTER_ADDR": f"{hosts[0]}.{spec.namespace}.svc",
+        "MASTER_ADDR": master,
         "MASTER_PORT": str(GANG_PORT),
-        "WORLD_SIZE": str(size),
-        "RANK": str(rank),
-        "NODE_RANK": str(rank),
-        "NNODES": str(size),
-        "NPROC_PER_NODE": str(spec.gang[rank].gpu_count),
+        "WORLD_SIZE": str(nodes * per_node),
+        "NNODES": str(nodes),
+        "NPROC_PER_NODE": str(per_node),
         "GANG_HOSTS": ",".join(hosts),
+        "PET_NNODES": str(nodes),
+        "PET_NPROC_PER_NODE": str(per_node),
+        "PET_MASTER_ADDR": master,
+        "PET_MASTER_PORT": str(GANG_PORT),
+        "PET_RDZV_BACKEND": "static",
+        "PET_RDZV_ENDPOINT": f"{master}:{GANG_PORT}",
     }
 
 
+def gang_rank_env() -> list[dict[str, Any]]:
+    """The node's rank, read by the downward API from the completion index the Job controller
+    gives each pod of an indexed Job (it also sets JOB_COMPLETION_INDEX itself)."""
+    index = {"fieldRef": {"fieldPath": f"metadata.annotations['{COMPLETION_INDEX_ANNOTATION}']"}}
+    return [{"name": name, "valueFrom": index} for name in ("NODE_RANK", "PET_NODE_RANK")]
+
+
 def gang_service_manifest(spec: WorkloadSpec) -> Manifest:
-    """The headless Service that gives every rank of a gang a DNS name (`<job>.<service>`).
+    """The headless Service that gives every rank of a gang a DNS name (`<job>-<rank>.<job>`).
 
     Not-ready addresses are published: ranks must find rank 0 while they all start.
     """
@@ -341,48 +366,77 @@ def gang_service_manifest(spec: WorkloadSpec) -> Manifest:
     }
 
 
-def gang_job_manifest(spec: WorkloadSpec, rank: int) -> Manifest:
-    """The Job of one rank: the member's cards on the member's node, the gang's env, and the
-    pod's hostname and subdomain so that `<job>.<service>` resolves to it."""
-    member = spec.gang[rank]
+def gang_affinity(spec: WorkloadSpec, affinity: dict[str, Any] | None) -> dict[str, Any]:
+    """`affinity` plus what makes a gang one rank per node: a required anti-affinity between
+    the attempt's pods on the hostname, and, when the portal placed the gang, a required node
+    affinity on its nodes (added to every term, so a GPU-product term still holds)."""
+    body = dict(affinity or {})
+    nodes = [m.node_name for m in spec.gang if m.node_name is not None]
+    if nodes:
+        pinned = {"key": HOSTNAME_LABEL, "operator": "In", "values": nodes}
+        required = body.get("nodeAffinity", {}).get(
+            "requiredDuringSchedulingIgnoredDuringExecution", {"nodeSelectorTerms": [{}]}
+        )
+        terms = [
+            {**term, "matchExpressions": [*term.get("matchExpressions", ()), pinned]}
+            for term in required["nodeSelectorTerms"]
+        ]
+        body["nodeAffinity"] = {
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}
+        }
+    body["podAntiAffinity"] = {
+        "requiredDuringSchedulingIgnoredDuringExecution": [
+            {
+                "labelSelector": {
+                    "matchLabels": {
+                        MANAGED_BY_LABEL: MANAGED_BY_VALUE,
+                        REQUEST_LABEL: spec.request_id,
+                        ATTEMPT_LABEL: str(spec.attempt),
+                    }
+                },
+                "topologyKey": HOSTNAME_LABEL,
+            }
+        ]
+    }
+    return body
+
+
+def gang_job_manifest(spec: WorkloadSpec) -> Manifest:
+    """The gang as one indexed Job: one pod per node (`completions` = `parallelism` = nodes),
+    each with the per-node cards and the gang's env, all or nothing.
+
+    Its pods are `<job>-<rank>` in the headless Service's subdomain. `backoffLimit: 0`: the
+    first rank that fails fails the Job, and the Job controller stops the other ranks; the
+    portal then stops the attempt and queues the whole gang again (a new attempt of every
+    rank), never one pod on its own.
+    """
+    nodes, per_node = gang_layout(spec)
     member_spec = replace(
-        spec,
-        gpu_count=member.gpu_count,
-        node_name=member.node_name,
-        env={**spec.env, **gang_env(spec, rank)},
-        gang=(),
+        spec, gpu_count=per_node, node_name=None, env={**spec.env, **gang_env(spec)}, gang=()
     )
     body = job_manifest(member_spec)
-    name = gang_member_name(spec.name, rank)
-    body["metadata"]["name"] = name
-    template = body["spec"]["template"]
+    job_spec = body["spec"]
+    job_spec.update(completionMode="Indexed", completions=nodes, parallelism=nodes)
+    template = job_spec["template"]
     for metadata in (body["metadata"], template["metadata"]):
-        metadata["labels"][RANK_LABEL] = str(rank)
-        metadata["labels"][GANG_SIZE_LABEL] = str(len(spec.gang))
-    template["spec"]["hostname"] = name
-    template["spec"]["subdomain"] = spec.name
-    for claim in template["spec"].get("resourceClaims", ()):
-        claim["resourceClaimTemplateName"] = name  # the rank's own template (its own count)
-    template["spec"]["containers"][0]["ports"] = [
-        {"name": "rendezvous", "containerPort": GANG_PORT, "protocol": "TCP"}
-    ]
+        metadata["labels"][GANG_SIZE_LABEL] = str(nodes)
+    pod = template["spec"]
+    pod["subdomain"] = spec.name
+    pod["affinity"] = gang_affinity(spec, pod.get("affinity"))
+    container = pod["containers"][0]
+    container["env"] = [*container.get("env", ()), *gang_rank_env()]
+    container["ports"] = [{"name": "rendezvous", "containerPort": GANG_PORT, "protocol": "TCP"}]
     return body
 
 
 def claim_template_manifests(spec: WorkloadSpec) -> list[Manifest]:
-    """The ResourceClaimTemplates of a DRA workload: one, or one per rank of a gang (named
-    after the rank, for that rank's cards on its node)."""
+    """The ResourceClaimTemplate of a DRA workload (a gang's: the cards of one rank)."""
     if not uses_claim(spec):
         return []
-    if not spec.gang:
-        return [dra_manifests.resource_claim_template(spec, workload_labels(spec))]
-    templates = []
-    for rank, member in enumerate(spec.gang):
-        member_spec = replace(spec, gpu_count=member.gpu_count, node_name=member.node_name, gang=())
-        body = dra_manifests.resource_claim_template(member_spec, workload_labels(spec))
-        body["metadata"]["name"] = gang_member_name(spec.name, rank)
-        templates.append(body)
-    return templates
+    if spec.gang:
+        # Every rank's pod makes its own claim from the one template: the per-node count.
+        spec = replace(spec, gpu_count=gang_layout(spec)[1], node_name=None, gang=())
+    return [dra_manifests.resource_claim_template(spec, workload_labels(spec))]
 
 
 def workload_manifests(spec: WorkloadSpec) -> list[Manifest]:
@@ -391,11 +445,7 @@ def workload_manifests(spec: WorkloadSpec) -> list[Manifest]:
     resolve as soon as the pods start)."""
     templates = claim_template_manifests(spec)
     if spec.gang:
-        return [
-            *templates,
-            gang_service_manifest(spec),
-            *(gang_job_manifest(spec, rank) for rank in range(len(spec.gang))),
-        ]
+        return [*templates, gang_service_manifest(spec), gang_job_manifest(spec)]
     if spec.kind == "job":
         return [*templates, job_manifest(spec)]
     routed = [route_manifest(spec), *portal_route_manifests(spec)] if spec.route else []

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from runtime.cluster import pod_manifests
 from runtime.cluster.names import (
+    COMPLETION_INDEX_ANNOTATION,
     GANG_SIZE_LABEL,
     KIND_LABEL,
     MAX_RUNTIME_ANNOTATION,
@@ -390,13 +391,22 @@ def _label(obj: Any, key: str) -> str | None:
 
 
 def _rank(obj: Any) -> int | None:
-    value = _label(obj, RANK_LABEL)
+    """A gang object's rank: a rank Job's or pod's label, or the completion index the Job
+    controller puts on each pod of an indexed Job (label and annotation). None for the
+    indexed Job itself, which holds every rank."""
+    metadata = getattr(obj, "metadata", None)
+    annotations = (metadata.annotations if metadata is not None else None) or {}
+    value = (
+        _label(obj, RANK_LABEL)
+        or _label(obj, COMPLETION_INDEX_ANNOTATION)
+        or (annotations.get(COMPLETION_INDEX_ANNOTATION) if _label(obj, GANG_SIZE_LABEL) else None)
+    )
     return int(value) if value is not None and value.isdigit() else None
 
 
 def is_gang(objects: Sequence[Any]) -> bool:
-    """True when any of a workload's Jobs or pods carries a gang rank."""
-    return any(_rank(obj) is not None for obj in objects)
+    """True when any of a workload's Jobs or pods belongs to a gang."""
+    return any(_label(obj, GANG_SIZE_LABEL) or _rank(obj) is not None for obj in objects)
 
 
 def gang_status(
@@ -407,9 +417,11 @@ def gang_status(
     jobs: Sequence[k8s.V1Job],
     pods: Sequence[k8s.V1Pod] = (),
 ) -> WorkloadStatus:
-    """One status for a gang, from each rank's `workload_status`. The gang is one workload:
+    """One status for a gang, from each rank's `workload_status` (its pods, with the gang's
+    indexed Job, or with the rank's own Job). The gang is one workload:
     1. no rank exists → missing;
-    2. any rank failed → failed, with that rank's reason (the portal tears the gang down);
+    2. any rank failed → failed, with the reason of the rank that failed first (the one whose
+       pod ended first; the portal tears the gang down);
     3. every rank succeeded → succeeded (finished when the last one did);
     4. a rank of the gang size without a Job or pod → pending `GangIncomplete`;
     5. every rank running (or done) → running, from when the last rank started;
@@ -420,12 +432,13 @@ def gang_status(
         + [(_rank(o) or 0) + 1 for o in (*jobs, *pods)]
         + [1]
     )
+    shared = next((j for j in jobs if _rank(j) is None), None)  # the gang's indexed Job
     ranks = [
         workload_status(
             namespace=namespace,
             request_id=request_id,
             attempt=attempt,
-            job=next((j for j in jobs if _rank(j) == rank), None),
+            job=next((j for j in jobs if _rank(j) == rank), shared),
             pods=[p for p in pods if _rank(p) == rank],
         )
         for rank in range(size)
@@ -447,15 +460,26 @@ def gang_status(
 
     if all(r.phase == "missing" for r in ranks):
         return gang
-    for rank, status in enumerate(ranks):
-        if status.phase == "failed":
-            return replace(
-                gang,
-                phase="failed",
-                reason=status.reason,
-                message=at(rank, status),
-                finished_at=status.finished_at,
-            )
+    failed = [(rank, status) for rank, status in enumerate(ranks) if status.phase == "failed"]
+    if failed:
+        # A failed indexed Job fails every rank; the culprit is the rank whose pod ended first.
+        rank, status = min(
+            failed,
+            key=lambda item: (
+                item[1].exit_code is None,
+                item[1].finished_at or datetime.max.replace(tzinfo=UTC),
+                item[0],
+            ),
+        )
+        return replace(
+            gang,
+            phase="failed",
+            reason=status.reason,
+            message=at(rank, status),
+            finished_at=status.finished_at,
+            exit_code=status.exit_code,
+            exit_reason=status.exit_reason,
+        )
     if all(r.phase == "succeeded" for r in ranks):
         finished = [r.finished_at for r in ranks if r.finished_at is not None]
         return replace(

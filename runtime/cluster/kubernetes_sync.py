@@ -43,6 +43,10 @@ class KubernetesSync(KubernetesApi):
             namespace,
             label_selector=pod_manifests.workload_selector(request_id, attempt),
         )
+        if job is not None and is_gang([job]):  # a gang's indexed Job
+            return gang_status(
+                namespace=namespace, request_id=request_id, attempt=attempt, jobs=[job], pods=pods
+            )
         if job is None and deployment is None:
             jobs = self._list_all(
                 self.batch.list_namespaced_job,

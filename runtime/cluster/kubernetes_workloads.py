@@ -57,7 +57,7 @@ class KubernetesWorkloads(KubernetesApi):
         return spec.name
 
     def _launch_gang(self, spec: WorkloadSpec) -> str:
-        """The headless Service and one Job per rank, all or nothing: when any create fails,
+        """The headless Service and the indexed Job, all or nothing: when any create fails,
         everything of the attempt made or adopted so far is deleted again before the error is
         raised, so no rank ever waits alone for peers that will not come."""
         made: list[tuple[str, str]] = []
@@ -252,7 +252,8 @@ class KubernetesWorkloads(KubernetesApi):
             except ClusterError as exc:
                 if exc.status != 404:
                     raise
-        # A gang's ranks: one Job each, named after the rank (its headless Service went above).
+        # A gang launched by an earlier version: one Job per rank, named after the rank (an
+        # indexed Job and its headless Service went above).
         ranks = self._list_all(
             self.batch.list_namespaced_job,
             namespace,
@@ -280,7 +281,7 @@ class KubernetesWorkloads(KubernetesApi):
                 if exc.status != 404:
                     raise
         self._delete_pods(namespace, request_id, attempt, grace_seconds=grace_seconds)
-        # DRA: the attempt's claim templates (a gang has one per rank). Their claims belong to
+        # DRA: the attempt's claim template (a gang's: one for every rank). Its claims belong to
         # the pods and go with them.
         self._delete_claim_templates(namespace, request_id, attempt, grace_seconds=grace_seconds)
         log.info("terminated %s/%s: %s", namespace, name, reason)

@@ -35,6 +35,8 @@ SUSPENDED_AT_ANNOTATION = "gpu-portal/suspended-at"
 # On each Job and pod of a gang (a job over several nodes): its rank, and how many ranks it has.
 RANK_LABEL = "gpu-portal/rank"
 GANG_SIZE_LABEL = "gpu-portal/gang-size"
+# What the Job controller puts on each pod of an indexed Job (a gang's): the pod's index.
+COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
 # On a project's Secrets: the portal's revision of the values, so an older copy is replaced.
 REVISION_ANNOTATION = "gpu-portal/revision"
 
@@ -87,6 +89,12 @@ def gang_member_name(name: str, rank: int) -> str:
     """The name of one rank of a gang workload `name` (its Job and pod hostname):
     `gpr-812-a1-r0`. At most 50 + 2 + 4 characters for ranks below 10,000."""
     return f"{name}-r{rank}"
+
+
+def gang_host_name(name: str, rank: int) -> str:
+    """The hostname the Job controller gives the pod of rank `rank` of the indexed Job `name`
+    (`gpr-812-a1-0`); in the gang's headless Service it resolves as `<host>.<name>`."""
+    return f"{name}-{rank}"
 
 
 def project_namespace(team_slug: str, project_slug: str) -> str:

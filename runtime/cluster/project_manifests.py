@@ -10,10 +10,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from runtime.cluster.names import (
+    GANG_SIZE_LABEL,
     MANAGED_BY_LABEL,
     MANAGED_BY_VALUE,
     PROJECT_LABEL,
-    RANK_LABEL,
     REVISION_ANNOTATION,
     TEAM_LABEL,
 )
@@ -237,7 +237,7 @@ def network_policy_manifests(spec: ProjectSpec) -> list[Manifest]:
     the portal's workloads from pods of the ingress controller's namespace; a gang's ranks from
     each other (torchrun and NCCL talk on many ports). Egress is not limited."""
     workloads = {"matchLabels": {MANAGED_BY_LABEL: MANAGED_BY_VALUE}}
-    ranks = {"matchExpressions": [{"key": RANK_LABEL, "operator": "Exists"}]}
+    ranks = {"matchExpressions": [{"key": GANG_SIZE_LABEL, "operator": "Exists"}]}
     policies = [
         _network_policy(spec, DENY_POLICY_NAME, {"podSelector": {}}),
         _network_policy(

@@ -249,8 +249,9 @@ class WorkloadSpec:
     them (see `gpu_models.gpu_products_for`). `gpu_count` counts whole cards (exclusive), vGPU
     shares (vgpu) or MIG instances of `mig_profile` (mig).
 
-    `gang` (two members or more, jobs with whole cards only) runs the job as one pod per member,
-    rank 0 first, each on its member's node with its member's cards; `gpu_count` is their sum.
+    `gang` (two members or more, jobs with whole cards only, the same card count each) runs the
+    job as one indexed Job with a pod per member, held to the members' nodes, one per node;
+    `gpu_count` is their sum.
     `device_indexes` are the cards the portal chose on `node_name` (vGPU: HAMi is asked for
     them); `gpu_uuids` and `gpu_types` are those cards as HAMi registered them, filled in by the
     backend at launch.
@@ -381,6 +382,8 @@ class WorkloadSpec:
             raise ValueError("a gang's members must hold gpu_count cards between them")
         if any(m.gpu_count < 1 for m in self.gang):
             raise ValueError("every gang member holds at least one card")
+        if len({m.gpu_count for m in self.gang}) != 1:
+            raise ValueError("every gang member holds the same count of cards")
         nodes = [m.node_name for m in self.gang if m.node_name is not None]
         if len(set(nodes)) != len(nodes):
             raise ValueError("gang members are on different nodes")

@@ -121,8 +121,9 @@ def project_spec(request: GpuRequest) -> ProjectSpec:
 
 
 def gang_members(request: GpuRequest, allocation: Allocation) -> tuple[GangMember, ...]:
-    """A whole-card job the engine spread over several nodes runs as one pod per node, rank 0
-    on the first: each with that node's cards, pinned to it when the portal places."""
+    """A whole-card job the engine spread over several nodes runs as one pod per node, each
+    with that node's cards (the same count on every node), held to those nodes when the portal
+    places."""
     nodes = [name for name in allocation.node_name.split(",") if name]
     sharing = SHARING_MODE_OF_FLAVOR_KIND[request.flavor.kind]
     if len(nodes) < 2 or request.kind != "job" or sharing != "exclusive":

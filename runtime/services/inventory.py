@@ -57,6 +57,11 @@ def _device_layouts(node: NodeInventory, pool: NodePool) -> list[tuple[int, dict
     return [(memory, layout) for layout in layouts]
 
 
+def _split_counts(node: NodeInventory) -> list[int]:
+    """HAMi's split count per card (how many vGPU shares it may hold), 0 where not registered."""
+    return [device.split_count for device in node.hami_devices]
+
+
 def access_problem(node: NodeInventory, pool: NodePool, mig_profiles: Sequence[str]) -> str:
     """Why the node cannot serve its pool's sharing mode, or "" when it can.
 
@@ -166,15 +171,16 @@ def apply_inventory(
         if cluster is not None
         else ()
     )
-    cards: dict[int, dict[int, tuple[int, dict[str, int]]]] = {}
-    for node_id, index, memory, layout in GpuDevice.objects.values_list(
-        "node_id", "index", "memory_mib", "mig_layout"
+    cards: dict[int, dict[int, tuple[int, dict[str, int], int]]] = {}
+    for node_id, index, memory, layout, split in GpuDevice.objects.values_list(
+        "node_id", "index", "memory_mib", "mig_layout", "vgpu_split_count"
     ).order_by():
-        cards.setdefault(node_id, {})[index] = (memory, layout)
+        cards.setdefault(node_id, {})[index] = (memory, layout, split)
     # 2. Decide, node by node, in memory.
     seen: set[str] = set()
     upserts: list[Node] = []
     layouts_by_name: dict[str, list[tuple[int, dict[str, int]]]] = {}
+    splits_by_name: dict[str, list[int]] = {}
     events: list[tuple[str, str, str]] = []  # (node name, action, message)
     for reported in inventory:
         pool = pool_for(reported, pools)
@@ -212,6 +218,7 @@ def apply_inventory(
         if existing is None:
             events.append((reported.name, "node.discovered", ""))
         layouts_by_name[reported.name] = _device_layouts(reported, pool)
+        splits_by_name[reported.name] = _split_counts(reported)
     # 3. Write what changed.
     Node.objects.bulk_create(
         upserts,
@@ -227,10 +234,18 @@ def apply_inventory(
     for name, layouts in layouts_by_name.items():
         node_id = ids[name]
         have = cards.get(node_id, {})
+        splits = splits_by_name[name]
         for index, (memory, layout) in enumerate(layouts):
-            if have.get(index) != (memory, layout):
+            split = splits[index] if index < len(splits) else 0
+            if have.get(index) != (memory, layout, split):
                 devices.append(
-                    GpuDevice(node_id=node_id, index=index, memory_mib=memory, mig_layout=layout)
+                    GpuDevice(
+                        node_id=node_id,
+                        index=index,
+                        memory_mib=memory,
+                        mig_layout=layout,
+                        vgpu_split_count=split,
+                    )
                 )
         if any(index >= len(layouts) for index in have):
             beyond.setdefault(len(layouts), []).append(node_id)
@@ -239,7 +254,7 @@ def apply_inventory(
         batch_size=1000,
         update_conflicts=True,
         unique_fields=["node", "index"],
-        update_fields=["memory_mib", "mig_layout"],
+        update_fields=["memory_mib", "mig_layout", "vgpu_split_count"],
     )
     for count, node_ids in beyond.items():
         GpuDevice.objects.filter(node_id__in=node_ids, index__gte=count).delete()

@@ -28,7 +28,7 @@ from .filters import (
     node_taints,
 )
 from .index import Group
-from .state import AllocRecord, Claim, FleetState, Shape, is_gang
+from .state import AllocRecord, Claim, FleetState, Shape, gang_layout, is_gang
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,7 +88,10 @@ def reserve(
     gang = is_gang(shape, min(g.max_devices for g in groups))
     best: tuple[float, tuple[Claim, ...]] | None = None
     for g in groups:
-        count = g.max_devices if gang else shape.gpu_count
+        layout = gang_layout(shape.gpu_count, g.max_devices) if gang else None
+        if gang and layout is None:
+            continue
+        count = layout[1] if layout is not None else shape.gpu_count
         if count == 0:
             continue
         options: list[tuple[float, int, tuple[Claim, ...]]] = []
@@ -106,12 +109,12 @@ def reserve(
         if not options:
             continue
         options.sort(key=lambda x: (x[0], x[1]))
-        if gang:
-            need = -(-shape.gpu_count // count)
+        if layout is not None:
+            need = layout[0]
             if len(options) < need:
                 continue
             picked = options[:need]
-            claims = tuple(c for _, _, cl in picked for c in cl)[: shape.gpu_count]
+            claims = tuple(c for _, _, cl in picked for c in cl)
             cand = (max(t for t, _, _ in picked), claims)
         else:
             cand = (options[0][0], options[0][2])

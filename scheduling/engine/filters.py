@@ -186,12 +186,14 @@ def whole_devices(
 
 
 def vgpu_fits(st: FleetState, dev: int, memory_mib: int, cores_percent: int) -> bool:
-    """A vGPU-mode device not held whole has the memory and cores free."""
+    """A vGPU-mode device not held whole has the memory and cores free, and room for one more
+    share under its split count (HAMi refuses a share past it: the pod would wait)."""
     return (
         st.dev_mode[dev] == MODE_VGPU
         and not st.whole[dev]
         and st.mem_free[dev] >= memory_mib
         and st.cores_free[dev] >= cores_percent
+        and st.share_room(dev)
     )
 
 

@@ -96,7 +96,13 @@ class CapacityIndex:
                 ob = g.dev_vb.pop(d, None)
                 if ob is not None:
                     del g.vgpu[ob][d]
-                if usable and not st.whole[d] and st.cores_free[d] > 0 and st.mem_free[d] > 0:
+                if (
+                    usable
+                    and not st.whole[d]
+                    and st.cores_free[d] > 0
+                    and st.mem_free[d] > 0
+                    and st.share_room(d)
+                ):
                     b = st.mem_free[d] // GIB
                     g.dev_vb[d] = b
                     g.vgpu[b][d] = None

@@ -12,8 +12,9 @@ Plugin placer, per request:
 
 Every candidate must have the request's host CPU and memory free (`Placer.node_ok`), whatever
 the policy's filter list says.  A whole-card request has all its cards on one node; only a
-distributed one (`Request.distributed`) larger than a node is a gang, which takes full nodes
-from one group, all or nothing, with its host resources free on each.
+distributed one (`Request.distributed`) larger than a node is a gang, which takes the same
+count of cards on each of as few nodes as hold it (`gang_layout`) from one group, all or
+nothing, with its host resources free on each.
 Multi-share requests (vGPU or MIG with gpu_count N > 1) take all N shares on one node, all or
 nothing: N distinct GPUs with the vGPU memory and cores free each, or N MIG instances of the
 profile (several may share one GPU); nodes come from the same device buckets as single shares.
@@ -37,7 +38,7 @@ from .filters import (
 )
 from .index import GIB, CapacityIndex, Group
 from .scores import FUSED, POOL_LEVEL, SCORES, ScoreFn, fused
-from .state import Claim, FleetState, Shape, is_gang
+from .state import Claim, FleetState, Shape, gang_layout, is_gang
 from .types import DEFAULT_FILTERS, MIG_PROFILES, Policy
 
 Candidate = tuple[int, tuple[Claim, ...], Group]
@@ -365,7 +366,9 @@ class Placer:
     def _gang(
         self, shape: Shape, groups: list[Group], blocked: Collection[int], preemptible: bool
     ) -> tuple[tuple[Claim, ...] | None, bool]:
-        """All-or-nothing: q full nodes plus one node for the remainder, from a single group."""
+        """All-or-nothing: the gang's layout (`gang_layout`: n nodes with the same count of
+        cards each) from a single group, on the nodes whose free cards fit it most tightly
+        (full nodes for a gang as wide as a node, so partly used nodes stay for others)."""
         st, hit = self.st, False
         order = groups
         if self.policy.placer == "plugins":
@@ -378,42 +381,26 @@ class Placer:
             order = sorted(groups, key=group_rank)
         for g in order:
             d_per = g.max_devices
-            if d_per == 0:
+            layout = gang_layout(shape.gpu_count, d_per)
+            if layout is None:
                 continue
-            q, r = divmod(shape.gpu_count, d_per)
+            need, per = layout
             chosen: list[tuple[Claim, ...]] = []
-            used: set[int] = set()
-            for node in g.whole[d_per]:
-                if len(chosen) == q:
-                    break
-                if len(st.node_devices[node]) != d_per or not self.node_ok(node, shape):
-                    continue
-                devs = whole_devices(st, node, d_per, blocked)
-                if devs is None:
-                    hit = True
-                    continue
-                chosen.append(tuple((d, True, 0, 0, 0) for d in devs))
-                used.add(node)
-            if len(chosen) < q:
-                continue
-            if r:
-                extra: tuple[Claim, ...] | None = None
-                for k in range(r, d_per + 1):
-                    for node in g.whole[k]:
-                        if node in used or not self.node_ok(node, shape):
-                            continue
-                        devs = whole_devices(st, node, r, blocked)
-                        if devs is None:
-                            hit = True
-                            continue
-                        extra = tuple((d, True, 0, 0, 0) for d in devs)
+            for k in range(per, d_per + 1):
+                for node in g.whole[k]:
+                    if len(chosen) == need:
                         break
-                    if extra is not None:
-                        break
-                if extra is None:
-                    continue
-                chosen.append(extra)
-            return tuple(c for part in chosen for c in part), hit
+                    if per == d_per and len(st.node_devices[node]) != d_per:
+                        continue
+                    if not self.node_ok(node, shape):
+                        continue
+                    devs = whole_devices(st, node, per, blocked)
+                    if devs is None:
+                        hit = True
+                        continue
+                    chosen.append(tuple((d, True, 0, 0, 0) for d in devs))
+            if len(chosen) == need:
+                return tuple(c for part in chosen for c in part), hit
         return None, hit
 
     # ------------------------------------------------------------------ best-fit baseline

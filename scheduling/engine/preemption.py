@@ -29,7 +29,16 @@ from .filters import fit_node, whole_devices
 from .index import Group
 from .placement import Placer
 from .quota import EPS, QuotaLedger
-from .state import MODE_MIG, MODE_VGPU, AllocRecord, Claim, FleetState, Shape, is_gang
+from .state import (
+    MODE_MIG,
+    MODE_VGPU,
+    AllocRecord,
+    Claim,
+    FleetState,
+    Shape,
+    gang_layout,
+    is_gang,
+)
 from .types import MIG_PROFILES
 
 PREEMPTION_CANDIDATES = 8
@@ -88,7 +97,10 @@ def find_victims(
     for g in groups:
         if done:
             break
-        count = g.max_devices if gang else shape.gpu_count
+        layout = gang_layout(shape.gpu_count, g.max_devices) if gang else None
+        if gang and layout is None:
+            continue
+        count = layout[1] if layout is not None else shape.gpu_count
         for node in victim_nodes(st, ledger, g):
             victims_here = st.node_victims.get(node)
             if not victims_here or not st.node_schedulable[node] or node in blocked_nodes:
@@ -134,10 +146,12 @@ def find_victims(
     if not gang:
         _, _, claims, victims = results[0]
         return claims, victims
-    # Gang: full nodes, within one group, all or nothing.
+    # Gang: its layout's nodes, within one group, all or nothing.
     for g in groups:
-        q, r = divmod(shape.gpu_count, g.max_devices)
-        need = q + (1 if r else 0)
+        layout = gang_layout(shape.gpu_count, g.max_devices)
+        if layout is None:
+            continue
+        need, per = layout
         mine = [x for x in results if placer.index.node_group.get(x[1]) is g]
         free_nodes = [
             n
@@ -151,7 +165,7 @@ def find_victims(
         for n in free_nodes:
             if nodes_used == need:
                 break
-            devs = whole_devices(st, n, g.max_devices)
+            devs = whole_devices(st, n, per)
             if devs is not None:
                 picked_claims.extend((d, True, 0, 0, 0) for d in devs)
                 nodes_used += 1
@@ -160,11 +174,11 @@ def find_victims(
                 break
             if any(v in picked_victims for v in victims):
                 continue
-            picked_claims.extend(claims)
+            picked_claims.extend(claims[:per])
             picked_victims.extend(victims)
             nodes_used += 1
         if nodes_used == need:
-            return tuple(picked_claims[: shape.gpu_count]), picked_victims
+            return tuple(picked_claims), picked_victims
     return None
 
 

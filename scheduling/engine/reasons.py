@@ -12,7 +12,7 @@ from dataclasses import replace
 from .filters import cpus_text, fit_gpus, gib_text, max_shares
 from .index import GIB, Group
 from .placement import Placer
-from .state import Shape, is_gang
+from .state import MODE_VGPU, Shape, gang_layout, is_gang
 from .types import MIG_PROFILES
 
 
@@ -31,8 +31,15 @@ def capacity_reason(placer: Placer, shape: Shape) -> str:
         n = shape.gpu_count
         per = min(g.max_devices for g in groups)
         if is_gang(shape, per):
-            q = -(-n // per)
-            return f"no {q} {where} nodes with {per} free GPUs each for a {n}-GPU gang"
+            layout = gang_layout(n, per)
+            if layout is None:
+                q = -(-n // per)
+                return (
+                    f"a {n}-GPU gang does not split evenly over {q} {where} nodes of {per} GPUs;"
+                    f" ask for a multiple of {q}"
+                )
+            nodes, cards = layout
+            return f"no {nodes} {where} nodes with {cards} free GPUs each for a {n}-GPU gang"
         if not shape.allow_shared_node:
             return f"no {where} node is entirely free (the request wants a node of its own)"
         gpus = f"{n} {where} GPU{'s' if n != 1 else ''}"
@@ -55,8 +62,10 @@ def capacity_reason(placer: Placer, shape: Shape) -> str:
                 if most < n
                 else ""
             )
-            return f"no {where} node has {n} GPUs with {gib} GiB{cores} free each{never}"
-        return f"no {where} node has {gib} GiB{cores} free on one GPU"
+            full = _at_share_limit(placer, shape, groups)
+            return f"no {where} node has {n} GPUs with {gib} GiB{cores} free each{never}{full}"
+        full = _at_share_limit(placer, shape, groups)
+        return f"no {where} node has {gib} GiB{cores} free on one GPU{full}"
     if n > 1:
         most = most_shares(placer, shape, groups)
         never = f" (the largest holds {most})" if most < n else ""
@@ -136,6 +145,27 @@ def _gpu_candidates(placer: Placer, g: Group, shape: Shape, gang: bool) -> list[
     else:
         return []
     return list(dict.fromkeys(st.dev_node[d] for bucket in buckets for d in bucket))
+
+
+def _at_share_limit(placer: Placer, shape: Shape, groups: list[Group]) -> str:
+    """The words for the cards that have the share's memory and cores free but already hold
+    as many vGPU shares as their split count allows ("" when none)."""
+    st, m, c = placer.st, shape.memory_mib, shape.cores_percent
+    full = sum(
+        1
+        for g in groups
+        for node in g.nodes
+        for d in st.node_devices[node]
+        if st.dev_mode[d] == MODE_VGPU
+        and not st.whole[d]
+        and st.mem_free[d] >= m
+        and st.cores_free[d] >= c
+        and not st.share_room(d)
+    )
+    if not full:
+        return ""
+    cards = "GPU has" if full == 1 else "GPUs have"
+    return f"; {full} {cards} the room but already hold their vGPU share limit"
 
 
 def most_shares(placer: Placer, shape: Shape, groups: list[Group]) -> int:

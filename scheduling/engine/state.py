@@ -63,6 +63,20 @@ def is_gang(shape: Shape, max_devices: int) -> bool:
     return shape.distributed and shape.kind == "whole" and shape.gpu_count > max_devices
 
 
+def gang_layout(gpu_count: int, max_devices: int) -> tuple[int, int] | None:
+    """How a gang of `gpu_count` cards spreads over nodes of at most `max_devices` cards: as
+    (nodes, cards per node), the same count on every node, on as few nodes as hold it
+    (ceil(gpu_count / max_devices)): 16 on 8-card nodes is 2 x 8, 12 is 2 x 6, 9 on 4-card
+    nodes 3 x 3. None when that many nodes cannot hold an equal share (7 on 4-card nodes):
+    every rank of a gang is one pod of one template, with one card count."""
+    if max_devices < 1 or gpu_count < 1:
+        return None
+    nodes = -(-gpu_count // max_devices)
+    if gpu_count % nodes:
+        return None
+    return nodes, gpu_count // nodes
+
+
 def shape_of(request: Request, flavor: Flavor) -> Shape:
     """Resolve a request against its flavor (request fields override flavor defaults)."""
     models: tuple[str, ...] | None = None
@@ -181,6 +195,9 @@ class FleetState:
         # where any legal start may be used.
         self.mig_layout: list[dict[str, tuple[int, ...]] | None] = []
         self.whole: list[bool] = []
+        # vGPU shares each card holds, and how many it may (0: no limit; HAMi's split count).
+        self.shares: list[int] = []
+        self.share_limit: list[int] = []
         for d in devices:
             i = len(self.dev_node)
             node = self.node_of[d.node_id]
@@ -200,6 +217,8 @@ class FleetState:
                 mig_layout_starts(d.mig_layout) if mode == MODE_MIG and d.mig_layout else None
             )
             self.whole.append(d.whole_allocated)
+            self.shares.append(0)
+            self.share_limit.append(max(0, d.vgpu_share_limit) if mode == MODE_VGPU else 0)
             self.node_devices[node].append(i)
 
         self.node_free: list[int] = [
@@ -241,6 +260,7 @@ class FleetState:
             if rec is not None:
                 self.allocs[rec.id] = rec
                 self._attach(rec)  # GPU capacity is already reflected in the device state
+                self._count_shares(rec, 1)  # the share counts are not
                 self._take_host(rec, 1)
                 if self.pool_used:
                     self._charge_pool(rec, rec.ge)
@@ -379,6 +399,18 @@ class FleetState:
                 self.node_cpu_free[n] -= cpu
                 self.node_mem_free[n] -= mem
 
+    def _count_shares(self, rec: AllocRecord, sign: int) -> None:
+        """Count (sign 1) or uncount (-1) the vGPU shares `rec` holds: its claims that are
+        neither a whole card nor a MIG instance."""
+        for dev, whole, _, _, bits in rec.claims:
+            if not whole and not bits:
+                self.shares[dev] += sign
+
+    def share_room(self, dev: int) -> bool:
+        """The card may take one more vGPU share (its split count is not reached)."""
+        limit = self.share_limit[dev]
+        return limit == 0 or self.shares[dev] < limit
+
     def _attach(self, rec: AllocRecord) -> None:
         for n in rec.nodes:
             self.node_tenants[n] += 1
@@ -420,6 +452,8 @@ class FleetState:
                 self.mem_free[dev] -= mem
                 self.cores_free[dev] -= cores
                 self.mig_mask[dev] |= bits
+                if not bits:
+                    self.shares[dev] += 1
         self.allocs[rec.id] = rec
         self._attach(rec)
         self._take_host(rec, 1)
@@ -440,6 +474,8 @@ class FleetState:
                 self.mem_free[dev] = min(self.mem_total[dev], self.mem_free[dev] + mem)
                 self.cores_free[dev] = min(100, self.cores_free[dev] + cores)
                 self.mig_mask[dev] &= ~bits
+                if not bits:
+                    self.shares[dev] -= 1
             if self.fully_free(dev):
                 node_free[self.dev_node[dev]] += 1
         self.allocs.pop(rec.id, None)

@@ -174,7 +174,8 @@ class GpuDevice:
     held exclusively by a whole-GPU allocation.  `mig_layout` is the card's fixed partition, as
     instances per profile (`(("1g.10gb", 7),)`): a MIG instance may only go where the layout has
     one of its profile (see `mig_layout_starts`).  Empty means any legal placement (a card the
-    engine may partition as it likes).
+    engine may partition as it likes).  `vgpu_share_limit` is how many vGPU shares the card may
+    hold at once (HAMi's registered split count for it); 0 means no limit beyond memory and cores.
     """
 
     node_id: str
@@ -186,6 +187,7 @@ class GpuDevice:
     mig_used_mask: int = 0
     whole_allocated: bool = False
     mig_layout: tuple[tuple[str, int], ...] = ()
+    vgpu_share_limit: int = 0
 
     @property
     def mig_free(self) -> dict[str, int]:

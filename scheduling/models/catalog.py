@@ -365,12 +365,14 @@ class Node(models.Model):
 
 
 class GpuDevice(models.Model):
-    """One physical GPU of a node; `mig_layout` counts its MIG slices by profile."""
+    """One physical GPU of a node; `mig_layout` counts its MIG slices by profile;
+    `vgpu_split_count` is how many vGPU shares HAMi lets it hold (0: no limit known)."""
 
     node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="devices")
     index = models.PositiveSmallIntegerField()
     memory_mib = models.PositiveIntegerField()
     mig_layout = models.JSONField(default=dict, blank=True)
+    vgpu_split_count = models.PositiveSmallIntegerField(default=0)
 
     objects = CatalogQuerySet.as_manager()
 

@@ -245,8 +245,8 @@ def _devices(
     cards = GpuDevice.objects.exclude(node__pool__cluster_id__in=kueue).order_by(
         "node__name", "index"
     )
-    for node_name, index, memory_mib, mig_layout in cards.values_list(
-        "node__name", "index", "memory_mib", "mig_layout"
+    for node_name, index, memory_mib, mig_layout, split_count in cards.values_list(
+        "node__name", "index", "memory_mib", "mig_layout", "vgpu_split_count"
     ):
         key = (node_name, index)
         devices.append(
@@ -261,6 +261,8 @@ def _devices(
                 whole_allocated=key in whole,
                 # The instances the card really offers (inventory, or the admin's layout).
                 mig_layout=tuple(sorted((str(p), int(n)) for p, n in mig_layout.items())),
+                # HAMi's split count: the vGPU shares the card may hold.
+                vgpu_share_limit=split_count,
             )
         )
     # GPUs that pods the portal did not create hold (inventory) are not free either.

@@ -48,28 +48,19 @@ def test_a_dra_deployment_refers_to_its_template(kind: str) -> None:
     assert pod["resourceClaims"][0]["resourceClaimTemplateName"] == template["metadata"]["name"]
 
 
-def test_a_dra_gang_has_a_template_per_rank_with_that_ranks_cards() -> None:
+def test_a_dra_gang_has_one_template_of_the_per_node_cards_for_every_rank() -> None:
     spec = dra(
         gpu_count=6,
         node_name=None,
         device_indexes=(),
-        gang=(GangMember(node_name="n1", gpu_count=4), GangMember(node_name="n2", gpu_count=2)),
+        gang=(GangMember(node_name="n1", gpu_count=3), GangMember(node_name="n2", gpu_count=3)),
     )
     bodies = manifests.workload_manifests(spec)
-    assert [b["kind"] for b in bodies] == [
-        "ResourceClaimTemplate",
-        "ResourceClaimTemplate",
-        "Service",
-        "Job",
-        "Job",
-    ]
-    templates, jobs = bodies[:2], bodies[3:]
-    counts = [t["spec"]["spec"]["devices"]["requests"][0]["exactly"]["count"] for t in templates]
-    assert counts == [4, 2]
-    for template, job in zip(templates, jobs, strict=True):
-        assert template["metadata"]["name"] == job["metadata"]["name"]
-        claims = job["spec"]["template"]["spec"]["resourceClaims"]
-        assert claims == [{"name": "gpus", "resourceClaimTemplateName": job["metadata"]["name"]}]
+    assert [b["kind"] for b in bodies] == ["ResourceClaimTemplate", "Service", "Job"]
+    template, _, job = bodies
+    assert template["spec"]["spec"]["devices"]["requests"][0]["exactly"]["count"] == 3
+    claims = job["spec"]["template"]["spec"]["resourceClaims"]
+    assert claims == [{"name": "gpus", "resourceClaimTemplateName": template["metadata"]["name"]}]
 
 
 def test_device_plugin_workloads_are_unchanged() -> None:

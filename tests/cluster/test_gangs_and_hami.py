@@ -1,5 +1,6 @@
-"""Gangs (one Job per node plus a headless Service) and HAMi's card selection, without a server:
-manifests, the spec's rules, the status of a gang, and the backend on the fake API."""
+"""Gangs (one indexed Job, one pod per node, plus a headless Service) and HAMi's card
+selection, without a server: manifests, the spec's rules, the status of a gang, and the backend
+on the fake API."""
 
 from __future__ import annotations
 
@@ -13,13 +14,13 @@ from runtime.cluster import kubernetes_manifests as manifests
 from runtime.cluster import project_manifests
 from runtime.cluster.base import (
     GANG_SIZE_LABEL,
-    RANK_LABEL,
     GangMember,
     PermanentClusterError,
     WorkloadSpec,
 )
 from runtime.cluster.kubernetes import KubernetesClusterBackend
 from runtime.cluster.kubernetes_status import gang_status, hami_assigned_uuids
+from runtime.cluster.names import COMPLETION_INDEX_ANNOTATION
 from scripts.testbed.cluster import hami_register
 from tests.cluster import recorded as r
 from tests.cluster.fake_api import FakeApiServer
@@ -29,23 +30,27 @@ from tests.cluster.test_manifests import assert_valid, round_trips_through_clien
 NS_PATH = f"/api/v1/namespaces/{NAMESPACE}"
 JOBS = f"/apis/batch/v1/namespaces/{NAMESPACE}/jobs"
 T0, T1, T2 = "2026-12-01T10:00:00Z", "2026-12-01T10:02:00Z", "2026-12-01T10:09:00Z"
-MEMBERS = (GangMember("gpu-a100-01", 8), GangMember("gpu-a100-02", 8), GangMember("gpu-a100-03", 4))
+NODES = ("gpu-a100-01", "gpu-a100-02", "gpu-a100-03")
+MEMBERS = tuple(GangMember(node, 4) for node in NODES)
 
 
 def gang_spec(**changes: Any) -> WorkloadSpec:
-    return workload("job", "exclusive", **{"gpu_count": 20, "gang": MEMBERS, **changes})
+    return workload("job", "exclusive", **{"gpu_count": 12, "gang": MEMBERS, **changes})
+
+
+def env_of(job: dict[str, Any]) -> dict[str, Any]:
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
 
 
 # Manifests ----------------------------------------------------------------------------------
 
 
-def test_a_gang_is_a_headless_service_and_one_job_per_node_all_schema_valid() -> None:
+def test_a_gang_is_a_headless_service_and_one_indexed_job_all_schema_valid() -> None:
     bodies = manifests.workload_manifests(gang_spec())
     assert [(b["kind"], b["metadata"]["name"]) for b in bodies] == [
         ("Service", "gpr-812-a1"),
-        ("Job", "gpr-812-a1-r0"),
-        ("Job", "gpr-812-a1-r1"),
-        ("Job", "gpr-812-a1-r2"),
+        ("Job", "gpr-812-a1"),
     ]
     for body in bodies:
         assert_valid(body)
@@ -55,50 +60,79 @@ def test_a_gang_is_a_headless_service_and_one_job_per_node_all_schema_valid() ->
     assert service["ports"] == [
         {"name": "rendezvous", "port": 29500, "targetPort": 29500, "protocol": "TCP"}
     ]
+    job = bodies[1]["spec"]
+    assert job["completionMode"] == "Indexed"
+    assert job["completions"] == job["parallelism"] == 3, "one pod per node"
+    assert job["backoffLimit"] == 0, "one failed rank fails the Job, never a lone retry"
+    assert bodies[1]["metadata"]["labels"][GANG_SIZE_LABEL] == "3"
+    assert job["template"]["metadata"]["labels"]["gpu-portal/workload"] == "gpr-812-a1"
 
 
-def test_each_rank_is_pinned_to_its_node_with_its_cards_and_the_gang_env() -> None:
-    jobs = manifests.workload_manifests(gang_spec())[1:]
-    for rank, (job, member) in enumerate(zip(jobs, MEMBERS, strict=True)):
-        pod = job["spec"]["template"]["spec"]
-        assert pod["nodeSelector"]["kubernetes.io/hostname"] == member.node_name
-        assert "nodeName" not in pod, "kube-scheduler still binds and checks resources"
-        assert pod["hostname"] == f"gpr-812-a1-r{rank}" and pod["subdomain"] == "gpr-812-a1"
-        container = pod["containers"][0]
-        assert container["resources"]["limits"]["nvidia.com/gpu"] == str(member.gpu_count)
-        env = {e["name"]: e["value"] for e in container["env"]}
-        assert env["MASTER_ADDR"] == f"gpr-812-a1-r0.gpr-812-a1.{NAMESPACE}.svc"
-        assert env["MASTER_PORT"] == "29500"
-        assert (env["WORLD_SIZE"], env["NNODES"]) == ("3", "3")
-        assert env["RANK"] == env["NODE_RANK"] == str(rank)
-        assert env["NPROC_PER_NODE"] == str(member.gpu_count)
-        assert env["GANG_HOSTS"].split(",")[2] == "gpr-812-a1-r2.gpr-812-a1"
-        assert env["WANDB_MODE"] == "offline", "the user's env stays"
-        for labels in (job["metadata"]["labels"], job["spec"]["template"]["metadata"]["labels"]):
-            assert labels[RANK_LABEL] == str(rank) and labels[GANG_SIZE_LABEL] == "3"
-            assert labels["gpu-portal/workload"] == "gpr-812-a1", "the Service selects every rank"
-        assert job["spec"]["backoffLimit"] == 0
+def test_every_rank_gets_the_per_node_cards_and_the_torchrun_env() -> None:
+    job = manifests.workload_manifests(gang_spec())[1]
+    pod = job["spec"]["template"]["spec"]
+    assert pod["subdomain"] == "gpr-812-a1" and "hostname" not in pod, "<job>-<index>"
+    assert pod["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "4"
+    env = env_of(job)
+    master = f"gpr-812-a1-0.gpr-812-a1.{NAMESPACE}.svc"
+    assert env["MASTER_ADDR"] == env["PET_MASTER_ADDR"] == master
+    assert env["MASTER_PORT"] == env["PET_MASTER_PORT"] == "29500"
+    assert env["WORLD_SIZE"] == "12", "processes: 3 nodes x 4 GPUs"
+    assert env["NNODES"] == env["PET_NNODES"] == "3"
+    assert env["NPROC_PER_NODE"] == env["PET_NPROC_PER_NODE"] == "4"
+    assert env["PET_RDZV_ENDPOINT"] == f"{master}:29500"
+    assert env["PET_RDZV_BACKEND"] == "static"
+    index = {"fieldRef": {"fieldPath": f"metadata.annotations['{COMPLETION_INDEX_ANNOTATION}']"}}
+    assert env["NODE_RANK"] == env["PET_NODE_RANK"] == index
+    assert "RANK" not in env, "torchrun sets each process's RANK"
+    assert env["GANG_HOSTS"].split(",") == [f"gpr-812-a1-{i}.gpr-812-a1" for i in range(3)]
+    assert env["WANDB_MODE"] == "offline", "the user's env stays"
+
+
+def test_a_placed_gang_is_held_to_its_nodes_one_rank_on_each() -> None:
+    pod = manifests.workload_manifests(gang_spec(gpu_products=("NVIDIA-A100-SXM4-80GB",)))[1]
+    spec = pod["spec"]["template"]["spec"]
+    assert "kubernetes.io/hostname" not in spec.get("nodeSelector", {})
+    (term,) = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"
+    ]
+    assert {"key": "kubernetes.io/hostname", "operator": "In", "values": list(NODES)} in term[
+        "matchExpressions"
+    ]
+    assert any(e["key"] == "nvidia.com/gpu.product" for e in term["matchExpressions"])
+    (anti,) = spec["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert anti["topologyKey"] == "kubernetes.io/hostname"
+    assert anti["labelSelector"]["matchLabels"]["gpu-portal/attempt"] == "1"
 
 
 def test_a_gang_left_to_the_cluster_scheduler_pins_no_node() -> None:
     spec = gang_spec(gang=tuple(replace(m, node_name=None) for m in MEMBERS))
-    for job in manifests.workload_manifests(spec)[1:]:
-        assert "kubernetes.io/hostname" not in job["spec"]["template"]["spec"]["nodeSelector"]
+    pod = manifests.workload_manifests(spec)[1]["spec"]["template"]["spec"]
+    assert "kubernetes.io/hostname" not in pod["nodeSelector"]
+    assert "kubernetes.io/hostname" not in str(pod["affinity"].get("nodeAffinity"))
+    assert "podAntiAffinity" in pod["affinity"], "still one rank per node"
+
+
+def test_a_dra_gang_has_one_claim_template_of_the_per_node_cards() -> None:
+    bodies = manifests.workload_manifests(gang_spec(allocation="dra"))
+    assert [b["kind"] for b in bodies] == ["ResourceClaimTemplate", "Service", "Job"]
+    assert "4" in str(bodies[0]["spec"]) and "12" not in str(bodies[0]["spec"])
 
 
 @pytest.mark.parametrize(
     "changes",
     [
-        {"gang": (GangMember("a", 20),)},
-        {"gang": MEMBERS, "gpu_count": 19},
-        {"gang": (GangMember("a", 10), GangMember("a", 10))},
-        {"gang": (GangMember("a", 20), GangMember("b", 0))},
+        {"gang": (GangMember("a", 12),)},
+        {"gang": MEMBERS, "gpu_count": 11},
+        {"gang": (GangMember("a", 6), GangMember("a", 6))},
+        {"gang": (GangMember("a", 12), GangMember("b", 0))},
+        {"gang": (GangMember("a", 8), GangMember("b", 4)), "gpu_count": 12},
         {"gang": MEMBERS, "kind": "notebook"},
     ],
 )
 def test_gang_specs_that_cannot_run_are_refused(changes: dict[str, Any]) -> None:
     with pytest.raises(ValueError):
-        workload(**{"kind": "job", "sharing": "exclusive", "gpu_count": 20, **changes})
+        workload(**{"kind": "job", "sharing": "exclusive", "gpu_count": 12, **changes})
 
 
 def test_a_vgpu_pod_asks_hami_for_the_portal_cards_by_uuid_and_type() -> None:
@@ -117,15 +151,17 @@ def test_a_vgpu_pod_asks_hami_for_the_portal_cards_by_uuid_and_type() -> None:
 
 
 def rank_pod(rank: int, phase: str, *, node: str, terminated: dict[str, Any] | None = None) -> Any:
+    """A pod of the gang's indexed Job, with the index the Job controller gives it."""
     state = {"terminated": terminated} if terminated else {"running": {"startedAt": T1}}
     body = {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
-            "name": f"gpr-812-a1-r{rank}-x",
+            "name": f"gpr-812-a1-{rank}-x",
             "namespace": NAMESPACE,
             "creationTimestamp": T0,
-            "labels": {**r.LABELS, RANK_LABEL: str(rank), GANG_SIZE_LABEL: "3"},
+            "labels": {**r.LABELS, GANG_SIZE_LABEL: "3", COMPLETION_INDEX_ANNOTATION: str(rank)},
+            "annotations": {COMPLETION_INDEX_ANNOTATION: str(rank)},
         },
         "spec": {"nodeName": node, "containers": [{"name": "main", "image": "x"}]},
         "status": {
@@ -139,20 +175,23 @@ def rank_pod(rank: int, phase: str, *, node: str, terminated: dict[str, Any] | N
     return r.deserialize(body, "V1Pod")
 
 
-def gang_of(*pods: Any) -> Any:
-    """The gang's status with a Job (no condition yet) for each rank that has a pod."""
-    jobs = []
-    for pod in pods:
-        job: Any = r.job()
-        job.metadata.labels = {**job.metadata.labels, **pod.metadata.labels}
-        jobs.append(job)
-    return gang_status(namespace=NAMESPACE, request_id="812", attempt=1, jobs=jobs, pods=pods)
+def gang_of(*pods: Any, conditions: list[dict[str, Any]] | None = None) -> Any:
+    """The gang's status from its indexed Job (with `conditions`) and `pods`."""
+    job: Any = r.job(conditions)
+    job.metadata.labels = {**job.metadata.labels, GANG_SIZE_LABEL: "3"}
+    return gang_status(namespace=NAMESPACE, request_id="812", attempt=1, jobs=[job], pods=pods)
 
 
 def test_a_gang_runs_when_every_rank_runs() -> None:
-    status = gang_of(*(rank_pod(i, "Running", node=f"n{i}") for i in range(3)))
+    status = gang_of(*(rank_pod(i, "Running", node=f"n{i}") for i in (2, 0, 1)))
     assert (status.phase, status.gang_size, status.name) == ("running", 3, "gpr-812-a1")
     assert status.node_names == ("n0", "n1", "n2") and status.node_name == "n0"
+
+
+def test_a_gang_waits_while_a_rank_has_no_pod() -> None:
+    status = gang_of(rank_pod(0, "Running", node="n0"), rank_pod(2, "Running", node="n2"))
+    assert (status.phase, status.reason) == ("pending", "NoPod")
+    assert status.message.startswith("rank 1")
 
 
 def test_a_gang_with_a_failed_rank_has_failed_and_says_which() -> None:
@@ -164,12 +203,29 @@ def test_a_gang_with_a_failed_rank_has_failed_and_says_which() -> None:
     )
     assert status.phase == "failed" and status.reason == "Error"
     assert status.message.startswith("rank 1 on n1: container main exited with code 1")
+    assert status.exit_code == 1
 
 
-def test_a_gang_missing_a_rank_is_incomplete() -> None:
-    status = gang_of(rank_pod(0, "Running", node="n0"), rank_pod(2, "Running", node="n2"))
-    assert (status.phase, status.reason) == ("pending", "GangIncomplete")
-    assert "rank 1 of 3" in status.message
+def test_a_failed_indexed_job_names_the_rank_whose_pod_ended_first() -> None:
+    first = {"exitCode": 3, "reason": "Error", "startedAt": T1, "finishedAt": T1}
+    stopped = {"exitCode": 143, "reason": "Error", "startedAt": T1, "finishedAt": T2}
+    failed = r.condition("Failed", reason="BackoffLimitExceeded", message="backoff limit")
+    status = gang_of(
+        rank_pod(0, "Failed", node="n0", terminated=stopped),
+        rank_pod(2, "Failed", node="n2", terminated=first),
+        conditions=[failed],
+    )
+    assert (status.phase, status.reason, status.exit_code) == ("failed", "BackoffLimitExceeded", 3)
+    assert status.message.startswith("rank 2 on n2")
+
+
+def test_a_gang_succeeds_with_its_indexed_job() -> None:
+    done = {"exitCode": 0, "reason": "Completed", "startedAt": T1, "finishedAt": T2}
+    status = gang_of(
+        *(rank_pod(i, "Succeeded", node=f"n{i}", terminated=done) for i in range(3)),
+        conditions=[r.condition("Complete")],
+    )
+    assert (status.phase, status.gang_size) == ("succeeded", 3)
 
 
 def test_hami_assignment_is_read_from_the_pod_annotation() -> None:
@@ -199,36 +255,36 @@ def backend(server: FakeApiServer) -> KubernetesClusterBackend:
     return KubernetesClusterBackend(api_client=server.api_client())
 
 
-def test_gang_launch_creates_the_service_and_every_rank_once(
+def test_gang_launch_creates_the_service_and_the_indexed_job_once(
     backend: KubernetesClusterBackend, server: FakeApiServer
 ) -> None:
     assert backend.launch(gang_spec()) == "gpr-812-a1"
     assert backend.launch(gang_spec()) == "gpr-812-a1", "a repeat adopts"
     assert sorted(p for p in server.objects if p != NS_PATH) == [
         f"{NS_PATH}/services/gpr-812-a1",
-        *(f"{JOBS}/gpr-812-a1-r{i}" for i in range(3)),
+        f"{JOBS}/gpr-812-a1",
     ]
-    assert len(server.calls("POST")) == 4 + 4
+    assert len(server.calls("POST")) == 2 + 2
 
 
 def test_gang_launch_is_all_or_nothing(
     backend: KubernetesClusterBackend, server: FakeApiServer
 ) -> None:
-    server.fail("POST", r"/jobs$", 422, times=3, reason="Invalid")  # the third rank's create
+    server.fail("POST", r"/jobs$", 422, times=1, reason="Invalid")
     with pytest.raises(PermanentClusterError):
         backend.launch(gang_spec())
-    assert set(server.objects) == {NS_PATH}, "the Service and ranks 0-1 were deleted again"
+    assert set(server.objects) == {NS_PATH}, "the Service was deleted again"
 
 
-def test_terminate_deletes_every_rank_the_service_and_the_pods(
+def test_terminate_deletes_the_job_the_service_and_the_pods(
     backend: KubernetesClusterBackend, server: FakeApiServer
 ) -> None:
     backend.launch(gang_spec())
-    server.put(f"{NS_PATH}/pods/gpr-812-a1-r1-x", {"metadata": {"labels": r.LABELS}})
+    server.put(f"{NS_PATH}/pods/gpr-812-a1-1-x", {"metadata": {"labels": r.LABELS}})
     backend.terminate(NAMESPACE, "812", 1, reason="a rank failed", grace_seconds=0)
     assert set(server.objects) == {NS_PATH}
     patched = {p for m, p in server.calls("PATCH")}
-    assert {f"{JOBS}/gpr-812-a1-r{i}" for i in range(3)} <= patched, "the reason is recorded"
+    assert f"{JOBS}/gpr-812-a1" in patched, "the reason is recorded"
 
 
 def test_get_workload_reads_a_gang_as_one_workload(

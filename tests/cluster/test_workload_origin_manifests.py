@@ -129,7 +129,7 @@ def test_a_project_denies_all_ingress_but_the_controllers_and_a_gangs_own() -> N
         }
     ]
     gang = policies["gpu-portal-allow-gang"]["spec"]
-    ranks = {"matchExpressions": [{"key": "gpu-portal/rank", "operator": "Exists"}]}
+    ranks = {"matchExpressions": [{"key": "gpu-portal/gang-size", "operator": "Exists"}]}
     assert gang["podSelector"] == ranks and gang["ingress"] == [{"from": [{"podSelector": ranks}]}]
     # Without an ingress controller's namespace nothing outside the project gets in.
     bare = project_manifests.network_policy_manifests(project())

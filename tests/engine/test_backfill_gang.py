@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
+
 from scheduling.engine import Allocation, Policy, Priority, Scheduler
+from scheduling.engine.state import gang_layout
 
 from .builders import alloc, fleet, node, req, whole_claims
 
@@ -102,14 +105,45 @@ def test_gang_without_enough_full_nodes_admits_nothing() -> None:
     assert plan.waiting[0].reason == "no 2 eligible nodes with 8 free GPUs each for a 16-GPU gang"
 
 
-def test_gang_with_remainder_uses_a_partial_node() -> None:
+def test_gang_takes_the_same_count_of_cards_on_each_node() -> None:
+    # 12 cards on 8-card nodes: 2 nodes x 6 (one pod template per gang), not 8 + 4. n2 has
+    # only 4 free, so the gang takes n1 and n3, the tighter fits first.
     snap = fleet(
         node("n1"),
         node("n2", whole=(0, 1, 2, 3)),
+        node("n3", whole=(0, 1)),
         pending=[req("g", gpu_count=12, distributed=True)],
     )
     (adm,) = Scheduler(snap).plan(now=0.0).admissions
-    assert sorted(len(d) for _, d in adm.devices_by_node) == [4, 8]
+    assert sorted((n, len(d)) for n, d in adm.devices_by_node) == [("n1", 6), ("n3", 6)]
+
+
+def test_gang_that_cannot_split_evenly_waits_with_a_reason() -> None:
+    snap = fleet(
+        *(node(f"n{i}", gpus=4) for i in range(3)),
+        pending=[req("g", gpu_count=7, distributed=True)],
+    )
+    plan = Scheduler(snap, Policy(enable_backfill=False)).plan(now=0.0)
+    assert plan.admissions == ()
+    assert plan.waiting[0].reason == (
+        "a 7-GPU gang does not split evenly over 2 eligible nodes of 4 GPUs;"
+        " ask for a multiple of 2"
+    )
+
+
+@pytest.mark.parametrize(
+    ("gpu_count", "max_devices", "layout"),
+    [
+        (16, 8, (2, 8)),
+        (12, 8, (2, 6)),
+        (9, 4, (3, 3)),
+        (12, 4, (3, 4)),
+        (7, 4, None),
+        (3, 8, (1, 3)),
+    ],
+)
+def test_gang_layout(gpu_count: int, max_devices: int, layout: tuple[int, int] | None) -> None:
+    assert gang_layout(gpu_count, max_devices) == layout
 
 
 def test_gang_never_mixes_pools() -> None:

@@ -73,5 +73,7 @@ def test_inventory_sync_maps_the_cluster_onto_the_demo_pools(k8s_backend: Any) -
     assert sum(layout.get("3g.40gb", 0) for layout in mig_layouts) == 8
     l4 = GpuDevice.objects.filter(node__name="l4-vgpu-1")
     assert sorted(l4.values_list("memory_mib", flat=True)) == [23034] * 4
+    # HAMi's split count per card (its registration): the engine's share limit.
+    assert list(l4.values_list("vgpu_split_count", flat=True)) == [10] * 4
     # Twice: same answer, nothing lost.
     assert apply_inventory(k8s_backend.sync_inventory()) == counts

@@ -1,8 +1,9 @@
 """The engine's placement reaches the real cluster, and the cluster's answer reaches the portal.
 
-- A 12-card job on three 4-card nodes runs as a gang: one Job per node, every pod bound by
-  kube-scheduler to the engine's node for its rank, a headless Service; when one pod fails the
-  whole gang is stopped and the request requeued.
+- A 4-card job on a pool of three 2-card nodes runs as a gang of 2 nodes x 2 GPUs: one
+  indexed Job and a headless Service, every pod bound by kube-scheduler to one of the engine's
+  nodes (one rank each), with torchrun's env; when one rank fails, the Job fails, the Job
+  controller stops the other rank, and the portal runs the whole gang again as attempt 2.
 - MIG: the engine admits only the 1g.10gb instances the H100 node advertises (28), the cluster
   binds all 28, and a 29th pod is Unschedulable.
 - vGPU: the pod asks HAMi for the engine's card by UUID; HAMi's answer (its allocation
@@ -20,6 +21,7 @@ from typing import Any
 import pytest
 from django.contrib.auth import get_user_model
 
+from runtime.cluster.names import COMPLETION_INDEX_ANNOTATION
 from runtime.services import execution
 from runtime.services.inventory import apply_inventory
 from scheduling.choices import FlavorKind, RequestStatus, SharingMode
@@ -41,8 +43,8 @@ GANG_NODES = [f"{GANG_POOL}-{i}" for i in (1, 2, 3)]
 
 @pytest.fixture(scope="module")
 def gang_nodes(k8s_testbed: Any) -> list[str]:
-    """Three 4-card A100 nodes of a pool of their own, so no other test's pods take part."""
-    k8s_testbed.add_nodes([whole_card_node(name, pool=GANG_POOL, gpus=4) for name in GANG_NODES])
+    """Three 2-card A100 nodes of a pool of their own, so no other test's pods take part."""
+    k8s_testbed.add_nodes([whole_card_node(name, pool=GANG_POOL, gpus=2) for name in GANG_NODES])
     return GANG_NODES
 
 
@@ -84,7 +86,11 @@ def pods_of(admin: Admin, namespace: str, request: GpuRequest) -> list[Any]:
     )
 
 
-def test_a_three_node_gang_runs_pinned_and_is_stopped_whole_when_a_pod_fails(
+def rank_of(pod: Any) -> int:
+    return int(pod.metadata.labels[COMPLETION_INDEX_ANNOTATION])
+
+
+def test_a_two_node_gang_runs_as_one_indexed_job_and_restarts_whole_when_a_rank_fails(
     k8s_backend: Any,
     k8s_admin: Admin,
     gang_nodes: list[str],
@@ -110,21 +116,19 @@ def test_a_three_node_gang_runs_pinned_and_is_stopped_whole_when_a_pod_fails(
         gpu_cores_percent=100,
         gpu_equivalent=Decimal(1),
     )
-    Quota.objects.create(team=portal["teams"]["vision"], flavor=flavor, guaranteed=12, limit=12)
+    Quota.objects.create(team=portal["teams"]["vision"], flavor=flavor, guaranteed=4, limit=4)
     apply_inventory(k8s_backend.sync_inventory())
     namespace = portal["project"].namespace
-    request = submit(portal, flavor, gpu_count=12)
+    request = submit(portal, flavor, gpu_count=4)
+    related = ("project__team", "team", "flavor__pool", "owner")
     try:
         assert admit(django_capture_on_commit_callbacks) == [(request.pk, 1)]
         allocation = Allocation.objects.get(request=request)
         nodes = allocation.node_name.split(",")
-        assert sorted(nodes) == gang_nodes
-        # Keep the ranks running: the Jobs are created from the portal's spec with kwok's knob.
+        assert len(nodes) == 2 and set(nodes) <= set(gang_nodes), "2 nodes x 2 GPUs"
+        # Keep the ranks running: the Job is created from the portal's spec with kwok's knob.
         spec = execution.workload_spec(
-            GpuRequest.objects.select_related("project__team", "team", "flavor__pool", "owner").get(
-                pk=request.pk
-            ),
-            allocation,
+            GpuRequest.objects.select_related(*related).get(pk=request.pk), allocation
         )
         k8s_backend.ensure_project(execution.project_spec(request))
         request.refresh_from_db()
@@ -134,29 +138,37 @@ def test_a_three_node_gang_runs_pinned_and_is_stopped_whole_when_a_pod_fails(
         def all_running() -> list[Any]:
             pods = pods_of(k8s_admin, namespace, request)
             running = [p for p in pods if p.status.phase == "Running"]
-            return running if len(running) == 3 else []
+            return running if len(running) == 2 else []
 
-        pods = eventually(all_running, what="three ranks running")
-        by_rank = {int(p.metadata.labels["gpu-portal/rank"]): p for p in pods}
-        for rank, node in enumerate(nodes):
-            pod = by_rank[rank]
-            assert pod.spec.node_name == node, "kube-scheduler bound each rank to its node"
-            assert pod.spec.hostname == f"{spec.name}-r{rank}"
+        pods = eventually(all_running, what="two ranks running")
+        by_rank = {rank_of(p): p for p in pods}
+        assert sorted(by_rank) == [0, 1]
+        assert sorted(p.spec.node_name for p in pods) == sorted(nodes), "one rank per node"
+        master = f"{spec.name}-0.{spec.name}.{namespace}.svc"
+        for rank, pod in by_rank.items():
+            assert pod.spec.hostname == f"{spec.name}-{rank}"
             assert pod.spec.subdomain == spec.name
-            env = {e.name: e.value for e in pod.spec.containers[0].env}
-            assert env["MASTER_ADDR"] == f"{spec.name}-r0.{spec.name}.{namespace}.svc"
-            assert (env["RANK"], env["WORLD_SIZE"], env["NPROC_PER_NODE"]) == (str(rank), "3", "4")
-            assert pod.spec.containers[0].resources.limits["nvidia.com/gpu"] == "4"
+            assert pod.spec.containers[0].resources.limits["nvidia.com/gpu"] == "2"
+            env = {e.name: e for e in pod.spec.containers[0].env}
+            values = {name: e.value for name, e in env.items()}
+            assert values["WORLD_SIZE"] == "4", "processes: 2 nodes x 2 GPUs"
+            assert (values["PET_NNODES"], values["PET_NPROC_PER_NODE"]) == ("2", "2")
+            assert values["MASTER_ADDR"] == values["PET_MASTER_ADDR"] == master
+            assert values["PET_RDZV_ENDPOINT"] == f"{master}:29500"
+            path = env["PET_NODE_RANK"].value_from.field_ref.field_path
+            assert path == f"metadata.annotations['{COMPLETION_INDEX_ANNOTATION}']"
+            assert pod.metadata.annotations[COMPLETION_INDEX_ANNOTATION] == str(rank)
         service = k8s_admin.core.read_namespaced_service(spec.name, namespace)
         assert service.spec.cluster_ip == "None"
-        jobs = k8s_admin.batch.list_namespaced_job(namespace).items
-        assert sorted(j.metadata.name for j in jobs) == [f"{spec.name}-r{r}" for r in range(3)]
+        (job,) = k8s_admin.batch.list_namespaced_job(namespace).items
+        assert (job.metadata.name, job.spec.completion_mode) == (spec.name, "Indexed")
+        assert job.spec.completions == job.spec.parallelism == 2
 
         execution.sync_workloads(backend=k8s_backend)
         request.refresh_from_db()
         assert request.status == RequestStatus.RUNNING
 
-        # Rank 1 crashes (kwok's container-failed stage).
+        # Rank 1 fails (kwok's container-failed stage).
         k8s_admin.core.patch_namespaced_pod(
             by_rank[1].metadata.name,
             namespace,
@@ -170,9 +182,24 @@ def test_a_three_node_gang_runs_pinned_and_is_stopped_whole_when_a_pod_fails(
                 }
             },
         )
-        eventually(
-            lambda: k8s_backend.get_workload(namespace, str(request.pk), 1).phase == "failed",
+        failed = eventually(
+            lambda: (
+                (s := k8s_backend.get_workload(namespace, str(request.pk), 1)).phase == "failed"
+                and s
+            ),
             what="the gang failed",
+        )
+        assert failed.exit_code == 3 and failed.message.startswith("rank 1 on")
+        # The Job controller stops rank 0 itself: no rank runs on alone.
+        eventually(
+            lambda: (
+                not [
+                    p
+                    for p in pods_of(k8s_admin, namespace, request)
+                    if p.status.phase == "Running" and not p.metadata.deletion_timestamp
+                ]
+            ),
+            what="rank 0 stopped by the Job controller",
         )
         with django_capture_on_commit_callbacks(execute=False):
             assert execution.sync_workloads(backend=k8s_backend) == {RequestStatus.QUEUED: 1}
@@ -180,7 +207,7 @@ def test_a_three_node_gang_runs_pinned_and_is_stopped_whole_when_a_pod_fails(
         assert request.status == RequestStatus.QUEUED
         assert "rank 1 on" in request.status_reason
         assert not Allocation.objects.active().filter(request=request).exists()
-        # What the termination task then does: every rank, its pods and the Service go.
+        # What the termination task then does: the Job, its pods and the Service go.
         execution.terminate_request_workload(
             request_id=request.pk, attempt=1, reason="gang member failed", backend=k8s_backend
         )
@@ -193,6 +220,24 @@ def test_a_three_node_gang_runs_pinned_and_is_stopped_whole_when_a_pod_fails(
         )
         services_left = k8s_admin.core.list_namespaced_service(namespace).items
         assert not [s for s in services_left if s.metadata.name == spec.name]
+
+        # The whole gang runs again: attempt 2, every rank, to completion.
+        assert admit(django_capture_on_commit_callbacks) == [(request.pk, 2)]
+        execution.launch_request(request_id=request.pk, attempt=2, backend=k8s_backend)
+        (job,) = k8s_admin.batch.list_namespaced_job(namespace).items
+        assert job.metadata.name == f"gpr-{request.pk}-a2" and job.spec.completions == 2
+
+        def finished() -> str:
+            execution.sync_workloads(backend=k8s_backend)
+            request.refresh_from_db()
+            return request.status if request.status == RequestStatus.SUCCEEDED else ""
+
+        with django_capture_on_commit_callbacks(execute=False):
+            eventually(finished, what="attempt 2 succeeded")
+        ranks = pods_of(k8s_admin, namespace, request)
+        assert sorted(rank_of(p) for p in ranks) == [0, 1]
+        assert {p.metadata.labels["gpu-portal/attempt"] for p in ranks} == {"2"}
+        assert len({p.spec.node_name for p in ranks}) == 2
     finally:
         k8s_admin.core.delete_namespace(namespace, _preload_content=False)
 

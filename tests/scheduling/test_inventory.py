@@ -7,6 +7,7 @@ import pytest
 from runtime.cluster.base import HamiDevice, NodeInventory
 from runtime.services.inventory import apply_inventory
 from scheduling.models import GpuDevice, Node
+from scheduling.selectors.snapshot import build_snapshot
 from tenants.models import AuditEvent
 from tests.scheduling.conftest import Fleet
 
@@ -137,3 +138,26 @@ def test_a_node_joins_a_pool_only_with_every_label_its_pods_select(fleet: Fleet)
         "gpu-portal/pool": "a100-training",
     }
     assert all(labelled.labels[key] == value for key, value in pool.node_labels.items())
+
+
+def test_hamis_split_count_is_stored_per_card_and_reaches_the_engine(fleet: Fleet) -> None:
+    def vgpu_node(split_count: int) -> NodeInventory:
+        return reported(
+            "gpu-v",
+            "l4-vgpu",
+            gpu_model="L4",
+            gpu_count=2,
+            hami_devices=tuple(
+                HamiDevice(f"GPU-{i}", split_count, 23034, 100, "NVIDIA-L4", 0, True)
+                for i in (1, 2)
+            ),
+        )
+
+    apply_inventory([vgpu_node(10)])
+    cards = GpuDevice.objects.filter(node__name="gpu-v")
+    assert list(cards.values_list("vgpu_split_count", flat=True)) == [10, 10]
+    apply_inventory([vgpu_node(4)])  # HAMi re-registered the cards with another split
+    assert list(cards.values_list("vgpu_split_count", flat=True)) == [4, 4]
+    snapshot = build_snapshot()
+    limits = {d.index: d.vgpu_share_limit for d in snapshot.devices if d.node_id == "gpu-v"}
+    assert limits == {0: 4, 1: 4}
