@@ -28,6 +28,7 @@ TIER_FIELDS = frozenset(
     {"name", "slug", "description", "max_runtime_seconds", "rank"}
     | {"allowed_teams", "allowed_projects"}
     | {"max_cpu_millicores", "max_memory_mib", "max_shm_mib"}
+    | {"lends_unassigned"}
 )
 TIER_RELATIONS = ("allowed_teams", "allowed_projects")
 NODE_POOL_FIELDS = frozenset(
