@@ -84,7 +84,9 @@ class TierForm(ManageForm):
             "max_cpu_millicores",
             "max_memory_mib",
             "max_shm_mib",
+            "lends_unassigned",
         ]
+        labels = {"lends_unassigned": "Lend unassigned cards"}
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

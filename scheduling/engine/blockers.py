@@ -6,7 +6,9 @@ engine's wait codes say *that* a request waits on quota or capacity; a blocker s
 - quota waits (`Waiting.code == "quota"`) are split by the quota ledger after the plan:
   `team_quota` when the team (or the project) has used what it may ever use of the flavor
   without borrowing; `borrowing_limit` when the request needs borrowed quota and may not
-  borrow: the team already borrows up to its limit, or its cohort has nothing idle to lend;
+  borrow: the team already borrows up to its limit, or nothing is left to lend (no idle
+  guarantee in its cohort, no unassigned capacity left). Their figures are in the flavor's
+  own unit (GPUs, vGPU shares, MIG instances), with the team's and flavor's display names;
 - capacity waits (`capacity`, `reserved`) are split by the free capacity the plan leaves on
   the nodes that could run the request (its pools, labels, GPU model, taints), counted in
   GPU-equivalents (GE) for the request's kind (whole free cards, vGPU share, free MIG slices):
@@ -14,7 +16,8 @@ engine's wait codes say *that* a request waits on quota or capacity; a blocker s
      pod's CPU and memory free: `host_resources`;
   1. the healthy nodes have the GE it needs, yet no node or GPU has room for it:
      `mig_layout` when it is a MIG request and the cards' fixed MIG layouts offer too few free
-     instances of its profile although the free slices would hold them, else `fragmentation`;
+     instances of its profile although the free slices would hold them, else `fragmentation`
+     (for whole cards on one node: how many are free and over how many nodes);
   2. the GE it needs exists only with nodes that take no work (cordoned, held back or not
      ready): `node_health`;
   3. otherwise `capacity`: the pool is full. So are waits behind another request's reservation,
