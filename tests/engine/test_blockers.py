@@ -213,6 +213,5 @@ def test_whole_cards_spread_over_nodes_say_how_many_are_free_and_where() -> None
     blocker = only(snap)
     assert (blocker.code, blocker.message) == (
         "fragmentation",
-        "Waiting for 4 A100-80G GPUs on one node; 4 are free in pool excl but spread over "
-        "2 nodes.",
+        "Waiting for 4 A100-80G GPUs on one node; 4 are free in pool excl but spread over 2 nodes.",
     )
