@@ -429,7 +429,11 @@ def open_workload(ctx: click.Context, request_id: int, browser: bool) -> None:
 @output_option()
 @click.pass_context
 def quota(ctx: click.Context, output: str) -> None:
-    """Your teams' quotas per flavor, their split over projects and what is in use."""
+    """Your teams' quotas per flavor, their split over projects and what is in use.
+
+    The figures are the portal's own (the quota page's and the API's): used by running work,
+    queued, borrowed above the guarantee, in the unit the last column names.
+    """
     client = portal(ctx)
     rows = client.list_all("quotas/", page_size=200)
     if output != "table":
@@ -438,7 +442,30 @@ def quota(ctx: click.Context, output: str) -> None:
     teams = {row["id"]: row["slug"] for row in client.list_all("teams/", page_size=200)}
     projects = {row["id"]: row["slug"] for row in client.list_all("projects/", page_size=200)}
     flavors = _flavor_names(client)
-    lines = [
+    click.echo(table(QUOTA_COLUMNS, quota_lines(rows, teams, projects, flavors)))
+
+
+QUOTA_COLUMNS = (
+    "team",
+    "project",
+    "flavor",
+    "guaranteed",
+    "limit",
+    "used",
+    "queued",
+    "borrowed",
+    "unit",
+)
+
+
+def quota_lines(
+    rows: list[dict[str, Any]],
+    teams: dict[Any, Any],
+    projects: dict[Any, Any],
+    flavors: dict[Any, Any],
+) -> list[list[Any]]:
+    """The `gpuctl quota` table's rows, one per quota of the API's list."""
+    return [
         [
             teams.get(row["team"], row["team"]),
             projects.get(row["project"], row["project"]) if row["project"] else "(team)",
@@ -446,10 +473,12 @@ def quota(ctx: click.Context, output: str) -> None:
             row["guaranteed"],
             row["limit"],
             row["used"],
+            row.get("queued", ""),
+            row.get("borrowed", ""),
+            row.get("unit", ""),
         ]
         for row in rows
     ]
-    click.echo(table(("team", "project", "flavor", "guaranteed", "limit", "used"), lines))
 
 
 @cli.command()

@@ -7,7 +7,7 @@ visitor sees:
 
 - an approval waiting for bob: alice keeps whole-card A100 training jobs coming, which the
   training tier sends to the lead; bob approves each after `LEAD_DELAY_SECONDS`, and the ones
-  beyond the team's guarantee queue for quota;
+  beyond the team's guarantee run on borrowed A100s that no team is guaranteed;
 - a preemption: carol's speech team fills the L4 vGPU pool with serving fleets, half of them on
   borrowed quota (dan approves them); once they run, alice opens a notebook within vision's
   guarantee and the scheduler preempts one borrowed fleet, which queues again;
@@ -92,7 +92,8 @@ HABITS: tuple[Habit, ...] = (
         "detector-eval", "alice", "detection", "l4-12g", WorkloadKind.NOTEBOOK, 1, 10 * 60,
         activity="busy", after="asr-serving",
     ),
-    # Approval for bob, and queueing for quota: whole training cards need the lead.
+    # Approval for bob, and lending: whole training cards need the lead; past vision's
+    # guarantee they run on unassigned A100s, borrowed.
     Habit(
         "detr-finetune", "alice", "detection", "a100-80g", WorkloadKind.JOB, 2, 3600, keep=3
     ),

@@ -169,6 +169,7 @@ SECTIONS: dict[str, Section] = {
                 ("Slug", lambda tier: tier.slug),
                 ("Max runtime", lambda tier: format_duration(tier.max_runtime_seconds)),
                 ("Cost rank", lambda tier: tier.rank),
+                ("Lends unassigned", lambda tier: "yes" if tier.lends_unassigned else "no"),
                 ("Teams", lambda tier: _names(tier.allowed_teams)),
                 ("Projects", lambda tier: _names(tier.allowed_projects)),
             ),

@@ -85,7 +85,9 @@ class TierForm(ManageForm):
             "max_memory_mib",
             "max_shm_mib",
             "preemption_grace_seconds",
+            "lends_unassigned",
         ]
+        labels = {"lends_unassigned": "Lend unassigned cards"}
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

@@ -21,6 +21,7 @@ from scheduling.models import Allocation, GpuDevice, GpuRequest, NodePool, Quota
 from scheduling.selectors import (
     QuotaUsage,
     approval_inbox,
+    flavor_unit,
     open_asks,
     quota_usage,
 )
@@ -104,6 +105,7 @@ def team_lead(user: Any) -> dict[str, Any]:
                 "used": counted.used,
                 "queued": counted.queued,
                 "borrowed": counted.borrowed,
+                "unit": flavor_unit(q.flavor),
             }
         )
     members = usage_rows(user=user, query=_month(group_by=("user",)))

@@ -22,6 +22,7 @@ from scheduling.models import (
 )
 from scheduling.selectors.connect import connect_url, current_allocation
 from scheduling.selectors.preemptions import last_preemption
+from scheduling.selectors.quotas import QuotaUsage, flavor_unit
 from scheduling.services.blockers import shown_blocker
 from scheduling.services.requests import BLANK_NAME
 from tenants.api.base import (
@@ -72,6 +73,7 @@ class TierSerializer(serializers.ModelSerializer):
             "max_memory_mib",
             "max_shm_mib",
             "preemption_grace_seconds",
+            "lends_unassigned",
         ]
         read_only_fields = ["id"]
 
@@ -210,19 +212,50 @@ class QuotaSerializer(FixedOnceCreatedMixin, serializers.ModelSerializer):
     flavor = ScopedPrimaryKeyRelatedField(queryset=Flavor.objects.all())
     guaranteed = serializers.IntegerField(min_value=0, max_value=100_000)
     limit = serializers.IntegerField(min_value=0, max_value=100_000)
-    used = serializers.SerializerMethodField()
+    used = serializers.SerializerMethodField(help_text="Units held by admitted or running work.")
+    queued = serializers.SerializerMethodField(help_text="Units approved and waiting to start.")
+    borrowed = serializers.SerializerMethodField(
+        help_text="The part of `used` above the guarantee: it may be preempted."
+    )
+    unit = serializers.SerializerMethodField(
+        help_text="What the figures count: GPUs, vGPU shares or MIG instances."
+    )
 
     class Meta:
         model = Quota
-        fields = ["id", "team", "project", "flavor", "guaranteed", "limit", "used", "updated_at"]
-        read_only_fields = ["id", "used", "updated_at"]
+        fields = [
+            "id",
+            "team",
+            "project",
+            "flavor",
+            "guaranteed",
+            "limit",
+            "used",
+            "queued",
+            "borrowed",
+            "unit",
+            "updated_at",
+        ]
+        read_only_fields = ["id", "used", "queued", "borrowed", "unit", "updated_at"]
         validators: list[Any] = []
 
     fixed_once_created = ("team", "project", "flavor")
 
+    def _usage(self, quota: Quota) -> QuotaUsage:
+        usage: dict[tuple[int, int | None, int], QuotaUsage] = self.context.get("quota_usage", {})
+        return usage.get((quota.team_id, quota.project_id, quota.flavor_id), QuotaUsage())
+
     def get_used(self, quota: Quota) -> int:
-        used: dict[tuple[int, int | None, int], int] = self.context.get("used_units", {})
-        return used.get((quota.team_id, quota.project_id, quota.flavor_id), 0)
+        return self._usage(quota).used
+
+    def get_queued(self, quota: Quota) -> int:
+        return self._usage(quota).queued
+
+    def get_borrowed(self, quota: Quota) -> int:
+        return self._usage(quota).borrowed
+
+    def get_unit(self, quota: Quota) -> str:
+        return flavor_unit(quota.flavor)
 
 
 REQUEST_WRITABLE_FIELDS = ["name", "project", *REQUEST_BODY_FIELDS, "cluster", "reason"]

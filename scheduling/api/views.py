@@ -50,7 +50,7 @@ from scheduling.models import (
     Tier,
     UtilisationSample,
 )
-from scheduling.selectors import committed_by_quota_key, flavors_for_project
+from scheduling.selectors import flavors_for_project, quota_usage
 from scheduling.selectors.preemptions import PREEMPTION_COLUMNS
 from scheduling.services import catalog as catalog_services
 from scheduling.services.estimates import what_if
@@ -255,12 +255,11 @@ class QuotaViewSet(ScopedModelViewSet):
 
     def get_serializer_context(self) -> dict[str, Any]:
         context = super().get_serializer_context()
-        context["used_units"] = self._used_units()
-        return context
-
-    def _used_units(self) -> dict[tuple[int, int | None, int], int]:
         scope = scope_of(self.request.user)
-        return committed_by_quota_key(None if scope.is_platform_admin else set(scope.team_ids))
+        context["quota_usage"] = quota_usage(
+            None if scope.is_platform_admin else set(scope.team_ids)
+        )
+        return context
 
     def perform_create(self, serializer: BaseSerializer) -> None:
         data = serializer.validated_data

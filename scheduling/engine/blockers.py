@@ -6,7 +6,9 @@ engine's wait codes say *that* a request waits on quota or capacity; a blocker s
 - quota waits (`Waiting.code == "quota"`) are split by the quota ledger after the plan:
   `team_quota` when the team (or the project) has used what it may ever use of the flavor
   without borrowing; `borrowing_limit` when the request needs borrowed quota and may not
-  borrow: the team already borrows up to its limit, or its cohort has nothing idle to lend;
+  borrow: the team already borrows up to its limit, or nothing is left to lend (no idle
+  guarantee in its cohort, no unassigned capacity left). Their figures are in the flavor's
+  own unit (GPUs, vGPU shares, MIG instances), with the team's and flavor's display names;
 - capacity waits (`capacity`, `reserved`) are split by the free capacity the plan leaves on
   the nodes that could run the request (its pools, labels, GPU model, taints), counted in
   GPU-equivalents (GE) for the request's kind (whole free cards, vGPU share, free MIG slices):
@@ -14,7 +16,8 @@ engine's wait codes say *that* a request waits on quota or capacity; a blocker s
      pod's CPU and memory free: `host_resources`;
   1. the healthy nodes have the GE it needs, yet no node or GPU has room for it:
      `mig_layout` when it is a MIG request and the cards' fixed MIG layouts offer too few free
-     instances of its profile although the free slices would hold them, else `fragmentation`;
+     instances of its profile although the free slices would hold them, else `fragmentation`
+     (for whole cards on one node: how many are free and over how many nodes);
   2. the GE it needs exists only with nodes that take no work (cordoned, held back or not
      ready): `node_health`;
   3. otherwise `capacity`: the pool is full. So are waits behind another request's reservation,
@@ -35,7 +38,7 @@ from dataclasses import dataclass, field
 from typing import Literal, get_args
 
 from .filters import POOL_FILTERS
-from .quota import EPS, QuotaLedger
+from .quota import EPS, QuotaLedger, quota_unit, units
 from .reserve import reserve_reason
 from .state import Shape, is_gang, shape_of
 from .types import (
@@ -107,59 +110,90 @@ def _fmt(value: float) -> str:
 # ----------------------------------------------------------------------------- quota
 
 
-def quota_blocker(ledger: QuotaLedger, request: Request, demand: float, reason: str) -> Blocker:
-    """Team quota or borrowing limit, read from the ledger (usage after the plan)."""
-    team, flavor, project = request.team, request.flavor, request.project
-    key = (team, flavor)
+def quota_blocker(
+    ledger: QuotaLedger,
+    request: Request,
+    demand: float,
+    reason: str,
+    flavor: Flavor | None = None,
+    team_name: str | None = None,
+) -> Blocker:
+    """Team quota or borrowing limit, read from the ledger (usage after the plan), in the
+    flavor's own unit (GPUs, vGPU shares or MIG instances; see quota.quota_unit)."""
+    fl = flavor or Flavor(request.flavor, "whole")
+    team, project = request.team, request.project
+    who, what = team_name or team, fl.label
+    key = (team, fl.id)
     limit = ledger.limit.get(key)
     detail: dict[str, DetailValue] = {"reason": reason, "demand_ge": _ge(demand)}
+
+    def n(amount_ge: float) -> str:
+        return _fmt(units(amount_ge, fl))
+
+    def unit(amount_ge: float) -> str:
+        return quota_unit(fl.kind, round(units(amount_ge, fl), 2))
+
     if limit is None:
-        return Blocker("team_quota", f"Team {team} has no quota for {flavor}.", detail)
-    plimit = ledger.project_limit.get((team, project, flavor))
-    pused = ledger.project_used[(team, project, flavor)]
+        return Blocker("team_quota", f"Team {who} has no quota for {what}.", detail)
+    plimit = ledger.project_limit.get((team, project, fl.id))
+    pused = ledger.project_used[(team, project, fl.id)]
     if plimit is not None and pused + demand > plimit + EPS:
-        detail |= {"used_ge": _ge(pused), "limit_ge": _ge(plimit)}
+        detail |= {"used_ge": _ge(pused), "limit_ge": _ge(plimit), "unit": unit(plimit)}
         return Blocker(
             "team_quota",
-            f"Project {project} has used its {flavor} quota "
-            f"({_fmt(pused)} of {_fmt(plimit)} GPU-eq).",
+            f"Project {project} has used its {what} limit "
+            f"({n(pused)} of {n(plimit)} {unit(plimit)} in use).",
             detail,
         )
     used, guaranteed = ledger.used[key], ledger.guaranteed[key]
-    detail |= {"used_ge": _ge(used), "guaranteed_ge": _ge(guaranteed), "limit_ge": _ge(limit)}
+    detail |= {
+        "used_ge": _ge(used),
+        "guaranteed_ge": _ge(guaranteed),
+        "limit_ge": _ge(limit),
+        "unit": unit(limit),
+    }
     if used + demand > limit + EPS:
         if limit > guaranteed + EPS:
             return Blocker(
                 "borrowing_limit",
-                f"Team {team} borrows up to its {flavor} limit "
-                f"({_fmt(used)} of {_fmt(limit)} GPU-eq in use, {_fmt(guaranteed)} guaranteed).",
+                f"Team {who} is at its {what} limit: {n(used)} of {n(limit)} {unit(limit)} in "
+                f"use, {n(guaranteed)} guaranteed and the rest borrowed; it starts as the "
+                "team's own work ends.",
                 detail,
             )
         return Blocker(
             "team_quota",
-            f"Team {team} has used its {flavor} quota ({_fmt(used)} of {_fmt(limit)} GPU-eq).",
+            f"Team {who} uses all {n(limit)} {unit(limit)} of its {what} quota; it starts as "
+            "the team's own work ends.",
             detail,
         )
     if used + demand > guaranteed + EPS:
         cohort = ledger.cohort_of.get(team)
-        if cohort is None:
-            return Blocker(
-                "team_quota",
-                f"Team {team} has used its guaranteed {flavor} quota "
-                f"({_fmt(used)} of {_fmt(guaranteed)} GPU-eq) and has no cohort to borrow from.",
-                detail,
-            )
-        idle = ledger.cohort_guaranteed[(cohort, flavor)] - ledger.cohort_used[(cohort, flavor)]
-        detail |= {"cohort": cohort, "cohort_idle_ge": _ge(max(0.0, idle))}
+        idle = ledger.cohort_idle(team, fl.id) if cohort is not None else 0.0
+        left = ledger.unassigned_left(fl.id)
+        total = ledger.lending.unassigned.get(fl.id, 0.0)
+        detail |= {
+            "cohort": cohort,
+            "cohort_idle_ge": _ge(idle),
+            "unassigned_ge": _ge(total),
+            "unassigned_left_ge": _ge(left),
+        }
+        sources = []
+        if cohort is not None:
+            sources.append(f"{n(idle)} idle in other teams' guarantees")
+        if total <= EPS:
+            sources.append(f"every {what} card is guaranteed to a team or not lent by its tier")
+        else:
+            sources.append(f"{n(left)} of {n(total)} unassigned {unit(total)} left to lend")
         return Blocker(
             "borrowing_limit",
-            f"Team {team} has used its guaranteed {flavor} quota "
-            f"({_fmt(used)} of {_fmt(guaranteed)} GPU-eq) and cohort {cohort} has "
-            f"{_fmt(max(0.0, idle))} GPU-eq idle to lend, {_fmt(demand)} needed.",
+            f"Team {who} uses {n(used)} {unit(used)} of {what}, {n(guaranteed)} guaranteed, "
+            f"and too little is free to borrow more: {' and '.join(sources)}; "
+            f"{n(demand)} needed.",
             detail,
         )
     # Quota freed by the plan's preemptions after the request was considered.
-    return Blocker("team_quota", f"Team {team} was at its {flavor} quota this cycle.", detail)
+    return Blocker("team_quota", f"Team {who} was at its {what} quota this cycle.", detail)
 
 
 # ----------------------------------------------------------------------------- capacity
@@ -372,6 +406,16 @@ def capacity_blocker(fleet: _Fleet, request: Request, flavor: Flavor, wait: Wait
                     f"{shape.gpu_count} needed.",
                     detail,
                 )
+        spread = [n for n in healthy if fleet.free_ge(n, shape.kind) > EPS]
+        if shape.kind == "whole" and not is_gang(shape, 0) and len(spread) > 1:
+            gpus = f"{flavor.gpu_model} GPUs" if flavor.gpu_model else "GPUs"
+            detail |= {"nodes_with_free": len(spread)}
+            return Blocker(
+                "fragmentation",
+                f"Waiting for {shape.gpu_count} {gpus} on one node; {_fmt(healthy_free)} are "
+                f"free in pool {where} but spread over {len(spread)} nodes.",
+                detail,
+            )
         return Blocker(
             "fragmentation",
             f"Pool {where} has {_fmt(healthy_free)} GPU-eq free, enough for the "
@@ -447,12 +491,13 @@ def explain_waits(snapshot: Snapshot, plan: Plan) -> dict[str, Blocker]:
     """
     # 1. Replay.
     fleet = _Fleet(snapshot, plan)
-    ledger = QuotaLedger(snapshot.teams, snapshot.quotas)
+    ledger = QuotaLedger.of(snapshot)
     victims = {p.victim_id for p in plan.preemptions}
     for alloc in snapshot.allocations:
         if alloc.request_id not in victims:
             ledger.charge(alloc.team, alloc.project, alloc.flavor, alloc.gpu_equivalents)
     flavors = {f.id: f for f in snapshot.flavors}
+    team_names = {t.name: t.display_name or t.name for t in snapshot.teams}
     pending = {r.id: r for r in snapshot.pending}
     for admission in plan.admissions:
         request = pending.get(admission.request_id)
@@ -474,7 +519,9 @@ def explain_waits(snapshot: Snapshot, plan: Plan) -> dict[str, Blocker]:
             continue
         if wait.code == "quota":
             demand = request.gpu_count * flavor.gpu_equivalent
-            out[wait.request_id] = quota_blocker(ledger, request, demand, wait.reason)
+            out[wait.request_id] = quota_blocker(
+                ledger, request, demand, wait.reason, flavor, team_names.get(request.team)
+            )
             continue
         key = (shape_of(request, flavor), flavor.gpu_equivalent, wait.code, wait.reason)
         hit = by_shape.get(key)

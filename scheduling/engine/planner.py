@@ -74,7 +74,7 @@ class Scheduler:
         self.st = FleetState(snapshot)
         self.index = CapacityIndex(self.st)
         self.placer = Placer(self.st, self.index, self.policy)
-        self.ledger = QuotaLedger(snapshot.teams, snapshot.quotas)
+        self.ledger = QuotaLedger.of(snapshot)
         self.capacity: dict[str, float] = defaultdict(float)
         for dev in range(len(self.st.dev_node)):
             self.capacity[self.st.node_model[self.st.dev_node[dev]]] += 1.0

@@ -131,7 +131,8 @@ class Pool:
     `tier` ranks cost/quality (0 = cheapest); the engine prefers not to spend a higher tier when
     an equally good placement exists in a lower one.  `short_reserve_fraction` of the pool's
     capacity is kept for requests with `max_runtime_seconds <= short_max_runtime_seconds`
-    (see reserve.py); 0 turns the reserve off.
+    (see reserve.py); 0 turns the reserve off.  `lends_unassigned` (from the pool's tier) lets
+    teams borrow the pool's cards that no team is guaranteed (quota.py).
     """
 
     name: str
@@ -143,6 +144,7 @@ class Pool:
     taints: tuple[Taint, ...] = ()
     short_reserve_fraction: float = 0.0
     short_max_runtime_seconds: float = 7200.0
+    lends_unassigned: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -283,7 +285,12 @@ class Request:
 
 @dataclass(frozen=True, slots=True)
 class Flavor:
-    """A sellable GPU shape. `gpu_model` None means any model; `gpu_equivalent` is per GPU."""
+    """A sellable GPU shape. `gpu_model` None means any model; `gpu_equivalent` is per GPU.
+
+    `pools` names the pools that offer it (empty: every pool of its sharing mode); the quota
+    ledger counts their cards as the flavor's capacity.  `display_name` is what people call
+    it, for sentences (Team's likewise).
+    """
 
     id: str
     kind: FlavorKind
@@ -292,6 +299,13 @@ class Flavor:
     cores_percent: int = 0
     mig_profile: str | None = None
     gpu_equivalent: float = 1.0
+    pools: tuple[str, ...] = ()
+    display_name: str = ""
+
+    @property
+    def label(self) -> str:
+        """The name people know it by (its id when it has none)."""
+        return self.display_name or self.id
 
 
 @dataclass(frozen=True, slots=True)
@@ -312,6 +326,7 @@ class Team:
     name: str
     cohort: str | None = None
     weight: float | None = None
+    display_name: str = ""
 
 
 @dataclass(frozen=True, slots=True)

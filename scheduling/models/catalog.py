@@ -48,6 +48,13 @@ class Tier(models.Model):
     rank = models.PositiveSmallIntegerField(
         default=0, help_text="Cost rank: the scheduler spends lower tiers first (0 = cheapest)."
     )
+    lends_unassigned = models.BooleanField(
+        default=True,
+        help_text=(
+            "Lend the cards of this tier's pools that no team is guaranteed: teams may borrow "
+            "them up to their limits, as preemptible work that a guaranteed request takes back."
+        ),
+    )
     # The most CPU, memory and /dev/shm one request may ask for here; empty: no maximum.
     max_cpu_millicores = models.PositiveIntegerField(null=True, blank=True)
     max_memory_mib = models.PositiveIntegerField(null=True, blank=True)

@@ -11,6 +11,7 @@ from django.db.models import Q, Sum
 from django.db.models.functions import Coalesce
 
 from scheduling.choices import COMMITTED_STATUSES, RequestStatus
+from scheduling.engine.quota import quota_unit
 from scheduling.models import Flavor, GpuRequest, Quota
 from tenants.models import Project, Team, scope_of
 
@@ -23,32 +24,18 @@ def committed_units(*, flavor: Flavor, team: Team, project: Project | None = Non
     return int(requests.aggregate(total=Sum("gpu_count"))["total"] or 0)
 
 
-def committed_by_quota_key(
-    team_ids: set[int] | None = None,
-) -> dict[tuple[int, int | None, int], int]:
-    """Units asked for and not yet given back, keyed as quotas are: per (team, project, flavor)
-    and per (team, None, flavor). One grouped query; `team_ids=None` reads every team."""
-    requests = GpuRequest.objects.filter(status__in=COMMITTED_STATUSES)
-    if team_ids is not None:
-        requests = requests.filter(team_id__in=team_ids)
-    rows = (
-        requests.values_list("team_id", "project_id", "flavor_id")
-        .annotate(total=Sum("gpu_count"))
-        .order_by()
-    )
-    used: dict[tuple[int, int | None, int], int] = {}
-    for team_id, project_id, flavor_id, total in rows:
-        for key in ((team_id, project_id, flavor_id), (team_id, None, flavor_id)):
-            used[key] = used.get(key, 0) + int(total)
-    return used
+def flavor_unit(flavor: Flavor) -> str:
+    """The unit a flavor's quota and usage are counted in, named (GPUs, vGPU shares or MIG
+    instances); the engine's blocker sentences use the same names."""
+    return quota_unit(flavor.kind)
 
 
 @dataclass(frozen=True, slots=True)
 class QuotaUsage:
-    """Units of one quota key, counted one way on every page: `used` is held by admitted,
-    launching or running work, `queued` is approved and waiting (or preempted and back in the
-    queue), `borrowed` is the part of `used` above the guarantee that may be preempted.
-    `used + queued` is what counts against the limit (COMMITTED_STATUSES)."""
+    """Units of one quota key, counted one way on every page, in the API and in gpuctl:
+    `used` is held by admitted, launching or running work, `queued` is approved and waiting (or
+    preempted and back in the queue), `borrowed` is the part of `used` above the guarantee that
+    may be preempted. `used + queued` is what counts against the limit (COMMITTED_STATUSES)."""
 
     used: int = 0
     queued: int = 0
@@ -120,6 +107,10 @@ class TeamQuotaRow:
     usage: QuotaUsage
     can_split: bool
     splits: list[ProjectSplit]
+
+    @property
+    def unit(self) -> str:
+        return flavor_unit(self.quota.flavor)
 
 
 def quota_rows(*, user: Any) -> list[TeamQuotaRow]:

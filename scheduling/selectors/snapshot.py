@@ -29,6 +29,7 @@ from scheduling.models import (
 )
 from scheduling.selectors.foreign_usage import host_left, subtract_foreign_usage
 from scheduling.selectors.scheduler_modes import handed_to_kueue
+from tenants.models import Team
 
 ENGINE_PRIORITY: dict[str, engine.Priority] = {
     Priority.LOW: engine.Priority.LOW,
@@ -93,11 +94,8 @@ def build_snapshot(*, kueue_clusters: Collection[int] = ()) -> engine.Snapshot:
         pools=tuple(pool for pool in sorted(pools.values(), key=lambda pool: pool.name)),
         nodes=tuple(_engine_node(node, pool_of_node[node["name"]]) for node in nodes),
         devices=_devices(nodes, pool_of_node, allocations, kueue),
-        flavors=_flavors(),
-        teams=tuple(
-            engine.Team(name=slug, cohort="organisation")
-            for slug in sorted({quota.team for quota in quotas})
-        ),
+        flavors=_flavors(kueue),
+        teams=_teams({quota.team for quota in quotas}),
         quotas=quotas,
         allocations=tuple(engine_allocation(row) for row in allocations),
         pending=_pending(kueue),
@@ -117,6 +115,7 @@ def _pools(kueue: frozenset[int] = frozenset()) -> dict[int, engine.Pool]:
             taints=_taints(row["taints"]),
             short_reserve_fraction=row["short_reserve_fraction"],
             short_max_runtime_seconds=float(row["short_max_runtime_seconds"]),
+            lends_unassigned=row["tier__lends_unassigned"],
         )
         for row in NodePool.objects.exclude(cluster_id__in=kueue)
         .order_by("slug")
@@ -130,6 +129,7 @@ def _pools(kueue: frozenset[int] = frozenset()) -> dict[int, engine.Pool]:
             "taints",
             "short_reserve_fraction",
             "short_max_runtime_seconds",
+            "tier__lends_unassigned",
         )
     }
 
@@ -275,7 +275,17 @@ def _devices(
     )
 
 
-def _flavors() -> tuple[engine.Flavor, ...]:
+def _teams(slugs: set[str]) -> tuple[engine.Team, ...]:
+    """The teams that hold quotas, all in one cohort, with the names people know them by."""
+    names = dict(Team.objects.filter(slug__in=slugs).values_list("slug", "name"))
+    return tuple(
+        engine.Team(name=slug, cohort="organisation", display_name=names.get(slug, ""))
+        for slug in sorted(slugs)
+    )
+
+
+def _flavors(kueue: frozenset[int] = frozenset()) -> tuple[engine.Flavor, ...]:
+    offered = offered_pools(kueue)
     return tuple(
         engine.Flavor(
             id=row["slug"],
@@ -285,15 +295,21 @@ def _flavors() -> tuple[engine.Flavor, ...]:
             cores_percent=row["gpu_cores_percent"] if row["kind"] == FlavorKind.VGPU else 0,
             mig_profile=row["mig_profile"] if row["mig_profile"] in MIG_PROFILES else None,
             gpu_equivalent=float(row["gpu_equivalent"]),
+            # The pools whose cards count as the flavor's capacity (quota lending).
+            pools=tuple(sorted({pool for pool, _ in offered.get(row["slug"], ())}))
+            or (row["pool__slug"],),
+            display_name=row["name"],
         )
         for row in Flavor.objects.order_by("pk").values(
             "slug",
+            "name",
             "kind",
             "gpu_model",
             "gpu_memory_mib",
             "gpu_cores_percent",
             "mig_profile",
             "gpu_equivalent",
+            "pool__slug",
         )
     )
 

@@ -29,6 +29,7 @@ TIER_FIELDS = frozenset(
     | {"allowed_teams", "allowed_projects"}
     | {"max_cpu_millicores", "max_memory_mib", "max_shm_mib"}
     | {"preemption_grace_seconds"}
+    | {"lends_unassigned"}
 )
 TIER_RELATIONS = ("allowed_teams", "allowed_projects")
 NODE_POOL_FIELDS = frozenset(

@@ -275,6 +275,9 @@ def test_templates_quota_and_a_token_from_the_environment(
         "GUARANTEED",
         "LIMIT",
         "USED",
+        "QUEUED",
+        "BORROWED",
+        "UNIT",
     ]
     assert any(
         line.split()[:3] == ["team-a", "(team)", "l4-12g"] for line in quota.stdout.splitlines()

@@ -9,7 +9,7 @@ import pytest
 from scheduling.engine import Policy, Quota, Snapshot, Team, plan
 from scheduling.engine.blockers import Blocker, explain_waits
 
-from .builders import alloc, fleet, mig_claim, node, req, whole_claims
+from .builders import EXCL, alloc, fleet, mig_claim, node, req, whole_claims
 
 NO_BACKFILL = Policy(enable_backfill=False)
 
@@ -49,7 +49,7 @@ def quota_fleet(*quotas: Quota, cohort: str | None = "c", **kw: object) -> Snaps
                 pending=[req("r", gpu_count=2, project="p")],
             ),
             "team_quota",
-            "Project p has used its gpu quota (0 of 1 GPU-eq).",
+            "Project p has used its gpu limit (0 of 1 GPU in use).",
             id="project-limit",
         ),
         pytest.param(
@@ -59,19 +59,20 @@ def quota_fleet(*quotas: Quota, cohort: str | None = "c", **kw: object) -> Snaps
                 pending=[req("r")],
             ),
             "team_quota",
-            "Team a has used its gpu quota (2 of 2 GPU-eq).",
+            "Team a uses all 2 GPUs of its gpu quota; it starts as the team's own work ends.",
             id="limit-without-borrowing",
         ),
         pytest.param(
             quota_fleet(
                 Quota("a", "gpu", 2, 4),
                 cohort=None,
+                pools=(replace(EXCL, lends_unassigned=False),),
                 allocations=[alloc("x", whole_claims("n", [0, 1]))],
                 pending=[req("r")],
             ),
-            "team_quota",
-            "Team a has used its guaranteed gpu quota (2 of 2 GPU-eq) and has no cohort to "
-            "borrow from.",
+            "borrowing_limit",
+            "Team a uses 2 GPUs of gpu, 2 guaranteed, and too little is free to borrow more: "
+            "every gpu card is guaranteed to a team or not lent by its tier; 1 needed.",
             id="no-cohort",
         ),
         pytest.param(
@@ -82,22 +83,24 @@ def quota_fleet(*quotas: Quota, cohort: str | None = "c", **kw: object) -> Snaps
                 pending=[req("r")],
             ),
             "borrowing_limit",
-            "Team a borrows up to its gpu limit (3 of 3 GPU-eq in use, 2 guaranteed).",
+            "Team a is at its gpu limit: 3 of 3 GPUs in use, 2 guaranteed and the rest "
+            "borrowed; it starts as the team's own work ends.",
             id="borrowed-to-the-limit",
         ),
         pytest.param(
             quota_fleet(
                 Quota("a", "gpu", 2, 8),
-                Quota("b", "gpu", 1, 1),
+                Quota("b", "gpu", 6, 6),
                 allocations=[
                     alloc("x", whole_claims("n", [0, 1])),
-                    alloc("y", whole_claims("n", [2]), team="b"),
+                    alloc("y", whole_claims("n", [2, 3, 4, 5, 6, 7]), team="b"),
                 ],
                 pending=[req("r")],
             ),
             "borrowing_limit",
-            "Team a has used its guaranteed gpu quota (2 of 2 GPU-eq) and cohort c has 0 GPU-eq "
-            "idle to lend, 1 needed.",
+            "Team a uses 2 GPUs of gpu, 2 guaranteed, and too little is free to borrow more: "
+            "0 idle in other teams' guarantees and every gpu card is guaranteed to a team or "
+            "not lent by its tier; 1 needed.",
             id="cohort-lends-nothing",
         ),
     ],
@@ -195,3 +198,20 @@ def test_the_same_snapshot_gives_the_same_blockers() -> None:
         pending=[req(f"r{i}", "m4") for i in range(3)],
     )
     assert blockers(snap) == blockers(snap)
+
+
+def test_whole_cards_spread_over_nodes_say_how_many_are_free_and_where() -> None:
+    snap = fleet(
+        node("n1", gpus=4),
+        node("n2", gpus=4),
+        allocations=[
+            alloc("x", whole_claims("n1", [0, 1]), flavor="a100"),
+            alloc("y", whole_claims("n2", [0, 1]), flavor="a100"),
+        ],
+        pending=[req("r", "a100", gpu_count=4)],
+    )
+    blocker = only(snap)
+    assert (blocker.code, blocker.message) == (
+        "fragmentation",
+        "Waiting for 4 A100-80G GPUs on one node; 4 are free in pool excl but spread over 2 nodes.",
+    )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from scheduling.engine import Quota, Scheduler, Team
-from scheduling.engine.quota import QuotaLedger
+from scheduling.engine.quota import Lending, QuotaLedger
 
 from .builders import fleet, node, req
 
@@ -22,7 +22,7 @@ def ledger(*quotas: Quota) -> QuotaLedger:
         (0, 0, 2, True, False, None),  # within guaranteed
         (2, 0, 1, True, True, None),  # above guaranteed, b idle: borrow
         (3, 0, 2, False, False, "limit"),  # would pass limit 4
-        (2, 2, 1, False, False, "no idle quota"),  # cohort fully used
+        (2, 2, 1, False, False, "nothing is left to lend"),  # cohort fully used
         (0, 9, 2, True, False, None),  # guarantee honoured even if cohort over-used
     ],
 )
@@ -45,14 +45,18 @@ def test_quota_check_guaranteed_then_borrow_then_limit(
 
 def test_quota_without_entry_blocks_with_reason() -> None:
     ok, _, reason = ledger().check("a", "", "gpu", 1)
-    assert not ok and reason == "team a has no quota for flavor gpu"
+    assert not ok and reason == "team a has no quota for gpu"
 
 
-def test_quota_team_without_cohort_cannot_borrow() -> None:
+def test_quota_team_without_cohort_borrows_only_unassigned_capacity() -> None:
     led = ledger(Quota("solo", "gpu", 1, 5))
     led.charge("solo", "", "gpu", 1)
     ok, _, reason = led.check("solo", "", "gpu", 1)
-    assert not ok and reason is not None and "no cohort" in reason
+    assert not ok and reason is not None and "nothing is left to lend" in reason
+    lending = QuotaLedger(TEAMS, (Quota("solo", "gpu", 1, 5),), Lending({"gpu": 2.0}))
+    lending.charge("solo", "", "gpu", 1)
+    assert lending.check("solo", "", "gpu", 2) == (True, True, None)
+    assert not lending.check("solo", "", "gpu", 3)[0]
 
 
 def test_project_limit_caps_a_project_inside_its_team() -> None:

@@ -24,7 +24,7 @@ from portal.management.commands.run_portal import demo_environment
 from runtime.services import execution
 from runtime.tasks import enforce_reclaim_policies, record_utilisation, sync_workloads
 from scheduling.choices import RequestStatus
-from scheduling.models import GpuRequest
+from scheduling.models import Allocation, GpuRequest
 from scheduling.selectors import approval_inbox
 from scheduling.tasks import run_scheduling_cycle
 from tenants.models import AuditEvent
@@ -61,7 +61,7 @@ def demo(settings: Any) -> Iterator[None]:
     execution.cluster_backend.cache_clear()
 
 
-def test_five_minutes_show_queueing_approval_preemption_idle_reclaim_and_timeout(
+def test_five_minutes_show_queueing_approval_lending_preemption_idle_reclaim_and_timeout(
     demo: None, clock: Clock, django_capture_on_commit_callbacks: Callable[..., Any]
 ) -> None:
     bob = get_user_model().objects.get(username="bob")
@@ -91,6 +91,8 @@ def test_five_minutes_show_queueing_approval_preemption_idle_reclaim_and_timeout
     assert actions["reclaim.idle"] >= 1
     assert actions["reclaim.timeout"] >= 1
     assert actions["request.rejected"] >= 1
+    # Idle A100s nobody is guaranteed are lent past vision's guarantee.
+    assert Allocation.objects.filter(request__name="detr-finetune", is_borrowed=True).exists()
     assert did["approved"] >= 1
     # Bounded: never more live demo work than the habits keep.
     assert most_live <= sum(habit.keep for habit in HABITS)

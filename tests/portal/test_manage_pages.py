@@ -299,3 +299,24 @@ def test_admin_sets_a_team_quota_and_a_tier_reclaim_policy(org: Org, fleet: Flee
     assert (policy.idle_threshold_percent, policy.max_attempts) == (3, 2)
     assert policy.idle_marks_preemptible is False
     assert _audited("reclaim_policy.created", policy)
+
+
+def test_admin_turns_off_lending_of_a_tiers_unassigned_cards(org: Org, fleet: Fleet) -> None:
+    admin = _client(org.admin)
+    tier = Tier.objects.get(slug="training")
+    assert tier.lends_unassigned  # on by default
+    edit = reverse("manage-tiers-edit", kwargs={"pk": tier.pk})
+    assert "Lend unassigned cards" in admin.get(edit).content.decode()
+    form = {
+        "name": tier.name,
+        "slug": tier.slug,
+        "max_runtime_seconds": tier.max_runtime_seconds,
+        "rank": tier.rank,
+        "allowed_teams": [t.pk for t in tier.allowed_teams.all()],
+    }  # the checkbox left out: unticked
+    response = admin.post(edit, form)
+    assert response.status_code == 302, response.content.decode()[-2000:]
+    tier.refresh_from_db()
+    assert not tier.lends_unassigned
+    event = AuditEvent.objects.get(action="tier.updated", target_id=str(tier.pk))
+    assert event.data["changes"]["lends_unassigned"] == [True, False]

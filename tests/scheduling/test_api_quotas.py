@@ -47,7 +47,9 @@ def test_quota_list_shows_used_units(org: Org, fleet: Fleet) -> None:
         reverse("quota-list"), {"flavor": fleet.l4_12g.pk, "team_level": True}
     )
     (row,) = response.json()["results"]
-    assert (row["guaranteed"], row["limit"], row["used"]) == (8, 16, 3)
+    # Asked for and not started: queued, not used (the quota page counts it so too).
+    assert (row["guaranteed"], row["limit"], row["used"], row["queued"]) == (8, 16, 0, 3)
+    assert row["unit"] == "vGPU shares"
 
 
 def test_lead_splits_team_quota_over_projects(org: Org, fleet: Fleet) -> None:

@@ -20,7 +20,7 @@ from runtime.cluster.kueue_workloads import KueueView
 from runtime.services import execution, kueue_admission
 from scheduling import engine, services
 from scheduling.choices import RequestStatus
-from scheduling.models import Allocation, Flavor, GpuRequest, Quota
+from scheduling.models import Allocation, Flavor, GpuRequest, Quota, Tier
 from scheduling.selectors.snapshot import build_snapshot
 from scheduling.services import blockers, cycle
 from tests.accounting.test_api import usage  # noqa: F401  (fixture)
@@ -92,7 +92,10 @@ def test_a_request_past_the_team_quota_is_blocked_by_team_quota(org: Org) -> Non
     run_cycle()
     blocker = blocker_of(waiting_one(first, second))
     assert blocker["code"] == "team_quota"
-    assert blocker["message"] == f"Team team-a has used its {flavor.slug} quota (2 of 2 GPU-eq)."
+    assert blocker["message"] == (
+        f"Team Team A uses all 2 GPUs of its {flavor.name} quota; it starts as the team's own "
+        "work ends."
+    )
     assert blocker["detail"]["used_ge"] == 2.0 and blocker["detail"]["limit_ge"] == 2.0
 
 
@@ -100,14 +103,24 @@ def test_a_request_that_must_borrow_with_nothing_to_lend_is_blocked_by_borrowing
     org: Org,
 ) -> None:
     flavor = whole_pool(org, nodes=(8,), guaranteed=2, limit=4)
+    # Its tier keeps the 6 cards nobody is guaranteed: there is nothing to lend.
+    Tier.objects.filter(pools=flavor.pool).update(lends_unassigned=False)
     first, second = submit(org, flavor, 2), submit(org, flavor, 2)  # the second: lead-approved
     run_cycle()
     blocker = blocker_of(waiting_one(first, second))
     assert blocker["code"] == "borrowing_limit"
     assert blocker["message"] == (
-        f"Team team-a has used its guaranteed {flavor.slug} quota (2 of 2 GPU-eq) and cohort "
-        "organisation has 0 GPU-eq idle to lend, 2 needed."
+        f"Team Team A uses 2 GPUs of {flavor.name}, 2 guaranteed, and too little is free to "
+        "borrow more: 0 idle in other teams' guarantees and every "
+        f"{flavor.name} card is guaranteed to a team or not lent by its tier; 2 needed."
     )
+
+
+def test_a_request_past_its_guarantee_borrows_the_cards_nobody_is_guaranteed(org: Org) -> None:
+    flavor = whole_pool(org, nodes=(8,), guaranteed=2, limit=4)
+    first, second = submit(org, flavor, 2), submit(org, flavor, 2)
+    assert sorted(run_cycle().admitted) == sorted([first.pk, second.pk])
+    assert Allocation.objects.get(request=second).is_borrowed
 
 
 def test_a_request_in_a_full_pool_is_blocked_by_capacity(org: Org) -> None:
@@ -222,6 +235,7 @@ def test_a_job_kueue_holds_is_a_cluster_blocker_until_kueue_admits_it(org: Org) 
 
 def test_a_request_beyond_the_guarantee_awaits_approval_then_quota(org: Org) -> None:
     flavor = whole_pool(org, nodes=(8,), guaranteed=2, limit=8)
+    Tier.objects.filter(pools=flavor.pool).update(lends_unassigned=False)
     request = GpuRequestFactory.create(project=org.project_a, flavor=flavor, gpu_count=4)
     assert request.status == RequestStatus.PENDING_APPROVAL
     assert request.blocker["code"] == "approval"
