@@ -310,13 +310,15 @@ def replay(
             push(max(run.ends_at, start), COMPLETE, run.request.id, 1)
     withdrawn_at: dict[str, float] = {}
     for sub in trace.submissions:
-        req = sub.request
+        queued_at[sub.request.id] = max(sub.queued_at, start)
+        req = replace(sub.request, queued_at=queued_at[sub.request.id], reserved_start_at=None)
         learn(req)
-        queued_at[req.id] = max(sub.queued_at, start)
         declared = req.max_runtime_seconds
         runtime[req.id] = min(sub.runtime_seconds, declared) if sub.runtime_seconds else declared
         attempt[req.id] = 0
         push(queued_at[req.id], ARRIVE, req.id)
+        if pol.reservation_wait_seconds > 0:  # a cycle when it may first hold a reservation
+            push(queued_at[req.id] + pol.reservation_wait_seconds, ARRIVE, req.id)
         if sub.withdrawn_at is not None:
             withdrawn_at[req.id] = sub.withdrawn_at
             push(max(sub.withdrawn_at, start), WITHDRAW, req.id)
@@ -408,6 +410,11 @@ def replay(
         sched.begin_cycle(tuple(pending.values()))
         plan: Plan = sched.plan(tick)
         # 3. Apply its outcome: the planner already released the victims and placed the admitted.
+        #    Reservations carry over to the next cycle, as the live cycle stores them.
+        held = {r.request_id: r.start_at for r in plan.reservations}
+        for rid, waiting_req in pending.items():
+            if waiting_req.reserved_start_at != held.get(rid):
+                pending[rid] = replace(waiting_req, reserved_start_at=held.get(rid))
         for pre in plan.preemptions:
             rid = pre.victim_id
             victim = placed[rid]
