@@ -9,7 +9,9 @@ the clock. Pure: no Django, no I/O, no clock of its own.
 Event-driven, on the live cycle's beat (`cycle_seconds`, the portal's SCHEDULING_CYCLE_SECONDS):
 
 1. Events are arrivals (queued_at), completions (start + recorded runtime, at most the
-   declared maximum) and withdrawals (a request cancelled while still waiting).
+   declared maximum), withdrawals (a request cancelled while still waiting) and wake-ups when
+   a request's reservation wait (Policy.reservation_wait_seconds) is over.  A priority aging
+   step (Policy.priority_aging_seconds) is no event: it takes effect at the next cycle.
 2. Cycles run at ticks start + k x cycle_seconds. A tick runs a cycle only when an event fell in
    (previous tick, tick]; a tick with nothing new would plan the same state again and is skipped.
 3. At a tick: completions and withdrawals up to the tick apply, arrivals join the queue, then one
@@ -56,7 +58,7 @@ from .types import (
     Team,
 )
 
-ARRIVE, COMPLETE, WITHDRAW = 2, 0, 1  # order of events at the same instant
+ARRIVE, COMPLETE, WITHDRAW, WAKE = 2, 0, 1, 3  # order of events at the same instant
 _DRIFT = 1e-9
 #: The fair-share gap is measured after the first cycle of every such period (it costs a
 #: water-filling over all teams) and held until the next measurement.
@@ -318,7 +320,7 @@ def replay(
         attempt[req.id] = 0
         push(queued_at[req.id], ARRIVE, req.id)
         if pol.reservation_wait_seconds > 0:  # a cycle when it may first hold a reservation
-            push(queued_at[req.id] + pol.reservation_wait_seconds, ARRIVE, req.id)
+            push(queued_at[req.id] + pol.reservation_wait_seconds, WAKE, req.id)
         if sub.withdrawn_at is not None:
             withdrawn_at[req.id] = sub.withdrawn_at
             push(max(sub.withdrawn_at, start), WITHDRAW, req.id)
@@ -393,6 +395,8 @@ def replay(
                 stop(done)
                 sched.finish(done)
                 finished += 1
+            elif kind == WAKE:
+                continue  # only a cycle at this tick
             elif kind == WITHDRAW:
                 if pending.pop(rid, None) is not None:
                     withdrawn += 1
