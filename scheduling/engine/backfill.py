@@ -46,7 +46,7 @@ from .filters import (
 )
 from .index import Group
 from .state import AllocRecord, Claim, FleetState, Shape, is_gang
-from .types import Request
+from .types import Request, Reservation
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +81,15 @@ def keep_holds(
         if hold is not None:
             holds.append(hold)
     return holds
+
+
+def reservations(st: FleetState, holds: list[Hold]) -> tuple[Reservation, ...]:
+    """The live holds as the plan reports them."""
+    return tuple(
+        Reservation(h.request_id, h.start_at, tuple(st.device_claim(c) for c in h.claims))
+        for h in holds
+        if h.claims
+    )
 
 
 def hold_of(holds: list[Hold], request_id: str) -> Hold | None:

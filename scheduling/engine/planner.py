@@ -41,6 +41,7 @@ from .backfill import (
     held_requests,
     hold_of,
     keep_holds,
+    reservations,
     reserve,
     reserved_reason,
 )
@@ -64,7 +65,6 @@ from .types import (
     Priority,
     QueueKey,
     Request,
-    Reservation,
     Snapshot,
     WaitCode,
     Waiting,
@@ -226,10 +226,12 @@ class Scheduler:
         preemptions: list[Preemption] = []
         waiting: list[Waiting] = []
         considered = 0
-        self._keep_holds(now)
+        # Reservations due now start first; the next head in queue order may then hold one.
+        due = self._keep_holds(now)
         members = self.member_share if self.policy.fair_share_in_team else None
         aging = self.policy.priority_aging_seconds
-        for order, requests in self._queues():
+        for order, requests in [((), due), *self._queues()]:
+            requests = requests if order == () else [r for r in requests if r not in due]
             queue = FairQueue(requests, order, self.share, members, now, aging)
             self._queue = queue
             while (req := queue.pop()) is not None:
@@ -246,19 +248,13 @@ class Scheduler:
             admissions=tuple(admissions),
             preemptions=tuple(preemptions),
             waiting=tuple(waiting),
-            reservations=tuple(
-                Reservation(
-                    h.request_id, h.start_at, tuple(self.st.device_claim(c) for c in h.claims)
-                )
-                for h in self.holds
-                if h.claims
-            ),
+            reservations=reservations(self.st, self.holds),
             considered=considered,
         )
 
-    def _keep_holds(self, now: float) -> None:
-        """Take up the reservations of the previous cycle again (module docstring), earliest
-        start first, for requests still valid and within quota, up to Policy.max_reservations."""
+    def _keep_holds(self, now: float) -> list[Request]:
+        """Take up the previous cycle's reservations again (backfill.py), earliest start first,
+        for requests still valid and within quota; returns those whose start has come."""
         wanted: list[tuple[str, Shape, list[Group]]] = []
         for req in held_requests(self.snapshot.pending) if self.policy.enable_backfill else ():
             flavor = self.st.flavors.get(req.flavor)
@@ -269,6 +265,8 @@ class Scheduler:
                 shape = self._shape(req, flavor)[0]
                 wanted.append((req.id, shape, self.placer.groups_for(shape)[0]))
         self.holds = keep_holds(self.st, wanted, now, self.policy.max_reservations)
+        due = {h.request_id for h in self.holds if h.start_at <= now}
+        return [r for r in self.snapshot.pending if r.id in due]
 
     def place_one(self, request: Request, now: float) -> Decision:
         """Decide one newly arrived request now, against the indexed state and reservations."""
