@@ -325,6 +325,15 @@ SIMULATION_SPEED = env.float("SIMULATION_SPEED", default=1.0)
 # Fault injection for the tests: how long a simulated launch takes before the object exists.
 SIMULATED_LAUNCH_DELAY_SECONDS = env.float("SIMULATED_LAUNCH_DELAY_SECONDS", default=0.0)
 SCHEDULING_CYCLE_SECONDS = env.float("SCHEDULING_CYCLE_SECONDS", default=10.0)
+# Queue policy (docs/engine.md): how long a request blocked by capacity waits before capacity is
+# reserved for it (backfilling may then use its cards only for work that ends before it starts);
+# seconds of waiting that raise a request's queue priority one class (0: no aging); whether a
+# team's queue is shared fairly among its members (dominant share per member).
+SCHEDULING_RESERVATION_WAIT_SECONDS = env.float(
+    "SCHEDULING_RESERVATION_WAIT_SECONDS", default=600.0
+)
+SCHEDULING_PRIORITY_AGING_SECONDS = env.float("SCHEDULING_PRIORITY_AGING_SECONDS", default=3600.0)
+SCHEDULING_FAIR_SHARE_IN_TEAM = env.bool("SCHEDULING_FAIR_SHARE_IN_TEAM", default=True)
 WORKLOAD_SYNC_SECONDS = env.float("WORKLOAD_SYNC_SECONDS", default=5.0)
 # Monitoring: GPU activity from Prometheus (DCGM exporter / HAMi metrics) on a real cluster; the
 # simulated cluster reports its own figures. A cluster's own Prometheus address (set where

@@ -13,10 +13,27 @@ When the first request of the queue that cannot start (the head) is blocked by c
    (now + max_runtime_seconds <= T); otherwise it must fit elsewhere and waits "behind the
    reservation".  Work admitted on reserved devices therefore ends before the head starts, and
    work elsewhere does not touch its devices, so backfilling never delays the head.
+
+When a request gets one, and how long it keeps it (planner.py):
+
+* A request blocked by capacity only gets a reservation once it has waited
+  `Policy.reservation_wait_seconds` in the queue (from `Request.queued_at`); until then it waits
+  with code "capacity" and its reason says from when it will hold one.  Short waits thus cost
+  no idle reserved cards, and a request that keeps waiting for a whole shape is protected.
+* The cycle reports each reservation (`Plan.reservations`); the portal stores its start on the
+  request, and the next cycle takes it up first (`Request.reserved_start_at`), before any
+  request of the queue is placed.  Steps 1-2 then find a start no later than the one before:
+  what was admitted onto its devices meanwhile ends by T, and nothing else touched them.  The
+  start can only move later if the fleet itself shrinks (a node drained or lost) or a
+  preemption by higher-priority work takes the cards, which step 3 keeps off reserved devices.
+* A request holding a reservation keeps it until it starts or leaves the queue; a new head gets
+  one only while fewer than `Policy.max_reservations` are held.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from .filters import (
@@ -29,6 +46,7 @@ from .filters import (
 )
 from .index import Group
 from .state import AllocRecord, Claim, FleetState, Shape, gang_layout, is_gang
+from .types import Request, Reservation
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +57,85 @@ class Hold:
     start_at: float
     claims: tuple[Claim, ...]
     devices: frozenset[int]
+
+
+def held_requests(pending: Iterable[Request]) -> list[Request]:
+    """The requests that held a reservation after the previous cycle, earliest start first."""
+    return sorted(
+        (r for r in pending if r.reserved_start_at is not None),
+        key=lambda r: (r.reserved_start_at or 0.0, r.id),
+    )
+
+
+def keep_holds(
+    st: FleetState, wanted: Iterable[tuple[str, Shape, list[Group]]], now: float, limit: int
+) -> list[Hold]:
+    """Reservations again for `wanted` (request id, shape, eligible groups), in that order, up
+    to `limit`, each on devices the earlier ones left."""
+    holds: list[Hold] = []
+    for request_id, shape, groups in wanted:
+        if len(holds) >= limit:
+            break
+        taken = frozenset(d for h in holds for d in h.devices)
+        hold = reserve(st, request_id, shape, groups, now, taken)
+        if hold is not None:
+            holds.append(hold)
+    return holds
+
+
+def reservations(st: FleetState, holds: list[Hold]) -> tuple[Reservation, ...]:
+    """The live holds as the plan reports them."""
+    return tuple(
+        Reservation(h.request_id, h.start_at, tuple(st.device_claim(c) for c in h.claims))
+        for h in holds
+        if h.claims
+    )
+
+
+def hold_of(holds: list[Hold], request_id: str) -> Hold | None:
+    """The live reservation held for `request_id`, if any."""
+    return next((h for h in holds if h.request_id == request_id and h.claims), None)
+
+
+def drop_hold(holds: list[Hold], request_id: str) -> None:
+    """The request started: its reservation keeps no one off its devices any more (kept in the
+    list, empty and never starting, so positions of the others stay valid)."""
+    for i, h in enumerate(holds):
+        if h.request_id == request_id and h.claims:
+            holds[i] = Hold(request_id, math.inf, (), frozenset())
+
+
+def clock(at: float, now: float) -> str:
+    """A moment as people read it in a reason: "14:20 UTC", or "14:20 UTC in 2 d" when it is a
+    day or more after `now` (epoch seconds; the engine reads no clock and no time zone)."""
+    if not math.isfinite(at):
+        return "never"
+    minute = int(at // 60)
+    text = f"{minute // 60 % 24:02d}:{minute % 60:02d} UTC"
+    days = int((at - now) // 86_400)
+    return f"{text} in {days} d" if days >= 1 else text
+
+
+def reserved_reason(st: FleetState, hold: Hold, now: float) -> str:
+    """What the head is told: where and from when its capacity is held, and why smaller work
+    may start before it."""
+    nodes = sorted({st.node_ids[st.dev_node[c[0]]] for c in hold.claims})
+    where = ", ".join(nodes[:3]) + (" ..." if len(nodes) > 3 else "")
+    return (
+        f"capacity reserved on {where} for request {hold.request_id}: starts by "
+        f"{clock(hold.start_at, now)} (+{hold.start_at - now:.0f}s) when running work ends; "
+        "smaller work runs on these cards only where it ends before"
+    )
+
+
+def behind_reason(hold: Hold | None, now: float) -> str:
+    """What a request kept off reserved cards is told."""
+    if hold is None:
+        return "waiting behind a reservation"
+    return (
+        f"waiting behind reservation for request {hold.request_id} (starts by "
+        f"{clock(hold.start_at, now)}); only work that ends before then may use its cards"
+    )
 
 
 _STATIC = (node_schedulable, node_labels, node_taints, gpu_model)

@@ -15,6 +15,7 @@ request (`blend`).
    cycle (`Scheduler.plan`, the live planner with the live policy, so reservations, quotas,
    preemption and fair share behave as they will) and record the admitted requests' start t.
    Admitted work joins the running set with its own expected end; preemption victims leave it.
+   Reservations the cycle holds carry over to the next one, as in the live cycle.
 3. Advance t to the next expected end (ends within `resolution_seconds` of it are released in
    the same step) and repeat, until every pending request (or every one of `targets`) has
    started, nothing runs any more, or `max_steps` cycles were simulated.
@@ -246,6 +247,10 @@ def simulate_starts(
             victim = running.pop(pre.victim_id, None)
             if victim is not None:
                 _give_back(devices, victim[0].placement)
+        held = {r.request_id: r.start_at for r in plan.reservations}
+        for rid, waiting in pending.items():  # reservations carry over, as in the live cycle
+            if waiting.reserved_start_at != held.get(rid):
+                pending[rid] = replace(waiting, reserved_start_at=held.get(rid))
         for adm in plan.admissions:
             request = pending.pop(adm.request_id)
             starts[request.id] = t

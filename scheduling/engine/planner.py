@@ -16,8 +16,11 @@ Cycle, per request in queue order (see queue.py):
    reservation starts.  Success: apply claims, charge quota, update the team's share.
 5. Otherwise preempt (preemption.py) if the request outranks preemptible work or reclaims its
    guarantee from borrowers.  Freed capacity clears the failure memo.
-6. Otherwise, if reservations remain (Policy.max_reservations), reserve for it (backfill.py):
-   it is the head; code "reserved".  Everyone else waits with a capacity or reservation reason.
+6. Otherwise, if reservations remain (Policy.max_reservations) and it has waited
+   Policy.reservation_wait_seconds, reserve for it (backfill.py): it is the head; code
+   "reserved".  Everyone else waits with a capacity or reservation reason.
+
+Before the queue runs, the previous cycle's reservations are taken up again (backfill.py).
 
 Waiting requests get 1-based positions in the order they were considered.
 """
@@ -30,11 +33,22 @@ from collections.abc import Hashable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 
-from .backfill import Hold, reserve
-from .index import CapacityIndex
+from .backfill import (
+    Hold,
+    behind_reason,
+    clock,
+    drop_hold,
+    held_requests,
+    hold_of,
+    keep_holds,
+    reservations,
+    reserve,
+    reserved_reason,
+)
+from .index import CapacityIndex, Group
 from .placement import Placer
 from .preemption import find_victims, team_rose_above_guarantee
-from .queue import FairQueue
+from .queue import FairQueue, dominant_share
 from .quota import EPS, QuotaLedger
 from .reasons import capacity_reason
 from .reserve import is_long, leaves_reserve, reserve_reason
@@ -51,7 +65,6 @@ from .types import (
     Priority,
     QueueKey,
     Request,
-    Reservation,
     Snapshot,
     WaitCode,
     Waiting,
@@ -82,9 +95,17 @@ class Scheduler:
         self.usage: defaultdict[str, defaultdict[str, float]] = defaultdict(
             lambda: defaultdict(float)
         )
+        # Usage by team member (fair share inside a team, queue.py).
+        self.owner: dict[str, str] = {a.request_id: a.owner for a in snapshot.allocations}
+        self.member_usage: defaultdict[tuple[str, str], defaultdict[str, float]] = defaultdict(
+            lambda: defaultdict(float)
+        )
+        self.member_weight = {(m.team, m.name): max(m.weight, 1e-9) for m in snapshot.members}
+        self._member_share: dict[tuple[str, str], float] = {}
         for rec in self.st.allocs.values():
             self.ledger.charge(rec.team, rec.project, rec.flavor, rec.ge)
             self.usage[rec.team][rec.model] += rec.ge
+            self.member_usage[(rec.team, self.owner.get(rec.id, ""))][rec.model] += rec.ge
         self.weight: dict[str, float] = {}
         total_g = sum(self.ledger.guaranteed.values()) or 1.0
         for t in snapshot.teams:
@@ -126,13 +147,26 @@ class Scheduler:
         hit = self._share.get(team)
         if hit is not None:
             return hit
-        use = self.usage.get(team)
-        value = 0.0
-        if use:
-            dom = max((use[m] / self.capacity[m] for m in use if self.capacity.get(m)), default=0)
-            value = dom / self.weight.get(team, 1e-9)
+        value = dominant_share(self.usage.get(team), self.capacity, self.weight.get(team, 1e-9))
         self._share[team] = value
         return value
+
+    def member_share(self, team: str, member: str) -> float:
+        """A team member's weighted dominant share (as `share`, with the member's weight)."""
+        key = (team, member)
+        hit = self._member_share.get(key)
+        if hit is None:
+            use = self.member_usage.get(key)
+            hit = dominant_share(use, self.capacity, self.member_weight.get(key, 1.0))
+            self._member_share[key] = hit
+        return hit
+
+    def _use(self, team: str, owner: str, model: str, ge: float) -> None:
+        """Count `ge` more (or less) of `model` for the team and the member's shares."""
+        self.usage[team][model] += ge
+        self.member_usage[(team, owner)][model] += ge
+        self._share.pop(team, None)
+        self._member_share.pop((team, owner), None)
 
     def free_gpu_equivalents(self) -> float:
         """Unallocated capacity in GE: free cards, usable vGPU share, free MIG slices."""
@@ -192,8 +226,13 @@ class Scheduler:
         preemptions: list[Preemption] = []
         waiting: list[Waiting] = []
         considered = 0
-        for order, requests in self._queues():
-            queue = FairQueue(requests, order, self.share)
+        # Reservations due now start first; the next head in queue order may then hold one.
+        due = self._keep_holds(now)
+        members = self.member_share if self.policy.fair_share_in_team else None
+        aging = self.policy.priority_aging_seconds
+        for order, requests in [((), due), *self._queues()]:
+            requests = requests if order == () else [r for r in requests if r not in due]
+            queue = FairQueue(requests, order, self.share, members, now, aging)
             self._queue = queue
             while (req := queue.pop()) is not None:
                 considered += 1
@@ -209,14 +248,25 @@ class Scheduler:
             admissions=tuple(admissions),
             preemptions=tuple(preemptions),
             waiting=tuple(waiting),
-            reservations=tuple(
-                Reservation(
-                    h.request_id, h.start_at, tuple(self.st.device_claim(c) for c in h.claims)
-                )
-                for h in self.holds
-            ),
+            reservations=reservations(self.st, self.holds),
             considered=considered,
         )
+
+    def _keep_holds(self, now: float) -> list[Request]:
+        """Take up the previous cycle's reservations again (backfill.py), earliest start first,
+        for requests still valid and within quota; returns those whose start has come."""
+        wanted: list[tuple[str, Shape, list[Group]]] = []
+        for req in held_requests(self.snapshot.pending) if self.policy.enable_backfill else ():
+            flavor = self.st.flavors.get(req.flavor)
+            if flavor is None or _invalid(req, flavor.kind, req.mig_profile or flavor.mig_profile):
+                continue
+            demand = req.gpu_count * flavor.gpu_equivalent
+            if self.ledger.check(req.team, req.project, req.flavor, demand)[0]:
+                shape = self._shape(req, flavor)[0]
+                wanted.append((req.id, shape, self.placer.groups_for(shape)[0]))
+        self.holds = keep_holds(self.st, wanted, now, self.policy.max_reservations)
+        due = {h.request_id for h in self.holds if h.start_at <= now}
+        return [r for r in self.snapshot.pending if r.id in due]
 
     def place_one(self, request: Request, now: float) -> Decision:
         """Decide one newly arrived request now, against the indexed state and reservations."""
@@ -256,6 +306,7 @@ class Scheduler:
         if memo is None:
             claims, hit = self.placer.place(shape, blocked, preemptible, skip)
             if claims is not None:
+                drop_hold(self.holds, req.id)
                 return self._admit(req, demand, borrowed, preemptible, claims, now), [], None, None
             fresh: tuple[str, WaitCode]
             if skip and self.placer.place(shape, blocked, preemptible)[0] is not None:
@@ -264,8 +315,8 @@ class Scheduler:
                 self._fail[(mkey, block_ids)] = fresh
                 self._by_reserve.add((mkey, block_ids))
             elif hit:
-                holder = self.holds[block_ids[0]].request_id if block_ids else "?"
-                fresh = (f"waiting behind reservation for request {holder}", "reservation")
+                first = self.holds[block_ids[0]] if block_ids else None
+                fresh = (behind_reason(first, now), "reservation")
                 self._fail[(mkey, block_ids)] = fresh
             else:
                 fresh = (capacity_reason(self.placer, shape), "capacity")
@@ -277,31 +328,30 @@ class Scheduler:
                 req, shape, mkey, demand, borrowed, preemptible, blocked, block_ids, now, skip
             )
             if got is not None:
+                drop_hold(self.holds, req.id)
                 return got
-        # Reservation for the head.
+        # A reservation kept from the previous cycle.
+        own = hold_of(self.holds, req.id)
+        if own is not None:
+            return None, [], f"{memo[0]}; {reserved_reason(self.st, own, now)}", "reserved"
+        # Reservation for the head, once it has waited long enough.
         if (
             allow_reserve
             and memo[1] == "capacity"
             and (mkey, block_ids) not in self._by_reserve
             and self.policy.enable_backfill
-            and len(self.holds) < self.policy.max_reservations
+            and sum(1 for h in self.holds if h.claims) < self.policy.max_reservations
         ):
+            due = req.waiting_since() + self.policy.reservation_wait_seconds
+            if now < due:
+                later = f"capacity is reserved for it from {clock(due, now)} if it still waits"
+                return None, [], f"{memo[0]}; {later}", memo[1]
             groups, _ = self.placer.groups_for(shape)
             taken = frozenset(d for h in self.holds for d in h.devices)
             hold = reserve(self.st, req.id, shape, groups, now, taken)
             if hold is not None:
                 self.holds.append(hold)
-                nodes = sorted({self.st.node_ids[self.st.dev_node[c[0]]] for c in hold.claims})
-                where = ", ".join(nodes[:3]) + (" ..." if len(nodes) > 3 else "")
-                return (
-                    None,
-                    [],
-                    (
-                        f"{memo[0]}; capacity reserved on {where} from "
-                        f"+{hold.start_at - now:.0f}s when running work ends"
-                    ),
-                    "reserved",
-                )
+                return None, [], f"{memo[0]}; {reserved_reason(self.st, hold, now)}", "reserved"
         return None, [], memo[0], memo[1]
 
     def _shape(self, req: Request, flavor: Flavor) -> tuple[Shape, int]:
@@ -415,8 +465,8 @@ class Scheduler:
         below = led.used[key] <= guaranteed
         st.apply(rec)
         led.charge(req.team, req.project, req.flavor, demand)
-        self.usage[req.team][rec.model] += demand
-        self._share.pop(req.team, None)
+        self.owner[req.id] = req.owner
+        self._use(req.team, req.owner, rec.model, demand)
         # Rising above its guarantee makes the team's running preemptible work eligible victims.
         if (
             below
@@ -487,8 +537,7 @@ class Scheduler:
                 if lst is not None and v in lst:
                     lst.remove(v)
             self.ledger.charge(v.team, v.project, v.flavor, -v.ge)
-            self.usage[v.team][v.model] -= v.ge
-            self._share.pop(v.team, None)
+            self._use(v.team, self.owner.get(v.id, ""), v.model, -v.ge)
             if self._queue is not None:
                 self._queue.touch(v.team)
             # `for_request` names the beneficiary; the reason says why this victim.

@@ -9,7 +9,9 @@ the clock. Pure: no Django, no I/O, no clock of its own.
 Event-driven, on the live cycle's beat (`cycle_seconds`, the portal's SCHEDULING_CYCLE_SECONDS):
 
 1. Events are arrivals (queued_at), completions (start + recorded runtime, at most the
-   declared maximum) and withdrawals (a request cancelled while still waiting).
+   declared maximum), withdrawals (a request cancelled while still waiting) and wake-ups when
+   a request's reservation wait (Policy.reservation_wait_seconds) is over.  A priority aging
+   step (Policy.priority_aging_seconds) is no event: it takes effect at the next cycle.
 2. Cycles run at ticks start + k x cycle_seconds. A tick runs a cycle only when an event fell in
    (previous tick, tick]; a tick with nothing new would plan the same state again and is skipped.
 3. At a tick: completions and withdrawals up to the tick apply, arrivals join the queue, then one
@@ -56,7 +58,7 @@ from .types import (
     Team,
 )
 
-ARRIVE, COMPLETE, WITHDRAW = 2, 0, 1  # order of events at the same instant
+ARRIVE, COMPLETE, WITHDRAW, WAKE = 2, 0, 1, 3  # order of events at the same instant
 _DRIFT = 1e-9
 #: The fair-share gap is measured after the first cycle of every such period (it costs a
 #: water-filling over all teams) and held until the next measurement.
@@ -310,13 +312,15 @@ def replay(
             push(max(run.ends_at, start), COMPLETE, run.request.id, 1)
     withdrawn_at: dict[str, float] = {}
     for sub in trace.submissions:
-        req = sub.request
+        queued_at[sub.request.id] = max(sub.queued_at, start)
+        req = replace(sub.request, queued_at=queued_at[sub.request.id], reserved_start_at=None)
         learn(req)
-        queued_at[req.id] = max(sub.queued_at, start)
         declared = req.max_runtime_seconds
         runtime[req.id] = min(sub.runtime_seconds, declared) if sub.runtime_seconds else declared
         attempt[req.id] = 0
         push(queued_at[req.id], ARRIVE, req.id)
+        if pol.reservation_wait_seconds > 0:  # a cycle when it may first hold a reservation
+            push(queued_at[req.id] + pol.reservation_wait_seconds, WAKE, req.id)
         if sub.withdrawn_at is not None:
             withdrawn_at[req.id] = sub.withdrawn_at
             push(max(sub.withdrawn_at, start), WITHDRAW, req.id)
@@ -391,6 +395,8 @@ def replay(
                 stop(done)
                 sched.finish(done)
                 finished += 1
+            elif kind == WAKE:
+                continue  # only a cycle at this tick
             elif kind == WITHDRAW:
                 if pending.pop(rid, None) is not None:
                     withdrawn += 1
@@ -408,6 +414,11 @@ def replay(
         sched.begin_cycle(tuple(pending.values()))
         plan: Plan = sched.plan(tick)
         # 3. Apply its outcome: the planner already released the victims and placed the admitted.
+        #    Reservations carry over to the next cycle, as the live cycle stores them.
+        held = {r.request_id: r.start_at for r in plan.reservations}
+        for rid, waiting_req in pending.items():
+            if waiting_req.reserved_start_at != held.get(rid):
+                pending[rid] = replace(waiting_req, reserved_start_at=held.get(rid))
         for pre in plan.preemptions:
             rid = pre.victim_id
             victim = placed[rid]

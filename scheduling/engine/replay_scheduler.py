@@ -62,10 +62,11 @@ class ReplayScheduler(Scheduler):
         self.st.release(rec)
         self.ledger.charge(rec.team, rec.project, rec.flavor, -rec.ge)
         self._settle(rec.team, rec.flavor, rec.project)
-        use = self.usage[rec.team]
-        use[rec.model] -= rec.ge
-        if abs(use[rec.model]) < _DRIFT:
-            use[rec.model] = 0.0
+        owner = self.owner.pop(rec.id, "")
+        self._use(rec.team, owner, rec.model, -rec.ge)
+        for use in (self.usage[rec.team], self.member_usage[(rec.team, owner)]):
+            if abs(use[rec.model]) < _DRIFT:
+                use[rec.model] = 0.0
         self.touched(rec)
 
     def touched(self, rec: AllocRecord) -> None:
@@ -103,6 +104,7 @@ class ReplayScheduler(Scheduler):
         self._by_reserve.clear()
         self._blocked.clear()
         self._share.clear()
+        self._member_share.clear()
         self._queue = None
         self._planned = False
         # 2. Capacity buckets in the order a fresh index files them (node, then device order).

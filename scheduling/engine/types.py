@@ -238,6 +238,7 @@ class Allocation:
     exclusive_node: bool = False
     cpu_millicores: int = 0
     memory_mib: int = 0
+    owner: str = ""
 
     @property
     def expected_end(self) -> float:
@@ -256,6 +257,11 @@ class Request:
     it asks for more cards than a node of its pool has, it is a gang over several nodes of one
     pool (one rank per node).  `cpu_millicores` and `memory_mib` are the host resources of one
     pod, i.e. what it needs on each node it runs on.
+
+    `owner` is the member of the team who asked (fair share inside a team); `queued_at` is when
+    it last entered the queue (None: `submitted_at`), from which its wait counts for priority
+    aging and the reservation wait; `reserved_start_at` is the start of the reservation the
+    previous cycle held for it (None: none), which the next cycle keeps (backfill.py).
     """
 
     id: str
@@ -281,6 +287,13 @@ class Request:
     cpu_millicores: int = 0
     memory_mib: int = 0
     distributed: bool = False
+    owner: str = ""
+    queued_at: float | None = None
+    reserved_start_at: float | None = None
+
+    def waiting_since(self) -> float:
+        """When its current wait in the queue began."""
+        return self.submitted_at if self.queued_at is None else self.queued_at
 
 
 @dataclass(frozen=True, slots=True)
@@ -330,6 +343,15 @@ class Team:
 
 
 @dataclass(frozen=True, slots=True)
+class Member:
+    """A team member's weight in the fair share inside the team (members not listed weigh 1)."""
+
+    team: str
+    name: str
+    weight: float = 1.0
+
+
+@dataclass(frozen=True, slots=True)
 class Snapshot:
     pools: tuple[Pool, ...]
     nodes: tuple[Node, ...]
@@ -339,6 +361,7 @@ class Snapshot:
     quotas: tuple[Quota, ...] = ()
     allocations: tuple[Allocation, ...] = ()
     pending: tuple[Request, ...] = ()
+    members: tuple[Member, ...] = ()
 
 
 # ----------------------------------------------------------------------------- outputs
@@ -447,6 +470,10 @@ class Policy:
     ("best_fit").
     `max_candidates` bounds the spots scored per group; `pause_gc` pauses Python's cyclic
     garbage collector during a cycle (see planner.gc_paused).
+    `reservation_wait_seconds`: how long a request blocked by capacity waits before it may hold
+    a reservation (backfill.py); `priority_aging_seconds`: every that many seconds of waiting
+    raise a request's queue priority one class, up to CRITICAL (0: no aging; queue.py);
+    `fair_share_in_team`: order each team's line by its members' dominant shares (queue.py).
     """
 
     queue_order: tuple[QueueKey, ...] = ("priority", "fair_share", "age")
@@ -461,3 +488,6 @@ class Policy:
     max_reservations: int = 1
     max_candidates: int = 3
     pause_gc: bool = True
+    reservation_wait_seconds: float = 0.0
+    priority_aging_seconds: float = 0.0
+    fair_share_in_team: bool = True

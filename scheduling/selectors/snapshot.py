@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Collection
+from datetime import datetime
 from typing import Any
 
 from django.db.models import QuerySet
@@ -184,6 +185,7 @@ ALLOCATION_FIELDS = (
     "request__allow_shared_node",
     "request__cpu_millicores",
     "request__memory_mib",
+    "request__owner_id",
 )
 
 
@@ -216,6 +218,7 @@ def engine_allocation(row: dict[str, Any]) -> engine.Allocation:
         # Each of its pods (one per node) holds the request's CPU and memory.
         cpu_millicores=row.get("request__cpu_millicores") or 0,
         memory_mib=row.get("request__memory_mib") or 0,
+        owner=str(row.get("request__owner_id") or ""),
     )
 
 
@@ -400,6 +403,9 @@ PENDING_FIELDS = (
     "cluster_id",
     "cpu_millicores",
     "memory_mib",
+    "owner_id",
+    "queued_at",
+    "reserved_start_at",
 )
 
 
@@ -442,4 +448,13 @@ def engine_request(
         # A batch job may span nodes (a gang, one pod per node); notebooks and services live
         # on one node.
         distributed=row["kind"] == WorkloadKind.JOB,
+        # Fair share inside the team; the wait that ages it and earns it a reservation; the
+        # reservation the last cycle held for it, which the next one keeps.
+        owner=str(row.get("owner_id") or ""),
+        queued_at=_seconds(row.get("queued_at")),
+        reserved_start_at=_seconds(row.get("reserved_start_at")),
     )
+
+
+def _seconds(moment: datetime | None) -> float | None:
+    return moment.timestamp() if moment is not None else None

@@ -21,6 +21,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from django.conf import settings
 from django.db import DatabaseError, IntegrityError, connection, transaction
 from django.db.models import Field
 from django.utils import timezone
@@ -46,7 +47,11 @@ log = logging.getLogger(__name__)
 
 LEASE_NAME = "scheduling-cycle"
 LEASE_SECONDS = 60
-POLICY = engine.Policy()
+POLICY = engine.Policy(
+    reservation_wait_seconds=settings.SCHEDULING_RESERVATION_WAIT_SECONDS,
+    priority_aging_seconds=settings.SCHEDULING_PRIORITY_AGING_SECONDS,
+    fair_share_in_team=settings.SCHEDULING_FAIR_SHARE_IN_TEAM,
+)
 
 
 def _pid_namespace() -> str:

@@ -59,7 +59,9 @@ def test_long_request_waits_behind_reservation_instead_of_delaying_the_head() ->
     assert plan.admissions == ()
     waiting = {w.request_id: w for w in plan.waiting}
     assert waiting["long"].code == "reservation"
-    assert waiting["long"].reason == "waiting behind reservation for request 812"
+    assert waiting["long"].reason.startswith(
+        "waiting behind reservation for request 812 (starts by 00:16 UTC)"
+    )
 
 
 def test_long_request_runs_now_if_it_does_not_touch_the_reservation() -> None:
