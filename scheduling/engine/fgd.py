@@ -7,12 +7,14 @@ held by a request that wants it alone, too few usable cards or shares), otherwis
 of the cards the task could not use (partly used cards for whole-card work, cards with too
 little memory or cores for a vGPU share, free MIG slices no legal instance of the profile can
 cover). The node's fragmentation with respect to the workload is the expectation over the
-recent mix of request shapes, each weighted by how often it came. FGD places a request where
-that expected fragmentation grows least (or falls most).
+recent mix of request shapes, each weighted by the GE it asked for (how often it came times
+its GE: an 8-card job weighs as much as 32 quarter shares, so the capacity that large work
+needs is what the measure keeps whole). FGD places a request where that expected
+fragmentation grows least (or falls most).
 
 The mix (`WorkloadMix`, see `queue_mix`): the shapes of every request in the cycle's queue,
 of the newest `RECENT_ALLOCATIONS` running allocations (by start time, then id), and of every
-request decided one at a time (`Scheduler.place_one`) since; the `MIX_CLASSES` most frequent
+request decided one at a time (`Scheduler.place_one`) since; the `MIX_CLASSES` heaviest
 shapes are kept, their weights normalised over them.
 
 Pure and deterministic: ties between shapes of equal count are broken by the shape's text.
@@ -73,13 +75,24 @@ class WorkloadMix:
         self._classes = None
 
     def classes(self) -> tuple[tuple[Shape, float], ...]:
-        """The `MIX_CLASSES` most frequent shapes with weights summing to 1 (empty if none)."""
+        """The `MIX_CLASSES` heaviest shapes (count x GE) with weights summing to 1 (or none)."""
         if self._classes is None:
-            ranked = sorted(self.counts.items(), key=lambda kv: (-kv[1], repr(kv[0])))
+            weighted = [(s, c * shape_ge(s)) for s, c in self.counts.items()]
+            ranked = sorted(weighted, key=lambda kv: (-kv[1], repr(kv[0])))
             top = ranked[:MIX_CLASSES]
             total = sum(c for _, c in top)
             self._classes = tuple((s, c / total) for s, c in top) if total else ()
         return self._classes
+
+
+def shape_ge(shape: Shape) -> float:
+    """GPU-equivalents one request of `shape` asks for (a vGPU share by its cores)."""
+    if shape.kind == "whole":
+        return float(shape.gpu_count)
+    if shape.kind == "vgpu":
+        return shape.gpu_count * max(1, shape.cores_percent) / 100
+    prof = MIG_PROFILES.get(shape.mig_profile or "")
+    return shape.gpu_count * (prof.slices / MIG_SLICES if prof else 1 / MIG_SLICES)
 
 
 def allocation_shape(st: FleetState, rec: AllocRecord) -> Shape | None:

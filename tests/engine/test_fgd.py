@@ -128,9 +128,10 @@ def test_fragmentation_counts_free_capacity_a_shape_cannot_use() -> None:
     v, m = st.node_of["v"], st.node_of["m"]
     assert abs(meter.value(v) - 0.1) < 1e-9  # the 10 % sliver; the free card is usable
     assert abs(meter.value(m) - 6 / 7) < 1e-9  # vGPU shapes cannot use a MIG card at all
-    mix.add(two_g, 3)  # now 1/4 quarter shares, 3/4 2g.20gb instances
+    mix.add(two_g, 3)  # shapes weigh by the GE they ask: 1 x 0.25 against 3 x 2/7
+    w_quarter, w_two = 0.25 / (0.25 + 6 / 7), (6 / 7) / (0.25 + 6 / 7)
     # 2g starts at 0, 2, 4: slice 0 is used, so slices 1 and 6 can hold no 2g instance.
-    assert abs(meter.value(m) - (0.25 * 6 / 7 + 0.75 * 2 / 7)) < 1e-9
+    assert abs(meter.value(m) - (w_quarter * 6 / 7 + w_two * 2 / 7)) < 1e-9
     # For whole cards, a share on the free card leaves all the node's free capacity unusable.
     cards = WorkloadMix()
     cards.add(shape_of(req("w", "gpu"), FLAVOR["gpu"]))
