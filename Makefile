@@ -47,6 +47,7 @@ bench-engine: install
 	$(BIN)/python -m bench.engine
 	$(BIN)/python -m bench.engine_db
 	$(BIN)/python -m bench.replay
+	$(BIN)/python -m bench.fragmentation
 
 bench-pipeline: install
 	$(BIN)/python -m bench.pipeline

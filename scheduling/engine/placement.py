@@ -22,12 +22,19 @@ profile (several may share one GPU); nodes come from the same device buckets as 
 `best_fit` is the comparison baseline: same buckets and filters, but it just takes the feasible
 spot with the least free capacity left in the primary dimension (free cards on the node, free
 memory on the GPU, free MIG slices, first legal MIG start), with no scoring.
+
+`fgd` (fragmentation gradient descent, fgd.py) walks the same buckets but takes up to
+`FGD_PER_BUCKET` spots from each bucket, `FGD_CANDIDATES` per group, so that spots of
+different fullness compete; it picks the candidate whose node's expected fragmentation with
+respect to the recent mix of request shapes grows least; candidates within `FGD_TIE` GE of
+the best are ranked by the weighted score plugins, then node and device id.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable
 
+from .fgd import FragmentationMeter, WorkloadMix, queue_mix, request_shape
 from .filters import (
     NODE_FILTERS,
     POOL_FILTERS,
@@ -39,13 +46,19 @@ from .filters import (
 from .index import GIB, CapacityIndex, Group
 from .scores import FUSED, POOL_LEVEL, SCORES, ScoreFn, fused
 from .state import Claim, FleetState, Shape, gang_layout, is_gang
-from .types import DEFAULT_FILTERS, MIG_PROFILES, Policy
+from .types import DEFAULT_FILTERS, MIG_PROFILES, Policy, Request
 
 Candidate = tuple[int, tuple[Claim, ...], Group]
 GroupKeyT = tuple[str, str]
 ScoreList = list[tuple[ScoreFn, float]]
 # (pool-level plugins, per-candidate plugins, fused weights or None, plugins after the fused ones)
 ScorePlan = tuple[ScoreList, ScoreList, "tuple[float, float, float, float] | None", ScoreList]
+
+#: FGD candidates: spots scored per group, spots taken from one capacity bucket, and the
+#: fragmentation difference (GE) under which two candidates count as equally good.
+FGD_CANDIDATES = 12
+FGD_PER_BUCKET = 2
+FGD_TIE = 1e-6
 
 
 class Placer:
@@ -76,6 +89,33 @@ class Placer:
         # Host room of the nodes with room for a GPU shape, per group (reasons.gpu_room).
         self.room_cache: dict[tuple[Shape, GroupKeyT], tuple[int, list[tuple[int, int]]]] = {}
         self._node_sizes: dict[GroupKeyT, frozenset[int]] = {}
+        self._queue: tuple[Request, ...] = ()
+        self._meter: FragmentationMeter | None = None
+
+    # ------------------------------------------------------------------ FGD workload mix
+
+    def reset_mix(self, pending: tuple[Request, ...]) -> None:
+        """A new cycle: the FGD mix is rebuilt from `pending` and the running work when needed."""
+        self._queue = pending
+        self._meter = None
+
+    def meter(self) -> FragmentationMeter:
+        """The fragmentation meter over the current mix (built on first use in a cycle)."""
+        if self._meter is None:
+            self._meter = FragmentationMeter(self.st, queue_mix(self.st, self._queue))
+        return self._meter
+
+    def note(self, request: Request) -> None:
+        """A request decided on its own (`Scheduler.place_one`) joins the FGD mix."""
+        if self.policy.placer != "fgd":
+            return
+        shape = request_shape(self.st, request)
+        if shape is not None:
+            self.meter().mix.add(shape)
+
+    @property
+    def mix(self) -> WorkloadMix:
+        return self.meter().mix
 
     @staticmethod
     def _score_list(items: tuple[tuple[str, float], ...]) -> ScorePlan:
@@ -158,51 +198,88 @@ class Placer:
             return self._best_fit(shape, groups, blocked)
         if is_gang(shape, min(g.max_devices for g in groups)):
             return self._gang(shape, groups, blocked, preemptible)
-        limit = max(1, self.policy.max_candidates)
+        fgd = self.policy.placer == "fgd"
+        limit = FGD_CANDIDATES if fgd else max(1, self.policy.max_candidates)
+        per = FGD_PER_BUCKET if fgd else 0
         cands: list[Candidate] = []
         hit = False
         for g in groups:
             got: list[Candidate] = []
             if shape.kind == "whole":
                 if shape.gpu_count <= g.max_devices:
-                    hit |= self._whole_cands(g, shape, blocked, got, limit)
+                    hit |= self._whole_cands(g, shape, blocked, got, limit, per)
             elif shape.gpu_count > 1:
                 hit |= self._share_cands(g, shape, blocked, got, limit, best=True)
             elif shape.kind == "vgpu":
-                hit |= self._vgpu_cands(g, shape, blocked, got, limit)
+                hit |= self._vgpu_cands(g, shape, blocked, got, limit, per)
             else:
-                hit |= self._mig_cands(g, shape, blocked, got, limit, best=True)
+                hit |= self._mig_cands(g, shape, blocked, got, limit, best=True, per_bucket=per)
             cands.extend(got)
         if not cands:
             return None, hit
         if len(cands) == 1:
             return cands[0][1], hit
+        if fgd:
+            cands = self._least_fragmenting(shape, cands)
+            if len(cands) == 1:
+                return cands[0][1], hit
         best: tuple[float, int, int] | None = None
         best_claims: tuple[Claim, ...] = ()
-        st = self.st
         base: dict[GroupKeyT, float] = {}
-        for node, claims, g in cands:
-            pool_level, fns, fused_w, rest = self.pool_scores.get(g.pool.name, self.scores)
-            total = base.get(g.key)
-            if total is None:
-                total = base[g.key] = sum(
-                    w * fn(st, node, shape, claims, g.pool, preemptible) for fn, w in pool_level
-                )
-            if fused_w is not None and self.use_fused:
-                total = fused(st, node, shape, claims, g.pool, preemptible, total, fused_w)
-                for fn, w in rest:
-                    total += w * fn(st, node, shape, claims, g.pool, preemptible)
-            else:
-                for fn, w in fns:
-                    total += w * fn(st, node, shape, claims, g.pool, preemptible)
-            key = (-total, node, claims[0][0])
+        for cand in cands:
+            key = (-self._score(shape, cand, preemptible, base), cand[0], cand[1][0][0])
             if best is None or key < best:
-                best, best_claims = key, claims
+                best, best_claims = key, cand[1]
         return best_claims, hit
 
+    def _score(
+        self, shape: Shape, cand: Candidate, preemptible: bool, base: dict[GroupKeyT, float]
+    ) -> float:
+        """Weighted plugin score of one candidate (`base` caches the pool-level part)."""
+        st = self.st
+        node, claims, g = cand
+        pool_level, fns, fused_w, rest = self.pool_scores.get(g.pool.name, self.scores)
+        total = base.get(g.key)
+        if total is None:
+            total = base[g.key] = sum(
+                w * fn(st, node, shape, claims, g.pool, preemptible) for fn, w in pool_level
+            )
+        if fused_w is not None and self.use_fused:
+            total = fused(st, node, shape, claims, g.pool, preemptible, total, fused_w)
+            for fn, w in rest:
+                total += w * fn(st, node, shape, claims, g.pool, preemptible)
+        else:
+            for fn, w in fns:
+                total += w * fn(st, node, shape, claims, g.pool, preemptible)
+        return total
+
+    def _least_fragmenting(self, shape: Shape, cands: list[Candidate]) -> list[Candidate]:
+        """The candidates whose placement raises the node's expected fragmentation least
+        (within FGD_TIE GE of the best)."""
+        meter = self.meter()
+        if not meter.mix.classes():
+            meter.mix.add(shape)  # nothing seen yet: the request's own shape
+        before: dict[int, float] = {}
+        deltas: list[float] = []
+        for node, claims, _ in cands:
+            b = before.get(node)
+            if b is None:
+                b = before[node] = meter.value(node)
+            deltas.append(meter.value(node, claims, shape) - b)
+        low = min(deltas)
+        return [c for c, d in zip(cands, deltas, strict=True) if d <= low + FGD_TIE]
+
     def _whole_cands(
-        self, g: Group, shape: Shape, blocked: Collection[int], out: list[Candidate], limit: int
+        self,
+        g: Group,
+        shape: Shape,
+        blocked: Collection[int],
+        out: list[Candidate],
+        limit: int,
+        per_bucket: int = 0,
     ) -> bool:
+        """Nodes with `gpu_count` free cards, buckets in packing order (at most `per_bucket`
+        from one bucket when set)."""
         st, n, hit = self.st, shape.gpu_count, False
         top = g.max_devices
         if g.pool.scoring == "binpack":
@@ -218,6 +295,7 @@ class Placer:
                 self._node_sizes[g.key] = sizes
             ks = [k for k in ks if k in sizes]
         for k in ks:
+            taken = 0
             for node in g.whole[k]:
                 if not shape.allow_shared_node and len(st.node_devices[node]) != k:
                     continue
@@ -230,10 +308,19 @@ class Placer:
                 out.append((node, tuple((d, True, 0, 0, 0) for d in devs), g))
                 if len(out) >= limit:
                     return hit
+                taken += 1
+                if taken == per_bucket:
+                    break
         return hit
 
     def _vgpu_cands(
-        self, g: Group, shape: Shape, blocked: Collection[int], out: list[Candidate], limit: int
+        self,
+        g: Group,
+        shape: Shape,
+        blocked: Collection[int],
+        out: list[Candidate],
+        limit: int,
+        per_bucket: int = 0,
     ) -> bool:
         st, m, c, hit = self.st, shape.memory_mib, shape.cores_percent, False
         b0 = m // GIB
@@ -247,6 +334,7 @@ class Placer:
         ok: dict[int, bool] = {}
         mem_free, cores_free, dev_node, buckets = st.mem_free, st.cores_free, st.dev_node, g.vgpu
         for b in bs:
+            taken = 0
             for d in buckets[b]:
                 if mem_free[d] < m or cores_free[d] < c:
                     continue
@@ -262,6 +350,9 @@ class Placer:
                 out.append((node, ((d, False, m, c, 0),), g))
                 if len(out) >= limit:
                     return hit
+                taken += 1
+                if taken == per_bucket:
+                    break
         return hit
 
     def _mig_cands(
@@ -272,6 +363,7 @@ class Placer:
         out: list[Candidate],
         limit: int,
         best: bool,
+        per_bucket: int = 0,
     ) -> bool:
         st, p, hit = self.st, shape.mig_profile, False
         if p is None or p not in MIG_PROFILES:
@@ -285,6 +377,7 @@ class Placer:
         )
         ok: dict[int, bool] = {}
         for s in ss:
+            taken = 0
             for d in buckets[s]:
                 node = st.dev_node[d]
                 good = ok.get(node)
@@ -302,6 +395,9 @@ class Placer:
                 out.append((node, ((d, False, 0, 0, bits),), g))
                 if len(out) >= limit:
                     return hit
+                taken += 1
+                if taken == per_bucket:
+                    break
         return hit
 
     def _share_cands(
@@ -371,7 +467,7 @@ class Placer:
         (full nodes for a gang as wide as a node, so partly used nodes stay for others)."""
         st, hit = self.st, False
         order = groups
-        if self.policy.placer == "plugins":
+        if self.policy.placer != "best_fit":
             # Prefer the group the pool-level plugins like best (affinity, tier).
             def group_rank(g: Group) -> tuple[float, GroupKeyT]:
                 pool_level = self.pool_scores.get(g.pool.name, self.scores)[0]

@@ -87,6 +87,7 @@ class Scheduler:
         self.st = FleetState(snapshot)
         self.index = CapacityIndex(self.st)
         self.placer = Placer(self.st, self.index, self.policy)
+        self.placer.reset_mix(snapshot.pending)
         self.ledger = QuotaLedger.of(snapshot)
         self.capacity: dict[str, float] = defaultdict(float)
         for dev in range(len(self.st.dev_node)):
@@ -270,6 +271,7 @@ class Scheduler:
 
     def place_one(self, request: Request, now: float) -> Decision:
         """Decide one newly arrived request now, against the indexed state and reservations."""
+        self.placer.note(request)
         adm, pre, reason, code = self._decide(request, now, allow_reserve=False)
         return Decision(request.id, adm, tuple(pre), reason, code)
 

@@ -98,6 +98,7 @@ class ReplayScheduler(Scheduler):
         st = self.st
         # 1. Per-cycle planner state, as a new Scheduler starts it.
         self.snapshot = replace(self.snapshot, pending=pending)
+        self.placer.reset_mix(pending)
         self.holds = []
         self._fail.clear()
         self.forget_failed_preemptions()

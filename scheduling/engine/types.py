@@ -466,8 +466,8 @@ class Policy:
     `filters` and `scores` name plugins from `filters.NODE_FILTERS` / `scores.SCORES` in the
     order they run; `pool_scores` overrides the score list for a named pool and
     `pool_queue_order` the queue order for requests that can only run in that pool.
-    `placer` selects the plugin pipeline ("plugins") or the plain best-fit baseline
-    ("best_fit").
+    `placer` selects the plugin pipeline ("plugins"), the plain best-fit baseline
+    ("best_fit") or fragmentation gradient descent ("fgd", see fgd.py).
     `max_candidates` bounds the spots scored per group; `pause_gc` pauses Python's cyclic
     garbage collector during a cycle (see planner.gc_paused).
     `reservation_wait_seconds`: how long a request blocked by capacity waits before it may hold
@@ -482,7 +482,7 @@ class Policy:
     filters: tuple[str, ...] = DEFAULT_FILTERS
     scores: tuple[tuple[str, float], ...] = DEFAULT_SCORES
     pool_scores: tuple[tuple[str, tuple[tuple[str, float], ...]], ...] = ()
-    placer: Literal["plugins", "best_fit"] = "plugins"
+    placer: Literal["plugins", "best_fit", "fgd"] = "plugins"
     enable_preemption: bool = True
     enable_backfill: bool = True
     max_reservations: int = 1
