@@ -161,6 +161,12 @@ class Scheduler:
         with gc_paused(self.policy.pause_gc):
             return self._plan(now)
 
+    def _mig_profile_of(self, request_id: str) -> str | None:
+        """The MIG profile a pending request asks for (its own, else its flavor's)."""
+        req = next((r for r in self.snapshot.pending if r.id == request_id), None)
+        flavor = self.st.flavors.get(req.flavor) if req is not None else None
+        return (req.mig_profile if req else None) or (flavor.mig_profile if flavor else None)
+
     def _queues(self) -> list[tuple[tuple[QueueKey, ...], list[Request]]]:
         """Pending requests split by the queue order that applies to them.
 
@@ -211,7 +217,12 @@ class Scheduler:
             waiting=tuple(waiting),
             reservations=tuple(
                 Reservation(
-                    h.request_id, h.start_at, tuple(self.st.device_claim(c) for c in h.claims)
+                    h.request_id,
+                    h.start_at,
+                    tuple(
+                        self.st.device_claim(c, self._mig_profile_of(h.request_id))
+                        for c in h.claims
+                    ),
                 )
                 for h in self.holds
             ),
@@ -424,7 +435,10 @@ class Scheduler:
             and team_rose_above_guarantee(st, self.placer, req.team, req.flavor)
         ):
             self.forget_failed_preemptions()
-        return Admission(req.id, tuple(st.device_claim(c) for c in claims), borrowed, preemptible)
+        flavor = st.flavors.get(req.flavor)
+        profile = req.mig_profile or (flavor.mig_profile if flavor else None)
+        placement = tuple(st.device_claim(c, profile) for c in claims)
+        return Admission(req.id, placement, borrowed, preemptible)
 
     def _preempt(
         self,
