@@ -271,13 +271,13 @@ def _pack(gpu: MigGpu, gpu_count: int, counts: Mapping[str, int]) -> list[dict[s
     on the first card that can still hold it (first-fit decreasing); None when they do not fit.
     """
     cards: list[dict[str, int]] = [{} for _ in range(gpu_count)]
+    if any(gpu.profile(p) is None for p in counts):
+        return None
     shapes = sorted(
-        ((gpu.profile(p), n) for p, n in counts.items() if n > 0),
-        key=lambda item: (-(item[0].memory_slices if item[0] else 0), str(item[0])),
+        ((shape, n) for p, n in counts.items() if n > 0 and (shape := gpu.profile(p))),
+        key=lambda item: (-item[0].memory_slices, -item[0].compute_slices, item[0].name),
     )
     for shape, count in shapes:
-        if shape is None:
-            return None
         for _ in range(count):
             for card in cards:
                 trial = {**card, shape.name: card.get(shape.name, 0) + 1}

@@ -164,6 +164,8 @@ class Node:
     allocatable CPU and memory minus what pods the portal did not create request.  The engine
     subtracts what the snapshot's allocations hold (`Allocation.cpu_millicores`) itself.  None
     means not known, and then the resource does not limit placement on the node.
+    `mig_layout_problem` says why the node's MIG layout could not be read from the cluster; such
+    a node is not schedulable, and a MIG request it alone could serve waits on `mig_layout`.
     """
 
     id: str
@@ -174,6 +176,7 @@ class Node:
     schedulable: bool = True
     cpu_millicores: int | None = None
     memory_mib: int | None = None
+    mig_layout_problem: str = ""
 
 
 @dataclass(frozen=True, slots=True)

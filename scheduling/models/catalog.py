@@ -326,6 +326,11 @@ class Node(models.Model):
         help_text="Why the engine places nothing here although the node is up: it does not "
         "advertise the resources of its pool's sharing mode (inventory's access check).",
     )
+    mig_layout_problem = models.TextField(
+        blank=True,
+        help_text="Why the node's MIG layout cannot be read from the cluster (its "
+        "nvidia.com/mig.config label and nvidia.com/mig-* resources); empty when it can.",
+    )
     foreign_usage = models.JSONField(
         default=dict,
         blank=True,
