@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from decimal import Decimal
+
 import pytest
 from django.urls import reverse
 
-from scheduling.models import Flavor
+from scheduling.choices import FlavorKind
+from scheduling.demo import FLAVORS, POOLS
+from scheduling.engine.mig import MIG_GPUS, layout_fits, profile_problem
+from scheduling.models import Flavor, gpu_equivalent_of
 from tests.scheduling.conftest import Fleet
 from tests.support.personas import Org, api_client
 
@@ -49,3 +54,18 @@ def test_a_flavor_with_a_profile_its_card_offers_is_created(org: Org, fleet: Fle
     )
     assert response.status_code == 201, response.json()
     assert Flavor.objects.get(slug="x-1g-20gb").mig_profile == "1g.20gb"
+
+
+def test_the_demo_fleet_sells_and_lays_out_only_what_its_cards_offer() -> None:
+    models = {pool["slug"]: pool["gpu_model"] for pool in POOLS}
+    for _, pool_slug, kind, _, _, profile, weight in FLAVORS.values():
+        if kind != FlavorKind.MIG:
+            continue
+        assert profile_problem(models[pool_slug], profile) == ""
+        assert Decimal(weight) == gpu_equivalent_of(
+            kind=kind, card_memory_mib=0, memory_mib=0, cores_percent=0, mig_profile=profile
+        )
+    for pool in POOLS:
+        gpu = MIG_GPUS.get(pool["gpu_model"])
+        for layout in pool["mig_layouts"] or ():
+            assert gpu is not None and layout_fits(gpu, layout), (pool["slug"], layout)
