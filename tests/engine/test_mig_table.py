@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
+from scheduling.engine import plan
+from scheduling.engine.blockers import explain_waits
 from scheduling.engine.mig import (
     MIG_GPUS,
     builtin_configs,
@@ -13,6 +17,7 @@ from scheduling.engine.mig import (
     profile_share,
 )
 from scheduling.engine.types import MIG_PROFILES
+from tests.engine.builders import fleet, node, req
 
 PUBLISHED = {
     "A100-40G": {"1g.5gb", "1g.10gb", "2g.10gb", "3g.20gb", "4g.20gb", "7g.40gb"},
@@ -74,3 +79,26 @@ def test_engine_profiles_and_shares_come_from_the_table() -> None:
     assert profile_share("3g.40gb") == (3, 7)
     assert profile_share("2g.12gb") == (2, 4)
     assert profile_share("9g.99gb") is None
+
+
+@pytest.mark.parametrize(
+    ("problem", "code"),
+    [("3 x 3g.40gb do not fit on 1 H100-80G cards.", "mig_layout"), ("", "node_health")],
+)
+def test_a_request_only_an_unreadable_node_could_serve_waits_on_mig_layout(
+    problem: str, code: str
+) -> None:
+    full, full_cards = node("full", pool="mig", model="H100-80G", gpus=1, mig_masks=[0x7F])
+    odd, odd_cards = node("odd", pool="mig", model="H100-80G", gpus=1, schedulable=False)
+    snap = fleet(
+        (full, full_cards),
+        (replace(odd, mig_layout_problem=problem), odd_cards),
+        pending=[req("r", "m1")],
+    )
+    blocker = explain_waits(snap, plan(snap, now=0.0))["r"]
+    assert blocker.code == code
+    if problem:
+        assert blocker.message == (
+            "The MIG layout of node odd cannot be read from the cluster, so it is not offered "
+            f"for MIG work: {problem}"
+        )
