@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.urls import URLPattern, path
 
 from portal import manage
+from scheduling.views.mig_plan import mig_plan_page
 
 
 def _section_routes(section: manage.Section) -> list[URLPattern]:
@@ -30,4 +31,5 @@ urlpatterns = [
         manage.reclaim_policy_edit,
         name="manage-reclaim-policy-edit",
     ),
+    path("mig-plan/", mig_plan_page, name="manage-mig-plan"),
 ]

@@ -107,7 +107,9 @@ class NodeInventory:
     `gpu_count` counts physical cards (from the GPU feature discovery label, HAMi's registration,
     the `nvidia.com/gpu` allocatable or the DRA driver's ResourceSlices, in that order);
     `allocatable` keeps every resource as the raw quantity string. `mig_devices` maps a MIG
-    profile (`1g.10gb`) to its allocatable count.
+    profile (`1g.10gb`) to its allocatable count. `mig_layouts` is each card's MIG layout when
+    the backend knows it card by card (the simulated cluster); None: read it from the
+    `nvidia.com/mig.config` label and `mig_devices` (scheduling/engine/mig.py).
     """
 
     name: str
@@ -130,6 +132,7 @@ class NodeInventory:
     foreign_usage: Mapping[str, int] = field(default_factory=dict)
     # GPUs the node's ResourceSlices of driver gpu.nvidia.com offer (Dynamic Resource Allocation).
     dra_gpu_count: int = 0
+    mig_layouts: tuple[Mapping[str, int], ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -135,6 +135,8 @@ class SimulatedCluster:
                     gpu_count=len(devices),
                     gpu_memory_mib=max((d.memory_mib for d in devices), default=None),
                     mig_devices=mig,
+                    # The simulated cluster is its own MIG manager: it knows each card's layout.
+                    mig_layouts=tuple(dict(d.mig_layout) for d in devices) if mig else None,
                     dra_gpu_count=len(devices) if dra else 0,
                     cpu_millicores=node.cpu_millicores or 0,
                     memory_mib=node.memory_mib or 0,

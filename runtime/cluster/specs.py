@@ -8,12 +8,12 @@ names: `*_mib` is MiB, `*_percent` is 0-100 of one GPU, `*_seconds` is seconds.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
 from runtime.cluster.names import is_dns_label, is_label_value, workload_name
+from scheduling.engine.mig import all_profile_names
 
 WorkloadKind = Literal["job", "notebook", "service"]
 SharingMode = Literal["exclusive", "vgpu", "mig"]
@@ -31,8 +31,6 @@ RESUMABLE_KINDS: tuple[WorkloadKind, ...] = ("notebook", "service")
 #: Where a project's workspace and a member's home volume are mounted.
 WORKSPACE_MOUNT_PATH = "/workspace"
 HOME_MOUNT_PATH = "/home/jovyan"
-
-_MIG_PROFILE = re.compile(r"^[0-9]+g\.[0-9]+gb(\.[a-z0-9]+)?$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -347,9 +345,10 @@ class WorkloadSpec:
         if self.gpu_count < 0 or (self.sharing != "exclusive" and self.gpu_count < 1):
             raise ValueError(f"gpu_count {self.gpu_count} is invalid for {self.sharing}")
         if self.sharing == "mig":
-            if not self.mig_profile or not _MIG_PROFILE.match(self.mig_profile):
+            if not self.mig_profile or self.mig_profile not in all_profile_names():
                 raise ValueError(
-                    f"mig sharing needs a MIG profile like 1g.10gb, not {self.mig_profile!r}"
+                    f"mig sharing needs a MIG profile like 1g.10gb (one of the MIG table's), "
+                    f"not {self.mig_profile!r}"
                 )
         elif self.mig_profile is not None:
             raise ValueError("mig_profile is only for mig sharing")

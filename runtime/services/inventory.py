@@ -13,6 +13,7 @@ from django.utils import timezone
 from runtime.cluster.base import NodeInventory
 from runtime.cluster.gpu_models import gpu_products_for, merged_aliases, normalise_gpu_model
 from scheduling.choices import DeviceAllocation, FlavorKind, SharingMode
+from scheduling.engine.mig import layout_fits, mig_gpu, read_node_layout
 from scheduling.models import Cluster, Flavor, GpuDevice, Node, NodePool
 from tenants.models import AuditEvent
 from tenants.services import record_audit_event
@@ -40,21 +41,42 @@ def pool_for(node: NodeInventory, pools: Sequence[NodePool]) -> NodePool | None:
     return None
 
 
-def _device_layouts(node: NodeInventory, pool: NodePool) -> list[tuple[int, dict[str, int]]]:
-    """(memory MiB, MIG layout) per physical GPU of the node."""
+def _device_layouts(
+    node: NodeInventory, pool: NodePool, model: str | None
+) -> tuple[list[tuple[int, dict[str, int]]], str]:
+    """(memory MiB, MIG layout) per physical GPU of the node, and why its MIG layout cannot be
+    read ("" when it can, or the pool is not a MIG pool).
+
+    A MIG node's layout comes from the cluster: card by card when the backend knows it, else
+    read from its `nvidia.com/mig.config` label and advertised `nvidia.com/mig-*` counts
+    (`read_node_layout`). A node whose layout cannot be read keeps empty layouts and is held
+    back from MIG work.
+    """
     if node.hami_devices:
-        return [(device.memory_mib, {}) for device in node.hami_devices]
+        return [(device.memory_mib, {}) for device in node.hami_devices], ""
     count = node.gpu_count
     memory = node.gpu_memory_mib or DEFAULT_GPU_MEMORY_MIB
-    if pool.sharing_mode != SharingMode.MIG or count == 0:
-        return [(memory, {}) for _ in range(count)]
-    # The device plugin reports MIG instances per node; spread them evenly over the cards.
-    layouts: list[dict[str, int]] = [{} for _ in range(count)]
-    for profile, total in sorted(node.mig_devices.items()):
-        for index in range(total):
-            layout = layouts[index % count]
-            layout[profile] = layout.get(profile, 0) + 1
-    return [(memory, layout) for layout in layouts]
+    if pool.sharing_mode != SharingMode.MIG or count == 0 or not any(node.mig_devices.values()):
+        return [(memory, {}) for _ in range(count)], ""
+    if node.mig_layouts is not None and len(node.mig_layouts) == count:
+        gpu = mig_gpu(model)
+        bad = [i for i, c in enumerate(node.mig_layouts) if gpu is None or not layout_fits(gpu, c)]
+        if not bad:
+            return [(memory, dict(layout)) for layout in node.mig_layouts], ""
+        problem = f"cards {bad} report layouts that {model} cannot hold."
+    else:
+        reading = read_node_layout(
+            gpu_model=model, gpu_count=count, labels=node.labels, advertised=node.mig_devices
+        )
+        if not reading.problem:
+            return [(memory, dict(layout)) for layout in reading.cards], ""
+        problem = reading.problem
+    return [(memory, {}) for _ in range(count)], problem
+
+
+def mig_layout_sentence(problem: str) -> str:
+    """The held-back reason of a node whose MIG layout cannot be read."""
+    return f"Its MIG layout cannot be read, so it is not offered for MIG work: {problem}"
 
 
 def _split_counts(node: NodeInventory) -> list[int]:
@@ -138,6 +160,7 @@ NODE_FIELDS = (
     "labels",
     "is_schedulable",
     "held_back_reason",
+    "mig_layout_problem",
     "foreign_usage",
     "cpu_millicores",
     "memory_mib",
@@ -191,14 +214,18 @@ def apply_inventory(
             continue
         seen.add(reported.name)
         problem = access_problem(reported, pool, mig_profiles.get(pool.pk, []))
+        # The portal's short name (A100-80G), not the product label, so flavors match.
+        model = normalise_gpu_model(reported.gpu_model, aliases)
+        layouts, layout_problem = _device_layouts(reported, pool, model)
+        problem = problem or (mig_layout_sentence(layout_problem) if layout_problem else "")
         wanted = Node(
             name=reported.name,
             pool=pool,
-            # The portal's short name (A100-80G), not the product label, so flavors match.
-            gpu_model=normalise_gpu_model(reported.gpu_model, aliases) or "unknown",
+            gpu_model=model or "unknown",
             labels=dict(reported.labels),
             is_schedulable=reported.ready and reported.schedulable,
             held_back_reason=problem,
+            mig_layout_problem=layout_problem,
             foreign_usage=dict(reported.foreign_usage),
             # Allocatable host resources; a node that reports none is not limited by them.
             cpu_millicores=reported.cpu_millicores or None,
@@ -217,7 +244,7 @@ def apply_inventory(
             events.append((reported.name, "node.held_back", problem))
         if existing is None:
             events.append((reported.name, "node.discovered", ""))
-        layouts_by_name[reported.name] = _device_layouts(reported, pool)
+        layouts_by_name[reported.name] = layouts
         splits_by_name[reported.name] = _split_counts(reported)
     # 3. Write what changed.
     Node.objects.bulk_create(

@@ -1,8 +1,9 @@
 from __future__ import annotations
 
+from django.urls import path
 from rest_framework.routers import SimpleRouter
 
-from scheduling.api import clusters, project_data, views
+from scheduling.api import clusters, mig_plan, project_data, views
 
 router = SimpleRouter()
 router.register("tiers", views.TierViewSet, basename="tier")
@@ -18,4 +19,7 @@ router.register("storage-quotas", project_data.StorageQuotaViewSet, basename="st
 router.register("workspaces", project_data.WorkspaceViewSet, basename="workspace")
 router.register("project-secrets", project_data.ProjectSecretViewSet, basename="project-secret")
 
-urlpatterns = router.urls
+urlpatterns = [
+    *router.urls,
+    path("mig-plan/", mig_plan.MigPlanView.as_view(), name="mig-plan"),
+]

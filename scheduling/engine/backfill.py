@@ -33,7 +33,7 @@ When a request gets one, and how long it keeps it (planner.py):
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from .filters import (
@@ -83,10 +83,23 @@ def keep_holds(
     return holds
 
 
-def reservations(st: FleetState, holds: list[Hold]) -> tuple[Reservation, ...]:
-    """The live holds as the plan reports them."""
+def reservations(
+    st: FleetState, holds: list[Hold], pending: Sequence[Request]
+) -> tuple[Reservation, ...]:
+    """The live holds as the plan reports them; a MIG claim names the profile its request asks
+    for (several profiles share a slice count)."""
+    by_id = {r.id: r for r in pending}
     return tuple(
-        Reservation(h.request_id, h.start_at, tuple(st.device_claim(c) for c in h.claims))
+        Reservation(
+            h.request_id,
+            h.start_at,
+            tuple(
+                st.device_claim(c, st.mig_profile_of(by_id[h.request_id]))
+                if h.request_id in by_id
+                else st.device_claim(c)
+                for c in h.claims
+            ),
+        )
         for h in holds
         if h.claims
     )

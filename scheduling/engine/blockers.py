@@ -18,6 +18,8 @@ engine's wait codes say *that* a request waits on quota or capacity; a blocker s
      `mig_layout` when it is a MIG request and the cards' fixed MIG layouts offer too few free
      instances of its profile although the free slices would hold them, else `fragmentation`
      (for whole cards on one node: how many are free and over how many nodes);
+  1a. a MIG request the healthy nodes cannot hold, where nodes whose MIG layout the cluster
+     does not let us read would be candidates: `mig_layout`, naming them;
   2. the GE it needs exists only with nodes that take no work (cordoned, held back or not
      ready): `node_health`;
   3. otherwise `capacity`: the pool is full. So are waits behind another request's reservation,
@@ -420,6 +422,17 @@ def capacity_blocker(fleet: _Fleet, request: Request, flavor: Flavor, wait: Wait
             "fragmentation",
             f"Pool {where} has {_fmt(healthy_free)} GPU-eq free, enough for the "
             f"{_fmt(demand)} it needs, but no single node or GPU has room for it.",
+            detail,
+        )
+    unread = [n for n in unhealthy if n.mig_layout_problem] if shape.kind == "mig" else []
+    if unread:
+        names = sorted(n.id for n in unread)
+        detail |= {"nodes": names, "layout_problem": unread[0].mig_layout_problem}
+        shown = ", ".join(names[:3]) + (" ..." if len(names) > 3 else "")
+        return Blocker(
+            "mig_layout",
+            f"The MIG layout of node {shown} cannot be read from the cluster, so it is not "
+            f"offered for MIG work: {unread[0].mig_layout_problem}",
             detail,
         )
     if unhealthy and healthy_free + unhealthy_free + EPS >= demand:

@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .filters import mig_fits_on
+from .mig import mig_gpu
 from .state import MODE_MIG, MODE_VGPU, FleetState
 from .types import MIG_PROFILES, MIG_SLICES, Pool
 
@@ -40,6 +41,14 @@ class Group:
     node_k: dict[int, int] = field(default_factory=dict)
     dev_vb: dict[int, int] = field(default_factory=dict)
     dev_mig: dict[int, list[tuple[str, int]]] = field(default_factory=dict)
+    # The MIG profiles the group's GPU model offers (the MIG table); None: a model the table
+    # does not know, filed under every profile.
+    mig_offered: frozenset[str] | None = None
+
+
+def _offered_profiles(model: str) -> frozenset[str] | None:
+    gpu = mig_gpu(model)
+    return frozenset(gpu.profile_names) if gpu is not None else None
 
 
 class CapacityIndex:
@@ -66,6 +75,7 @@ class CapacityIndex:
                 whole=[{} for _ in range(max_devices + 1)],
                 vgpu=[{} for _ in range(max_mem // GIB + 1)],
                 mig={p: [{} for _ in range(MIG_SLICES + 1)] for p in MIG_PROFILES},
+                mig_offered=_offered_profiles(key[1]),
             )
             self.groups[key] = g
             for n in nodes:
@@ -112,6 +122,8 @@ class CapacityIndex:
                 if usable and not st.whole[d]:
                     mask = st.mig_mask[d]
                     fits = mig_fits_on(st, d)
+                    if g.mig_offered is not None:
+                        fits = tuple(name for name in fits if name in g.mig_offered)
                     if fits:
                         free = MIG_SLICES - bin(mask).count("1")
                         for name in fits:

@@ -249,7 +249,7 @@ class Scheduler:
             admissions=tuple(admissions),
             preemptions=tuple(preemptions),
             waiting=tuple(waiting),
-            reservations=reservations(self.st, self.holds),
+            reservations=reservations(self.st, self.holds, self.snapshot.pending),
             considered=considered,
         )
 
@@ -438,10 +438,7 @@ class Scheduler:
         now: float,
     ) -> Admission:
         st = self.st
-        if len(claims) == 1:
-            nodes: tuple[int, ...] = (st.dev_node[claims[0][0]],)
-        else:
-            nodes = tuple(dict.fromkeys(st.dev_node[c[0]] for c in claims))
+        nodes = tuple(dict.fromkeys(st.dev_node[c[0]] for c in claims))
         rec = AllocRecord(
             id=req.id,
             team=req.team,
@@ -476,7 +473,8 @@ class Scheduler:
             and team_rose_above_guarantee(st, self.placer, req.team, req.flavor)
         ):
             self.forget_failed_preemptions()
-        return Admission(req.id, tuple(st.device_claim(c) for c in claims), borrowed, preemptible)
+        placement = tuple(st.device_claim(c, st.mig_profile_of(req)) for c in claims)
+        return Admission(req.id, placement, borrowed, preemptible)
 
     def _preempt(
         self,

@@ -251,7 +251,7 @@ class FleetState:
         # Per pool, bumped on every apply/release there that is not a dry run (notify=False:
         # undone before anyone reads), so caches of derived figures know they are stale.
         self.pool_version: dict[str, int] = {p.name: 0 for p in snapshot.pools}
-        self._claim_values: dict[Claim, DeviceClaim] = {}
+        self._claim_values: dict[tuple[Claim, str | None], DeviceClaim] = {}
         # Called with (node, changed devices or None for all) after apply/release.
         self.listener: Callable[[int, tuple[int, ...] | None], None] | None = None
         self.flavors: dict[str, Flavor] = {f.id: f for f in snapshot.flavors}
@@ -292,21 +292,34 @@ class FleetState:
             bits = mig_bits(c.mig_profile, c.mig_start)
         return (dev, c.whole, c.memory_mib, c.cores_percent, bits)
 
-    def device_claim(self, claim: Claim) -> DeviceClaim:
-        """The public value for an internal claim (cached: equal claims share one value)."""
-        hit = self._claim_values.get(claim)
+    def mig_profile_of(self, req: Request) -> str | None:
+        """The MIG profile a request asks for: its own, else its flavor's."""
+        flavor = self.flavors.get(req.flavor)
+        return req.mig_profile or (flavor.mig_profile if flavor else None)
+
+    def device_claim(self, claim: Claim, mig_profile: str | None = None) -> DeviceClaim:
+        """The public value for an internal claim (cached: equal claims share one value).
+
+        A MIG claim keeps only its slices; `mig_profile` names the profile it was placed for
+        (several profiles share a slice count: 1g.10gb and 1g.20gb)."""
+        key = (claim, mig_profile)
+        hit = self._claim_values.get(key)
         if hit is None:
-            hit = self._claim_values[claim] = self._device_claim(claim)
+            hit = self._claim_values[key] = self._device_claim(claim, mig_profile)
         return hit
 
-    def _device_claim(self, claim: Claim) -> DeviceClaim:
+    def _device_claim(self, claim: Claim, mig_profile: str | None) -> DeviceClaim:
         dev, whole, mem, cores, bits = claim
         profile: str | None = None
         start: int | None = None
         if bits:
             start = (bits & -bits).bit_length() - 1
             size = bin(bits).count("1")
-            profile = next((p.name for p in MIG_PROFILES.values() if p.slices == size), None)
+            named = MIG_PROFILES.get(mig_profile or "")
+            if named is not None and named.slices == size:
+                profile = named.name
+            else:
+                profile = next((p.name for p in MIG_PROFILES.values() if p.slices == size), None)
         return DeviceClaim(
             node_id=self.node_ids[self.dev_node[dev]],
             device_index=self.dev_index[dev],

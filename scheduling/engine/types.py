@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from enum import IntEnum
 from typing import Literal
 
+from .mig import MIG_GPUS
+
 SharingMode = Literal["exclusive", "vgpu", "mig"]
 Scoring = Literal["binpack", "spread"]
 FlavorKind = Literal["whole", "vgpu", "mig"]
@@ -45,18 +47,27 @@ class MigProfile:
 
 
 MIG_SLICES = 7
-#: H100/A100 geometry: legal start slices per profile (NVIDIA placement rules, simplified to the
-#: compute-slice axis).  A placement occupies bits [start, start + slices) of a 7-bit mask.
-MIG_PROFILES: dict[str, MigProfile] = {
-    p.name: p
-    for p in (
-        MigProfile("1g.10gb", 1, (0, 1, 2, 3, 4, 5, 6)),
-        MigProfile("2g.20gb", 2, (0, 2, 4)),
-        MigProfile("3g.40gb", 3, (0, 4)),
-        MigProfile("4g.40gb", 4, (0,)),
-        MigProfile("7g.80gb", 7, (0,)),
-    )
-}
+
+
+def _engine_profiles() -> dict[str, MigProfile]:
+    """Every profile of the MIG table (mig.py) on the engine's compute-slice axis: a placement
+    occupies bits [start, start + compute slices) of a 7-bit mask, at the starts NVIDIA lists
+    (the union over the cards that share the name).  The table keeps the exact memory-slice
+    geometry; layouts read from the cluster (`mig_layout_starts`) pin instances to it."""
+    starts: dict[str, set[int]] = {}
+    slices: dict[str, int] = {}
+    for gpu in MIG_GPUS.values():
+        for shape in gpu.profiles:
+            starts.setdefault(shape.name, set()).update(shape.starts)
+            slices[shape.name] = shape.compute_slices
+    return {
+        name: MigProfile(name, slices[name], tuple(sorted(starts[name])))
+        for name in sorted(slices, key=lambda n: (slices[n], n))
+    }
+
+
+#: Profile name → its engine shape, from the one MIG table (scheduling/engine/mig.py).
+MIG_PROFILES: dict[str, MigProfile] = _engine_profiles()
 
 
 def mig_bits(profile: str, start: int) -> int:
@@ -155,6 +166,8 @@ class Node:
     allocatable CPU and memory minus what pods the portal did not create request.  The engine
     subtracts what the snapshot's allocations hold (`Allocation.cpu_millicores`) itself.  None
     means not known, and then the resource does not limit placement on the node.
+    `mig_layout_problem` says why the node's MIG layout could not be read from the cluster; such
+    a node is not schedulable, and a MIG request it alone could serve waits on `mig_layout`.
     """
 
     id: str
@@ -165,6 +178,7 @@ class Node:
     schedulable: bool = True
     cpu_millicores: int | None = None
     memory_mib: int | None = None
+    mig_layout_problem: str = ""
 
 
 @dataclass(frozen=True, slots=True)

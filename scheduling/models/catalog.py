@@ -24,6 +24,7 @@ from scheduling.choices import (
     Scoring,
     SharingMode,
 )
+from scheduling.engine.mig import profile_problem, profile_share
 from scheduling.engine.reserve import format_duration
 from tenants.models import Project, ScopedQuerySet, Team
 from tenants.scope import Scope
@@ -346,6 +347,11 @@ class Node(models.Model):
         help_text="Why the engine places nothing here although the node is up: it does not "
         "advertise the resources of its pool's sharing mode (inventory's access check).",
     )
+    mig_layout_problem = models.TextField(
+        blank=True,
+        help_text="Why the node's MIG layout cannot be read from the cluster (its "
+        "nvidia.com/mig.config label and nvidia.com/mig-* resources); empty when it can.",
+    )
     foreign_usage = models.JSONField(
         default=dict,
         blank=True,
@@ -454,6 +460,14 @@ class Flavor(models.Model):
     def __str__(self) -> str:
         return self.name
 
+    def clean(self) -> None:
+        """A MIG flavor sells a profile its GPU model offers (the MIG table, engine/mig.py)."""
+        super().clean()
+        if self.kind == FlavorKind.MIG and self.mig_profile:
+            problem = profile_problem(self.gpu_model, self.mig_profile)
+            if problem:
+                raise ValidationError({"mig_profile": problem})
+
     @property
     def resource_names(self) -> list[str]:
         """The Kubernetes extended resources a workload of this flavor asks for."""
@@ -472,12 +486,13 @@ def gpu_equivalent_of(
     cores_percent: int,
     mig_profile: str = "",
 ) -> Decimal:
-    """Whole card = 1; MIG = its compute slices of 7; vGPU = the larger of memory and core share."""
+    """Whole card = 1; MIG = its compute slices of the card's (7; 4 on the A30, as the MIG
+    table says); vGPU = the larger of memory and core share."""
     if kind == FlavorKind.WHOLE:
         return Decimal(1)
     if kind == FlavorKind.MIG:
-        slices = int(mig_profile.split("g.", 1)[0]) if "g." in mig_profile else 1
-        return (Decimal(slices) / MIG_SLICES_PER_GPU).quantize(Decimal("0.0001"))
+        slices, of = profile_share(mig_profile) or (1, MIG_SLICES_PER_GPU)
+        return (Decimal(slices) / of).quantize(Decimal("0.0001"))
     share = max(Decimal(memory_mib) / Decimal(card_memory_mib), Decimal(cores_percent) / 100)
     return min(Decimal(1), share).quantize(Decimal("0.0001"))
 

@@ -146,6 +146,7 @@ def _nodes(kueue: frozenset[int] = frozenset()) -> list[dict[str, Any]]:
             "labels",
             "is_schedulable",
             "held_back_reason",
+            "mig_layout_problem",
             "foreign_usage",
             "cpu_millicores",
             "memory_mib",
@@ -166,6 +167,7 @@ def _engine_node(node: dict[str, Any], pool: engine.Pool) -> engine.Node:
         schedulable=node["is_schedulable"] and not node["held_back_reason"],
         cpu_millicores=cpu,
         memory_mib=memory,
+        mig_layout_problem=node["mig_layout_problem"],
     )
 
 

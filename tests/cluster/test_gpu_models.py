@@ -26,7 +26,10 @@ from tests.cluster.specs import workload
         ("NVIDIA-NVIDIA L4", "L4"),  # HAMi's device type
         ("nvidia-a100-pcie-40gb", "A100-40G"),  # case differs between GFD and HAMi
         ("A100-80G", "A100-80G"),  # already a short name: unchanged
-        ("NVIDIA-B200", "NVIDIA-B200"),  # unknown: kept as the cluster says it
+        ("NVIDIA-B200", "B200-180G"),
+        ("NVIDIA-H100-NVL", "H100-94G"),
+        ("NVIDIA-A30", "A30"),
+        ("NVIDIA-RTX-6000-Ada", "NVIDIA-RTX-6000-Ada"),  # unknown: kept as the cluster says it
     ],
 )
 def test_cluster_products_become_the_portal_short_models(product: str, model: str) -> None:

@@ -9,7 +9,7 @@ from dataclasses import replace
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scheduling.engine import MIG_PROFILES, GpuDevice, Node, Snapshot, plan
+from scheduling.engine import GpuDevice, Node, Snapshot, plan
 from scheduling.engine.types import mig_layout_starts
 from tests.engine.builders import alloc, fleet, mig_claim, node, req
 
@@ -94,7 +94,7 @@ def test_multi_instance_request_fits_only_within_the_layout() -> None:
 
 layouts = st.lists(
     st.lists(
-        st.tuples(st.sampled_from(sorted(MIG_PROFILES)), st.integers(min_value=1, max_value=7)),
+        st.tuples(st.sampled_from(sorted(PROFILE_FLAVOR)), st.integers(min_value=1, max_value=7)),
         min_size=1,
         max_size=3,
         unique_by=lambda item: item[0],
@@ -122,7 +122,7 @@ def mig_fleets(draw: st.DrawFn) -> Snapshot:
     pending = [
         req(
             f"p{i}",
-            PROFILE_FLAVOR[draw(st.sampled_from(sorted(MIG_PROFILES)))],
+            PROFILE_FLAVOR[draw(st.sampled_from(sorted(PROFILE_FLAVOR)))],
             gpu_count=draw(st.integers(1, 3)),
             submitted_at=float(i),
         )
