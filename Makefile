@@ -87,4 +87,4 @@ testbed-build: install
 # The portal end to end on the test bed (API, PostgreSQL BENCH_E2E_DATABASE_URL recreated, Redis
 # db 12, a Celery worker) against the same pods created straight through the API server.
 bench-e2e: testbed-build
-	$(BIN)/python -m bench.e2e $(if $(REQUESTS),--requests $(REQUESTS),)
+	$(BIN)/python -m bench.e2e $(if $(REQUESTS),--requests $(REQUESTS),) $(if $(RATE),--rate $(RATE),)

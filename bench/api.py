@@ -100,7 +100,7 @@ def seed(rng: random.Random) -> list[dict[str, Any]]:
     from accounting.demo import seed_demo_prices
     from scheduling.choices import RequestStatus
     from scheduling.demo import seed_demo_fleet
-    from scheduling.models import Flavor, GpuRequest, Quota, Tier
+    from scheduling.models import Allocation, Flavor, GpuRequest, Quota, Tier
     from tenants.choices import Role
     from tenants.models import Membership, Project, Team
     from tenants.services import seed_demo_organisation
@@ -134,6 +134,7 @@ def seed(rng: random.Random) -> list[dict[str, Any]]:
     projects = {team.pk: list(team.projects.all()) for _, team in owners}
     for index in range(SEEDED_REQUESTS):
         owner, team = owners[index % len(owners)]
+        status = rng.choice(finished)
         rows.append(
             GpuRequest(
                 project=rng.choice(projects[team.pk]),
@@ -147,13 +148,50 @@ def seed(rng: random.Random) -> list[dict[str, Any]]:
                 command=["python", "train.py"],
                 max_runtime_seconds=3600,
                 gpu_equivalent=Decimal("0.25"),
-                status=rng.choice(finished),
+                status=status,
                 status_reason="Seeded for the load benchmark.",
+                # Succeeded and failed requests ran (attempt 1, an allocation each, as the
+                # product keeps them); cancelled ones were cancelled before they started.
+                attempt=0 if status == RequestStatus.CANCELLED else 1,
                 started_at=now - timedelta(hours=2),
                 finished_at=now - timedelta(hours=1),
             )
         )
     GpuRequest.objects.bulk_create(rows, batch_size=2_000)
+    ran = [row for row in rows if row.attempt]
+    Allocation.objects.bulk_create(
+        [
+            Allocation(
+                request=row,
+                attempt=1,
+                pool_id=flavor.pool_id,
+                claims=[
+                    {
+                        "node": f"gpu-node-{i % 40:02d}",
+                        "device_index": i % 8,
+                        "whole": False,
+                        "memory_mib": 6144,
+                        "cores_percent": 25,
+                        "mig_profile": "",
+                        "mig_start": None,
+                    }
+                ],
+                workload_name=f"req-{row.pk}-1",
+                node_name=f"gpu-node-{i % 40:02d}",
+                started_at=now - timedelta(hours=2),
+                ended_at=now - timedelta(hours=1),
+                end_reason="Seeded for the load benchmark.",
+                pod_names=[f"req-{row.pk}-1-{i:05x}"],
+                exit_code=0 if row.status == RequestStatus.SUCCEEDED else 1,
+                exit_reason="Completed" if row.status == RequestStatus.SUCCEEDED else "Error",
+                termination_reason=""
+                if row.status == RequestStatus.SUCCEEDED
+                else "Error: container main exited with code 1",
+            )
+            for i, row in enumerate(ran)
+        ],
+        batch_size=2_000,
+    )
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE")  # as after any bulk load: the planner sees the rows
 
@@ -525,7 +563,8 @@ def main() -> None:
     cache.clear()
     fixture_rows = seed(random.Random(9))
     print(
-        f"# seeded {len(fixture_rows)} API users, {SEEDED_REQUESTS} requests "
+        f"# seeded {len(fixture_rows)} API users, {SEEDED_REQUESTS} requests (those that "
+        "ran with their allocation) "
         f"in {time.perf_counter() - started:.1f} s",
         file=sys.stderr,
     )

@@ -1,43 +1,53 @@
 """End-to-end benchmark on the test bed: the portal's whole path against kube-scheduler alone.
 
-    .venv/bin/python -m bench.e2e                  # 2,000 requests, 250 kwok nodes x 8 GPUs
+    .venv/bin/python -m bench.e2e                  # 2,000 + 500 requests, 313 kwok nodes x 8 GPUs
     .venv/bin/python -m bench.e2e --requests 200   # a quick run
 
 One control plane (scripts/testbed: etcd, kube-apiserver, kube-controller-manager,
-kube-scheduler, kwok), one fleet of `ceil(N / 8)` kwok nodes with 8 `nvidia.com/gpu` each in the
-`a100-training` pool, then two sides one after the other on the same nodes:
+kube-scheduler, kwok), one fleet of `ceil((N + M) / 8)` kwok nodes with 8 `nvidia.com/gpu` each
+in the `a100-training` pool (N the burst, M the open loop's arrivals), then the two sides take
+turns on the same nodes, in rounds (`--rounds`, 2): portal, direct, portal, direct. Both sides
+create the same objects, batch/v1 Jobs of one pod each, so they differ only by the portal.
 
-1. **portal**: the product as deployed, on loopback. PostgreSQL database `portal_bench_e2e`
-   (recreated, migrated, the demo organisation and fleet; the team's A100 quota raised to N),
-   Redis db 12 as the broker, gunicorn (`portal.wsgi`, one sync worker per core) and two Celery
-   workers as the Helm chart runs them, one per queue (portal/celery.py): the
-   `celery` queue (launches, notifications; prefork `--concurrency 4`) and the `periodic` queue
-   (the cycle, workload and inventory sync, the sweeps; `--concurrency 2`, with embedded beat),
-   with `CLUSTER_BACKEND=kubernetes` and the test bed's least-privilege `portal.kubeconfig`.
-   Client threads `POST /api/v1/requests/` (one whole A100 card each, a developer's token) and,
-   as the team lead, `POST /api/v1/requests/<id>/approve/` (whole cards in the training tier need
-   the lead; `--auto-approve` lets the tier's rule approve within the guaranteed quota instead).
-   From then on only the worker acts: the approval queues a cycle, the cycle admits and queues
-   launches, each launch task creates the Job, the Job controller its pod, kube-scheduler binds
-   it to the node the engine chose (hostname selector), kwok runs it.
-2. The worker stops; the portal's Jobs and pods are deleted and the bench waits until none is
-   left, so the second side starts on an empty fleet.
-3. **direct**: the same number of pods, created straight through the API server by the same
-   number of client threads, in a namespace of their own (no quota), each a copy of one of the
-   portal's own pods as admitted (resources with the LimitRange defaults, tolerations, pool node
-   selector, GPU-product affinity, priority class) minus the node pin: kube-scheduler alone
-   picks the node.
-4. **dra** (left out with `--no-dra`): the direct pods are deleted, as many kwok nodes again
-   join with their 8 A100s published only as DRA devices (scripts/testbed/dra.py), and the same
-   number of pods ask for one card each through the ResourceClaimTemplate a DRA pool compiles
-   to: kube-scheduler and the resourceclaim controller alone (`e2e.dra_pods_per_second`).
+1. **portal** (each round from scratch): the product as deployed, on loopback. PostgreSQL
+   database `portal_bench_e2e` (recreated, migrated, the demo organisation and fleet; the
+   team's A100 quota raised to N + M), Redis db 12 as the broker, gunicorn (`portal.wsgi`, one
+   sync worker per core) and two Celery workers as the Helm chart runs them, one per queue
+   (portal/celery.py): the `celery` queue (launches, notifications; prefork `--concurrency 4`)
+   and the `periodic` queue (the cycle, workload and inventory sync, the sweeps;
+   `--concurrency 2`, with embedded beat), with `CLUSTER_BACKEND=kubernetes` and the test bed's
+   least-privilege `portal.kubeconfig`. The burst: 8 client threads each `POST
+   /api/v1/requests/` (one whole A100 card, a developer's token) and then, as the team lead,
+   `POST /api/v1/requests/<id>/approve/` (whole cards in the training tier need the lead;
+   `--auto-approve` lets the tier's rule approve within the guaranteed quota instead), until N
+   are approved. From then on only the worker acts: the approval queues a cycle, the cycle
+   admits and queues launches, each launch task creates the Job, the Job controller its pod,
+   kube-scheduler binds it to the node the engine chose (hostname selector), kwok runs it. Once
+   the N pods run, the open loop: M more create + approve pairs arriving as a Poisson process at
+   `--rate` a second, each on its own thread whatever the earlier ones are doing. The worker
+   then stops, and the portal's Jobs and pods are deleted until none is left.
+2. **direct**: the same Jobs straight through the API server, in a namespace of their own (no
+   quota): each a copy of one of the portal's Jobs as the API server holds it, its pod's
+   resources as admitted (the LimitRange defaults), with its tolerations, pool node selector,
+   GPU-product affinity and priority class, minus the node pin, the portal's labels and the
+   project's secrets and volumes: the Job controller and kube-scheduler alone. The burst from
+   8 client threads, then the open loop at the same rate; then its Jobs are deleted.
+3. **dra** (left out with `--no-dra`): as many kwok nodes again join with their 8 A100s
+   published only as DRA devices (scripts/testbed/dra.py), and the direct side's Jobs ask for
+   one card each through the ResourceClaimTemplate a DRA pool compiles to, one round:
+   kube-scheduler and the resourceclaim controller alone (`e2e.dra_pods_per_second`).
 
 Both sides are watched (one label-selected pod watch from a resourceVersion, no polling LISTs);
-a pod counts once its phase is Running. Rate = pods / (last Running - first client call);
-latency = each request's approval (the API's answer) to its pod Running. Pods stay running (the
-kwok stages are copied with `pod-complete` delayed to an hour), so the two sides hold the same
-pods at the end. The time split is printed from the audit trail (queued, admitted, launching),
-the watch (pod created, bound, running) and the workers' logs (task durations).
+a pod counts once its phase is Running. A wait that ends before every pod of a side runs
+(`--timeout`) ends the run with exit status 1 and one `incomplete` line saying which side and
+how many, and no figures. Rate = the burst's pods / (its last Running - its first client
+call), the mean of the rounds; the burst's latency = each request's approval (the API's answer;
+for the direct side, the Job create's) to its pod Running: with N arriving at once it measures
+how long the backlog takes to drain. The open loop's latency is the same span with requests
+arriving one by one at a set rate onto a busy fleet: the latency a user sees. Pods stay running
+(the kwok stages are copied with `pod-complete` delayed to an hour), so both sides hold the
+same pods at the end. The time split is printed from the audit trail (queued, admitted,
+launching), the watch (pod created, bound, running) and the workers' logs (task durations).
 """
 
 from __future__ import annotations
@@ -46,6 +56,7 @@ import argparse
 import json
 import math
 import os
+import random
 import re
 import statistics
 import subprocess
@@ -53,7 +64,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -81,15 +92,20 @@ DIRECT_NAMESPACE = "e2e-direct"
 DRA_POOL = "e2e-dra"
 MANAGED = "app.kubernetes.io/managed-by=gpu-portal"
 REQUEST_LABEL = "gpu-portal/request"
+# Open loop: threads making the calls, enough that an arrival never waits for an earlier one.
+OPEN_LOOP_THREADS = 64
 
 NOTE = (
-    "portal: from the first POST /api/v1/requests/ to the last pod Running; includes the HTTP "
-    "API (create + lead approval), the database, the broker, the scheduling cycle, the launch "
-    "tasks (priority classes, namespace, quota, LimitRange, Job), the Job controller, "
-    "kube-scheduler and kwok. direct: from the first pod create to the last pod Running; "
-    "includes the API server's pod create, kube-scheduler and kwok. Both: one 2-core machine "
-    "shared by every process; excluded: test-bed start, node registration, database seeding, "
-    "inventory sync, server and worker start-up, the portal's later status sync."
+    "Both sides create batch/v1 Jobs of one pod each, in rounds portal, direct, portal, direct. "
+    "portal: from the first POST /api/v1/requests/ to the last burst pod Running; includes the "
+    "HTTP API (create + lead approval), the database, the broker, the scheduling cycle, the "
+    "launch tasks (priority classes, namespace, quota, LimitRange, Job), the Job controller, "
+    "kube-scheduler and kwok. direct: from the first Job create to the last burst pod Running; "
+    "includes the API server's Job create, the Job controller, kube-scheduler and kwok. Burst "
+    "latencies measure backlog drain; the open loop's (Poisson arrivals at `rate`/s) the "
+    "latency of one request on a busy fleet. Both: one 2-core machine shared by every process; "
+    "excluded: test-bed start, node registration, database seeding, inventory sync, server and "
+    "worker start-up, deleting a side's Jobs, the portal's later status sync."
 )
 
 
@@ -255,7 +271,8 @@ def server_environment(url: str, redis_url: str, kubeconfig: Path) -> dict[str, 
 
 
 def seed(requests: int, *, auto_approve: bool) -> dict[str, Any]:
-    """The demo organisation and fleet, the team's A100 quota raised to `requests`, the demo's
+    """The demo organisation and fleet, the team's A100 quota raised to `requests` (the burst
+    and the open loop), the demo's
     database-only nodes removed (the cluster's inventory replaces them), one token each for a
     developer and the team lead."""
     from django.contrib.auth import get_user_model
@@ -357,63 +374,97 @@ def stop_process(process: subprocess.Popen[bytes]) -> None:
             process.wait(10)
 
 
-def submit_and_approve(
-    host: str, ids: dict[str, Any], count: int, clients: int, *, auto_approve: bool
-) -> tuple[float, dict[int, float]]:
-    """Each client thread creates requests and approves them as the lead, one after the other;
-    returns the first call's start and, per request id, when its approval was answered."""
-    import requests as http
+class Incomplete(Exception):  # noqa: N818 - a run's outcome, not a programming error
+    """Not every pod of a side reached Running within the deadline: the run reports no figures."""
 
-    local = threading.local()
-    approved: dict[int, float] = {}
-    body = {
-        "project": ids["project"],
-        "flavor": ids["flavor"],
-        "gpu_count": 1,
-        "kind": "job",
-        "image": "registry.example.com/ml/pytorch:2.4",
-        "command": ["python", "train.py"],
-        "env": {"EPOCHS": "3"},
-        "max_runtime_seconds": 3600,
-        "priority": "normal",
-        "reason": "end-to-end benchmark",
-    }
 
-    def session() -> Any:
-        if not hasattr(local, "session"):
-            local.session = http.Session()
-        return local.session
+def poisson_offsets(count: int, rate: float, seed: int) -> list[float]:
+    """Arrival times (seconds from the start) of `count` calls arriving at `rate` a second, the
+    gaps exponential (a Poisson process), the same for the same seed."""
+    rng = random.Random(seed)
+    offsets, now = [], 0.0
+    for _ in range(count):
+        now += rng.expovariate(rate)
+        offsets.append(now)
+    return offsets
 
-    def one(_: int) -> None:
-        s = session()
+
+def open_loop(call: Callable[[int], None], offsets: Sequence[float]) -> float:
+    """Make call(i) at offsets[i] seconds from now whatever the earlier calls are doing (open
+    loop: arrivals do not wait for answers); returns the latest start behind its schedule."""
+    lags: list[float] = []
+
+    def arrive(index: int) -> None:
+        delay = start + offsets[index] - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+        lags.append(max(0.0, time.monotonic() - start - offsets[index]))
+        call(index)
+
+    start = time.monotonic()
+    with ThreadPoolExecutor(max_workers=OPEN_LOOP_THREADS) as pool:
+        list(pool.map(arrive, range(len(offsets))))
+    return max(lags, default=0.0)
+
+
+def closed_loop(call: Callable[[int], None], count: int, clients: int) -> None:
+    """`clients` threads each making its next call as soon as its last one is answered."""
+    with ThreadPoolExecutor(max_workers=clients) as pool:
+        list(pool.map(call, range(count)))
+
+
+class Submitter:
+    """One request's create and, as the team lead, its approval (one HTTP session per thread);
+    `approved` says, per request id, when its approval was answered."""
+
+    def __init__(self, host: str, ids: dict[str, Any], *, auto_approve: bool) -> None:
+        self.host = host
+        self.ids = ids
+        self.auto_approve = auto_approve
+        self.approved: dict[int, float] = {}
+        self._local = threading.local()
+        self.body = {
+            "project": ids["project"],
+            "flavor": ids["flavor"],
+            "gpu_count": 1,
+            "kind": "job",
+            "image": "registry.example.com/ml/pytorch:2.4",
+            "command": ["python", "train.py"],
+            "env": {"EPOCHS": "3"},
+            "max_runtime_seconds": 3600,
+            "priority": "normal",
+            "reason": "end-to-end benchmark",
+        }
+
+    def __call__(self, _: int) -> None:
+        import requests as http
+
+        if not hasattr(self._local, "session"):
+            self._local.session = http.Session()
+        s = self._local.session
         created = s.post(
-            f"{host}/api/v1/requests/",
-            json=body,
-            headers={"Authorization": f"Token {ids['developer']}"},
+            f"{self.host}/api/v1/requests/",
+            json=self.body,
+            headers={"Authorization": f"Token {self.ids['developer']}"},
             timeout=60,
         )
         if created.status_code != 201:
             raise RuntimeError(f"create answered {created.status_code}: {created.text[:300]}")
         pk = int(created.json()["id"])
-        if auto_approve:
+        if self.auto_approve:
             if created.json()["status"] != "queued":
                 raise RuntimeError(f"not auto-approved: {created.json()['status']}")
-            approved[pk] = time.time()
+            self.approved[pk] = time.time()
             return
         answer = s.post(
-            f"{host}/api/v1/requests/{pk}/approve/",
+            f"{self.host}/api/v1/requests/{pk}/approve/",
             json={},
-            headers={"Authorization": f"Token {ids['lead']}"},
+            headers={"Authorization": f"Token {self.ids['lead']}"},
             timeout=60,
         )
         if answer.status_code != 200:
             raise RuntimeError(f"approve answered {answer.status_code}: {answer.text[:300]}")
-        approved[pk] = time.time()
-
-    started = time.time()
-    with ThreadPoolExecutor(max_workers=clients) as pool:
-        list(pool.map(one, range(count)))
-    return started, approved
+        self.approved[pk] = time.time()
 
 
 def audit_times(ids: list[int]) -> dict[str, dict[int, float]]:
@@ -454,11 +505,42 @@ def split(name: str, starts: dict[Any, float], ends: dict[Any, float]) -> str:
     )
 
 
+def wait_all(watch: PodWatch, count: int, timeout: float, what: str, started: float) -> None:
+    """Wait until `count` pods of `watch` run; Incomplete (no figures) if not in time."""
+    done = watch.wait_running(count, timeout=timeout)
+    log(
+        f"{what}: {len(watch.running)} of {count} pods running {time.time() - started:.1f}s "
+        "after the first call" + ("" if done else f" (not all within {timeout:.0f} s)")
+    )
+    if not done:
+        raise Incomplete(
+            f"{what}: {len(watch.running)} of {count} pods Running within {timeout:.0f} s"
+        )
+
+
+def side_figures(
+    pods: dict[Any, float], started: float, starts: dict[Any, float], running: dict[Any, float]
+) -> dict[str, float]:
+    """The burst's rate over its own pods (first call to last Running) and each pod's latency
+    from `starts` (approval answered, or create answered) to Running."""
+    last = max(pods.values())
+    latencies = [running[k] - starts[k] for k in starts if k in running]
+    return {
+        "pods": len(pods),
+        "seconds": last - started,
+        "rate": len(pods) / (last - started),
+        "latencies": latencies,  # type: ignore[dict-item]
+    }
+
+
 def portal_side(
-    bed: Testbed, options: argparse.Namespace, workdir: Path
-) -> tuple[dict[str, float], dict[str, Any]]:
+    bed: Testbed, options: argparse.Namespace, workdir: Path, round_no: int
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """One round of the portal: a fresh database, server and workers; the burst, then the open
+    loop; returns the figures and one of the portal's Jobs as the API server holds it."""
     from kubernetes import client as k8s
 
+    side = f"portal round {round_no}"
     url = os.environ.get("BENCH_E2E_DATABASE_URL", DEFAULT_URL)
     redis_url = os.environ.get("BENCH_E2E_REDIS_URL", DEFAULT_REDIS)
     settings_env = server_environment(url, redis_url, bed.portal_kubeconfig)
@@ -475,50 +557,55 @@ def portal_side(
     import redis
 
     redis.Redis.from_url(redis_url).flushdb()
-    recreate_database(url)
     import django
 
     django.setup()
     from django.core.management import call_command
     from django.db import connections
 
+    connections.close_all()
+    recreate_database(url)
     call_command("migrate", verbosity=0)
-    ids = seed(options.requests, auto_approve=options.auto_approve)
+    ids = seed(options.requests + options.open_requests, auto_approve=options.auto_approve)
     from runtime.cluster.kubernetes import KubernetesClusterBackend
     from runtime.services.inventory import apply_inventory
 
     counts = apply_inventory(
         KubernetesClusterBackend(kubeconfig=str(bed.portal_kubeconfig)).sync_inventory()
     )
-    log(f"inventory: {counts}")
+    log(f"{side}: inventory {counts}")
     connections.close_all()
 
     # 2. The server and the workers, one per queue.
     port = free_port()
     host = f"http://127.0.0.1:{port}"
     server = start_gunicorn(env, port, options.web_workers)
-    worker_log = workdir / "worker.log"
-    periodic_log = workdir / "periodic-worker.log"
+    worker_log = workdir / f"worker-{round_no}.log"
+    periodic_log = workdir / f"periodic-worker-{round_no}.log"
     worker = start_worker(env, worker_log, options.worker_concurrency, queue="celery", beat=False)
     periodic = start_worker(
         env, periodic_log, options.periodic_concurrency, queue="periodic", beat=True
     )
     core: Any = k8s.CoreV1Api(bed.api_client())
     watch = PodWatch(core, namespace=None, selector=MANAGED)
+    burst = Submitter(host, ids, auto_approve=options.auto_approve)
+    arrivals = Submitter(host, ids, auto_approve=options.auto_approve)
     try:
-        # 3. Submit and approve; wait until every pod runs.
+        # 3. The burst: `clients` closed loops of create + approve; wait until every pod runs.
         load = os.getloadavg()[0]
-        started, approved = submit_and_approve(
-            host, ids, options.requests, options.clients, auto_approve=options.auto_approve
-        )
+        started = time.time()
+        closed_loop(burst, options.requests, options.clients)
         submit_seconds = time.time() - started
-        log(f"portal: {len(approved)} requests submitted and approved in {submit_seconds:.1f}s")
-        done = watch.wait_running(options.requests, timeout=options.timeout)
-        log(
-            f"portal: {len(watch.running)} of {options.requests} pods running "
-            f"{time.time() - started:.1f}s after the first call" + ("" if done else " (timed out)")
+        log(f"{side}: {options.requests} requests submitted and approved in {submit_seconds:.1f}s")
+        wait_all(watch, options.requests, options.timeout, f"{side} burst", started)
+        # 4. The open loop: requests arriving at `rate` a second on the running burst.
+        open_started = time.time()
+        lag = open_loop(
+            arrivals, poisson_offsets(options.open_requests, options.rate, seed=round_no)
         )
-        # 4. How long the portal's own status sync takes to say so (not part of the rate).
+        total = options.requests + options.open_requests
+        wait_all(watch, total, options.timeout, f"{side} open loop", open_started)
+        # 5. How long the portal's own status sync takes to say so (not part of the rate).
         from scheduling.models import GpuRequest
 
         sync_lag = math.nan
@@ -537,7 +624,8 @@ def portal_side(
         stop_process(server)
         watch.stop()
 
-    # 5. Where the time went.
+    # 6. Where the burst's time went.
+    approved = burst.approved
     by_request = {int(watch.labels[n][REQUEST_LABEL]): n for n in watch.added}
     audit = audit_times(list(approved))
     pod = {k: {r: getattr(watch, k)[n] for r, n in by_request.items() if n in getattr(watch, k)}
@@ -557,31 +645,38 @@ def portal_side(
     )
     log(split("pod created -> bound (kube-scheduler)", pod["added"], pod["bound"]))
     log(split("bound -> Running (kwok)", pod["bound"], pod["running"]))
-    log(split("approved -> Running", approved, pod["running"]))
+    log(split("burst approved -> Running", approved, pod["running"]))
     for task, seconds in sorted(task_durations(worker_log, periodic_log).items()):
         log(
             f"task {task}: n={len(seconds)} total {sum(seconds):.1f}s "
             f"p50 {statistics.median(seconds):.3f}s max {max(seconds):.2f}s"
         )
     log(
-        f"portal status sync: {seen_running} requests `running` in the database"
+        f"{side} status sync: {seen_running} requests `running` in the database"
         + (f", {sync_lag:.1f}s after the last pod ran" if not math.isnan(sync_lag) else "")
     )
-    latencies = [pod["running"][r] - approved[r] for r in approved if r in pod["running"]]
-    last = max(watch.running.values())
-    result = {
-        "pods": len(watch.running),
-        "seconds": last - started,
-        "rate": len(watch.running) / (last - started),
-        "p50": statistics.median(latencies),
-        "p99": percentile(latencies, 0.99),
+    result: dict[str, Any] = side_figures(
+        {r: pod["running"][r] for r in approved}, started, approved, pod["running"]
+    )
+    opened = arrivals.approved
+    result |= {
+        "open_latencies": [pod["running"][r] - opened[r] for r in opened],
+        "open_lag": lag,
+        "submit_pairs_per_second": options.requests / submit_seconds,
+        "submit_seconds": submit_seconds,
         "sync_lag": sync_lag,
         "seen_running": seen_running,
-        "submit_seconds": submit_seconds,
         "load": load,
     }
     assert watch.first_pod is not None
-    return result, watch.first_pod
+    meta = watch.first_pod["metadata"]
+    batch: Any = k8s.BatchV1Api(bed.api_client())
+    owner = next(o["name"] for o in meta["ownerReferences"] if o["kind"] == "Job")
+    job = json.loads(
+        batch.read_namespaced_job(owner, meta["namespace"], _preload_content=False).data
+    )
+    job["admitted_pod"] = watch.first_pod
+    return result, job
 
 
 # Between the sides ------------------------------------------------------------------------------
@@ -599,7 +694,9 @@ def deleting(call: Any, *args: Any, **kwargs: Any) -> None:
         log(f"collection delete answered {getattr(error, 'status', error)}; waiting for it")
 
 
-def delete_portal_workloads(bed: Testbed, namespace: str) -> None:
+def delete_jobs(bed: Testbed, namespace: str, selector: str | None = None) -> None:
+    """Delete the namespace's Jobs (of `selector`) and their pods; wait until no pod is left, so
+    that the next side starts on an empty fleet."""
     from kubernetes import client as k8s
 
     api = bed.api_client()
@@ -609,57 +706,77 @@ def delete_portal_workloads(bed: Testbed, namespace: str) -> None:
     deleting(
         batch.delete_collection_namespaced_job,
         namespace,
-        label_selector=MANAGED,
+        label_selector=selector,
         propagation_policy="Background",
     )
     while True:
         deleting(
             core.delete_collection_namespaced_pod,
             namespace,
-            label_selector=MANAGED,
+            label_selector=selector,
             grace_period_seconds=0,
         )
         left = json.loads(
             core.list_namespaced_pod(
-                namespace, label_selector=MANAGED, limit=1, _preload_content=False
+                namespace, label_selector=selector, limit=1, _preload_content=False
             ).data
         )
         if not left["items"]:
             break
         if time.monotonic() - t0 > 300:
-            raise RuntimeError("the portal's pods were not deleted within 300 s")
+            raise RuntimeError(f"the pods in {namespace} were not deleted within 300 s")
         time.sleep(2.0)
-    log(f"portal workloads deleted in {time.monotonic() - t0:.1f}s")
+    log(f"{namespace}: Jobs and pods deleted in {time.monotonic() - t0:.1f}s")
 
 
 # The direct side --------------------------------------------------------------------------------
 
 
-def direct_template(portal_pod: dict[str, Any]) -> dict[str, Any]:
-    """One of the portal's pods as admitted, minus what ties it to a node, a Job or a request."""
-    spec = json.loads(json.dumps(portal_pod["spec"]))
-    for key in ("nodeName", "priority", "preemptionPolicy", "serviceAccount"):
+def direct_template(portal_job: dict[str, Any]) -> dict[str, Any]:
+    """One of the portal's Jobs as the API server holds it, minus the portal: no node pin, no
+    labels or selector tying it to the portal, a request or its Job controller; the pod's
+    resources as admitted (with the project namespace's LimitRange defaults), since the direct
+    side's namespace has none."""
+    spec = json.loads(json.dumps(portal_job["spec"]))
+    for key in ("selector", "manualSelector", "suspend"):
         spec.pop(key, None)
-    spec["nodeSelector"] = {
-        k: v for k, v in (spec.get("nodeSelector") or {}).items() if k != "kubernetes.io/hostname"
+    pod_spec = spec["template"]["spec"]
+    pod_spec["nodeSelector"] = {
+        k: v
+        for k, v in (pod_spec.get("nodeSelector") or {}).items()
+        if k != "kubernetes.io/hostname"
     }
+    admitted = portal_job["admitted_pod"]["spec"]["containers"]
+    for container, as_admitted in zip(pod_spec["containers"], admitted, strict=True):
+        container["resources"] = as_admitted.get("resources", {})
+    # The portal's namespace objects (secrets, claims) do not exist in the direct namespace.
+    pod_spec.pop("imagePullSecrets", None)
+    pod_spec.pop("volumes", None)
+    for container in pod_spec["containers"]:
+        container.pop("volumeMounts", None)
+        container.pop("envFrom", None)
+    spec["template"]["metadata"] = {}
     return spec
 
 
 def direct_side(
     bed: Testbed,
     options: argparse.Namespace,
-    spec: dict[str, Any],
+    job_spec: dict[str, Any],
     *,
-    side: str = "direct",
+    side: str,
+    seed: int,
     objects: Sequence[dict[str, Any]] = (),
-) -> dict[str, float]:
-    """Pods straight through the API server, kube-scheduler alone placing them; `objects`
-    (namespaced, through the custom-objects API) are created in the side's namespace first."""
+) -> dict[str, Any]:
+    """The same Jobs straight through the API server (the Job controller and kube-scheduler
+    alone place their pods): the burst from `clients` threads, then the open loop; `objects`
+    (namespaced, through the custom-objects API) are created in the side's namespace first.
+    The namespace's Jobs are deleted before returning."""
     from kubernetes import client as k8s
 
-    namespace, label = f"e2e-{side}", f"e2e-{side}"
+    namespace = label = f"e2e-{side.replace(' ', '-')}"
     core: Any = k8s.CoreV1Api(bed.api_client())
+    batch: Any = k8s.BatchV1Api(bed.api_client())
     core.create_namespace({"metadata": {"name": namespace}}, _preload_content=False)
     bed.wait_default_service_account(namespace)
     for body in objects:
@@ -669,54 +786,67 @@ def direct_side(
             group, version, namespace, plural, body, _preload_content=False
         )
     watch = PodWatch(core, namespace=namespace, selector=f"app={label}")
-    created: dict[str, float] = {}
     calls: list[float] = []
 
-    def create(index: int) -> None:
-        name = f"{side}-{index:05d}"
-        t0 = time.time()
-        core.create_namespaced_pod(
-            namespace,
-            {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "metadata": {"name": name, "labels": {"app": label}},
-                "spec": spec,
-            },
-            _preload_content=False,
-        )
-        created[f"{namespace}/{name}"] = now = time.time()
-        calls.append(now - t0)
+    def creator(prefix: str, created: dict[str, float]) -> Callable[[int], None]:
+        def create(index: int) -> None:
+            name = f"{prefix}-{index:05d}"
+            spec = json.loads(json.dumps(job_spec))
+            spec["template"]["metadata"] = {"labels": {"app": label}}
+            t0 = time.time()
+            batch.create_namespaced_job(
+                namespace,
+                {
+                    "apiVersion": "batch/v1",
+                    "kind": "Job",
+                    "metadata": {"name": name, "labels": {"app": label}},
+                    "spec": spec,
+                },
+                _preload_content=False,
+            )
+            created[name] = now = time.time()
+            calls.append(now - t0)
 
+        return create
+
+    burst: dict[str, float] = {}
+    opened: dict[str, float] = {}
     load = os.getloadavg()[0]
     try:
         started = time.time()
-        with ThreadPoolExecutor(max_workers=options.clients) as pool:
-            list(pool.map(create, range(options.requests)))
-        log(f"{side}: {options.requests} pods created in {time.time() - started:.1f}s")
-        done = watch.wait_running(options.requests, timeout=options.timeout)
-        log(
-            f"{side}: {len(watch.running)} pods running {time.time() - started:.1f}s after the "
-            "first create" + ("" if done else " (timed out)")
+        closed_loop(creator("burst", burst), options.requests, options.clients)
+        log(f"{side}: {options.requests} Jobs created in {time.time() - started:.1f}s")
+        wait_all(watch, options.requests, options.timeout, f"{side} burst", started)
+        open_started = time.time()
+        lag = open_loop(
+            creator("open", opened),
+            poisson_offsets(options.open_requests, options.rate, seed=seed),
         )
+        total = options.requests + options.open_requests
+        wait_all(watch, total, options.timeout, f"{side} open loop", open_started)
     finally:
         watch.stop()
     log(
-        f"{side} create call (API server): p50 {statistics.median(calls):.3f}s "
+        f"{side} Job create call (API server): p50 {statistics.median(calls):.3f}s "
         f"p99 {percentile(calls, 0.99):.3f}s"
     )
-    log(split(f"{side} created -> bound (kube-scheduler)", watch.added, watch.bound))
-    log(split(f"{side} bound -> Running (kwok)", watch.bound, watch.running))
-    latencies = [watch.running[n] - created[n] for n in created if n in watch.running]
-    last = max(watch.running.values())
-    return {
-        "pods": len(watch.running),
-        "seconds": last - started,
-        "rate": len(watch.running) / (last - started),
-        "p50": statistics.median(latencies),
-        "p99": percentile(latencies, 0.99),
+    # The Job controller names each pod's Job in its `job-name` label.
+    job_of = {n: watch.labels[n].get("job-name", "") for n in watch.added}
+    pod = {k: {job_of[n]: t for n, t in getattr(watch, k).items()}
+           for k in ("added", "bound", "running")}  # fmt: skip
+    log(split(f"{side} Job created -> pod created (Job controller)", burst, pod["added"]))
+    log(split(f"{side} pod created -> bound (kube-scheduler)", pod["added"], pod["bound"]))
+    log(split(f"{side} bound -> Running (kwok)", pod["bound"], pod["running"]))
+    delete_jobs(bed, namespace)
+    result: dict[str, Any] = side_figures(
+        {j: pod["running"][j] for j in burst}, started, burst, pod["running"]
+    )
+    result |= {
+        "open_latencies": [pod["running"][j] - opened[j] for j in opened],
+        "open_lag": lag,
         "load": load,
     }
+    return result
 
 
 # The DRA side ------------------------------------------------------------------------------------
@@ -750,10 +880,11 @@ def dra_claim_template() -> dict[str, Any]:
     return resource_claim_template(spec, {"app": "e2e-dra"})
 
 
-def dra_template(direct_spec: dict[str, Any], template_name: str) -> dict[str, Any]:
-    """The direct side's pod asking for its card through the claim template: no
+def dra_template(direct_job: dict[str, Any], template_name: str) -> dict[str, Any]:
+    """The direct side's Job asking for its card through the claim template: no
     nvidia.com/gpu, no GPU-product affinity (the claim selects the model), the DRA pool."""
-    spec = json.loads(json.dumps(direct_spec))
+    job = json.loads(json.dumps(direct_job))
+    spec = job["template"]["spec"]
     spec.pop("affinity", None)
     spec["nodeSelector"] = {**spec.get("nodeSelector", {}), POOL_LABEL: DRA_POOL}
     spec["resourceClaims"] = [{"name": CLAIM_NAME, "resourceClaimTemplateName": template_name}]
@@ -762,99 +893,102 @@ def dra_template(direct_spec: dict[str, Any], template_name: str) -> dict[str, A
         for kind in ("limits", "requests"):
             resources.get(kind, {}).pop("nvidia.com/gpu", None)
         resources["claims"] = [{"name": CLAIM_NAME}]
-    return spec
+    return job
 
 
-def delete_direct_pods(bed: Testbed) -> None:
-    """Empty the fleet again before the DRA side (the same pods would otherwise stay bound)."""
-    from kubernetes import client as k8s
-
-    core: Any = k8s.CoreV1Api(bed.api_client())
-    t0 = time.monotonic()
-    while True:
-        deleting(core.delete_collection_namespaced_pod, DIRECT_NAMESPACE, grace_period_seconds=0)
-        left = json.loads(
-            core.list_namespaced_pod(DIRECT_NAMESPACE, limit=1, _preload_content=False).data
-        )
-        if not left["items"]:
-            break
-        if time.monotonic() - t0 > 300:
-            raise RuntimeError("the direct side's pods were not deleted within 300 s")
-        time.sleep(2.0)
-    log(f"direct pods deleted in {time.monotonic() - t0:.1f}s")
+def mean(values: Sequence[float]) -> float:
+    return sum(values) / len(values)
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m bench.e2e", description=__doc__.splitlines()[0]
-    )
-    parser.add_argument("--requests", type=int, default=2000)
-    parser.add_argument("--clients", type=int, default=8, help="client threads on each side")
-    parser.add_argument("--web-workers", type=int, default=os.cpu_count() or 2)
-    parser.add_argument("--worker-concurrency", type=int, default=4, help="the celery queue")
-    parser.add_argument("--periodic-concurrency", type=int, default=2, help="the periodic queue")
-    parser.add_argument("--no-dra", action="store_true", help="leave out the DRA side")
-    parser.add_argument("--cycle-seconds", type=float, default=10.0, help="beat: the cycle")
-    parser.add_argument("--sync-seconds", type=float, default=5.0, help="beat: workload sync")
-    parser.add_argument("--auto-approve", action="store_true", help="the tier's rule approves")
-    parser.add_argument("--timeout", type=float, default=1200.0, help="per side, seconds")
-    parser.add_argument("--sync-wait", type=float, default=120.0)
-    options = parser.parse_args()
-    if missing_binaries():
-        log("test-bed binaries missing: run `make testbed` first")
-        return 2
-    nodes = math.ceil(options.requests / GPUS_PER_NODE)
-    shape = {"requests": options.requests, "nodes": nodes, "gpus_per_node": GPUS_PER_NODE}
-    workdir = Path(tempfile.mkdtemp(prefix="bench-e2e-"))
-    emit("e2e.load_average_before", os.getloadavg()[0], "runnable")
-    bed = Testbed(stages_file=long_running_stages(workdir))
-    try:
-        bed.start(nodes=[])
-        t0 = time.monotonic()
-        bed.add_nodes(
-            [whole_card_node(f"e2e-{i:04d}", pool=POOL) for i in range(nodes)], timeout=600
-        )
-        log(f"{nodes} kwok nodes Ready in {time.monotonic() - t0:.1f}s")
-        portal, pod = portal_side(bed, options, workdir)
-        delete_portal_workloads(bed, pod["metadata"]["namespace"])
-        direct_spec = direct_template(pod)
-        direct = direct_side(bed, options, direct_spec)
-        dra: dict[str, Any] | None = None
-        if not options.no_dra:
-            delete_direct_pods(bed)
-            t0 = time.monotonic()
-            bed.add_nodes([dra_node(f"e2e-dra-{i:04d}") for i in range(nodes)], timeout=600)
-            log(f"{nodes} kwok DRA nodes Ready, slices published, in {time.monotonic() - t0:.1f}s")
-            claim = dra_claim_template()
-            dra = direct_side(
-                bed,
-                options,
-                dra_template(direct_spec, claim["metadata"]["name"]),
-                side="dra",
-                objects=[claim],
-            )
-    finally:
-        bed.stop()
+def report(
+    portal: list[dict[str, Any]],
+    direct: list[dict[str, Any]],
+    dra: dict[str, Any] | None,
+    options: argparse.Namespace,
+    shape: dict[str, Any],
+) -> None:
+    """The figures of a finished run: rates as the rounds' mean (each round listed), latencies
+    pooled over the rounds."""
+
+    def rounds(sides: list[dict[str, Any]], key: str) -> list[float]:
+        return [round(s[key], 2) for s in sides]
+
+    def pooled(sides: list[dict[str, Any]], key: str) -> list[float]:
+        return [x for s in sides for x in s[key]]
+
     approval = "rule" if options.auto_approve else "lead"
+    portal_rate, direct_rate = mean(rounds(portal, "rate")), mean(rounds(direct, "rate"))
     emit(
         "e2e.portal_pods_per_second",
-        portal["rate"],
+        portal_rate,
         "pods/s",
         approval=approval,
-        seconds=round(portal["seconds"], 1),
-        submit_seconds=round(portal["submit_seconds"], 1),
-        load_average=round(portal["load"], 1),
+        rounds=rounds(portal, "rate"),
+        seconds=rounds(portal, "seconds"),
+        load_average=rounds(portal, "load"),
         **shape,
     )
     emit(
         "e2e.direct_pods_per_second",
-        direct["rate"],
+        direct_rate,
         "pods/s",
-        seconds=round(direct["seconds"], 1),
-        load_average=round(direct["load"], 1),
+        rounds=rounds(direct, "rate"),
+        seconds=rounds(direct, "seconds"),
+        load_average=rounds(direct, "load"),
         **shape,
     )
-    emit("e2e.ratio", portal["rate"] / direct["rate"], "x", target=0.8, **shape)
+    emit(
+        "e2e.ratio",
+        portal_rate / direct_rate,
+        "x",
+        target=0.8,
+        rounds=[round(p["rate"] / d["rate"], 3) for p, d in zip(portal, direct, strict=True)],
+        **shape,
+    )
+    emit(
+        "e2e.submit_pairs_per_second",
+        mean(rounds(portal, "submit_pairs_per_second")),
+        "pairs/s",
+        clients=options.clients,
+        rounds=rounds(portal, "submit_pairs_per_second"),
+        approval=approval,
+    )
+    burst, direct_burst = pooled(portal, "latencies"), pooled(direct, "latencies")
+    emit(
+        "e2e.approval_to_running_p99_seconds",
+        percentile(burst, 0.99),
+        "s",
+        scenario="burst",
+        target=10,
+        p50=round(statistics.median(burst), 3),
+        **shape,
+    )
+    emit(
+        "e2e.direct_create_to_running_p99_seconds",
+        percentile(direct_burst, 0.99),
+        "s",
+        scenario="burst",
+        p50=round(statistics.median(direct_burst), 3),
+    )
+    arrivals = {"rate": options.rate, "arrivals": options.open_requests}
+    opened, direct_opened = pooled(portal, "open_latencies"), pooled(direct, "open_latencies")
+    emit(
+        "e2e.open_loop_approval_to_running_p99_seconds",
+        percentile(opened, 0.99),
+        "s",
+        target=10,
+        p50=round(statistics.median(opened), 3),
+        max_arrival_lag=round(max(p["open_lag"] for p in portal), 2),
+        **arrivals,
+    )
+    emit(
+        "e2e.direct_open_loop_create_to_running_p99_seconds",
+        percentile(direct_opened, 0.99),
+        "s",
+        p50=round(statistics.median(direct_opened), 3),
+        max_arrival_lag=round(max(d["open_lag"] for d in direct), 2),
+        **arrivals,
+    )
     if dra is not None:
         emit(
             "e2e.dra_pods_per_second",
@@ -862,26 +996,95 @@ def main() -> int:
             "pods/s",
             seconds=round(dra["seconds"], 1),
             load_average=round(dra["load"], 1),
-            extended_resource_pods_per_second=round(direct["rate"], 1),
+            extended_resource_pods_per_second=round(direct_rate, 1),
             **shape,
         )
-        emit("e2e.dra_create_to_running_p99_seconds", dra["p99"], "s", p50=round(dra["p50"], 3))
+        emit(
+            "e2e.dra_create_to_running_p99_seconds",
+            percentile(dra["latencies"], 0.99),
+            "s",
+            p50=round(statistics.median(dra["latencies"]), 3),
+        )
     emit(
-        "e2e.approval_to_running_p99_seconds",
-        portal["p99"],
+        "e2e.portal_status_sync_lag_seconds",
+        max(p["sync_lag"] for p in portal),
         "s",
-        target=10,
-        p50=round(portal["p50"], 3),
-        **shape,
+        running_in_database=rounds(portal, "seen_running"),
     )
-    emit(
-        "e2e.direct_create_to_running_p99_seconds", direct["p99"], "s", p50=round(direct["p50"], 3)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.e2e", description=__doc__.splitlines()[0]
     )
-    emit("e2e.portal_status_sync_lag_seconds", portal["sync_lag"], "s",
-         running_in_database=portal["seen_running"])  # fmt: skip
+    parser.add_argument("--requests", type=int, default=2000, help="the burst, per side")
+    parser.add_argument("--clients", type=int, default=8, help="client threads on each side")
+    parser.add_argument("--rate", type=float, default=5.0, help="open loop: arrivals a second")
+    parser.add_argument("--open-requests", type=int, help="open loop: arrivals (requests / 4)")
+    parser.add_argument("--rounds", type=int, default=2, help="portal, direct, ... rounds")
+    parser.add_argument("--web-workers", type=int, default=os.cpu_count() or 2)
+    parser.add_argument("--worker-concurrency", type=int, default=4, help="the celery queue")
+    parser.add_argument("--periodic-concurrency", type=int, default=2, help="the periodic queue")
+    parser.add_argument("--no-dra", action="store_true", help="leave out the DRA side")
+    parser.add_argument("--cycle-seconds", type=float, default=10.0, help="beat: the cycle")
+    parser.add_argument("--sync-seconds", type=float, default=5.0, help="beat: workload sync")
+    parser.add_argument("--auto-approve", action="store_true", help="the tier's rule approves")
+    parser.add_argument("--timeout", type=float, default=1200.0, help="per wait, seconds")
+    parser.add_argument("--sync-wait", type=float, default=120.0)
+    options = parser.parse_args()
+    if options.open_requests is None:
+        options.open_requests = max(1, options.requests // 4)
+    if missing_binaries():
+        log("test-bed binaries missing: run `make testbed` first")
+        return 2
+    nodes = math.ceil((options.requests + options.open_requests) / GPUS_PER_NODE)
+    shape = {"requests": options.requests, "nodes": nodes, "gpus_per_node": GPUS_PER_NODE}
+    workdir = Path(tempfile.mkdtemp(prefix="bench-e2e-"))
+    emit("e2e.load_average_before", os.getloadavg()[0], "runnable")
+    bed = Testbed(stages_file=long_running_stages(workdir))
+    portal: list[dict[str, Any]] = []
+    direct: list[dict[str, Any]] = []
+    dra: dict[str, Any] | None = None
+    try:
+        bed.start(nodes=[])
+        t0 = time.monotonic()
+        bed.add_nodes(
+            [whole_card_node(f"e2e-{i:04d}", pool=POOL) for i in range(nodes)], timeout=600
+        )
+        log(f"{nodes} kwok nodes Ready in {time.monotonic() - t0:.1f}s")
+        # The sides take turns on the same nodes (portal, direct, portal, direct), so a drift in
+        # the machine's load falls on both.
+        for round_no in range(1, options.rounds + 1):
+            figures, job = portal_side(bed, options, workdir, round_no)
+            portal.append(figures)
+            delete_jobs(bed, job["metadata"]["namespace"], MANAGED)
+            direct_job = direct_template(job)
+            direct.append(
+                direct_side(bed, options, direct_job, side=f"direct {round_no}", seed=round_no)
+            )
+        if not options.no_dra:
+            t0 = time.monotonic()
+            bed.add_nodes([dra_node(f"e2e-dra-{i:04d}") for i in range(nodes)], timeout=600)
+            log(f"{nodes} kwok DRA nodes Ready, slices published, in {time.monotonic() - t0:.1f}s")
+            claim = dra_claim_template()
+            dra = direct_side(
+                bed,
+                options,
+                dra_template(direct_job, claim["metadata"]["name"]),
+                side="dra",
+                seed=0,
+                objects=[claim],
+            )
+    except Incomplete as incomplete:
+        log(f"run incomplete, no figures: {incomplete}")
+        print(json.dumps({"incomplete": str(incomplete), **shape}), flush=True)
+        return 1
+    finally:
+        bed.stop()
+    report(portal, direct, dra, options, shape)
     emit("e2e.load_average_after", os.getloadavg()[0], "runnable")
     print(json.dumps({"note": NOTE}), flush=True)
-    log(f"worker logs: {workdir / 'worker.log'}, {workdir / 'periodic-worker.log'}")
+    log(f"worker logs: {workdir}")
     return 0
 
 

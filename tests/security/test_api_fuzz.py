@@ -11,9 +11,15 @@ schema-violating input rejected, and no answer without credentials.
    schema (create, then read, change and delete what was created, or use it in another call),
    so each role's writes meet the objects they made.
 
-The request-create and export throttles are raised for the run (their 429s are tested in
-test_rate_limits.py). The sign-in and sign-out routes are left out (they end the session the
-run uses, and their 401s are the point). Any failure of any check fails the test: a schema that
+3. Every write: `write_calls.WRITES` makes one valid call per write operation (POST, PUT,
+   PATCH, DELETE) in order, with the fixtures' ids and what the run's own creates returned,
+   through schemathesis with all its checks; the test fails naming each write operation of the
+   schema that never answered 2xx (no recipe, or refused), so the services behind every write
+   are reached, not only their validation.
+
+Every throttle is raised for the run (their 429s are tested in test_rate_limits.py). The
+sign-in and sign-out routes are left out (they end the session the run uses, and their 401s
+are the point). Any failure of any check fails the test: a schema that
 drifts from the API fails here.
 """
 
@@ -31,15 +37,18 @@ from hypothesis import HealthCheck, Phase
 from hypothesis import settings as hypothesis_settings
 from rest_framework.throttling import SimpleRateThrottle
 from schemathesis.config import SchemathesisConfig
+from schemathesis.core import NOT_SET
 
 from portal.wsgi import application
+from tests.security.write_calls import WRITES, World
+from tests.support.fleet import Fleet
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.integration]
 
 # Generated cases per operation; the coverage phase adds its boundary cases on top. The
 # callers take turns, so each sees every operation at a quarter of the cost of all running
 # every case.
-MAX_EXAMPLES = 6
+MAX_EXAMPLES = 5
 TURNS = itertools.count()
 ROLES = ("dev_a", "lead_b", "finance", "admin")
 # Linked calls: scenarios per role, and calls per scenario at most.
@@ -64,6 +73,12 @@ def _load_schema() -> Any:
 schema = _load_schema()
 
 
+def raise_throttles(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every scope's rate out of reach for the run: a 429 would end a scenario early."""
+    raised = {scope: "100000/minute" for scope in SimpleRateThrottle.THROTTLE_RATES}
+    monkeypatch.setattr(SimpleRateThrottle, "THROTTLE_RATES", raised)
+
+
 @pytest.fixture
 def callers(org: Any, settings: Any, monkeypatch: pytest.MonkeyPatch) -> dict[str, dict[str, str]]:
     """The Authorization headers of each role, on the demo fleet, with the throttles raised."""
@@ -72,10 +87,7 @@ def callers(org: Any, settings: Any, monkeypatch: pytest.MonkeyPatch) -> dict[st
     from scheduling.demo import seed_demo_fleet
 
     settings.WORKLOAD_LOG_FOLLOW_SECONDS = 0  # `logs/?follow=1` ends after the tail
-    raised = {scope: "100000/minute" for scope in ("request-create", "export")}
-    monkeypatch.setattr(
-        SimpleRateThrottle, "THROTTLE_RATES", {**SimpleRateThrottle.THROTTLE_RATES, **raised}
-    )
+    raise_throttles(monkeypatch)
     seed_demo_fleet(teams={"vision": org.team_a, "speech": org.team_b})
     headers = {}
     for role in ROLES:
@@ -118,3 +130,54 @@ def test_linked_calls_keep_the_contract(role: str, callers: dict[str, dict[str, 
         )
     finally:
         schema.config.headers = before
+
+
+WRITE_METHODS = {"POST", "PUT", "PATCH", "DELETE"}
+
+
+def write_operations() -> set[str]:
+    """`METHOD /path/` of every write operation the run covers."""
+    return {
+        f"{method.upper()} {path}"
+        for path, item in schema.raw_schema["paths"].items()
+        for method in item
+        if method.upper() in WRITE_METHODS and not path.startswith("/api/v1/auth/")
+    }
+
+
+def test_every_write_operation_succeeds_once(
+    org: Any, fleet: Fleet, settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from knox.models import AuthToken
+
+    raise_throttles(monkeypatch)
+    world = World(org=org, fleet=fleet)
+    tokens: dict[str, dict[str, str]] = {}
+    answered: dict[str, list[str]] = {}
+    # The requests and notifications the actions act on are made first, on the fleet as seeded.
+    for write in WRITES:
+        if write.target is not None:
+            write.target(world)
+    for write in WRITES:
+        key = f"{write.method} {write.path}"
+        if write.role not in tokens:
+            _, token = AuthToken.objects.create(user=getattr(org, write.role))
+            tokens[write.role] = {"Authorization": f"Token {token}"}
+        if write.target is not None and write.target(world) is None:
+            answered.setdefault(key, []).append("nothing created to act on")
+            continue
+        case = schema[write.path][write.method].Case(
+            path_parameters={"id": write.target(world)} if write.target else None,
+            body=write.body(world) if write.body else NOT_SET,
+            media_type="application/json" if write.body else None,
+        )
+        response = case.call_and_validate(headers=tokens[write.role])
+        answered.setdefault(key, []).append(f"{response.status_code} {response.text[:300]}")
+        if write.method == "POST" and response.status_code == 201 and "{id}" not in write.path:
+            world.created[write.path] = response.json()["id"]
+    never = {
+        key: answered.get(key, "no call")
+        for key in sorted(write_operations())
+        if not any(answer.startswith("2") for answer in answered.get(key, []))
+    }
+    assert not never, f"write operations that never answered 2xx: {never}"
