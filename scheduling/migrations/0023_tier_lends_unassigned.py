@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('scheduling', '0020_node_host_resources'),
+        ('scheduling', '0022_gpu_device_vgpu_split_count'),
     ]
 
     operations = [
