@@ -3,6 +3,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from django.db import connection
 
 from runtime.cluster.base import HamiDevice, NodeInventory
 from runtime.services.inventory import apply_inventory
@@ -90,7 +91,10 @@ def test_a_fleet_of_2000_nodes_syncs_in_a_bounded_number_of_queries(
     fleet: Fleet, django_assert_max_num_queries: Any
 ) -> None:
     nodes = [reported(f"gpu-{i:04d}", "a100-training") for i in range(2000)]
-    with django_assert_max_num_queries(40):
+    # SQLite takes at most 999 parameters a statement, so Django splits the bulk writes of
+    # 2,000 nodes and 16,000 cards into about a hundred batches; still no query per node.
+    bound = 160 if connection.vendor == "sqlite" else 40
+    with django_assert_max_num_queries(bound):
         counts = apply_inventory(nodes)
     assert counts["added"] == 2000
     assert GpuDevice.objects.filter(node__name__startswith="gpu-").count() == 16000
