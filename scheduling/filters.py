@@ -56,6 +56,9 @@ class RequestListFilter(django_filters.FilterSet):
         scope = scope_of(request.user)
         if not scope.is_platform_admin and not scope.lead_team_ids:
             del self.filters["owner"]
+        dates = self.form.fields["created"].widget
+        dates.widgets[0].attrs["aria-label"] = "Created from"
+        dates.widgets[1].attrs["aria-label"] = "Created until"
         for field in self.form.fields.values():
             chooses = isinstance(field.widget, forms.Select)
             field.widget.attrs["class"] = "form-select" if chooses else "form-control"
