@@ -7,14 +7,19 @@ work). For each, a branch-and-bound search written here, independent of the engi
 finds the largest GPU-equivalents (GE) that can be admitted together, under these rules:
 
 * quota, per (team, flavor): a team without a quota for the flavor gets nothing; usage stays
-  within the limit; a team without a cohort stays within its guarantee; in a cohort, the teams
-  that end above their guarantee use together at most the cohort's guaranteed total (the last
-  borrowed admission must still find idle quota to lend, and teams within their guarantee
-  need none: the order that admits every borrower first is the one that lends most);
+  within the limit; a team above its guarantee borrows, first from its group's guarantees (its
+  cohort's, or its own without a cohort), then from the fleet's unassigned capacity: the cards
+  of the pools a flavor runs on less every guarantee of the flavors sharing those cards (the
+  vGPU flavors share the vGPU pool). What the borrowers of a group use beyond the group's
+  guaranteed total, summed over groups and over the flavors sharing the cards, stays within
+  that unassigned capacity (teams within their guarantee need no lending: the order that
+  admits every borrower first is the one that lends most);
 * placement: a whole-card request takes free cards of one node of any pool; a vGPU request of
   N shares takes N distinct cards of one vGPU node with the memory and cores free; a
-  distributed whole-card request larger than a node takes whole free nodes of one pool plus one
-  node for the remainder; every pod's CPU and memory must be free on its node.
+  distributed whole-card request larger than a node runs as ranks of one template: the fewest
+  nodes of one pool that hold it, each taking the same number of free cards (a count those
+  nodes cannot split evenly does not fit); every pod's CPU and memory must be free on its
+  node.
 
 The engine's single cycle (default policy) must admit at least `BOUND` x the optimum on every
 instance; the worst ratio measured over the 300 seeds is in docs/engine.md ("Against a known
@@ -183,20 +188,15 @@ def _placements(state: State, r: Request) -> set[State]:
 
     cards_per_node = len(state[0][3])
     if FLAVOR[r.flavor].kind == "whole" and r.distributed and r.gpu_count > cards_per_node:
-        q, rest = divmod(r.gpu_count, cards_per_node)
+        nodes = -(-r.gpu_count // cards_per_node)
+        if r.gpu_count % nodes:
+            return out  # ranks of one template hold the same card count
         for pool in {n[0] for n in state}:
             members = [i for i, n in enumerate(state) if n[0] == pool]
-            for full in combinations(members, q):
-                taken = {i: _take_whole(state[i], cards_per_node, r) for i in full}
-                if any(v is None for v in taken.values()):
-                    continue
-                if not rest:
+            for chosen in combinations(members, nodes):
+                taken = {i: _take_whole(state[i], r.gpu_count // nodes, r) for i in chosen}
+                if all(v is not None for v in taken.values()):
                     put(taken)  # type: ignore[arg-type]
-                    continue
-                for i in members:
-                    extra = None if i in full else _take_whole(state[i], rest, r)
-                    if extra is not None:
-                        put({**taken, i: extra})  # type: ignore[dict-item]
         return out
     for i, n in enumerate(state):
         if FLAVOR[r.flavor].kind == "whole":
@@ -209,30 +209,60 @@ def _placements(state: State, r: Request) -> set[State]:
     return out
 
 
-def _quota_ok(snap: Snapshot, chosen: list[Request]) -> bool:
-    """The rules of the module docstring, on the final usage of `chosen`."""
+def _card_group(flavor: str) -> str:
+    """The pool whose cards a flavor of these instances runs on."""
+    return "excl" if FLAVOR[flavor].kind == "whole" else "vgpu"
+
+
+def _unassigned(snap: Snapshot) -> dict[str, float]:
+    """Per pool: its cards less every guarantee of the flavors that run on them."""
+    pool_of = {n.id: n.pool for n in snap.nodes}
+    out: defaultdict[str, float] = defaultdict(float)
+    for d in snap.devices:
+        out[pool_of[d.node_id]] += 1.0
+    for q in snap.quotas:
+        if q.project is None:
+            out[_card_group(q.flavor)] -= q.guaranteed
+    return {pool: max(0.0, v) for pool, v in out.items()}
+
+
+def _lent_beyond_groups(snap: Snapshot, used: dict[tuple[str, str], float], *, whole_group: bool):
+    """Per pool: what groups with a borrower use beyond their guaranteed total. Counting the
+    borrowers alone (`whole_group` False) is the most a cycle can lend; counting every team of
+    the group is what a cycle lends when it charged the group's work within guarantee first."""
+    quota = {(q.team, q.flavor): q for q in snap.quotas if q.project is None}
+    group_of = {t.name: t.cohort or f"team:{t.name}" for t in snap.teams}
+    borrowers = {(t, f) for (t, f), v in used.items() if v > quota[(t, f)].guaranteed + EPS}
+    borrowing = {(group_of[t], f) for t, f in borrowers}
+    beyond: defaultdict[str, float] = defaultdict(float)
+    for group, flavor in borrowing:
+        members = [t for t, g in group_of.items() if g == group]
+        total = sum(
+            used.get((t, flavor), 0.0) for t in members if whole_group or (t, flavor) in borrowers
+        )
+        guaranteed = sum(quota[(t, flavor)].guaranteed for t in members if (t, flavor) in quota)
+        beyond[_card_group(flavor)] += max(0.0, total - guaranteed)
+    return beyond
+
+
+def _usage(chosen: list[Request]) -> dict[tuple[str, str], float]:
     used: defaultdict[tuple[str, str], float] = defaultdict(float)
     for r in chosen:
         used[(r.team, r.flavor)] += _ge(r)
+    return used
+
+
+def _quota_ok(snap: Snapshot, chosen: list[Request], *, whole_group: bool = False) -> bool:
+    """The rules of the module docstring, on the final usage of `chosen`."""
+    used = _usage(chosen)
     quota = {(q.team, q.flavor): q for q in snap.quotas if q.project is None}
-    cohort_of = {t.name: t.cohort for t in snap.teams}
-    lent: defaultdict[tuple[str, str], float] = defaultdict(float)  # used by borrowers
-    for (team, flavor), amount in used.items():
-        q = quota.get((team, flavor))
+    for key, amount in used.items():
+        q = quota.get(key)
         if q is None or amount > max(q.limit, q.guaranteed) + EPS:
             return False
-        if amount > q.guaranteed + EPS:
-            cohort = cohort_of[team]
-            if cohort is None:
-                return False
-            lent[(cohort, flavor)] += amount
-    for (cohort, flavor), amount in lent.items():
-        pool = sum(
-            q.guaranteed for (t, f), q in quota.items() if f == flavor and cohort_of[t] == cohort
-        )
-        if amount > pool + EPS:
-            return False
-    return True
+    unassigned = _unassigned(snap)
+    beyond = _lent_beyond_groups(snap, used, whole_group=whole_group)
+    return all(v <= unassigned.get(pool, 0.0) + EPS for pool, v in beyond.items())
 
 
 @dataclass
@@ -314,17 +344,43 @@ def test_oracle_packs_what_first_fit_in_order_would_not() -> None:
     assert not feasible(snap, {"a1", "b2", "c1", "d2"})
 
 
-def test_oracle_respects_cohort_lending() -> None:
-    """Team a borrows b's idle guarantee; the borrowers' total stays within the cohort's."""
-    quotas = [Quota("a", "gpu", 1.0, 3.0), Quota("b", "gpu", 1.0, 1.0)]
-    snap = _one(
-        [(Node("n0", "excl", "A100-80G"), 4)],
-        [_r("a2", count=2), _r("a1"), _r("b1", team="b")],
-        quotas,
+def _three_teams(quotas: list[Quota], pending: list[Request]) -> Snapshot:
+    """One 4-card node; teams a and b share a cohort, x has none."""
+    return fleet(
+        node("n0", pool="excl", gpus=4),
+        pools=(EXCL, VGPU),
+        teams=(Team("a", cohort="c"), Team("b", cohort="c"), Team("x")),
+        quotas=quotas,
+        pending=pending,
+        flavors=tuple(FLAVOR[f] for f in FLAVOR_IDS),
     )
+
+
+def test_oracle_respects_cohort_lending() -> None:
+    """Guarantees take all 4 cards: team a borrows b's idle guarantee and nothing else."""
+    quotas = [Quota("a", "gpu", 1.0, 3.0), Quota("b", "gpu", 1.0, 1.0), Quota("x", "gpu", 2.0, 4.0)]
+    pending = [_r("a2", count=2), _r("a1"), _r("b1", team="b"), _r("x3", count=3, team="x")]
+    snap = _three_teams(quotas, pending)
     assert feasible(snap, {"a2", "b1"})  # a at 2 (borrowing 1): borrowers use 2 of 2
     assert not feasible(snap, {"a2", "a1"})  # a at 3: borrowers would use 3 of 2
+    assert not feasible(snap, {"x3"})  # x has no cohort and no card is unassigned
     assert optimum(snap)[0] == pytest.approx(3.0)
+
+
+def test_oracle_lends_unassigned_cards_to_every_group() -> None:
+    """One card is nobody's guarantee: a cohort or a team without one may borrow it, once."""
+    quotas = [Quota("a", "gpu", 1.0, 3.0), Quota("b", "gpu", 1.0, 1.0), Quota("x", "gpu", 1.0, 4.0)]
+    pending = [
+        _r("a2", count=2),
+        _r("a1"),
+        _r("x2", count=2, team="x"),
+        _r("x3", count=3, team="x"),
+    ]
+    snap = _three_teams(quotas, pending)
+    assert feasible(snap, {"a2", "a1"})  # the cohort uses 3 of its 2 guaranteed and 1 lent
+    assert feasible(snap, {"a2", "x2"})  # x uses 2 of its 1 guaranteed and 1 lent
+    assert not feasible(snap, {"x3"})  # x would borrow 2: one card is lent, not two
+    assert optimum(snap)[0] == pytest.approx(4.0)
 
 
 def test_oracle_places_vgpu_shares_on_distinct_cards_and_gangs_in_one_pool() -> None:
@@ -336,16 +392,17 @@ def test_oracle_places_vgpu_shares_on_distinct_cards_and_gangs_in_one_pool() -> 
             _r("v40", "v40"),
             _r("v40b", "v40"),
             _r("g2", count=2),
+            _r("gang4", count=4, distributed=True),
             _r("gang3", count=3, distributed=True),
-            _r("gang5", count=5, distributed=True),
+            _r("gang6", count=6, distributed=True),
         ],
     )
-    assert feasible(snap, {"v40x2", "v40", "v40b", "gang3"})  # two halves on each vGPU card
-    # ... then g2 finds one free card on e1 and shared cards on v0: a shared card is not free.
-    assert not feasible(snap, {"v40x2", "v40", "v40b", "gang3", "g2"})
-    assert not feasible(snap, {"gang3", "g2", "v40"})  # the gang takes e0 whole and a card of e1
-    assert not feasible(snap, {"gang5"})  # 6 free cards, but only 2 nodes in a pool
-    assert optimum(snap)[0] == pytest.approx(5.0)
+    assert feasible(snap, {"v40x2", "v40", "v40b", "gang4"})  # two halves on each vGPU card
+    # ... then g2 finds shared cards on v0 and none free on e0, e1: a shared card is not free.
+    assert not feasible(snap, {"v40x2", "v40", "v40b", "gang4", "g2"})
+    assert not feasible(snap, {"gang3"})  # 2 ranks of 2-card nodes cannot hold 3 cards evenly
+    assert not feasible(snap, {"gang6"})  # 6 free cards, but only 2 nodes in a pool
+    assert optimum(snap)[0] == pytest.approx(6.0)
 
 
 # ----------------------------------------------------------------------------- the engine
@@ -365,25 +422,9 @@ def _ratios(*, one_priority: bool = False) -> list[tuple[float, int, float, floa
 
 
 def _cohort_wide_ok(snap: Snapshot, ids: tuple[str, ...]) -> bool:
-    """The cohort rule charged in any order: once a team borrows, the whole cohort's usage
-    (borrowers and teams within their guarantee alike) fits the cohort's guaranteed total."""
-    chosen = [r for r in snap.pending if r.id in ids]
-    cohort_of = {t.name: t.cohort for t in snap.teams}
-    quota = {(q.team, q.flavor): q for q in snap.quotas if q.project is None}
-    used: defaultdict[tuple[str, str], float] = defaultdict(float)
-    for r in chosen:
-        used[(r.team, r.flavor)] += _ge(r)
-    for (team, flavor), amount in used.items():
-        if amount <= quota[(team, flavor)].guaranteed + EPS:
-            continue
-        cohort = cohort_of[team]
-        total = sum(v for (t, f), v in used.items() if f == flavor and cohort_of[t] == cohort)
-        pool = sum(
-            q.guaranteed for (t, f), q in quota.items() if f == flavor and cohort_of[t] == cohort
-        )
-        if total > pool + EPS:
-            return False
-    return True
+    """The lending rule charged in any order: once a team borrows, its whole group's usage
+    (borrowers and teams within their guarantee alike) beyond the group's guarantees is lent."""
+    return _quota_ok(snap, [r for r in snap.pending if r.id in ids], whole_group=True)
 
 
 def explain(snap: Snapshot) -> str | None:
