@@ -399,6 +399,10 @@ STUCK_TRANSITION_SECONDS = env.int("STUCK_TRANSITION_SECONDS", default=120)
 # ... unless their launch is still waiting in the task queue, for up to this long since it was
 # queued; only a launch that waited longer (a lost message) is queued again.
 LAUNCH_QUEUE_PATIENCE_SECONDS = env.int("LAUNCH_QUEUE_PATIENCE_SECONDS", default=900)
+# A gang (multi-node job) with a rank the cluster's scheduler has not placed this long after its
+# launch is stopped and requeued whole, so no rank holds GPUs for a gang that cannot run
+# (Kueue's waitForPodsReady). 0 turns it off.
+GANG_READY_TIMEOUT_SECONDS = env.int("GANG_READY_TIMEOUT_SECONDS", default=300)
 # Work on a node that stopped taking work is requeued only after the node stayed away this long
 # (a control-plane outage makes every node NotReady for a minute or two).
 NODE_LOST_GRACE_SECONDS = env.int("NODE_LOST_GRACE_SECONDS", default=300)

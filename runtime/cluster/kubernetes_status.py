@@ -425,7 +425,8 @@ def gang_status(
     3. every rank succeeded → succeeded (finished when the last one did);
     4. a rank of the gang size without a Job or pod → pending `GangIncomplete`;
     5. every rank running (or done) → running, from when the last rank started;
-    6. otherwise pending with the first waiting rank's reason.
+    6. otherwise pending with the reason of the first waiting rank that has no node yet, else
+       of the first waiting rank.
     """
     size = max(
         [int(v) for v in (_label(o, GANG_SIZE_LABEL) for o in (*jobs, *pods)) if v and v.isdigit()]
@@ -507,7 +508,9 @@ def gang_status(
             message="",
             started_at=max(started) if started else None,
         )
-    rank, waiting = next((i, r) for i, r in enumerate(ranks) if r.phase == "pending")
+    waiting_ranks = [(i, r) for i, r in enumerate(ranks) if r.phase == "pending"]
+    # A rank no node took says more than one that is starting on its node.
+    rank, waiting = next(((i, r) for i, r in waiting_ranks if not r.node_name), waiting_ranks[0])
     return replace(
         gang,
         phase="pending",

@@ -12,6 +12,7 @@ import time
 import weakref
 from collections import Counter
 from collections.abc import Callable, Collection
+from datetime import timedelta
 from functools import lru_cache
 from typing import Any
 
@@ -296,7 +297,9 @@ def launch_request(*, request_id: int, attempt: int, backend: ClusterBackend | N
         _ensure_launch_prerequisites(backend, request)
         project_data.ensure_for_launch(request, backend)  # a new namespace has none of it
         name = backend.launch(spec)
-    Allocation.objects.filter(pk=allocation.pk).update(workload_name=name)
+    Allocation.objects.filter(pk=allocation.pk).update(
+        workload_name=name, launched_at=timezone.now()
+    )
     return name
 
 
@@ -310,22 +313,21 @@ def fail_launch(*, request_id: int, attempt: int, reason: str) -> None:
             end_allocation(request, reason="launch failed")
 
 
-def _requeue_gang(request: GpuRequest, status: WorkloadStatus) -> str:
-    """A gang is one piece of work: a rank that failed (or vanished while it ran) takes the
-    whole gang down, and the request goes back to the queue with its age (the engine orders by
-    submission time), up to its tier's attempts, as preempted work does."""
+def _requeue_gang(request: GpuRequest, reason: str, *, action: str, end_reason: str) -> str:
+    """A gang is one piece of work: a rank that failed (or vanished while it ran, or could not
+    be placed in time) takes the whole gang down, and the request goes back to the queue with
+    its age (the engine orders by submission time), up to its tier's attempts, as preempted
+    work does."""
     request = GpuRequest.objects.select_related("flavor__pool").get(pk=request.pk)
     policy = ReclaimPolicy.objects.filter(tier_id=request.flavor.pool.tier_id).first()
     max_attempts = (policy or ReclaimPolicy()).max_attempts
-    detail = f"{status.reason}: {status.message}" if status.reason else status.message
-    reason = f"A rank of the gang stopped ({detail}); the whole gang was stopped"
     with transaction.atomic():
         if request.status not in (RequestStatus.ADMITTED, *LIVE_STATUSES):
             return request.status
-        allocation = end_allocation(request, reason="gang member failed")
+        allocation = end_allocation(request, reason=end_reason)
         if allocation is not None:
-            dispatch.request_termination(request.pk, allocation.attempt, "gang member failed")
-        record_request_event(request, actor=None, action="gang.member_failed", message=reason)
+            dispatch.request_termination(request.pk, allocation.attempt, end_reason)
+        record_request_event(request, actor=None, action=action, message=reason)
         dispatch.request_scheduling_cycle()
         if request.attempt < max_attempts:
             transition(request, RequestStatus.PREEMPTED, actor=None, reason=reason)
@@ -338,6 +340,41 @@ def _requeue_gang(request: GpuRequest, status: WorkloadStatus) -> str:
             reason=f"{reason} — gave up after {request.attempt} attempts.",
         )
         return RequestStatus.FAILED
+
+
+def gang_not_ready(request: GpuRequest, status: WorkloadStatus) -> str | None:
+    """Why a launching gang must be stopped: a rank the cluster's scheduler has not placed on a
+    node GANG_READY_TIMEOUT_SECONDS after the launch (kube-scheduler binds each rank on its own,
+    so the placed ranks would hold their GPUs for a gang that cannot run). None while it may
+    still wait, and for anything but a launching gang of this attempt."""
+    timeout = settings.GANG_READY_TIMEOUT_SECONDS
+    if (
+        timeout <= 0
+        or status.gang_size <= 1
+        or status.phase != "pending"
+        or status.attempt != request.attempt
+        or request.status != RequestStatus.LAUNCHING
+    ):
+        return None
+    nodes = (*status.node_names, *([""] * status.gang_size))[: status.gang_size]
+    unplaced = [rank for rank, node in enumerate(nodes) if not node]
+    if not unplaced:
+        return None
+    launched = (
+        Allocation.objects.active()
+        .filter(request=request, attempt=status.attempt)
+        .values_list("launched_at", "admitted_at")
+        .first()
+    )
+    since = (launched[0] or launched[1]) if launched else None
+    if since is None or timezone.now() < since + timedelta(seconds=timeout):
+        return None
+    rank = unplaced[0]
+    detail = status.message.removeprefix(f"rank {rank}: ").rstrip(". ") or status.reason
+    return (
+        f"rank {rank} of {status.gang_size} could not be scheduled within {timeout} s: "
+        f"{detail}; the gang was stopped and requeued"
+    )
 
 
 def reconcile_placement(request: GpuRequest, status: WorkloadStatus) -> bool:
@@ -391,7 +428,18 @@ def apply_workload_status(request: GpuRequest, status: WorkloadStatus) -> str | 
         status.phase == "failed"
         or (status.reason == "GangIncomplete" and request.status == RequestStatus.RUNNING)
     ):
-        return _requeue_gang(request, status)
+        detail = f"{status.reason}: {status.message}" if status.reason else status.message
+        return _requeue_gang(
+            request,
+            f"A rank of the gang stopped ({detail}); the whole gang was stopped",
+            action="gang.member_failed",
+            end_reason="gang member failed",
+        )
+    not_ready = gang_not_ready(request, status)
+    if not_ready is not None:
+        return _requeue_gang(
+            request, not_ready, action="gang.not_ready", end_reason="gang not ready in time"
+        )
     if status.phase in ("pending", "running"):
         reconcile_placement(request, status)
     with transaction.atomic():

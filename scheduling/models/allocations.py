@@ -51,6 +51,9 @@ class Allocation(models.Model):
     # When sync first saw a container of the attempt unable to pull its image; the request
     # fails IMAGE_PULL_GRACE_SECONDS after it unless the pull succeeds. Cleared once it runs.
     image_pull_failing_since = models.DateTimeField(null=True, blank=True)
+    # When the attempt's workload was created in the cluster: a gang whose ranks are not all
+    # placed GANG_READY_TIMEOUT_SECONDS after it is stopped and requeued.
+    launched_at = models.DateTimeField(null=True, blank=True)
 
     objects = AllocationQuerySet.as_manager()
 

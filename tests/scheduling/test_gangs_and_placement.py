@@ -230,3 +230,88 @@ def test_the_workload_spec_carries_the_pod_security_settings(
         Allocation.objects.get(request=request),
     )
     assert (spec.fs_group, spec.run_as_non_root) == (100, non_root)
+
+
+def unplaced_rank_status(request: GpuRequest, node: str) -> WorkloadStatus:
+    """What kube-scheduler reports of a gang whose rank 1 no node takes."""
+    return WorkloadStatus(
+        request_id=str(request.pk),
+        attempt=request.attempt,
+        phase="pending",
+        namespace=request.project.namespace,
+        name=f"gpr-{request.pk}-a{request.attempt}",
+        kind="job",
+        reason="Unschedulable",
+        message="rank 1: 0/3 nodes are available: 1 node(s) were unschedulable.",
+        node_name=node,
+        gang_size=2,
+        node_names=(node, ""),
+    )
+
+
+def test_a_gang_with_a_rank_not_placed_in_time_is_stopped_and_requeued(
+    org: Org,
+    fleet: Fleet,
+    admit: Callable[..., list[tuple[int, int]]],
+    django_capture_on_commit_callbacks: Any,
+    settings: Any,
+) -> None:
+    settings.GANG_READY_TIMEOUT_SECONDS = 300
+    request = gang_request(org, fleet)
+    admit(SLOW)
+    request.refresh_from_db()
+    assert request.status == RequestStatus.LAUNCHING
+    allocation = Allocation.objects.get(request=request)
+    assert allocation.launched_at is not None
+    status = unplaced_rank_status(request, allocation.node_name.split(",")[0])
+    # Within the timeout it waits, saying why.
+    Allocation.objects.filter(pk=allocation.pk).update(
+        launched_at=timezone.now() - timedelta(seconds=290)
+    )
+    assert execution.apply_workload_status(request, status) is None
+    request.refresh_from_db()
+    assert request.status == RequestStatus.LAUNCHING
+    assert Allocation.objects.active().filter(request=request).exists()
+    # Past it, the whole gang goes and the request is queued again with its age.
+    Allocation.objects.filter(pk=allocation.pk).update(
+        launched_at=timezone.now() - timedelta(seconds=301)
+    )
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        assert execution.apply_workload_status(request, status) == RequestStatus.QUEUED
+    request.refresh_from_db()
+    assert request.status == RequestStatus.QUEUED and request.attempt == 1
+    assert not Allocation.objects.active().filter(request=request).exists()
+    assert callbacks, "the termination of every rank was dispatched"
+    expected = (
+        "rank 1 of 2 could not be scheduled within 300 s: 0/3 nodes are available: "
+        "1 node(s) were unschedulable; the gang was stopped and requeued"
+    )
+    assert request.status_reason == f"Requeued: {expected}"
+    assert AuditEvent.objects.get(action="gang.not_ready").message == expected
+
+
+def test_a_gang_with_every_rank_placed_is_not_stopped_by_the_ready_timeout(
+    org: Org, fleet: Fleet, admit: Callable[..., list[tuple[int, int]]], settings: Any
+) -> None:
+    settings.GANG_READY_TIMEOUT_SECONDS = 300
+    request = gang_request(org, fleet)
+    admit(SLOW)
+    request.refresh_from_db()
+    allocation = Allocation.objects.get(request=request)
+    Allocation.objects.filter(pk=allocation.pk).update(
+        launched_at=timezone.now() - timedelta(seconds=3600)
+    )
+    nodes = tuple(allocation.node_name.split(","))
+    starting = replace(
+        unplaced_rank_status(request, nodes[0]),
+        reason="ContainerCreating",
+        message=f"rank 1 on {nodes[1]}: ",
+        node_names=nodes,
+    )
+    assert execution.apply_workload_status(request, starting) is None
+    request.refresh_from_db()
+    assert request.status == RequestStatus.LAUNCHING
+    settings.GANG_READY_TIMEOUT_SECONDS = 0  # off: even an unplaced rank may wait
+    assert execution.apply_workload_status(request, unplaced_rank_status(request, nodes[0])) is None
+    request.refresh_from_db()
+    assert request.status == RequestStatus.LAUNCHING
