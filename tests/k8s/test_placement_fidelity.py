@@ -34,6 +34,7 @@ from tenants.models import AuditEvent, Project
 from tenants.services import seed_demo_organisation
 from tests.k8s.conftest import Admin, eventually
 from tests.k8s.helpers import FAIL_LABEL, FAIL_PREFIX, runs_for
+from tests.k8s.test_portal_end_to_end import LongRunning
 from tests.support.factories import GpuRequestFactory
 
 pytestmark = [pytest.mark.k8s, pytest.mark.django_db]
@@ -90,13 +91,8 @@ def rank_of(pod: Any) -> int:
     return int(pod.metadata.labels[COMPLETION_INDEX_ANNOTATION])
 
 
-def test_a_two_node_gang_runs_as_one_indexed_job_and_restarts_whole_when_a_rank_fails(
-    k8s_backend: Any,
-    k8s_admin: Admin,
-    gang_nodes: list[str],
-    portal: dict[str, Any],
-    django_capture_on_commit_callbacks: Any,
-) -> None:
+def gang_flavor(portal: dict[str, Any]) -> Flavor:
+    """A flavor of the gang nodes' pool, with a quota of 4 cards for the project's team."""
     a100 = NodePool.objects.get(slug="a100-training")
     pool = NodePool.objects.create(
         name="Gang test",
@@ -117,6 +113,17 @@ def test_a_two_node_gang_runs_as_one_indexed_job_and_restarts_whole_when_a_rank_
         gpu_equivalent=Decimal(1),
     )
     Quota.objects.create(team=portal["teams"]["vision"], flavor=flavor, guaranteed=4, limit=4)
+    return flavor
+
+
+def test_a_two_node_gang_runs_as_one_indexed_job_and_restarts_whole_when_a_rank_fails(
+    k8s_backend: Any,
+    k8s_admin: Admin,
+    gang_nodes: list[str],
+    portal: dict[str, Any],
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    flavor = gang_flavor(portal)
     apply_inventory(k8s_backend.sync_inventory())
     namespace = portal["project"].namespace
     request = submit(portal, flavor, gpu_count=4)
@@ -239,6 +246,77 @@ def test_a_two_node_gang_runs_as_one_indexed_job_and_restarts_whole_when_a_rank_
         assert {p.metadata.labels["gpu-portal/attempt"] for p in ranks} == {"2"}
         assert len({p.spec.node_name for p in ranks}) == 2
     finally:
+        k8s_admin.core.delete_namespace(namespace, _preload_content=False)
+
+
+def test_a_gang_with_a_rank_no_node_takes_is_stopped_and_requeued_after_the_timeout(
+    k8s_backend: Any,
+    k8s_admin: Admin,
+    gang_nodes: list[str],
+    portal: dict[str, Any],
+    django_capture_on_commit_callbacks: Any,
+    settings: Any,
+) -> None:
+    settings.GANG_READY_TIMEOUT_SECONDS = 3
+    flavor = gang_flavor(portal)
+    apply_inventory(k8s_backend.sync_inventory())
+    namespace = portal["project"].namespace
+    request = submit(portal, flavor, gpu_count=4)
+    assert admit(django_capture_on_commit_callbacks) == [(request.pk, 1)]
+    nodes = Allocation.objects.get(request=request).node_name.split(",")
+    # After the engine chose it, one of the gang's nodes stops taking pods.
+    k8s_admin.core.patch_node(nodes[1], {"spec": {"unschedulable": True}})
+    try:
+        # The placed rank keeps running (kwok would complete it in a second or two).
+        execution.launch_request(request_id=request.pk, attempt=1, backend=LongRunning(k8s_backend))
+        request.refresh_from_db()
+        assert request.status == RequestStatus.LAUNCHING
+        name = f"gpr-{request.pk}-a1"
+
+        def unschedulable() -> list[Any]:
+            return [
+                p
+                for p in pods_of(k8s_admin, namespace, request)
+                if any(
+                    c.type == "PodScheduled" and c.reason == "Unschedulable"
+                    for c in p.status.conditions or ()
+                )
+            ]
+
+        (stuck,) = eventually(unschedulable, what="one rank unschedulable")
+        bound = [p for p in pods_of(k8s_admin, namespace, request) if p.spec.node_name]
+        assert [p.spec.node_name for p in bound] == [nodes[0]], "the other rank holds its node"
+
+        def requeued() -> str:
+            execution.sync_workloads(backend=k8s_backend)
+            request.refresh_from_db()
+            return request.status if request.status != RequestStatus.LAUNCHING else ""
+
+        with django_capture_on_commit_callbacks(execute=False):
+            assert eventually(requeued, timeout=30, what="the gang requeued") == (
+                RequestStatus.QUEUED
+            )
+        assert not Allocation.objects.active().filter(request=request).exists()
+        prefix = f"Requeued: rank {rank_of(stuck)} of 2 could not be scheduled within 3 s: 0/"
+        assert request.status_reason.startswith(prefix), request.status_reason
+        assert request.status_reason.endswith("; the gang was stopped and requeued")
+        event = AuditEvent.objects.get(target_id=str(request.pk), action="gang.not_ready")
+        assert "nodes are available" in event.message
+        # What the termination task then does: the Job, its pods and the Service go.
+        execution.terminate_request_workload(
+            request_id=request.pk, attempt=1, reason="gang not ready in time", backend=k8s_backend
+        )
+        eventually(
+            lambda: (
+                not pods_of(k8s_admin, namespace, request)
+                and not k8s_admin.batch.list_namespaced_job(namespace).items
+            ),
+            what="the gang gone",
+        )
+        services_left = k8s_admin.core.list_namespaced_service(namespace).items
+        assert not [s for s in services_left if s.metadata.name == name]
+    finally:
+        k8s_admin.core.patch_node(nodes[1], {"spec": {"unschedulable": False}})
         k8s_admin.core.delete_namespace(namespace, _preload_content=False)
 
 
