@@ -194,6 +194,28 @@ def test_a_gang_waits_while_a_rank_has_no_pod() -> None:
     assert status.message.startswith("rank 1")
 
 
+def test_a_waiting_gang_names_the_rank_no_node_took_before_a_starting_one() -> None:
+    starting = rank_pod(0, "Pending", node="n0")
+    starting.status.container_statuses[0].state = k8s.V1ContainerState(
+        waiting=k8s.V1ContainerStateWaiting(reason="ContainerCreating")
+    )
+    stuck = rank_pod(2, "Pending", node="")
+    stuck.spec.node_name = None
+    stuck.status.container_statuses = None
+    stuck.status.conditions = [
+        k8s.V1PodCondition(
+            type="PodScheduled",
+            status="False",
+            reason="Unschedulable",
+            message="0/3 nodes are available: 1 node(s) were unschedulable.",
+        )
+    ]
+    status = gang_of(starting, rank_pod(1, "Running", node="n1"), stuck)
+    assert (status.phase, status.reason) == ("pending", "Unschedulable")
+    assert status.message == "rank 2: 0/3 nodes are available: 1 node(s) were unschedulable."
+    assert status.node_names == ("n0", "n1", "")
+
+
 def test_a_gang_with_a_failed_rank_has_failed_and_says_which() -> None:
     crash = {"exitCode": 1, "reason": "Error", "startedAt": T1, "finishedAt": T2}
     status = gang_of(
