@@ -19,6 +19,8 @@ from typing import Any
 from django.conf import settings
 from django.core.cache import cache
 from django.db import transaction
+from django.db.models import Value
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from runtime.cluster.base import (
@@ -297,8 +299,9 @@ def launch_request(*, request_id: int, attempt: int, backend: ClusterBackend | N
         _ensure_launch_prerequisites(backend, request)
         project_data.ensure_for_launch(request, backend)  # a new namespace has none of it
         name = backend.launch(spec)
+    # A repeated launch (it adopts the workload) keeps the first launch's time.
     Allocation.objects.filter(pk=allocation.pk).update(
-        workload_name=name, launched_at=timezone.now()
+        workload_name=name, launched_at=Coalesce("launched_at", Value(timezone.now()))
     )
     return name
 

@@ -272,6 +272,10 @@ def test_a_gang_with_a_rank_not_placed_in_time_is_stopped_and_requeued(
     request.refresh_from_db()
     assert request.status == RequestStatus.LAUNCHING
     assert Allocation.objects.active().filter(request=request).exists()
+    # A repeated launch (it adopts the workload) keeps the first launch's time.
+    execution.launch_request(request_id=request.pk, attempt=1, backend=SLOW)
+    (kept,) = Allocation.objects.filter(pk=allocation.pk).values_list("launched_at", flat=True)
+    assert kept is not None and kept < timezone.now() - timedelta(seconds=280)
     # Past it, the whole gang goes and the request is queued again with its age.
     Allocation.objects.filter(pk=allocation.pk).update(
         launched_at=timezone.now() - timedelta(seconds=301)
