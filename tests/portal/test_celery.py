@@ -9,6 +9,7 @@ import pytest
 from django.utils import timezone
 
 from portal.celery import app
+from scheduling import dispatch
 from tenants.tasks import purge_expired_api_tokens
 from tests.support.personas import Org
 
@@ -17,6 +18,22 @@ def test_beat_schedule_names_only_registered_tasks() -> None:
     app.loader.import_default_modules()
     for entry in app.conf.beat_schedule.values():
         assert entry["task"] in app.tasks, entry["task"]
+
+
+def test_every_task_name_dispatch_queues_is_a_registered_task() -> None:
+    """Domain code queues work by name (scheduling/dispatch.py); a renamed task must not turn
+    those names into messages no worker runs."""
+    app.loader.import_default_modules()
+    names = {
+        value
+        for attr, value in vars(dispatch).items()
+        if attr.isupper()
+        and isinstance(value, str)
+        and value.count(".") == 2
+        and value.split(".")[1] == "tasks"
+    }
+    assert len(names) >= 10, names
+    assert sorted(names - set(app.tasks)) == []
 
 
 def test_tasks_ack_late_and_requeue_on_worker_loss() -> None:
