@@ -17,6 +17,7 @@ from typing import Any
 from scheduling.choices import FlavorKind, Priority, RequestStatus, WorkloadKind
 from scheduling.models import Flavor, GpuRequest
 from tenants.models import Project, Team
+from tenants.scope import Actor
 
 SEED = 20260101
 HOUR = 3600
@@ -265,7 +266,7 @@ def draw_request(
     return _reclaim(one, run, ended, reason, "idle", evidence)
 
 
-def _move(one: Drawn, at: datetime, to: str, reason: str, actor: Any = None) -> None:
+def _move(one: Drawn, at: datetime, to: str, reason: str, actor: Actor | None = None) -> None:
     before = one.request.status
     one.request.status, one.request.status_reason = to, reason
     one.updated_at = at
@@ -296,7 +297,7 @@ def _run(one: Drawn, admitted: datetime, began: datetime) -> None:
 
 
 def _finish(
-    one: Drawn, status: str, at: datetime, reason: str, actor: Any, run: Run | None = None
+    one: Drawn, status: str, at: datetime, reason: str, actor: Actor | None, run: Run | None = None
 ) -> Drawn:
     if run is not None:
         run.end_reason = status

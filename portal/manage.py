@@ -61,6 +61,7 @@ from scheduling.services import project_data as data_services
 from tenants import services as tenant_services
 from tenants.errors import ConflictError, DomainError, ForbiddenError
 from tenants.models import Membership, Project, ScopedQuerySet, Team, Webhook, scope_of
+from tenants.scope import Actor
 from tenants.services import webhooks as webhook_services
 
 Cell = Callable[[Any], Any]
@@ -119,26 +120,26 @@ def _pilot_label(pool: NodePool) -> str:
     return f"{_names(pool.pilot_teams)}{until}"
 
 
-def _update_storage_quota(*, actor: Any, quota: StorageQuota, **changes: Any) -> StorageQuota:
+def _update_storage_quota(*, actor: Actor, quota: StorageQuota, **changes: Any) -> StorageQuota:
     """A storage quota is set by team: the row names it."""
     return data_services.set_storage_quota(
         actor=actor, team=quota.team, limit_gib=changes.get("limit_gib", quota.limit_gib)
     )
 
 
-def _update_team_quota(*, actor: Any, quota: Quota, **amounts: Any) -> Quota:
+def _update_team_quota(*, actor: Actor, quota: Quota, **amounts: Any) -> Quota:
     """Team quotas are set by owner and flavor: the quota row names both."""
     return catalog_services.set_team_quota(
         actor=actor, team=quota.team, flavor=quota.flavor, **amounts
     )
 
 
-def _register_cluster(*, actor: Any, kubeconfig: str = "", **fields: Any) -> Cluster:
+def _register_cluster(*, actor: Actor, kubeconfig: str = "", **fields: Any) -> Cluster:
     return cluster_services.register_cluster(actor=actor, kubeconfig_text=kubeconfig, **fields)
 
 
 def _update_cluster(
-    *, actor: Any, cluster: Cluster, kubeconfig: str = "", **fields: Any
+    *, actor: Actor, cluster: Cluster, kubeconfig: str = "", **fields: Any
 ) -> Cluster:
     """The form's empty kubeconfig keeps the stored one; a typed one replaces it."""
     return cluster_services.update_cluster(

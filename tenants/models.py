@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.conf import settings
+from django.contrib.auth.models import AnonymousUser, User
 from django.core.exceptions import ValidationError
 from django.core.validators import URLValidator
 from django.db import models
@@ -21,7 +22,7 @@ from tenants.choices import (
     Role,
     WebhookFormat,
 )
-from tenants.scope import ANONYMOUS, Scope
+from tenants.scope import ANONYMOUS, Actor, Scope
 
 
 class ScopedQuerySet(models.QuerySet):
@@ -149,7 +150,12 @@ class Membership(models.Model):
         return f"{self.user} – {self.get_role_display()} ({where})"
 
 
-def scope_of(user: Any) -> Scope:
+def user_of(actor: Actor | None) -> User | None:
+    """The signed-in user behind `actor`; None for the system or a visitor."""
+    return None if actor is None or isinstance(actor, AnonymousUser) else actor
+
+
+def scope_of(user: Actor | None) -> Scope:
     """The user's roles, read once per user object and kept on it as `portal_scope`.
 
     Each request authenticates a fresh user object, so a changed role counts from the next
@@ -174,7 +180,7 @@ def scope_of(user: Any) -> Scope:
             if role == Role.TEAM_LEAD:
                 lead_team_ids.add(team_id)
     scope = Scope(user.pk, is_admin, is_finance, frozenset(team_ids), frozenset(lead_team_ids))
-    user.portal_scope = scope
+    user.portal_scope = scope  # type: ignore[attr-defined]  # memo on this request's user
     return scope
 
 

@@ -3,6 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, TypeAlias
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import AnonymousUser, User
+
+#: Who calls a service: the user of a page or an API call (on a page, Django's lazy proxy of
+#: one; anonymous where a view lets visitors in). Services refuse what its `Scope` does not allow.
+Actor: TypeAlias = "User | AnonymousUser"
 
 
 @dataclass(frozen=True, slots=True)

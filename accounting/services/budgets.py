@@ -25,12 +25,13 @@ from scheduling.services.requests import SubmissionAdjustment
 from tenants.choices import Role
 from tenants.errors import DomainError, ForbiddenError
 from tenants.models import Project, Team, scope_of
+from tenants.scope import Actor
 from tenants.services import record_audit_event
 
 log = logging.getLogger(__name__)
 
 
-def _require_budget_manager(actor: Any, team: Team) -> None:
+def _require_budget_manager(actor: Actor, team: Team) -> None:
     if not scope_of(actor).is_lead_of(team.pk):
         raise ForbiddenError("forbidden", "Only the team's lead or a platform admin may do this.")
 
@@ -49,7 +50,7 @@ def _conflict(error: IntegrityError) -> DomainError:
 @transaction.atomic
 def create_budget(
     *,
-    actor: Any,
+    actor: Actor,
     team: Team,
     unit: str,
     amount: Decimal,
@@ -84,7 +85,7 @@ UPDATABLE = ("unit", "amount", "over_budget_policy")
 
 
 @transaction.atomic
-def update_budget(*, actor: Any, budget: Budget, **changes: Any) -> Budget:
+def update_budget(*, actor: Actor, budget: Budget, **changes: Any) -> Budget:
     """Change amount, unit or policy; a budget stays with its team and project."""
     _require_budget_manager(actor, budget.team)
     for name in ("team", "project"):
@@ -111,7 +112,7 @@ def update_budget(*, actor: Any, budget: Budget, **changes: Any) -> Budget:
 
 
 @transaction.atomic
-def delete_budget(*, actor: Any, budget: Budget) -> None:
+def delete_budget(*, actor: Actor, budget: Budget) -> None:
     _require_budget_manager(actor, budget.team)
     record_audit_event(
         actor=actor,

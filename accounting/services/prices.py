@@ -14,6 +14,7 @@ from django.utils import timezone
 
 from accounting.models import Price
 from tenants.errors import ConflictError, DomainError
+from tenants.scope import Actor
 from tenants.services import (
     apply_changes,
     audit_value,
@@ -54,7 +55,7 @@ def _check_not_in_effect(price: Price, now: datetime, what: str) -> None:
 
 
 @transaction.atomic
-def create_price(*, actor: Any, **fields: Any) -> Price:
+def create_price(*, actor: Actor, **fields: Any) -> Price:
     """A new price of a flavor from `effective_from` on (now when left out)."""
     require_platform_admin(actor, "set prices")
     now = timezone.now()
@@ -72,7 +73,7 @@ def create_price(*, actor: Any, **fields: Any) -> Price:
 
 
 @transaction.atomic
-def update_price(*, actor: Any, price: Price, **fields: Any) -> Price:
+def update_price(*, actor: Actor, price: Price, **fields: Any) -> Price:
     """Change a price that has not started yet; one in effect is a 409."""
     require_platform_admin(actor, "change prices")
     now = timezone.now()
@@ -87,7 +88,7 @@ def update_price(*, actor: Any, price: Price, **fields: Any) -> Price:
 
 
 @transaction.atomic
-def delete_price(*, actor: Any, price: Price) -> None:
+def delete_price(*, actor: Actor, price: Price) -> None:
     """Withdraw a price that has not started yet; one in effect is a 409."""
     require_platform_admin(actor, "delete prices")
     _check_not_in_effect(price, timezone.now(), "deleted")

@@ -20,13 +20,14 @@ from accounting.models import MonthlyUsage, Statement, StatementLine
 from accounting.selectors import current_month
 from tenants.errors import ConflictError, ForbiddenError
 from tenants.models import Team, scope_of
+from tenants.scope import Actor
 from tenants.services import record_audit_event
 
 STATEMENT_COLUMNS = ["project_id", "project", "flavor", "pool", "gpu_hours", "cost", "currency"]
 
 
 @transaction.atomic
-def close_statement(*, actor: Any, team: Team, month: date) -> tuple[Statement, bool]:
+def close_statement(*, actor: Actor, team: Team, month: date) -> tuple[Statement, bool]:
     """Freeze the team's month; returns (statement, created). Closing twice changes nothing."""
     if not scope_of(actor).sees_all_tenants:
         raise ForbiddenError("forbidden", "Only finance or a platform admin may close a month.")

@@ -14,6 +14,7 @@ from scheduling import dispatch, services
 from scheduling.models import ApprovalRule, Flavor, NodePool, Quota, ReclaimPolicy, Tier
 from tenants.errors import ConflictError, DomainError
 from tenants.models import Team
+from tenants.scope import Actor
 from tenants.services import (
     apply_changes,
     audit_value,
@@ -102,7 +103,7 @@ def _differs(instance: Any, fields: dict[str, Any], names: Iterable[str]) -> boo
     return any(name in fields and getattr(instance, name) != fields[name] for name in names)
 
 
-def _audit(actor: Any, action: str, target: Any, data: dict[str, Any], message: str = "") -> None:
+def _audit(actor: Actor, action: str, target: Any, data: dict[str, Any], message: str = "") -> None:
     record_audit_event(actor=actor, action=action, target=target, data=data, message=message)
 
 
@@ -129,7 +130,7 @@ def _set_tier_relations(tier: Tier, relations: dict[str, list[Any]]) -> dict[str
 
 
 @transaction.atomic
-def create_tier(*, actor: Any, **fields: Any) -> Tier:
+def create_tier(*, actor: Actor, **fields: Any) -> Tier:
     """A new tier; `allowed_teams` and `allowed_projects` take lists of objects."""
     require_platform_admin(actor, "create tiers")
     plain, relations = _split_relations(known_fields(fields, TIER_FIELDS))
@@ -141,7 +142,7 @@ def create_tier(*, actor: Any, **fields: Any) -> Tier:
 
 
 @transaction.atomic
-def update_tier(*, actor: Any, tier: Tier, **fields: Any) -> Tier:
+def update_tier(*, actor: Actor, tier: Tier, **fields: Any) -> Tier:
     require_platform_admin(actor, "change tiers")
     plain, relations = _split_relations(known_fields(fields, TIER_FIELDS))
     changes = apply_changes(tier, plain)
@@ -154,7 +155,7 @@ def update_tier(*, actor: Any, tier: Tier, **fields: Any) -> Tier:
 
 
 @transaction.atomic
-def delete_tier(*, actor: Any, tier: Tier) -> None:
+def delete_tier(*, actor: Actor, tier: Tier) -> None:
     """Delete a tier without node pools (its approval rule and reclaim policy go with it)."""
     require_platform_admin(actor, "delete tiers")
     _audit(actor, "tier.deleted", tier, {}, message=tier.name)
@@ -167,7 +168,7 @@ def delete_tier(*, actor: Any, tier: Tier) -> None:
 
 
 @transaction.atomic
-def create_node_pool(*, actor: Any, **fields: Any) -> NodePool:
+def create_node_pool(*, actor: Actor, **fields: Any) -> NodePool:
     require_platform_admin(actor, "create node pools")
     plain = known_fields(fields, NODE_POOL_FIELDS)
     pilot_teams = plain.pop("pilot_teams", None)
@@ -180,7 +181,7 @@ def create_node_pool(*, actor: Any, **fields: Any) -> NodePool:
 
 
 @transaction.atomic
-def update_node_pool(*, actor: Any, node_pool: NodePool, **fields: Any) -> NodePool:
+def update_node_pool(*, actor: Actor, node_pool: NodePool, **fields: Any) -> NodePool:
     require_platform_admin(actor, "change node pools")
     fields = known_fields(fields, NODE_POOL_FIELDS)
     if _differs(node_pool, fields, {"sharing_mode"}) and node_pool.flavors.exists():
@@ -204,7 +205,7 @@ def update_node_pool(*, actor: Any, node_pool: NodePool, **fields: Any) -> NodeP
 
 
 @transaction.atomic
-def delete_node_pool(*, actor: Any, node_pool: NodePool) -> None:
+def delete_node_pool(*, actor: Actor, node_pool: NodePool) -> None:
     """Delete an empty pool: one with nodes, flavors, allocations or usage is refused (409)."""
     require_platform_admin(actor, "delete node pools")
     if node_pool.nodes.exists():
@@ -247,7 +248,7 @@ def _set_other_pools(flavor: Flavor, pools: Iterable[NodePool] | None) -> dict[s
 
 
 @transaction.atomic
-def create_flavor(*, actor: Any, **fields: Any) -> Flavor:
+def create_flavor(*, actor: Actor, **fields: Any) -> Flavor:
     require_platform_admin(actor, "create flavors")
     plain = dict(known_fields(fields, FLAVOR_FIELDS))
     other_pools = plain.pop("other_pools", None)
@@ -261,7 +262,7 @@ def create_flavor(*, actor: Any, **fields: Any) -> Flavor:
 
 
 @transaction.atomic
-def update_flavor(*, actor: Any, flavor: Flavor, **fields: Any) -> Flavor:
+def update_flavor(*, actor: Actor, flavor: Flavor, **fields: Any) -> Flavor:
     require_platform_admin(actor, "change flavors")
     fields = known_fields(fields, FLAVOR_FIELDS)
     if _differs(flavor, fields, FLAVOR_SHAPE_FIELDS) and flavor.gpu_requests.exists():
@@ -280,7 +281,7 @@ def update_flavor(*, actor: Any, flavor: Flavor, **fields: Any) -> Flavor:
 
 
 @transaction.atomic
-def delete_flavor(*, actor: Any, flavor: Flavor) -> None:
+def delete_flavor(*, actor: Actor, flavor: Flavor) -> None:
     """Delete an unused flavor (its prices go with it); one with quotas, requests or usage: 409.
 
     A flavor that was used stays for the record: set `is_active` false to stop new requests.
@@ -297,7 +298,7 @@ def delete_flavor(*, actor: Any, flavor: Flavor) -> None:
 
 
 @transaction.atomic
-def create_approval_rule(*, actor: Any, **fields: Any) -> ApprovalRule:
+def create_approval_rule(*, actor: Actor, **fields: Any) -> ApprovalRule:
     """The approval rule of a tier (one per tier)."""
     require_platform_admin(actor, "create approval rules")
     rule = ApprovalRule(**known_fields(fields, APPROVAL_RULE_FIELDS))
@@ -307,7 +308,9 @@ def create_approval_rule(*, actor: Any, **fields: Any) -> ApprovalRule:
 
 
 @transaction.atomic
-def update_approval_rule(*, actor: Any, approval_rule: ApprovalRule, **fields: Any) -> ApprovalRule:
+def update_approval_rule(
+    *, actor: Actor, approval_rule: ApprovalRule, **fields: Any
+) -> ApprovalRule:
     require_platform_admin(actor, "change approval rules")
     changes = apply_changes(approval_rule, known_fields(fields, APPROVAL_RULE_FIELDS))
     save_valid(approval_rule)
@@ -316,7 +319,7 @@ def update_approval_rule(*, actor: Any, approval_rule: ApprovalRule, **fields: A
 
 
 @transaction.atomic
-def delete_approval_rule(*, actor: Any, approval_rule: ApprovalRule) -> None:
+def delete_approval_rule(*, actor: Actor, approval_rule: ApprovalRule) -> None:
     """Delete a tier's rule: its requests then follow the built-in defaults."""
     require_platform_admin(actor, "delete approval rules")
     _audit(actor, "approval_rule.deleted", approval_rule, {"tier": approval_rule.tier_id})
@@ -327,7 +330,7 @@ def delete_approval_rule(*, actor: Any, approval_rule: ApprovalRule) -> None:
 
 
 @transaction.atomic
-def save_reclaim_policy(*, actor: Any, tier: Tier, **fields: Any) -> ReclaimPolicy:
+def save_reclaim_policy(*, actor: Actor, tier: Tier, **fields: Any) -> ReclaimPolicy:
     """Create the tier's reclaim policy or change it; fields left out keep their value."""
     require_platform_admin(actor, "change reclaim policies")
     policy = ReclaimPolicy.objects.select_for_update().filter(tier=tier).first()
@@ -342,7 +345,7 @@ def save_reclaim_policy(*, actor: Any, tier: Tier, **fields: Any) -> ReclaimPoli
 
 
 @transaction.atomic
-def delete_reclaim_policy(*, actor: Any, policy: ReclaimPolicy) -> None:
+def delete_reclaim_policy(*, actor: Actor, policy: ReclaimPolicy) -> None:
     """Remove a tier's reclaim policy: the tier then follows the built-in defaults."""
     require_platform_admin(actor, "delete reclaim policies")
     _audit(actor, "reclaim_policy.deleted", policy, {"tier": policy.tier_id})
@@ -352,7 +355,9 @@ def delete_reclaim_policy(*, actor: Any, policy: ReclaimPolicy) -> None:
 # Team quotas (the team lead splits them over projects: scheduling.services.set_quota)
 
 
-def set_team_quota(*, actor: Any, team: Team, flavor: Flavor, guaranteed: int, limit: int) -> Quota:
+def set_team_quota(
+    *, actor: Actor, team: Team, flavor: Flavor, guaranteed: int, limit: int
+) -> Quota:
     """Create or change a team's quota of one flavor (platform admins); audited as quota.set."""
     require_platform_admin(actor, "set team quotas")
     return services.set_quota(
@@ -360,7 +365,7 @@ def set_team_quota(*, actor: Any, team: Team, flavor: Flavor, guaranteed: int, l
     )
 
 
-def delete_team_quota(*, actor: Any, quota: Quota) -> None:
+def delete_team_quota(*, actor: Actor, quota: Quota) -> None:
     """Remove a team's quota; refused (409) while projects hold parts of it."""
     require_platform_admin(actor, "delete team quotas")
     if quota.project_id is not None:

@@ -22,6 +22,7 @@ from scheduling.models import LOCAL_CLUSTER_SLUG, Cluster, Flavor, NodePool
 from scheduling.sealing import seal
 from scheduling.services.common import invalid_field
 from tenants.errors import ConflictError, DomainError
+from tenants.scope import Actor
 from tenants.services import (
     apply_changes,
     audit_value,
@@ -86,7 +87,7 @@ def api_server_of(kubeconfig_text: str) -> str:
 
 
 def _audit(
-    actor: Any, action: str, cluster: Cluster, data: dict[str, Any], message: str = ""
+    actor: Actor, action: str, cluster: Cluster, data: dict[str, Any], message: str = ""
 ) -> None:
     record_audit_event(actor=actor, action=action, target=cluster, data=data, message=message)
 
@@ -94,7 +95,7 @@ def _audit(
 @transaction.atomic
 def register_cluster(
     *,
-    actor: Any,
+    actor: Actor,
     name: str,
     slug: str,
     kubeconfig_text: str,
@@ -132,7 +133,7 @@ def register_cluster(
 
 @transaction.atomic
 def update_cluster(
-    *, actor: Any, cluster: Cluster, kubeconfig_text: str = "", **fields: Any
+    *, actor: Actor, cluster: Cluster, kubeconfig_text: str = "", **fields: Any
 ) -> Cluster:
     """Change a cluster's name, slug, scheduler mode, activity or Prometheus URL; a non-empty
     `kubeconfig_text` replaces its kubeconfig (write-only: the audit says only that it did)."""
@@ -164,7 +165,7 @@ def update_cluster(
 
 
 @transaction.atomic
-def delete_cluster(*, actor: Any, cluster: Cluster) -> None:
+def delete_cluster(*, actor: Actor, cluster: Cluster) -> None:
     """Delete a registered cluster without pools; the local one and one with pools: 409."""
     require_platform_admin(actor, "delete clusters")
     if cluster.slug == LOCAL_CLUSTER_SLUG:

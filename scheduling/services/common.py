@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from scheduling.models import GpuRequest
 from tenants.errors import DomainError, ForbiddenError
 from tenants.models import scope_of
+from tenants.scope import Actor
 
 
 def invalid_field(field: str, message: str, code: str = "invalid") -> DomainError:
@@ -14,7 +13,7 @@ def invalid_field(field: str, message: str, code: str = "invalid") -> DomainErro
     return DomainError(code, message, fields={field: message})
 
 
-def require_decider(actor: Any, request: GpuRequest) -> None:
+def require_decider(actor: Actor, request: GpuRequest) -> None:
     """Only the team's lead (or a platform admin) decides on a team's request."""
     if not scope_of(actor).is_lead_of(request.team_id):
         raise ForbiddenError("forbidden", "Only the team's lead may approve or reject requests.")

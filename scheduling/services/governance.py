@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any
 
 from django.db import transaction
 from django.utils import timezone
@@ -16,6 +15,7 @@ from scheduling.services.common import invalid_field, require_decider
 from scheduling.services.lifecycle import record_request_event
 from scheduling.services.notifications import notify
 from tenants.errors import ConflictError, ForbiddenError
+from tenants.scope import Actor
 
 
 def _require_live(request: GpuRequest, what: str) -> None:
@@ -28,7 +28,7 @@ def _require_live(request: GpuRequest, what: str) -> None:
 
 
 @transaction.atomic
-def ask_lead(*, actor: Any, request: GpuRequest, about: str, reason: str) -> GpuRequest:
+def ask_lead(*, actor: Actor, request: GpuRequest, about: str, reason: str) -> GpuRequest:
     """The owner asks the team lead for an idle exemption or a longer runtime."""
     if request.owner_id != actor.pk:
         raise ForbiddenError("forbidden", "Only the owner asks for this request.")
@@ -53,7 +53,7 @@ def ask_lead(*, actor: Any, request: GpuRequest, about: str, reason: str) -> Gpu
 
 @transaction.atomic
 def grant_idle_exemption(
-    *, actor: Any, request: GpuRequest, hours: int, comment: str = ""
+    *, actor: Actor, request: GpuRequest, hours: int, comment: str = ""
 ) -> GpuRequest:
     """The lead keeps idle work from being reclaimed for a while (e.g. a debugging session)."""
     require_decider(actor, request)
@@ -79,7 +79,7 @@ def grant_idle_exemption(
 
 @transaction.atomic
 def extend_runtime(
-    *, actor: Any, request: GpuRequest, seconds: int, comment: str = ""
+    *, actor: Actor, request: GpuRequest, seconds: int, comment: str = ""
 ) -> GpuRequest:
     """The lead gives running work more time, up to twice the tier's maximum in all."""
     require_decider(actor, request)

@@ -22,6 +22,7 @@ from scheduling.models import Allocation, GpuRequest
 from scheduling.services.notifications import settle_approval_notices
 from tenants.errors import ConflictError
 from tenants.models import AuditEvent
+from tenants.scope import Actor
 from tenants.services import record_audit_event
 
 TIMESTAMP_OF_STATUS: dict[str, str] = {
@@ -37,7 +38,7 @@ NEXT_CYCLE_REASON = "Waiting for the scheduler's next cycle (every few seconds).
 
 
 def transition(
-    request: GpuRequest, to: str, *, actor: Any, reason: str = "", **fields: Any
+    request: GpuRequest, to: str, *, actor: Actor | None, reason: str = "", **fields: Any
 ) -> bool:
     """Move `request` to status `to`; True if it moved, False if it was already there.
 
@@ -50,7 +51,7 @@ def transition(
 class Move:
     to: str
     reason: str = ""
-    actor: Any = None
+    actor: Actor | None = None
 
 
 def transition_through(request: GpuRequest, moves: Sequence[Move], **fields: Any) -> bool:
@@ -176,7 +177,7 @@ def create_through(
     request: GpuRequest,
     moves: Sequence[Move] = (),
     *,
-    actor: Any,
+    actor: Actor,
     data: dict[str, Any] | None = None,
     **fields: Any,
 ) -> None:
@@ -244,7 +245,7 @@ def _move_events(request: GpuRequest, initial: str, moves: Sequence[Move]) -> li
 def record_request_event(
     request: GpuRequest,
     *,
-    actor: Any,
+    actor: Actor | None,
     action: str,
     message: str = "",
     data: dict[str, Any] | None = None,

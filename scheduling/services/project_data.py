@@ -27,6 +27,7 @@ from scheduling.sealing import seal
 from scheduling.services.common import invalid_field
 from tenants.errors import DomainError, ForbiddenError
 from tenants.models import Project, Team, scope_of
+from tenants.scope import Actor
 from tenants.services import record_audit_event, require_platform_admin, save_valid
 
 SECRET_KEY_NAME = re.compile(r"^[-._a-zA-Z0-9]{1,253}$")
@@ -37,12 +38,12 @@ REGISTRY_KEY = ".dockerconfigjson"
 REGISTRY_HOST = re.compile(r"^(https?://)?[A-Za-z0-9.-]+(:[0-9]{1,5})?(/[A-Za-z0-9._/-]*)?$")
 
 
-def _require_lead(actor: Any, team: Team, what: str) -> None:
+def _require_lead(actor: Actor, team: Team, what: str) -> None:
     if not scope_of(actor).is_lead_of(team.pk):
         raise ForbiddenError("forbidden", f"Only the team's lead or a platform admin may {what}.")
 
 
-def _audit(actor: Any, action: str, target: Any, project: Project, data: dict[str, Any]) -> None:
+def _audit(actor: Actor, action: str, target: Any, project: Project, data: dict[str, Any]) -> None:
     record_audit_event(
         actor=actor, action=action, target=target, team=project.team, project=project, data=data
     )
@@ -77,7 +78,7 @@ def _check_storage(*, team: Team, field: str, wanted_gib: int, used_gib: int) ->
 
 
 @transaction.atomic
-def set_storage_quota(*, actor: Any, team: Team, limit_gib: int) -> StorageQuota:
+def set_storage_quota(*, actor: Actor, team: Team, limit_gib: int) -> StorageQuota:
     """Set how many GiB a team's projects may claim (platform admins)."""
     require_platform_admin(actor, "set storage quotas")
     quota, _ = StorageQuota.objects.get_or_create(team=team)
@@ -95,7 +96,7 @@ def set_storage_quota(*, actor: Any, team: Team, limit_gib: int) -> StorageQuota
 
 
 @transaction.atomic
-def delete_storage_quota(*, actor: Any, quota: StorageQuota) -> None:
+def delete_storage_quota(*, actor: Actor, quota: StorageQuota) -> None:
     require_platform_admin(actor, "remove storage quotas")
     record_audit_event(
         actor=actor,
@@ -118,7 +119,7 @@ def _validate_storage_class(storage_class: str) -> None:
 @transaction.atomic
 def create_workspace(
     *,
-    actor: Any,
+    actor: Actor,
     project: Project,
     size_gib: int,
     storage_class: str = "",
@@ -152,7 +153,7 @@ def create_workspace(
 @transaction.atomic
 def update_workspace(
     *,
-    actor: Any,
+    actor: Actor,
     workspace: ProjectWorkspace,
     size_gib: int | None = None,
     home_size_gib: int | None = None,
@@ -199,7 +200,7 @@ def update_workspace(
 
 
 @transaction.atomic
-def delete_workspace(*, actor: Any, workspace: ProjectWorkspace) -> None:
+def delete_workspace(*, actor: Actor, workspace: ProjectWorkspace) -> None:
     """Drop the workspace and its home volumes; the cluster deletes the claims (and so the
     data, as the storage class's reclaim policy says) once no pod uses them."""
     project = workspace.project
@@ -267,7 +268,7 @@ def _validated_values(
 @transaction.atomic
 def create_project_secret(
     *,
-    actor: Any,
+    actor: Actor,
     project: Project,
     name: str,
     kind: str = SecretKind.GENERIC,
@@ -299,7 +300,7 @@ def create_project_secret(
 @transaction.atomic
 def update_project_secret(
     *,
-    actor: Any,
+    actor: Actor,
     secret: ProjectSecret,
     data: dict[str, str] | None = None,
     registry: str | None = None,
@@ -337,7 +338,7 @@ def update_project_secret(
 
 
 @transaction.atomic
-def delete_project_secret(*, actor: Any, secret: ProjectSecret) -> None:
+def delete_project_secret(*, actor: Actor, secret: ProjectSecret) -> None:
     """Forget the secret and delete the cluster's copy; running pods keep what they read."""
     project = secret.project
     _require_lead(actor, project.team, "delete project secrets")

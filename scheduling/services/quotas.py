@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from django.db import transaction
 
 from scheduling import dispatch
@@ -11,10 +9,11 @@ from scheduling.models import Flavor, Quota
 from scheduling.services.common import invalid_field
 from tenants.errors import ConflictError, ForbiddenError
 from tenants.models import Project, Team, scope_of
+from tenants.scope import Actor
 from tenants.services import record_audit_event
 
 
-def _require_quota_setter(actor: Any, team: Team, project: Project | None) -> None:
+def _require_quota_setter(actor: Actor, team: Team, project: Project | None) -> None:
     scope = scope_of(actor)
     if project is None and not scope.is_platform_admin:
         raise ForbiddenError("forbidden", "Only platform admins set team quotas.")
@@ -57,7 +56,7 @@ def _check_team_covers_projects(*, team: Team, flavor: Flavor, quota: Quota) -> 
 @transaction.atomic
 def set_quota(
     *,
-    actor: Any,
+    actor: Actor,
     team: Team,
     flavor: Flavor,
     guaranteed: int,
@@ -97,7 +96,7 @@ def set_quota(
 
 
 @transaction.atomic
-def delete_quota(*, actor: Any, quota: Quota) -> None:
+def delete_quota(*, actor: Actor, quota: Quota) -> None:
     _require_quota_setter(actor, quota.team, quota.project)
     if (
         quota.project is None

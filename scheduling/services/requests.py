@@ -53,6 +53,8 @@ from scheduling.services.notifications import notify
 from scheduling.services.project_data import ensure_home_volume, validate_secret_env
 from tenants.errors import ConflictError, ForbiddenError
 from tenants.models import Project, scope_of
+from tenants.scope import Actor
+from tenants.services.organisation import signed_in_user
 
 IMAGE_REFERENCE = re.compile(
     r"^(?:(?:[a-zA-Z0-9-]+\.)*[a-zA-Z0-9-]+(?::[0-9]+)?/)?"
@@ -245,7 +247,7 @@ class SubmissionOutlook:
 
 
 def preview_submission(
-    *, actor: Any, project: Project, flavor: Flavor, gpu_count: int, priority: str
+    *, actor: Actor, project: Project, flavor: Flavor, gpu_count: int, priority: str
 ) -> SubmissionOutlook:
     """The same approval rule and policies as `submit_gpu_request`, read without writing."""
     standing = quota_standing(project=project, flavor=flavor)
@@ -269,7 +271,7 @@ def preview_submission(
 @transaction.atomic
 def submit_gpu_request(
     *,
-    actor: Any,
+    actor: Actor,
     project: Project,
     flavor: Flavor,
     gpu_count: int,
@@ -374,7 +376,7 @@ def submit_gpu_request(
     request = GpuRequest(
         project=project,
         team=project.team,
-        owner=actor,
+        owner=signed_in_user(actor),
         flavor=flavor,
         name=name.strip(),
         gpu_count=gpu_count,
@@ -436,14 +438,14 @@ def submit_gpu_request(
     return request
 
 
-def _approval_moves(*, actor: Any, reason: str) -> list[Move]:
+def _approval_moves(*, actor: Actor | None, reason: str) -> list[Move]:
     return [
         Move(RequestStatus.APPROVED, reason, actor),
         Move(RequestStatus.QUEUED, "Waiting for the scheduler."),
     ]
 
 
-def _approve(request: GpuRequest, *, actor: Any, reason: str, comment: str = "") -> None:
+def _approve(request: GpuRequest, *, actor: Actor, reason: str, comment: str = "") -> None:
     """Approve and queue; the caller holds the quota lock and has checked the limit."""
     transition_through(
         request,
@@ -467,7 +469,7 @@ def _announce_approval(
 
 
 @transaction.atomic
-def approve_gpu_request(*, actor: Any, request: GpuRequest, comment: str = "") -> GpuRequest:
+def approve_gpu_request(*, actor: Actor, request: GpuRequest, comment: str = "") -> GpuRequest:
     """A lead's approval; refused (409) if it would take the project past its quota limit."""
     require_decider(actor, request)
     request = GpuRequest.objects.select_for_update().get(pk=request.pk)
@@ -492,7 +494,7 @@ def approve_gpu_request(*, actor: Any, request: GpuRequest, comment: str = "") -
 
 
 @transaction.atomic
-def reject_gpu_request(*, actor: Any, request: GpuRequest, comment: str) -> GpuRequest:
+def reject_gpu_request(*, actor: Actor, request: GpuRequest, comment: str) -> GpuRequest:
     require_decider(actor, request)
     if not comment.strip():
         raise invalid_field("comment", "Say why the request is rejected.")
@@ -514,7 +516,7 @@ def reject_gpu_request(*, actor: Any, request: GpuRequest, comment: str) -> GpuR
 
 
 @transaction.atomic
-def cancel_gpu_request(*, actor: Any, request: GpuRequest, reason: str = "") -> GpuRequest:
+def cancel_gpu_request(*, actor: Actor, request: GpuRequest, reason: str = "") -> GpuRequest:
     """The owner (or their lead) withdraws a request; a cancelled one stays cancelled."""
     scope = scope_of(actor)
     if request.owner_id != actor.pk and not scope.is_lead_of(request.team_id):
@@ -561,7 +563,7 @@ def expire_stale_approvals(*, now: Any = None) -> int:
 
 
 @transaction.atomic
-def approve_when_quota_frees(*, actor: Any, request: GpuRequest, comment: str = "") -> GpuRequest:
+def approve_when_quota_frees(*, actor: Actor, request: GpuRequest, comment: str = "") -> GpuRequest:
     """A lead's approval of a request its quota cannot hold yet: approved at once if it fits,
     else it stays pending, marked, and `approve_deferred_requests` approves it (as this lead)
     as soon as the team's work frees enough quota. The quota limit is never passed."""
@@ -606,7 +608,7 @@ def approve_deferred_requests() -> int:
 
 
 @transaction.atomic
-def resume_gpu_request(*, actor: Any, request: GpuRequest) -> GpuRequest:
+def resume_gpu_request(*, actor: Actor, request: GpuRequest) -> GpuRequest:
     """A reclaimed notebook or service goes back to the queue with the same settings."""
     scope = scope_of(actor)
     if request.owner_id != actor.pk and not scope.is_lead_of(request.team_id):

@@ -16,6 +16,7 @@ from scheduling.services.common import invalid_field
 from scheduling.services.requests import submit_gpu_request
 from tenants.errors import ConflictError, ForbiddenError
 from tenants.models import Team, scope_of
+from tenants.scope import Actor
 from tenants.services import (
     apply_changes,
     audit_value,
@@ -23,11 +24,12 @@ from tenants.services import (
     record_audit_event,
     save_valid,
 )
+from tenants.services.organisation import signed_in_user
 
 TEMPLATE_FIELDS = frozenset({"name", "description", *REQUEST_BODY_FIELDS})
 
 
-def _require_writer(actor: Any, *, team: Team, is_shared: bool, owner_id: int | None) -> None:
+def _require_writer(actor: Actor, *, team: Team, is_shared: bool, owner_id: int | None) -> None:
     """Shared templates are the lead's to write; personal ones their owner's (members only)."""
     scope = scope_of(actor)
     if scope.is_platform_admin:
@@ -44,7 +46,7 @@ def _require_writer(actor: Any, *, team: Team, is_shared: bool, owner_id: int | 
         raise ForbiddenError("forbidden", "Only its owner may change a personal template.")
 
 
-def _audit(actor: Any, action: str, template: RequestTemplate, data: dict[str, Any]) -> None:
+def _audit(actor: Actor, action: str, template: RequestTemplate, data: dict[str, Any]) -> None:
     record_audit_event(
         actor=actor,
         action=action,
@@ -57,12 +59,14 @@ def _audit(actor: Any, action: str, template: RequestTemplate, data: dict[str, A
 
 @transaction.atomic
 def create_request_template(
-    *, actor: Any, team: Team, is_shared: bool = False, **fields: Any
+    *, actor: Actor, team: Team, is_shared: bool = False, **fields: Any
 ) -> RequestTemplate:
     """A new template of `team`: the actor's own, or (a lead) shared with the team."""
     known_fields(fields, TEMPLATE_FIELDS)
     _require_writer(actor, team=team, is_shared=is_shared, owner_id=None)
-    template = RequestTemplate(team=team, owner=actor, is_shared=is_shared, **fields)
+    template = RequestTemplate(
+        team=team, owner=signed_in_user(actor), is_shared=is_shared, **fields
+    )
     save_valid(template)
     _audit(actor, "template.created", template, {"fields": audit_value(fields)})
     return template
@@ -70,7 +74,7 @@ def create_request_template(
 
 @transaction.atomic
 def update_request_template(
-    *, actor: Any, template: RequestTemplate, **fields: Any
+    *, actor: Actor, template: RequestTemplate, **fields: Any
 ) -> RequestTemplate:
     """Change a template's body (its team and owner stay); `is_shared` only by the lead."""
     known_fields(fields, TEMPLATE_FIELDS | {"is_shared"})
@@ -86,7 +90,7 @@ def update_request_template(
 
 
 @transaction.atomic
-def delete_request_template(*, actor: Any, template: RequestTemplate) -> None:
+def delete_request_template(*, actor: Actor, template: RequestTemplate) -> None:
     _require_writer(
         actor, team=template.team, is_shared=template.is_shared, owner_id=template.owner_id
     )
@@ -109,7 +113,7 @@ def template_body_of(template: RequestTemplate) -> dict[str, Any]:
 
 
 def save_request_as_template(
-    *, actor: Any, request: GpuRequest, name: str, is_shared: bool = False
+    *, actor: Actor, request: GpuRequest, name: str, is_shared: bool = False
 ) -> RequestTemplate:
     """A new template of the request's team from the request's body (its project aside)."""
     body = {field: getattr(request, field) for field in REQUEST_BODY_FIELDS}
@@ -122,7 +126,7 @@ def save_request_as_template(
     )
 
 
-def resubmit_gpu_request(*, actor: Any, request: GpuRequest) -> GpuRequest:
+def resubmit_gpu_request(*, actor: Actor, request: GpuRequest) -> GpuRequest:
     """Submit a finished request's body again, as `actor`, through the one submit service.
 
     The new request is validated and approved as any other: today's quota, tier and rules.

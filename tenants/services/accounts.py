@@ -7,11 +7,12 @@ from typing import Any
 
 from django.db import transaction
 
+from tenants.scope import Actor
 from tenants.services.organisation import record_audit_event, require_platform_admin
 
 
 @transaction.atomic
-def set_account_active(*, actor: Any | None, user: Any, is_active: bool) -> bool:
+def set_account_active(*, actor: Actor | None, user: Any, is_active: bool) -> bool:
     """Switch the account on or off; True if it changed.
 
     `actor` None is an operator at the command line; a person must be a platform admin.

@@ -32,6 +32,7 @@ from django.utils import timezone
 
 from tenants.choices import ORGANISATION_ROLES, TEAM_ROLES, Role
 from tenants.models import AuditEvent, Membership, OidcIdentity, Team
+from tenants.scope import Actor
 from tenants.services import record_audit_event
 
 logger = logging.getLogger(__name__)
@@ -198,7 +199,7 @@ def update_account_from_claims(*, user: Any, claims: Mapping[str, Any]) -> Any:
 
 
 @transaction.atomic
-def link_identity(*, actor: Any | None, user: Any, subject: ProviderSubject) -> OidcIdentity:
+def link_identity(*, actor: Actor | None, user: Any, subject: ProviderSubject) -> OidcIdentity:
     """Link `subject` to an existing account, so that its sign-ins reach that account.
 
     `actor` None is an operator at the command line. A subject linked to another account is
@@ -224,7 +225,7 @@ def link_identity(*, actor: Any | None, user: Any, subject: ProviderSubject) -> 
 
 
 @transaction.atomic
-def unlink_identity(*, actor: Any | None, user: Any, subject: ProviderSubject) -> bool:
+def unlink_identity(*, actor: Actor | None, user: Any, subject: ProviderSubject) -> bool:
     """Remove the link; the provider's person can no longer sign in as `user`."""
     deleted, _ = OidcIdentity.objects.filter(
         user=user, issuer=subject.issuer, subject=subject.subject

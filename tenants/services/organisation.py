@@ -6,18 +6,20 @@ from functools import partial
 from typing import Any
 
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import User
 from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
 from django.db import IntegrityError, models, transaction
 
 from tenants.choices import ORGANISATION_ROLES, TEAM_ROLES, Role
 from tenants.demo import DemoSeeding
 from tenants.errors import ConflictError, DomainError, ForbiddenError, fields_message
-from tenants.models import AuditEvent, Membership, Project, Team, scope_of
+from tenants.models import AuditEvent, Membership, Project, Team, scope_of, user_of
+from tenants.scope import Actor
 
 
 def record_audit_event(
     *,
-    actor: Any,
+    actor: Actor | None,
     action: str,
     target: Any,
     message: str = "",
@@ -31,7 +33,7 @@ def record_audit_event(
     With `commit=False` the event is returned unsaved, for the caller to insert in bulk.
     """
     event = AuditEvent(
-        actor=actor if actor is not None and getattr(actor, "pk", None) else None,
+        actor=_saved_user(actor),
         action=action,
         # `__class__`, not `type()`: a page's `request.user` is a lazy proxy of the User.
         target_type=target.__class__.__name__,
@@ -46,13 +48,26 @@ def record_audit_event(
     return event
 
 
-def require_platform_admin(actor: Any, what: str) -> None:
+def _saved_user(actor: Actor | None) -> User | None:
+    user = user_of(actor)
+    return user if user is not None and user.pk else None
+
+
+def require_platform_admin(actor: Actor, what: str) -> None:
     """Refuse (403) unless `actor` is a platform admin; `what` ends "Only platform admins may"."""
     if not scope_of(actor).is_platform_admin:
         raise ForbiddenError("forbidden", f"Only platform admins may {what}.")
 
 
-def _require_lead(actor: Any, team: Team, what: str) -> None:
+def signed_in_user(actor: Actor) -> User:
+    """The user behind `actor`, refused (403) for a visitor: what they create is theirs."""
+    user = user_of(actor)
+    if user is None:
+        raise ForbiddenError("forbidden", "Sign in first.")
+    return user
+
+
+def _require_lead(actor: Actor, team: Team, what: str) -> None:
     if not scope_of(actor).is_lead_of(team.pk):
         raise ForbiddenError("forbidden", f"Only the team's lead or a platform admin may {what}.")
 
@@ -138,7 +153,7 @@ def known_fields(fields: dict[str, Any], allowed: frozenset[str]) -> dict[str, A
 
 
 @transaction.atomic
-def create_team(*, actor: Any, **fields: Any) -> Team:
+def create_team(*, actor: Actor, **fields: Any) -> Team:
     """A new team (platform admins): name, slug and description."""
     require_platform_admin(actor, "create teams")
     team = Team(**known_fields(fields, TEAM_FIELDS))
@@ -154,7 +169,7 @@ def create_team(*, actor: Any, **fields: Any) -> Team:
 
 
 @transaction.atomic
-def update_team(*, actor: Any, team: Team, **fields: Any) -> Team:
+def update_team(*, actor: Actor, team: Team, **fields: Any) -> Team:
     require_platform_admin(actor, "change teams")
     changes = apply_changes(team, known_fields(fields, TEAM_FIELDS))
     save_valid(team)
@@ -165,7 +180,7 @@ def update_team(*, actor: Any, team: Team, **fields: Any) -> Team:
 
 
 @transaction.atomic
-def delete_team(*, actor: Any, team: Team) -> None:
+def delete_team(*, actor: Actor, team: Team) -> None:
     """Delete an empty team; one with projects (and so with requests) is refused (409)."""
     require_platform_admin(actor, "delete teams")
     if team.projects.exists():
@@ -175,7 +190,7 @@ def delete_team(*, actor: Any, team: Team) -> None:
 
 
 @transaction.atomic
-def create_project(*, actor: Any, team: Team, **fields: Any) -> Project:
+def create_project(*, actor: Actor, team: Team, **fields: Any) -> Project:
     """A new project of `team` (its lead or a platform admin): name, slug and description."""
     _require_lead(actor, team, "create projects")
     project = Project(team=team, **known_fields(fields, PROJECT_FIELDS))
@@ -192,7 +207,7 @@ def create_project(*, actor: Any, team: Team, **fields: Any) -> Project:
 
 
 @transaction.atomic
-def update_project(*, actor: Any, project: Project, **fields: Any) -> Project:
+def update_project(*, actor: Actor, project: Project, **fields: Any) -> Project:
     _require_lead(actor, project.team, "change projects")
     if "team" in fields and fields["team"] != project.team:
         raise DomainError(
@@ -213,7 +228,7 @@ def update_project(*, actor: Any, project: Project, **fields: Any) -> Project:
 
 
 @transaction.atomic
-def delete_project(*, actor: Any, project: Project) -> None:
+def delete_project(*, actor: Actor, project: Project) -> None:
     """Delete a project without requests or usage (its quotas go with it); else a 409."""
     _require_lead(actor, project.team, "delete projects")
     record_audit_event(
@@ -248,7 +263,7 @@ def _check_role_fits_team(role: str, team: Team | None) -> None:
 
 
 @transaction.atomic
-def add_membership(*, actor: Any, team: Team | None, user: Any, role: str) -> Membership:
+def add_membership(*, actor: Actor, team: Team | None, user: Any, role: str) -> Membership:
     """Give `user` a role; team leads manage their own team, platform admins everything."""
     _check_role_fits_team(role, team)
     if team is None:
@@ -273,7 +288,7 @@ def add_membership(*, actor: Any, team: Team | None, user: Any, role: str) -> Me
 
 
 @transaction.atomic
-def change_membership_role(*, actor: Any, membership: Membership, role: str) -> Membership:
+def change_membership_role(*, actor: Actor, membership: Membership, role: str) -> Membership:
     _check_role_fits_team(role, membership.team)
     if membership.team is None:
         require_platform_admin(actor, "change organisation roles")
@@ -293,7 +308,7 @@ def change_membership_role(*, actor: Any, membership: Membership, role: str) -> 
 
 
 @transaction.atomic
-def remove_membership(*, actor: Any, membership: Membership) -> None:
+def remove_membership(*, actor: Actor, membership: Membership) -> None:
     if membership.team is None:
         require_platform_admin(actor, "revoke organisation roles")
     else:

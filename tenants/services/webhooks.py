@@ -13,6 +13,7 @@ from django.db import transaction
 
 from tenants.choices import WebhookFormat
 from tenants.models import Webhook
+from tenants.scope import Actor
 from tenants.services.organisation import (
     apply_changes,
     known_fields,
@@ -38,7 +39,7 @@ def _audit_data(webhook: Webhook) -> dict[str, Any]:
 
 
 @transaction.atomic
-def create_webhook(*, actor: Any, **fields: Any) -> Webhook:
+def create_webhook(*, actor: Actor, **fields: Any) -> Webhook:
     require_platform_admin(actor, "register webhooks")
     webhook = Webhook(**known_fields(fields, WEBHOOK_FIELDS))
     save_valid(webhook)
@@ -53,7 +54,7 @@ def create_webhook(*, actor: Any, **fields: Any) -> Webhook:
 
 
 @transaction.atomic
-def update_webhook(*, actor: Any, webhook: Webhook, **fields: Any) -> Webhook:
+def update_webhook(*, actor: Actor, webhook: Webhook, **fields: Any) -> Webhook:
     require_platform_admin(actor, "change webhooks")
     changed = apply_changes(webhook, known_fields(fields, WEBHOOK_FIELDS))
     save_valid(webhook)
@@ -70,7 +71,7 @@ def update_webhook(*, actor: Any, webhook: Webhook, **fields: Any) -> Webhook:
 
 
 @transaction.atomic
-def delete_webhook(*, actor: Any, webhook: Webhook) -> None:
+def delete_webhook(*, actor: Actor, webhook: Webhook) -> None:
     require_platform_admin(actor, "delete webhooks")
     record_audit_event(
         actor=actor,

@@ -6,6 +6,7 @@ from typing import Any
 
 from scheduling.models import Cluster
 from scheduling.services.clusters import register_cluster
+from tenants.scope import Actor
 
 TOKEN = "s3cr3t-token-never-shown"
 
@@ -33,7 +34,7 @@ def kubeconfig_text(server: str = "https://gpu-east.example:6443", *, token: str
     )
 
 
-def make_cluster(actor: Any, slug: str = "east", **fields: Any) -> Cluster:
+def make_cluster(actor: Actor, slug: str = "east", **fields: Any) -> Cluster:
     """A registered cluster, by `actor` (a platform admin)."""
     return register_cluster(
         actor=actor,
