@@ -25,7 +25,12 @@ from accounting.forms import (
     unit_choices,
 )
 from accounting.models import Budget, Statement
-from accounting.selectors import (
+from accounting.selectors.budgets import percent_used, spent_of, with_burn
+from accounting.selectors.efficiency import request_efficiency
+from accounting.selectors.inbox import lead_inbox
+from accounting.selectors.reports import GROUP_CHOICES, MAX_MONTHS, build_report, default_range
+from accounting.selectors.sharing import pool_sharing, require_sharing_reader, sharing_period
+from accounting.selectors.usage import (
     OWN,
     UsageQuery,
     current_month,
@@ -33,11 +38,6 @@ from accounting.selectors import (
     report_reach,
     request_cost,
 )
-from accounting.selectors.budgets import percent_used, spent_of, with_burn
-from accounting.selectors.efficiency import request_efficiency
-from accounting.selectors.inbox import lead_inbox
-from accounting.selectors.reports import GROUP_CHOICES, MAX_MONTHS, build_report, default_range
-from accounting.selectors.sharing import pool_sharing, require_sharing_reader, sharing_period
 from accounting.services.budgets import create_budget, delete_budget, update_budget
 from accounting.sharing_report import Thresholds
 from scheduling.models import Flavor, GpuRequest

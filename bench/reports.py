@@ -185,7 +185,7 @@ def main() -> None:
 
     from django.db import connection
 
-    from accounting.selectors import UsageQuery, usage_rows
+    from accounting.selectors.usage import UsageQuery, usage_rows
 
     with connection.cursor() as cursor:
         # Bulk ingest depends on the server's memory and WAL settings (docs/operations.md).

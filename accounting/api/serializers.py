@@ -10,9 +10,9 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from accounting.models import Budget, Price, Statement, StatementLine
-from accounting.selectors import GROUP_KEYS, UsageQuery, current_month
 from accounting.selectors.budgets import percent_used, spent_of
 from accounting.selectors.efficiency import EFFICIENCY_KEYS
+from accounting.selectors.usage import GROUP_KEYS, UsageQuery, current_month
 from scheduling.models import Flavor
 from tenants.api.base import ScopedPrimaryKeyRelatedField
 from tenants.models import Project, Team

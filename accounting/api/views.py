@@ -31,9 +31,9 @@ from accounting.api.serializers import (
 )
 from accounting.exports import XLSX_CONTENT_TYPE, rows_to_csv, rows_to_xlsx
 from accounting.models import Budget, Price, Statement
-from accounting.selectors import UsageQuery, chargeback, check_filters, totals, usage_rows
 from accounting.selectors.budgets import with_burn
 from accounting.selectors.efficiency import efficiency_rows, request_efficiency
+from accounting.selectors.usage import UsageQuery, chargeback, check_filters, totals, usage_rows
 from accounting.services import (
     create_budget,
     create_price,

@@ -26,7 +26,7 @@ from django.db.models.functions import Coalesce
 
 from accounting.choices import POLICY_STRICTNESS, BudgetUnit
 from accounting.models import Budget, MonthlyUsage
-from accounting.selectors import current_month
+from accounting.selectors.usage import current_month
 from tenants.models import Project
 
 AMOUNT: DecimalField[Decimal, Decimal] = DecimalField(max_digits=18, decimal_places=6)

@@ -13,9 +13,9 @@ from django.utils import timezone
 from accounting.choices import BudgetUnit
 from accounting.models import Budget, DailyUsage
 from accounting.periods import billing_zone, month_bounds, next_month
-from accounting.selectors import UsageQuery, chargeback, current_month, totals, usage_rows
 from accounting.selectors.budgets import spent_of, with_burn
 from accounting.selectors.efficiency import efficiency_rows
+from accounting.selectors.usage import UsageQuery, chargeback, current_month, totals, usage_rows
 from scheduling.choices import COMMITTED_STATUSES, RequestStatus
 from scheduling.models import Allocation, GpuDevice, GpuRequest, NodePool, Quota
 from scheduling.selectors import (

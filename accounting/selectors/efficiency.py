@@ -19,7 +19,7 @@ from django.utils import timezone
 
 from accounting.models import Price
 from accounting.rightsizing import FlavorOption, RunProfile, Suggestion, suggest_smaller_flavor
-from accounting.selectors import ALL, OWN, report_reach
+from accounting.selectors.usage import ALL, OWN, report_reach
 from scheduling.choices import FINISHED_STATUSES
 from scheduling.models import Allocation, Flavor, GpuRequest
 from tenants.models import scope_of

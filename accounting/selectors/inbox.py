@@ -14,7 +14,7 @@ from typing import Any
 from django.conf import settings
 
 from accounting.models import Price
-from accounting.selectors import price_in_force
+from accounting.selectors.usage import price_in_force
 from scheduling.models import GpuRequest
 from scheduling.selectors import (
     QuotaImpact,

@@ -9,7 +9,7 @@ from decimal import Decimal
 from typing import Any
 from urllib.parse import urlencode
 
-from accounting.selectors import (
+from accounting.selectors.usage import (
     OWN,
     UsageQuery,
     chargeback,

@@ -18,8 +18,8 @@ from django.db import IntegrityError, transaction
 
 from accounting.choices import ALERT_THRESHOLDS_PERCENT, BudgetUnit, OverBudgetPolicy
 from accounting.models import Budget, BudgetAlert
-from accounting.selectors import current_month
 from accounting.selectors.budgets import exhausted_policy, spent_of, with_burn
+from accounting.selectors.usage import current_month
 from scheduling.services.notifications import notify
 from scheduling.services.requests import SubmissionAdjustment
 from tenants.choices import Role

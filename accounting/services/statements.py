@@ -17,7 +17,7 @@ from django.db import transaction
 from django.db.models import Sum
 
 from accounting.models import MonthlyUsage, Statement, StatementLine
-from accounting.selectors import current_month
+from accounting.selectors.usage import current_month
 from tenants.errors import ConflictError, ForbiddenError
 from tenants.models import Team, scope_of
 from tenants.scope import Actor

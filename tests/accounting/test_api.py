@@ -13,7 +13,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from accounting.periods import billing_zone, month_bounds
-from accounting.selectors import current_month
+from accounting.selectors.usage import current_month
 from accounting.services import meter_usage
 from tests.accounting.factories import make_allocation, make_request, set_price
 from tests.scheduling.conftest import Fleet

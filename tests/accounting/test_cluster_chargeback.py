@@ -11,7 +11,7 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from accounting.selectors import UsageQuery, chargeback
+from accounting.selectors.usage import UsageQuery, chargeback
 from accounting.services import meter_usage
 from scheduling.models import Cluster, NodePool, local_cluster_id
 from tests.accounting.factories import make_allocation, make_request, set_price

@@ -14,7 +14,7 @@ from django.core.management import CommandError, call_command
 from django.db.models import Sum
 
 from accounting.models import DailyUsage, MonthlyUsage, TeamMonthlyUsage, UsageRecord
-from accounting.selectors import UsageQuery, usage_rows
+from accounting.selectors.usage import UsageQuery, usage_rows
 from accounting.services import USAGE_COLUMNS
 from tests.scheduling.conftest import Fleet
 from tests.support.personas import Org

@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from accounting.models import DailyUsage, MonthlyUsage, TeamMonthlyUsage, UsageRecord
-from accounting.selectors import UsageQuery, usage_rows
+from accounting.selectors.usage import UsageQuery, usage_rows
 from accounting.services import ingest_usage, ingest_usage_csv, meter_usage
 from tenants.errors import DomainError
 from tests.accounting.factories import make_allocation, make_request, set_price

@@ -15,7 +15,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from accounting.models import BudgetAlert, Statement, UsageRecord
-from accounting.selectors import current_month
+from accounting.selectors.usage import current_month
 from portal.demo_history import HISTORY_MARKER
 from scheduling.choices import FlavorKind, RequestStatus, WorkloadKind
 from scheduling.models import Allocation, GpuRequest, UtilisationSample

@@ -17,7 +17,7 @@ from typing import Any
 
 from django.utils import timezone
 
-from accounting.selectors import current_month
+from accounting.selectors.usage import current_month
 from scheduling import services
 from scheduling.models import GpuRequest, Tier
 from tests.support.clusters import kubeconfig_text
