@@ -91,6 +91,24 @@ def rank_of(pod: Any) -> int:
     return int(pod.metadata.labels[COMPLETION_INDEX_ANNOTATION])
 
 
+def stop_gang(
+    admin: Admin, backend: Any, request: GpuRequest, namespace: str, service: str, reason: str
+) -> None:
+    """What the termination task does to a requeued gang: its Job, pods and Service go."""
+    execution.terminate_request_workload(
+        request_id=request.pk, attempt=1, reason=reason, backend=backend
+    )
+    eventually(
+        lambda: (
+            not pods_of(admin, namespace, request)
+            and not admin.batch.list_namespaced_job(namespace).items
+        ),
+        what="the gang gone",
+    )
+    services_left = admin.core.list_namespaced_service(namespace).items
+    assert not [s for s in services_left if s.metadata.name == service]
+
+
 def gang_flavor(portal: dict[str, Any]) -> Flavor:
     """A flavor of the gang nodes' pool, with a quota of 4 cards for the project's team."""
     a100 = NodePool.objects.get(slug="a100-training")
@@ -214,19 +232,7 @@ def test_a_two_node_gang_runs_as_one_indexed_job_and_restarts_whole_when_a_rank_
         assert request.status == RequestStatus.QUEUED
         assert "rank 1 on" in request.status_reason
         assert not Allocation.objects.active().filter(request=request).exists()
-        # What the termination task then does: the Job, its pods and the Service go.
-        execution.terminate_request_workload(
-            request_id=request.pk, attempt=1, reason="gang member failed", backend=k8s_backend
-        )
-        eventually(
-            lambda: (
-                not pods_of(k8s_admin, namespace, request)
-                and not k8s_admin.batch.list_namespaced_job(namespace).items
-            ),
-            what="the gang gone",
-        )
-        services_left = k8s_admin.core.list_namespaced_service(namespace).items
-        assert not [s for s in services_left if s.metadata.name == spec.name]
+        stop_gang(k8s_admin, k8s_backend, request, namespace, spec.name, "gang member failed")
 
         # The whole gang runs again: attempt 2, every rank, to completion.
         assert admit(django_capture_on_commit_callbacks) == [(request.pk, 2)]
@@ -302,19 +308,7 @@ def test_a_gang_with_a_rank_no_node_takes_is_stopped_and_requeued_after_the_time
         assert request.status_reason.endswith("; the gang was stopped and requeued")
         event = AuditEvent.objects.get(target_id=str(request.pk), action="gang.not_ready")
         assert "nodes are available" in event.message
-        # What the termination task then does: the Job, its pods and the Service go.
-        execution.terminate_request_workload(
-            request_id=request.pk, attempt=1, reason="gang not ready in time", backend=k8s_backend
-        )
-        eventually(
-            lambda: (
-                not pods_of(k8s_admin, namespace, request)
-                and not k8s_admin.batch.list_namespaced_job(namespace).items
-            ),
-            what="the gang gone",
-        )
-        services_left = k8s_admin.core.list_namespaced_service(namespace).items
-        assert not [s for s in services_left if s.metadata.name == name]
+        stop_gang(k8s_admin, k8s_backend, request, namespace, name, "gang not ready in time")
     finally:
         k8s_admin.core.patch_node(nodes[1], {"spec": {"unschedulable": False}})
         k8s_admin.core.delete_namespace(namespace, _preload_content=False)
