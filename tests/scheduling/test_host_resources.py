@@ -15,9 +15,9 @@ from scheduling.choices import RequestStatus, WorkloadKind
 from scheduling.models import Node
 from scheduling.selectors.snapshot import build_snapshot
 from scheduling.services import cycle
+from tests.runtime.test_inventory import reported
 from tests.scheduling.conftest import Fleet
 from tests.scheduling.helpers import request_body
-from tests.scheduling.test_inventory import reported
 from tests.support.factories import GpuRequestFactory, api_submit
 from tests.support.personas import Org
 
