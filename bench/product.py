@@ -43,6 +43,8 @@ from bench.workload import _random_place as random_place
 from scheduling import engine
 from scheduling.engine.types import MIG_PROFILES, mig_bits
 
+# Every request has one owner: bench.engine_db loads them for its one user, the first row.
+OWNER = "1"
 POOL_LABEL = "gpu-portal/pool"  # scheduling.models.POOL_LABEL
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
 ALL_KINDS = ("job", "notebook", "service")  # scheduling.choices.WorkloadKind
@@ -376,6 +378,8 @@ def _engine_flavor(f: FlavorRow) -> engine.Flavor:
         cores_percent=f.cores_percent if f.kind == "vgpu" else 0,
         mig_profile=f.mig_profile if f.mig_profile in MIG_PROFILES else None,
         gpu_equivalent=float(f.gpu_equivalent),
+        pools=(f.pool,),
+        display_name=f.slug,  # bench.engine_db names each flavor by its slug
     )
 
 
@@ -390,6 +394,7 @@ def engine_request(fleet: Fleet, r: RequestRow) -> engine.Request:
         id=str(r.pk),
         team=fleet.teams[r.team - 1],
         project=PROJECT_SLUG,
+        owner=OWNER,
         flavor=f.slug,
         submitted_at=r.created_at.timestamp(),
         gpu_count=r.gpu_count,
@@ -468,7 +473,10 @@ def snapshot(fleet: Fleet) -> engine.Snapshot:
         ),
         devices=devices,
         flavors=tuple(_engine_flavor(f) for f in fleet.flavors),
-        teams=tuple(engine.Team(name=slug, cohort="organisation") for slug in sorted(fleet.teams)),
+        teams=tuple(
+            engine.Team(name=slug, cohort="organisation", display_name=slug)
+            for slug in sorted(fleet.teams)
+        ),
         quotas=tuple(
             engine.Quota(
                 team=fleet.teams[q.team - 1],
@@ -484,6 +492,7 @@ def snapshot(fleet: Fleet) -> engine.Snapshot:
                 request_id=str(r.pk),
                 team=fleet.teams[r.team - 1],
                 project=PROJECT_SLUG,
+                owner=OWNER,
                 flavor=fleet.flavors[r.flavor - 1].slug,
                 gpu_equivalents=float(r.gpu_equivalent),
                 placement=tuple(
