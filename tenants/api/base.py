@@ -74,6 +74,16 @@ class JsonBooleanField(serializers.BooleanField):
         raise AssertionError  # fail() raises
 
 
+class JsonIntegerField(serializers.IntegerField):
+    """A whole number as JSON writes it: "3", true or 2.5 are a 400 (DRF would take "3" and
+    3.0), as the schema says."""
+
+    def to_internal_value(self, data: Any) -> int:
+        if isinstance(data, bool) or not isinstance(data, int):
+            self.fail("invalid")
+        return int(super().to_internal_value(data))
+
+
 class JsonStringMixin:
     """Text as a JSON string: a number is a 400 (DRF would take 0 for "0"), as the schema says."""
 
