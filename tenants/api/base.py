@@ -75,11 +75,12 @@ class JsonBooleanField(serializers.BooleanField):
 
 
 class JsonIntegerField(serializers.IntegerField):
-    """A whole number as JSON writes it: "3", true or 2.5 are a 400 (DRF would take "3" and
-    3.0), as the schema says."""
+    """A whole number as a JSON number: "3" or true is a 400 (DRF would take "3"), as the
+    schema says; 3.0 is JSON Schema's integer too, 2.5 is not."""
 
     def to_internal_value(self, data: Any) -> int:
-        if isinstance(data, bool) or not isinstance(data, int):
+        whole = isinstance(data, int) or (isinstance(data, float) and data.is_integer())
+        if isinstance(data, bool) or not whole:
             self.fail("invalid")
         return int(super().to_internal_value(data))
 
