@@ -379,17 +379,22 @@ SECTIONS: dict[str, Section] = {
             title="Memberships",
             noun="membership",
             intro="Who holds which role: developer or team lead of a team, finance or platform "
-            "admin of the organisation.",
+            "admin of the organisation; and each team member's weight in the fair share inside "
+            "the team.",
             form=MembershipForm,
             queryset=lambda: Membership.objects.select_related("user", "team"),
             columns=(
                 ("User", lambda membership: membership.user.get_username()),
                 ("Team", lambda membership: membership.team or "Organisation"),
                 ("Role", lambda membership: membership.get_role_display()),
+                (
+                    "Weight",
+                    lambda membership: membership.fair_share_weight if membership.team else "—",
+                ),
             ),
             instance_arg="membership",
             create=tenant_services.add_membership,
-            update=tenant_services.change_membership_role,
+            update=tenant_services.change_membership,
             delete=tenant_services.remove_membership,
         ),
         Section(

@@ -26,7 +26,7 @@ from scheduling.models import (
     local_cluster_id,
 )
 from tenants.errors import DomainError, show_on_form
-from tenants.models import Membership, Project, Team, Webhook
+from tenants.models import FAIR_SHARE_WEIGHT_MAX, Membership, Project, Team, Webhook
 
 
 class ManageForm(forms.ModelForm):
@@ -325,13 +325,30 @@ class _UserChoiceField(forms.ModelChoiceField):
 
 
 class MembershipForm(ManageForm):
-    """A user's role in a team (developer, team lead) or the organisation (no team)."""
+    """A user's role in a team (developer, team lead) or the organisation (no team), and in a
+    team the member's fair-share weight."""
 
     fixed_on_edit = ("user", "team")
 
     user = _UserChoiceField(queryset=get_user_model().objects.order_by("username"))
+    fair_share_weight = forms.IntegerField(
+        label="Fair-share weight",
+        min_value=1,
+        max_value=FAIR_SHARE_WEIGHT_MAX,
+        initial=1,
+        required=False,
+        help_text=(
+            f"1-{FAIR_SHARE_WEIGHT_MAX}; in a team, a member of weight 3 gets three times the "
+            "cards of a member of weight 1 when both have work waiting. Organisation roles "
+            "keep 1; left empty, the weight stays as it is."
+        ),
+    )
+
+    def clean_fair_share_weight(self) -> int:
+        weight: int | None = self.cleaned_data.get("fair_share_weight")
+        return self.instance.fair_share_weight if weight is None else weight
 
     class Meta:
         model = Membership
-        fields = ["user", "team", "role"]
+        fields = ["user", "team", "role", "fair_share_weight"]
         labels = {"team": "Team (empty for an organisation role)"}

@@ -11,7 +11,7 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth.models import AnonymousUser, User
 from django.core.exceptions import ValidationError
-from django.core.validators import URLValidator
+from django.core.validators import MaxValueValidator, MinValueValidator, URLValidator
 from django.db import models
 from django.db.models import Q
 
@@ -103,8 +103,16 @@ class MembershipQuerySet(ScopedQuerySet):
         return self.filter(team_id__in=scope.team_ids)
 
 
+FAIR_SHARE_WEIGHT_MAX = 100
+
+
 class Membership(models.Model):
-    """A user's role: per team (developer, team lead) or for the organisation (finance, admin)."""
+    """A user's role: per team (developer, team lead) or for the organisation (finance, admin).
+
+    A team membership also carries the member's weight in the fair share inside the team: the
+    queue gives a member of weight 3 three times the cards of a member of weight 1 when both
+    wait (scheduling/engine/queue.py).
+    """
 
     user = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships"
@@ -113,6 +121,15 @@ class Membership(models.Model):
         Team, on_delete=models.CASCADE, related_name="memberships", null=True, blank=True
     )
     role = models.CharField(max_length=20, choices=Role.choices)
+    fair_share_weight = models.PositiveSmallIntegerField(
+        default=1,
+        validators=[MinValueValidator(1), MaxValueValidator(FAIR_SHARE_WEIGHT_MAX)],
+        help_text=(
+            f"The member's weight in the fair share inside the team (1-{FAIR_SHARE_WEIGHT_MAX}): "
+            "a member of weight 3 gets three times the cards of a member of weight 1 when "
+            "both have work waiting."
+        ),
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     objects = MembershipQuerySet.as_manager()
@@ -141,6 +158,13 @@ class Membership(models.Model):
                 violation_error_message=(
                     "Developer and team lead roles belong to a team; "
                     "finance and platform admin roles to the organisation."
+                ),
+            ),
+            models.CheckConstraint(
+                condition=Q(fair_share_weight__gte=1, fair_share_weight__lte=FAIR_SHARE_WEIGHT_MAX),
+                name="membership_fair_share_weight_range",
+                violation_error_message=(
+                    f"The fair-share weight is a whole number from 1 to {FAIR_SHARE_WEIGHT_MAX}."
                 ),
             ),
         ]

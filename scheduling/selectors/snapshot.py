@@ -30,7 +30,7 @@ from scheduling.models import (
 )
 from scheduling.selectors.foreign_usage import host_left, subtract_foreign_usage
 from scheduling.selectors.scheduler_modes import handed_to_kueue
-from tenants.models import Team
+from tenants.models import Membership, Team
 
 ENGINE_PRIORITY: dict[str, engine.Priority] = {
     Priority.LOW: engine.Priority.LOW,
@@ -97,6 +97,7 @@ def build_snapshot(*, kueue_clusters: Collection[int] = ()) -> engine.Snapshot:
         devices=_devices(nodes, pool_of_node, allocations, kueue),
         flavors=_flavors(kueue),
         teams=_teams({quota.team for quota in quotas}),
+        members=_members(),
         quotas=quotas,
         allocations=tuple(engine_allocation(row) for row in allocations),
         pending=_pending(kueue),
@@ -286,6 +287,18 @@ def _teams(slugs: set[str]) -> tuple[engine.Team, ...]:
     return tuple(
         engine.Team(name=slug, cohort="organisation", display_name=names.get(slug, ""))
         for slug in sorted(slugs)
+    )
+
+
+def _members() -> tuple[engine.Member, ...]:
+    """The team members whose fair-share weight is not 1 (the engine weighs anyone else 1), by
+    team slug and user id: a request's `owner`."""
+    return tuple(
+        engine.Member(team=team, name=str(user), weight=float(weight))
+        for team, user, weight in Membership.objects.filter(team__isnull=False)
+        .exclude(fair_share_weight=1)
+        .order_by("team__slug", "user_id")
+        .values_list("team__slug", "user_id", "fair_share_weight")
     )
 
 

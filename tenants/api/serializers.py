@@ -6,9 +6,22 @@ from urllib.parse import urlsplit
 from django.contrib.auth import authenticate, get_user_model
 from rest_framework import serializers
 
-from tenants.api.base import FixedOnceCreatedMixin, JsonCharField, ScopedPrimaryKeyRelatedField
+from tenants.api.base import (
+    FixedOnceCreatedMixin,
+    JsonCharField,
+    JsonIntegerField,
+    ScopedPrimaryKeyRelatedField,
+)
 from tenants.choices import Role
-from tenants.models import AuditEvent, Membership, Notification, Project, Team, Webhook
+from tenants.models import (
+    FAIR_SHARE_WEIGHT_MAX,
+    AuditEvent,
+    Membership,
+    Notification,
+    Project,
+    Team,
+    Webhook,
+)
 
 
 class TeamSerializer(serializers.ModelSerializer):
@@ -51,6 +64,9 @@ class TextSlugRelatedField(serializers.SlugRelatedField):
         return super().to_internal_value(data)
 
 
+WEIGHT_RANGE = f"The fair-share weight is a whole number from 1 to {FAIR_SHARE_WEIGHT_MAX}."
+
+
 class MembershipSerializer(FixedOnceCreatedMixin, serializers.ModelSerializer):
     user = TextSlugRelatedField(
         slug_field="username", queryset=get_user_model().objects.filter(is_active=True)
@@ -59,14 +75,25 @@ class MembershipSerializer(FixedOnceCreatedMixin, serializers.ModelSerializer):
         queryset=Team.objects.all(), allow_null=True, required=False, default=None
     )
     role = serializers.ChoiceField(choices=Role.choices)
+    fair_share_weight = JsonIntegerField(
+        min_value=1,
+        max_value=FAIR_SHARE_WEIGHT_MAX,
+        required=False,
+        error_messages=dict.fromkeys(("invalid", "min_value", "max_value"), WEIGHT_RANGE),
+        help_text=(
+            "The member's weight in the fair share inside the team, a whole number from 1 to "
+            f"{FAIR_SHARE_WEIGHT_MAX} (default 1): a member of weight 3 gets three times the "
+            "cards of a member of weight 1 when both have work waiting. Team memberships only."
+        ),
+    )
 
     class Meta:
         model = Membership
-        fields = ["id", "user", "team", "role", "created_at"]
+        fields = ["id", "user", "team", "role", "fair_share_weight", "created_at"]
         read_only_fields = ["id", "created_at"]
         validators: list[Any] = []
 
-    fixed_once_created = ("user", "team")  # who and where; only the role changes
+    fixed_once_created = ("user", "team")  # who and where; the role and the weight change
 
 
 class TokenRequestSerializer(serializers.Serializer):

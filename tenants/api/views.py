@@ -162,10 +162,10 @@ class MembershipViewSet(ScopedModelViewSet):
         )
 
     def perform_update(self, serializer: BaseSerializer) -> None:
-        membership = cast(Membership, serializer.instance)
-        role = serializer.validated_data.get("role", membership.role)
-        serializer.instance = services.change_membership_role(
-            actor=self.request.user, membership=membership, role=role
+        serializer.instance = services.change_membership(
+            actor=self.request.user,
+            membership=cast(Membership, serializer.instance),
+            **serializer.validated_data,
         )
 
     def perform_destroy(self, instance: Membership) -> None:

@@ -302,7 +302,7 @@ def sync_memberships_from_groups(
             membership.role = role
             membership.save(update_fields=["role"])
             events.append(
-                _record(user, membership, "membership.role_changed", previous=previous, role=role)
+                _record(user, membership, "membership.changed", previous=previous, role=role)
             )
     teams_by_pk = {team.pk: team for team in teams.values()}
     for team_pk, role in wanted_team_roles.items():
@@ -318,8 +318,11 @@ def _record(
     user: Any, membership: Membership, action: str, *, role: str, previous: str | None = None
 ) -> AuditEvent:
     """The event the portal's own membership services write, marked as the provider's."""
-    data = {"user": user.get_username(), "source": SOURCE}
-    data |= {"role": str(role)} if previous is None else {"from": previous, "to": str(role)}
+    data: dict[str, Any] = {"user": user.get_username(), "source": SOURCE}
+    if previous is None:
+        data["role"] = str(role)
+    else:
+        data["changes"] = {"role": [previous, str(role)]}
     return record_audit_event(
         actor=None,
         action=action,

@@ -262,10 +262,26 @@ def _check_role_fits_team(role: str, team: Team | None) -> None:
         )
 
 
+def _check_weight_fits_team(weight: int, team: Team | None) -> None:
+    if team is None and weight != 1:
+        raise DomainError(
+            "invalid",
+            "The fair-share weight applies to team memberships only; "
+            "an organisation role keeps weight 1.",
+            fields={
+                "fair_share_weight": "applies to team memberships only; organisation roles keep 1"
+            },
+        )
+
+
 @transaction.atomic
-def add_membership(*, actor: Actor, team: Team | None, user: Any, role: str) -> Membership:
-    """Give `user` a role; team leads manage their own team, platform admins everything."""
+def add_membership(
+    *, actor: Actor, team: Team | None, user: Any, role: str, fair_share_weight: int = 1
+) -> Membership:
+    """Give `user` a role (and, in a team, a fair-share weight); team leads manage their own
+    team, platform admins everything."""
     _check_role_fits_team(role, team)
+    _check_weight_fits_team(fair_share_weight, team)
     if team is None:
         require_platform_admin(actor, "grant organisation roles")
     else:
@@ -275,34 +291,42 @@ def add_membership(*, actor: Actor, team: Team | None, user: Any, role: str) -> 
         existing = existing.filter(role=role)
     if existing.exists():
         raise ConflictError("already_member", f"{user} already has a role here.")
-    membership = Membership(user=user, team=team, role=role)
+    membership = Membership(user=user, team=team, role=role, fair_share_weight=fair_share_weight)
     save_valid(membership)
+    data: dict[str, Any] = {"user": user.get_username(), "role": role}
+    if fair_share_weight != 1:
+        data["fair_share_weight"] = fair_share_weight
     record_audit_event(
-        actor=actor,
-        action="membership.created",
-        target=membership,
-        team=team,
-        data={"user": user.get_username(), "role": role},
+        actor=actor, action="membership.created", target=membership, team=team, data=data
     )
     return membership
 
 
+MEMBERSHIP_FIELDS = frozenset({"role", "fair_share_weight"})
+
+
 @transaction.atomic
-def change_membership_role(*, actor: Actor, membership: Membership, role: str) -> Membership:
-    _check_role_fits_team(role, membership.team)
+def change_membership(*, actor: Actor, membership: Membership, **fields: Any) -> Membership:
+    """Change a membership's role or fair-share weight (user and team are fixed): a team's by
+    its lead or a platform admin, an organisation role's by a platform admin. The audit event
+    `membership.changed` holds each changed field as [before, after]."""
+    fields = known_fields(fields, MEMBERSHIP_FIELDS)
     if membership.team is None:
         require_platform_admin(actor, "change organisation roles")
     else:
-        _require_lead(actor, membership.team, "change roles")
-    previous = membership.role
-    membership.role = role
+        _require_lead(actor, membership.team, "change members' roles and weights")
+    _check_role_fits_team(fields.get("role", membership.role), membership.team)
+    _check_weight_fits_team(
+        fields.get("fair_share_weight", membership.fair_share_weight), membership.team
+    )
+    changes = apply_changes(membership, fields)
     save_valid(membership)
     record_audit_event(
         actor=actor,
-        action="membership.role_changed",
+        action="membership.changed",
         target=membership,
         team=membership.team,
-        data={"changes": {"role": [previous, role]}},
+        data={"user": membership.user.get_username(), "changes": changes},
     )
     return membership
 

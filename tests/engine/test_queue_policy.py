@@ -11,7 +11,10 @@ to the next one (`Request.reserved_start_at`), as the live cycle stores them.  P
 * with priority aging, a low-priority request facing an endless stream of higher-priority work
   starts within (CRITICAL - its priority) aging periods plus twice the longest runtime;
 * inside one team, a member facing another member's 500-job sweep gets half of the team's cards
-  once the running work has turned over (give or take the card one reservation holds).
+  once the running work has turned over (give or take the card one reservation holds);
+* with weighted members who all keep work waiting, the cards are split in proportion to the
+  weights, envy-free up to one card: cycle after cycle, no member's weighted share exceeds
+  another's by more than one of its own cards.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from dataclasses import dataclass, field, replace
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as hs
 
-from scheduling.engine import Allocation, Plan, Policy, Priority, Request, plan
+from scheduling.engine import Allocation, Member, Plan, Policy, Priority, Request, plan
 from scheduling.engine.queue import FairQueue, aged_priority
 
 from .builders import fleet, node, req
@@ -37,6 +40,7 @@ class Loop:
     nodes: list[tuple[int, int]]  # (index, cards)
     policy: Policy
     carry_reservations: bool = True
+    members: tuple[Member, ...] = ()  # fair-share weights inside a team (default 1)
     t: float = 0.0
     pending: dict[str, Request] = field(default_factory=dict)
     running: dict[str, Allocation] = field(default_factory=dict)
@@ -57,7 +61,7 @@ class Loop:
             allocations=self.running.values(),
             pending=self.pending.values(),
         )
-        p = plan(snap, now=self.t, policy=self.policy)
+        p = plan(replace(snap, members=self.members), now=self.t, policy=self.policy)
         for adm in p.admissions:
             r = self.pending.pop(adm.request_id)
             self.started[r.id] = self.t
@@ -315,3 +319,54 @@ def test_team_line_serves_the_member_with_the_lower_share_first() -> None:
     without = FairQueue(reqs, ("priority", "fair_share", "age"), lambda t: 0.0)
     got = without.pop()
     assert got is not None and got.id == "a1"
+
+
+@hs.composite
+def weighted_team_worlds(draw: hs.DrawFn) -> tuple[Loop, dict[str, int], list[Request]]:
+    """One team of 2-4 members with weights 1-5 on 4-16 cards, every member queueing one-card
+    jobs of 5-15 cycles, more than the cards can run within the test's horizon."""
+    nodes = draw(hs.sampled_from([[(0, 4)], [(0, 8)], [(0, 4), (1, 4)], [(0, 8), (1, 8)]]))
+    cards = sum(g for _, g in nodes)
+    names = ["ann", "bob", "cyd", "dee"][: draw(hs.integers(2, 4))]
+    weights = {m: draw(hs.integers(1, 5), label=f"weight of {m}") for m in names}
+    runtimes = [300.0, 600.0, 900.0]
+    per_member = cards * (1 + WEIGHTED_CYCLES * int(CYCLE) // 300) + 1  # never runs dry
+    # Members queue one after the other, in a drawn order: the first one's jobs are the oldest.
+    order = draw(hs.permutations(names))
+    queue = [
+        req(f"{m}{i:03}", owner=m, max_runtime_seconds=draw(hs.sampled_from(runtimes)))
+        for m in order
+        for i in range(per_member)
+    ]
+    # No reservations: a reserved head keeps its cards whoever is furthest below their share
+    # by then (the sweep test above bounds that card); this property is about the queue order.
+    policy = Policy(max_reservations=0)
+    members = tuple(Member("a", m, float(w)) for m, w in weights.items())
+    return Loop(nodes, policy, members=members), weights, queue
+
+
+WEIGHTED_CYCLES = 30
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(weighted_team_worlds())
+def test_weighted_members_shares_converge_envy_free_up_to_one_card(
+    world: tuple[Loop, dict[str, int], list[Request]],
+) -> None:
+    loop, weights, queue = world
+    cards = sum(g for _, g in loop.nodes)
+    for r in queue:
+        loop.submit(r)
+    for _ in range(WEIGHTED_CYCLES):
+        loop.cycle()
+        held = dict.fromkeys(weights, 0.0)
+        for a in loop.running.values():
+            held[a.owner] += a.gpu_equivalents
+        waiting = {r.owner for r in loop.pending.values()}
+        assert waiting == set(weights)  # every member still has work waiting
+        assert sum(held.values()) == cards  # and no card idles
+        share = {m: held[m] / cards / w for m, w in weights.items()}
+        for m, w in weights.items():
+            one_card = 1.0 / cards / w  # one of m's cards, in m's weighted share
+            for other in weights:
+                assert share[m] - share[other] <= one_card + 1e-9, (loop.t, held, weights)

@@ -145,7 +145,7 @@ def test_admin_adds_changes_and_removes_a_membership(org: Org) -> None:
         org.team_a,
         "team_lead",
     )
-    assert _audited("membership.role_changed", membership)
+    assert _audited("membership.changed", membership)
 
     delete = reverse("manage-memberships-delete", kwargs={"pk": membership.pk})
     assert admin.post(delete).status_code == 302
@@ -153,6 +153,55 @@ def test_admin_adds_changes_and_removes_a_membership(org: Org) -> None:
     assert AuditEvent.objects.filter(
         action="membership.deleted", target_id=str(membership.pk)
     ).exists()
+
+
+def test_admin_sets_a_members_fair_share_weight_on_the_membership_page(org: Org) -> None:
+    admin = _client(org.admin)
+    membership = Membership.objects.get(user=org.dev_a)
+    edit = reverse("manage-memberships-edit", kwargs={"pk": membership.pk})
+    assert 'name="fair_share_weight"' in admin.get(edit).content.decode()
+
+    response = admin.post(edit, {"role": "developer", "fair_share_weight": "3"})
+    assert response.status_code == 302
+    membership.refresh_from_db()
+    assert membership.fair_share_weight == 3
+    event = AuditEvent.objects.get(action="membership.changed", target_id=str(membership.pk))
+    assert event.data["changes"] == {"fair_share_weight": [1, 3]}
+    assert event.actor == org.admin
+    listing = admin.get(reverse("manage-memberships")).content.decode()
+    assert "<th" in listing and "Weight" in listing
+
+
+@pytest.mark.parametrize(
+    ("weight", "error"),
+    [
+        ("0", "greater than or equal to 1"),
+        ("101", "less than or equal to 100"),
+        ("2.5", "whole number"),
+        ("lots", "whole number"),
+    ],
+)
+def test_a_weight_outside_1_to_100_is_a_form_error(org: Org, weight: str, error: str) -> None:
+    membership = Membership.objects.get(user=org.dev_a)
+    edit = reverse("manage-memberships-edit", kwargs={"pk": membership.pk})
+    response = _client(org.admin).post(edit, {"role": "developer", "fair_share_weight": weight})
+    assert response.status_code == 400
+    page = response.content.decode()
+    assert 'data-testid="error-fair_share_weight"' in page and error in page
+    membership.refresh_from_db()
+    assert membership.fair_share_weight == 1
+    assert not _audited("membership.changed", membership)
+
+
+def test_an_organisation_role_keeps_weight_1_with_a_form_error(org: Org) -> None:
+    membership = Membership.objects.get(user=org.finance)
+    edit = reverse("manage-memberships-edit", kwargs={"pk": membership.pk})
+    response = _client(org.admin).post(edit, {"role": "finance", "fair_share_weight": "5"})
+    assert response.status_code == 400
+    page = response.content.decode()
+    assert 'data-testid="error-fair_share_weight"' in page and "team memberships only" in page
+    membership.refresh_from_db()
+    assert membership.fair_share_weight == 1
 
 
 @pytest.mark.parametrize("persona", ["dev_a", "lead_a", "finance"])

@@ -222,7 +222,7 @@ WRITES: list[Write] = [
     *crud("members", "lead_a",
           lambda w: {"user": UserFactory.create(username="newcomer").username,
                      "team": w.org.team_a.pk, "role": "developer"},
-          {"role": "team_lead"}),
+          {"role": "team_lead", "fair_share_weight": 3}),
     *crud("project-secrets", "lead_a",
           lambda w: {"project": w.org.project_a.pk, "name": "wandb", "data": {"api-key": "k"}},
           {"data": {"token": "rotated"}}),

@@ -79,7 +79,7 @@ def test_admin_grants_changes_and_revokes_roles_with_audit(org: Org) -> None:
     membership = Membership.objects.get(user=org.dev_b)
     url = reverse("membership-detail", kwargs={"pk": membership.pk})
     assert admin.patch(url, {"role": "team_lead"}, format="json").status_code == 200
-    assert _event("membership.role_changed", membership.pk).data["changes"] == {
+    assert _event("membership.changed", membership.pk).data["changes"] == {
         "role": ["developer", "team_lead"]
     }
     assert admin.delete(url).status_code == 204

@@ -281,12 +281,12 @@ def test_next_sign_in_changes_the_role_and_removes_memberships_whose_group_is_go
     assert get_user_model().objects.get(username="erin").email == "erin@new.example.com"
     events = {(action, team): data for action, team, data in sync_events("erin")[2:]}
     assert events.keys() == {
-        ("membership.role_changed", "vision"),
+        ("membership.changed", "vision"),
         ("membership.deleted", "speech"),
         ("membership.created", None),
     }
-    changed = events["membership.role_changed", "vision"]
-    assert (changed["from"], changed["to"]) == (Role.DEVELOPER, Role.TEAM_LEAD)
+    changed = events["membership.changed", "vision"]
+    assert changed["changes"] == {"role": [Role.DEVELOPER, Role.TEAM_LEAD]}
     assert all(
         event.actor is None for event in AuditEvent.objects.filter(data__source="identity_provider")
     )
