@@ -319,7 +319,10 @@ def _record(
 ) -> AuditEvent:
     """The event the portal's own membership services write, marked as the provider's."""
     data = {"user": user.get_username(), "source": SOURCE}
-    data |= {"role": str(role)} if previous is None else {"from": previous, "to": str(role)}
+    if previous is None:
+        data |= {"role": str(role)}
+    else:
+        data |= {"from": previous, "to": str(role), "changes": {"role": [previous, str(role)]}}
     return record_audit_event(
         actor=None,
         action=action,
