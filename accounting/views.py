@@ -225,7 +225,9 @@ def _line(budget: Budget, *, user: Any) -> BudgetLine:
 
 
 def _budget_for_writing(request: HttpRequest, pk: int) -> Budget:
-    """Another team's budget is 404; one the user sees but may not change is 403."""
+    """Another team's budget is 404, and so is every budget to a role without the budgets
+    page; one the user sees there but may not change is 403."""
+    _require_budget_reader(request.user)
     budget = get_object_or_404(_scoped_budgets(request.user), pk=pk)
     if not scope_of(request.user).is_lead_of(budget.team_id):
         raise PermissionDenied("Only the team's lead or a platform admin may change its budgets.")
@@ -268,7 +270,11 @@ def budgets_page(request: HttpRequest) -> HttpResponse:
 @login_required
 @require_POST
 def budget_create(request: HttpRequest) -> HttpResponse:
-    """Create through `create_budget`; errors come back in the form (HTMX: 200, plain: 400)."""
+    """Create through `create_budget`; errors come back in the form (HTMX: 200, plain: 400).
+
+    A role that cannot see the budgets page gets its 404; one that reads budgets but may not
+    write them (finance) the portal's 403, saying why."""
+    _require_budget_reader(request.user)
     teams = _managed_teams(request.user)
     if not teams.exists():
         raise PermissionDenied("Only team leads and platform admins manage budgets.")

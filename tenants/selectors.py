@@ -8,7 +8,8 @@ from datetime import date
 from typing import Any
 
 from django.apps import apps
-from django.db.models import QuerySet
+from django.core.exceptions import FieldDoesNotExist
+from django.db.models import Field, ForeignObjectRel, QuerySet
 from django.utils.dateparse import parse_date
 
 from tenants.choices import Role
@@ -95,7 +96,7 @@ def active_webhook(*, webhook_id: int) -> Webhook | None:
 
 @dataclass(frozen=True, slots=True)
 class AuditChange:
-    """One field an audited edit changed, its values in words."""
+    """One field an audited edit changed: its name and values in words."""
 
     field: str
     old: str
@@ -112,23 +113,43 @@ class AuditRow:
 
 
 def audit_rows(events: Iterable[AuditEvent]) -> list[AuditRow]:
-    """The page's events with their objects' names (one query per object type, whatever the
-    number of events) and the changed fields of edits, old → new."""
+    """The page's events with their objects' names and the changed fields of edits, old → new,
+    in words: a related object by its name, a choice by its label (one query per object type,
+    whatever the number of events)."""
     events = list(events)
-    labels = _object_labels(events)
+    models = {model.__name__: model for model in apps.get_models()}
+    labels = _object_labels(events, models)
+    pairs = [audit_changes(e.data) for e in events]
+    fields = [
+        {name: _model_field(models.get(e.target_type), name) for name in changed}
+        for e, changed in zip(events, pairs, strict=True)
+    ]
+    names = _related_names(pairs, fields)
     return [
-        AuditRow(e, labels.get((e.target_type, e.target_id), ""), audit_changes(e.data))
-        for e in events
+        AuditRow(
+            e,
+            labels.get((e.target_type, e.target_id), ""),
+            tuple(
+                AuditChange(
+                    _field_words(name, field.get(name)),
+                    _in_words(old, field.get(name), names),
+                    _in_words(new, field.get(name), names),
+                )
+                for name, (old, new) in changed.items()
+            ),
+        )
+        for e, changed, field in zip(events, pairs, fields, strict=True)
     ]
 
 
-def audit_changes(data: Any) -> tuple[AuditChange, ...]:
-    """The fields an event's data says changed: `changes` ({field: [old, new]}), or `before`
-    and `after` (two dicts, or two values of the object as a whole)."""
+def audit_changes(data: Any) -> dict[str, tuple[Any, Any]]:
+    """{field: (old, new)} for the fields an event's data says changed: `changes` (or the older
+    `changed`) as {field: [old, new]}, or `before` and `after` (two dicts, or two values of the
+    object as a whole)."""
     if not isinstance(data, dict):
-        return ()
+        return {}
     pairs: dict[str, tuple[Any, Any]] = {}
-    changes = data.get("changes")
+    changes = data.get("changes", data.get("changed"))
     if isinstance(changes, dict):
         pairs = {
             str(name): (value[0], value[1])
@@ -145,14 +166,69 @@ def audit_changes(data: Any) -> tuple[AuditChange, ...]:
             }
         elif before != after:
             pairs = {"value": (before, after)}
-    return tuple(
-        AuditChange(name, _in_words(old), _in_words(new))
-        for name, (old, new) in pairs.items()
-        if old != new
-    )
+    return {name: (old, new) for name, (old, new) in pairs.items() if old != new}
 
 
-def _in_words(value: Any) -> str:
+def _model_field(model: Any, name: str) -> Field[Any, Any] | ForeignObjectRel | None:
+    if model is None:
+        return None
+    try:
+        return model._meta.get_field(name)
+    except FieldDoesNotExist:
+        return None
+
+
+# A field name's unit said as people write it: "limit_gib" → "Limit (GiB)".
+FIELD_UNITS = (("_gib", "GiB"), ("_mib", "MiB"), ("_seconds", "seconds"), ("_percent", "%"))
+
+
+def _field_words(name: str, field: Any) -> str:
+    """A changed field's name in words: its model's own verbose name when it has one."""
+    words = str(getattr(field, "verbose_name", "") or "")
+    if not words or words == name.replace("_", " "):
+        words = name.removeprefix("is_")
+        for suffix, unit in FIELD_UNITS:
+            if words.endswith(suffix):
+                words = f"{words.removesuffix(suffix)} ({unit})"
+        words = words.replace("_", " ")
+    return words[:1].upper() + words[1:]
+
+
+RelatedNames = dict[tuple[Any, str], str]
+
+
+def _related_names(
+    pairs: list[dict[str, tuple[Any, Any]]], fields: list[dict[str, Any]]
+) -> RelatedNames:
+    """(related model, pk) → the object's name, for every relation an edit changed."""
+    wanted: dict[Any, set[str]] = {}
+    for changed, field in zip(pairs, fields, strict=True):
+        for name, values in changed.items():
+            related = getattr(field.get(name), "related_model", None)
+            if related is None:
+                continue
+            for value in values:
+                for pk in value if isinstance(value, list | tuple) else [value]:
+                    if pk is not None:
+                        wanted.setdefault(related, set()).add(str(pk))
+    names: RelatedNames = {}
+    for related, pks in wanted.items():
+        for obj in related._default_manager.filter(pk__in=[pk for pk in pks if pk.isdigit()]):
+            names[(related, str(obj.pk))] = _name_of(obj)
+    return names
+
+
+def _in_words(value: Any, field: Any = None, names: RelatedNames | None = None) -> str:
+    related = getattr(field, "related_model", None)
+    if related is not None and names is not None:
+        items = value if isinstance(value, list | tuple) else [value]
+        words = [names.get((related, str(pk)), f"#{pk}") for pk in items if pk is not None]
+        if isinstance(value, list | tuple):
+            return ", ".join(words) or "none"
+        return words[0] if words else "—"
+    choices = dict(getattr(field, "flatchoices", None) or ())
+    if value in choices:
+        return str(choices[value])
     if value is None or value == "":
         return "—"
     if isinstance(value, bool):
@@ -162,20 +238,23 @@ def _in_words(value: Any) -> str:
     return str(value)
 
 
-def _object_labels(events: list[AuditEvent]) -> dict[tuple[str, str], str]:
+def _name_of(obj: Any) -> str:
+    name = getattr(obj, "name", None)  # a request's name may be blank: then its number
+    return name if isinstance(name, str) and name else str(obj)
+
+
+def _object_labels(events: list[AuditEvent], models: dict[str, Any]) -> dict[tuple[str, str], str]:
     """(target type, id) → the object's name as people know it ("alice", "A100 pool"); objects
     deleted since are left out."""
     wanted: dict[str, set[int]] = {}
     for event in events:
         if event.target_id.isdigit():
             wanted.setdefault(event.target_type, set()).add(int(event.target_id))
-    models = {model.__name__: model for model in apps.get_models()}
     labels: dict[tuple[str, str], str] = {}
     for target_type, ids in wanted.items():
         model = models.get(target_type)
         if model is None:
             continue
-        for obj in model.objects.filter(pk__in=ids):  # type: ignore[attr-defined]
-            name = getattr(obj, "name", None)  # a request's name may be blank: then its number
-            labels[(target_type, str(obj.pk))] = name if isinstance(name, str) else str(obj)
+        for obj in model._default_manager.filter(pk__in=ids):
+            labels[(target_type, str(obj.pk))] = _name_of(obj)
     return labels

@@ -26,7 +26,7 @@ from tenants.choices import Role
 from tenants.errors import DomainError, ForbiddenError
 from tenants.models import Project, Team, scope_of
 from tenants.scope import Actor
-from tenants.services import record_audit_event
+from tenants.services import apply_changes, record_audit_event
 
 log = logging.getLogger(__name__)
 
@@ -93,8 +93,7 @@ def update_budget(*, actor: Actor, budget: Budget, **changes: Any) -> Budget:
             message = "A budget cannot move; delete it and create another."
             raise DomainError("invalid", message, fields={name: message})
     changes = {k: v for k, v in changes.items() if k in UPDATABLE}
-    for name, value in changes.items():
-        setattr(budget, name, value)
+    changed = apply_changes(budget, changes)
     try:
         with transaction.atomic():
             budget.save(update_fields=[*changes, "updated_at"])
@@ -106,7 +105,7 @@ def update_budget(*, actor: Actor, budget: Budget, **changes: Any) -> Budget:
         target=budget,
         team=budget.team,
         project=budget.project,
-        data={k: str(v) for k, v in changes.items()},
+        data={"changes": changed},
     )
     return budget
 

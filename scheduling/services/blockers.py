@@ -31,6 +31,10 @@ from scheduling.engine import Plan, Snapshot
 from scheduling.engine.blockers import ENGINE_CODES, Blocker, BlockerCode, explain_waits
 from scheduling.models import GpuRequest
 
+# Why a request waits from the moment it is queued until a cycle has looked at it: a queued
+# request always shows a reason, and an earlier cycle's reason is not left over.
+NEXT_CYCLE_REASON = "Waiting for the scheduler's next cycle (every few seconds)."
+
 BUDGET = "budget"
 RETRY_BACKOFF: BlockerCode = "retry_backoff"
 # The codes that belong to each status; any other stored code is left over and not shown.
@@ -78,6 +82,24 @@ def shown_blocker(status: str, blocker: dict[str, Any] | None) -> dict[str, Any]
     if not blocker or blocker.get("code") not in CODES_OF_STATUS.get(status, frozenset()):
         return {}
     return blocker
+
+
+def why_it_waits(gpu_request: GpuRequest) -> str:
+    """The one sentence that says why `gpu_request` has not started, or "" when it does not
+    wait: its blocker's message when it has one for its status, else the engine's (queued) or
+    the lifecycle's (waiting for a lead, for the cluster) last word. Every page that says why a
+    request waits (its page's headline and blocker, the request list, the home page) shows this
+    sentence and no other, so two lines never give two accounts."""
+    blocker = shown_blocker(gpu_request.status, gpu_request.blocker)
+    if blocker.get("message"):
+        return str(blocker["message"])
+    if gpu_request.status == RequestStatus.QUEUED:
+        return gpu_request.waiting_reason or NEXT_CYCLE_REASON
+    if gpu_request.status == RequestStatus.PENDING_APPROVAL:
+        return gpu_request.status_reason or "Waiting for a team lead to approve it."
+    if gpu_request.status in (RequestStatus.ADMITTED, RequestStatus.LAUNCHING):
+        return gpu_request.status_reason if gpu_request.waiting_reason else ""
+    return ""
 
 
 def record_blockers(snapshot: Snapshot, plan: Plan) -> int:

@@ -19,6 +19,7 @@ from django.utils import timezone
 
 from scheduling.choices import FINISHED_STATUSES, TRANSITIONS, RequestStatus
 from scheduling.models import Allocation, GpuRequest
+from scheduling.services.blockers import NEXT_CYCLE_REASON
 from scheduling.services.notifications import settle_approval_notices
 from tenants.errors import ConflictError
 from tenants.models import AuditEvent
@@ -32,9 +33,6 @@ TIMESTAMP_OF_STATUS: dict[str, str] = {
 }
 # A resumed request is running again, not finished.
 CLEARED_BY_STATUS: dict[str, tuple[str, ...]] = {RequestStatus.QUEUED: ("finished_at",)}
-# Why a request waits from the moment it is queued until a cycle has looked at it: a queued
-# request always shows a reason, and an earlier cycle's reason is not left over.
-NEXT_CYCLE_REASON = "Waiting for the scheduler's next cycle (every few seconds)."
 
 
 def transition(

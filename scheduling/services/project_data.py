@@ -90,7 +90,7 @@ def set_storage_quota(*, actor: Actor, team: Team, limit_gib: int) -> StorageQuo
         action="storage_quota.set",
         target=quota,
         team=team,
-        data={"limit_gib": [before, limit_gib]},
+        data={"limit_gib": [before, limit_gib], "changes": {"limit_gib": [before, limit_gib]}},
     )
     return quota
 

@@ -77,6 +77,7 @@ def set_quota(
             team=team, project=project, flavor=flavor
         )
     before = (quota.guaranteed, quota.limit) if quota.pk else None
+    after = (guaranteed, limit)
     quota.guaranteed, quota.limit = guaranteed, limit
     if project is None:
         _check_team_covers_projects(team=team, flavor=flavor, quota=quota)
@@ -89,7 +90,18 @@ def set_quota(
         target=quota,
         team=team,
         project=project,
-        data={"flavor": flavor.pk, "before": before, "after": [guaranteed, limit]},
+        data={
+            "flavor": flavor.pk,
+            "before": before,
+            "after": [guaranteed, limit],
+            "changes": {
+                name: [old, new]
+                for name, old, new in zip(
+                    ("guaranteed", "limit"), before or (None, None), after, strict=True
+                )
+                if old != new
+            },
+        },
     )
     dispatch.request_quota_push(team_id=team.pk, project_id=project.pk if project else None)
     return quota

@@ -320,9 +320,9 @@ def _record(
     """The event the portal's own membership services write, marked as the provider's."""
     data: dict[str, Any] = {"user": user.get_username(), "source": SOURCE}
     if previous is None:
-        data["role"] = str(role)
+        data |= {"role": str(role)}
     else:
-        data["changes"] = {"role": [previous, str(role)]}
+        data |= {"from": previous, "to": str(role), "changes": {"role": [previous, str(role)]}}
     return record_audit_event(
         actor=None,
         action=action,

@@ -65,7 +65,7 @@ def update_webhook(*, actor: Actor, webhook: Webhook, **fields: Any) -> Webhook:
         action="webhook.updated",
         target=webhook,
         message=f"Webhook {webhook.name} changed.",
-        data={"changed": changed, **_audit_data(webhook)},
+        data={"changes": changed, **_audit_data(webhook)},
     )
     return webhook
 

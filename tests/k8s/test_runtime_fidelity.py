@@ -253,8 +253,8 @@ def test_an_unschedulable_reason_reaches_the_request_and_its_page(
     client.force_login(portal["dev"])
     page = client.get(reverse("gpu-request-page", args=[request.pk])).content.decode()
     assert "Insufficient nvidia.com/gpu" in page
-    # The headline says why, not "Creating the workload." (which stays in the history).
-    lead = 'data-testid="status-reason">The cluster&#x27;s scheduler cannot place it yet.</p>'
+    # The headline says why, once, not "Creating the workload." (which stays in the history).
+    lead = 'data-code="cluster">The cluster&#x27;s scheduler cannot place it yet.</p>'
     assert lead in page
 
 

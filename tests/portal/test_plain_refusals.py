@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 from django.test import Client
-from django.urls import reverse
+from django.urls import URLResolver, get_resolver, reverse
 
-from scheduling.models import GpuRequest
+from scheduling.models import GpuRequest, Node, NodePool, Tier
 from scheduling.services import submit_gpu_request
 from tenants.errors import DomainError
 from tests.scheduling.conftest import Fleet
@@ -47,19 +47,75 @@ def test_the_service_refuses_a_name_of_spaces(org: Org, fleet: Fleet) -> None:
     assert not GpuRequest.objects.exists()
 
 
-@pytest.mark.parametrize(
-    "route", ["manage", "manage-pools", "policy-replay-page", "fleet-page", "audit-page"]
-)
-def test_a_page_a_developer_has_no_use_for_is_the_portals_404(org: Org, route: str) -> None:
-    response = _client(org.dev_a).get(reverse(route))
-    assert response.status_code == 404
-    html = response.content.decode()
-    assert "Back to the portal" in html and "Not found" in html
+def _admin_urls() -> list[str]:
+    """Every page only platform admins (or staff) use, with the ids of objects that exist."""
+    urls = [
+        reverse(name)
+        for name in (
+            "audit-page",
+            "fleet-page",
+            "policy-replay-page",
+            "approvals-page",
+            "budgets-page",
+            "statements-page",
+            "sharing-report-page",
+            "manage",
+            "manage-mig-plan",
+        )
+    ]
+    for pattern in get_resolver().url_patterns:
+        if isinstance(pattern, URLResolver) and str(pattern.pattern) == "manage/":
+            for route in pattern.url_patterns:
+                name = getattr(route, "name", None)
+                if name and "<int:pk>" not in str(route.pattern):
+                    urls.append(reverse(name))
+    first = {model: model.objects.order_by("pk").first() for model in (NodePool, Node, Tier)}
+    urls += [
+        reverse("manage-pools-edit", args=[first[NodePool].pk]),
+        reverse("manage-tiers-delete", args=[first[Tier].pk]),
+        reverse("fleet-node-page", args=[first[Node].pk]),
+        reverse("fleet-pool-page", args=[first[NodePool].slug]),
+        "/admin/",
+        "/admin/login/",
+        "/admin/scheduling/",
+        "/admin/auth/user/",
+        f"/admin/scheduling/nodepool/{first[NodePool].pk}/change/",
+        "/admin/scheduling/nodepool/add/",
+    ]
+    return urls
 
 
-def test_a_refused_action_on_a_page_is_the_portals_403(org: Org) -> None:
-    """A developer may see the budgets page but not create one: the portal's page says why."""
+def test_every_admin_page_refused_to_a_developer_is_the_portals_404(org: Org, fleet: Fleet) -> None:
+    client = _client(org.dev_a)
+    urls = _admin_urls()
+    assert len(urls) > 20
+    for url in urls:
+        for response in (client.get(url), client.post(url, {})):
+            assert response.status_code == 404, (url, response.status_code)
+            html = response.content.decode()
+            assert "Back to the portal" in html and "Not found" in html, url
+
+
+def test_a_visitor_is_sent_to_sign_in_at_the_django_admin() -> None:
+    response = Client().get("/admin/")
+    assert response.status_code == 302 and "/admin/login/" in response["Location"]
+
+
+def test_staff_still_read_the_django_admin(org: Org) -> None:
+    org.admin.is_staff = True
+    org.admin.save(update_fields=["is_staff"])
+    assert _client(org.admin).get("/admin/").status_code == 200
+
+
+def test_creating_a_budget_is_the_portals_404_to_a_developer_and_403_to_finance(
+    org: Org,
+) -> None:
+    """The budgets page does not exist for a developer, so neither does its form's action;
+    finance reads budgets but may not write them, and the portal's page says why."""
     response = _client(org.dev_a).post(reverse("budget-create"), {})
+    assert response.status_code == 404
+    assert "Not found" in response.content.decode()
+    response = _client(org.finance).post(reverse("budget-create"), {})
     assert response.status_code == 403
     html = response.content.decode()
     assert "Back to the portal" in html and "Only team leads and platform admins" in html

@@ -3,6 +3,7 @@ portal refuses what Kueue cannot run here yet (notebooks, services)."""
 
 from __future__ import annotations
 
+import html
 import os
 import subprocess
 import sys
@@ -96,8 +97,10 @@ def test_a_request_kueue_holds_shows_its_reason_and_position(
     client = Client()
     client.force_login(org.dev_a)
     page = client.get(reverse("gpu-request-page", args=[request.pk])).content.decode()
-    assert "Waiting: insufficient unused quota · position 2 in the queue" in page
-    assert "insufficient unused quota" in client.get(reverse("home")).content.decode()
+    assert html.escape(kueue_admission.KUEUE_HEADLINE) in page
+    assert "The cluster says: insufficient unused quota · position 2 in the queue" in page
+    home = client.get(reverse("home")).content.decode()
+    assert html.escape(kueue_admission.KUEUE_HEADLINE) in home  # the same one sentence
 
     assert request.waiting_code == "kueue"  # the reclaim's pending timeout leaves it alone
     # Nor does the stuck-request sweeper launch it again, however long Kueue holds it.
