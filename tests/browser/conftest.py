@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import io
 import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from django.contrib.auth import get_user_model
+from django.core.management import call_command
+
+from scheduling.models import GpuRequest
+from scheduling.services.notifications import notify
 
 CHROMIUM = Path("/usr/bin/chromium")
 LAUNCH_ARGS = [
@@ -39,3 +45,35 @@ def browser() -> Iterator[Any]:
         )
         yield chromium
         chromium.close()
+
+
+@pytest.fixture
+def demo(transactional_db: None) -> None:
+    """The seeded demo, with an inbox for each persona (the history writes none)."""
+    call_command("seed_demo", stdout=io.StringIO())
+    users = {user.username: user for user in get_user_model().objects.all()}
+    request = GpuRequest.objects.filter(owner=users["alice"]).order_by("-pk").first()
+    pk = request.pk if request is not None else 1
+    for username, subject, event in (
+        ("bob", f"GPU request {pk} needs your approval", "request.pending_approval"),
+        ("alice", f"GPU request {pk} is idle and will be reclaimed", "reclaim.idle_warning"),
+        ("alice", f"GPU request {pk} approved", "request.approved"),
+        ("root", f"GPU request {pk} was reclaimed", "reclaim.idle"),
+        ("fiona", "Budget of vision at 80 %", "budget.alert"),
+    ):
+        notify(
+            users=[users[username]],
+            subject=subject,
+            body="A long explanation-without-spaces-" + "x" * 80 + " that must wrap on a phone.",
+            event={"type": event, "request": pk, "budget": 1},
+        )
+
+
+@pytest.fixture
+def page_at(browser: Any) -> Iterator[Any]:
+    # The portal's CSP admits only its own nonce'd scripts; axe is injected by the test.
+    context = browser.new_context(bypass_csp=True, viewport={"width": 1280, "height": 900})
+    page = context.new_page()
+    page.set_default_timeout(20_000)
+    yield page
+    context.close()

@@ -5,15 +5,15 @@ The walk starts at the role's home page and follows the links the pages offer (t
 the links inside each page), one page per URL shape (`/requests/12/` and `/requests/13/` are
 one shape), same origin only. It leaves out what is not a portal page: the API docs (Swagger
 UI), the Django admin, downloads and sign-out. On each page, at 1280 px and at 390 px, it
-checks: no serious or critical axe violation, and no sideways scrolling
-(`scrollWidth <= innerWidth`). At 390 px the navigation is collapsed behind its toggler.
+checks: no serious or critical axe violation, no sideways scrolling
+(`scrollWidth <= innerWidth`), and every table laid out for the width: a table at 1280 px,
+a stack of cards at 390 px (no table box scrolls sideways there either). At 390 px the
+navigation is collapsed behind its toggler.
 """
 
 from __future__ import annotations
 
-import io
 import re
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,11 +21,6 @@ from urllib.parse import urlsplit
 
 import pytest
 from django.conf import settings
-from django.contrib.auth import get_user_model
-from django.core.management import call_command
-
-from scheduling.models import GpuRequest
-from scheduling.services.notifications import notify
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -62,6 +57,20 @@ SIDEWAYS = """() => {
     .slice(0, 3).map(e => e.tagName.toLowerCase() + (e.id ? "#" + e.id : "")
       + (e.className && typeof e.className === "string" ? "." + e.className.split(" ")[0] : ""));
 }"""
+# How each table of the page is laid out: its header row's and first body row's display, and
+# whether the box around it scrolls sideways.
+TABLES = """() => Array.from(document.querySelectorAll("main table.table")).map((table, i) => {
+  const row = table.tBodies.length && table.tBodies[0].rows[0];
+  const box = table.closest(".table-responsive") || table;
+  return {
+    name: table.dataset.testid || "table " + (i + 1),
+    head: table.tHead ? getComputedStyle(table.tHead).display : "none",
+    row: row ? getComputedStyle(row).display : "",
+    scrolls: box.scrollWidth > box.clientWidth + 1,
+  };
+})"""
+# What a table looks like at each width: cards on a phone, a table on a desktop.
+TABLE_LAYOUT = {"phone": ("none", "block"), "desktop": ("table-header-group", "table-row")}
 LINKS = """() => Array.from(document.querySelectorAll("a[href]"))
   .map(a => a.href).filter(h => h.startsWith(location.origin))"""
 
@@ -78,38 +87,6 @@ class Walk:
 def shape(path: str) -> str:
     """The URL's shape: ids become `N`, the query string is dropped."""
     return re.sub(r"/\d+(?=/|$)", "/N", urlsplit(path).path)
-
-
-@pytest.fixture
-def demo(transactional_db: None) -> None:
-    """The seeded demo, with an inbox for each persona (the history writes none)."""
-    call_command("seed_demo", stdout=io.StringIO())
-    users = {user.username: user for user in get_user_model().objects.all()}
-    request = GpuRequest.objects.filter(owner=users["alice"]).order_by("-pk").first()
-    pk = request.pk if request is not None else 1
-    for username, subject, event in (
-        ("bob", f"GPU request {pk} needs your approval", "request.pending_approval"),
-        ("alice", f"GPU request {pk} is idle and will be reclaimed", "reclaim.idle_warning"),
-        ("alice", f"GPU request {pk} approved", "request.approved"),
-        ("root", f"GPU request {pk} was reclaimed", "reclaim.idle"),
-        ("fiona", "Budget of vision at 80 %", "budget.alert"),
-    ):
-        notify(
-            users=[users[username]],
-            subject=subject,
-            body="A long explanation-without-spaces-" + "x" * 80 + " that must wrap on a phone.",
-            event={"type": event, "request": pk, "budget": 1},
-        )
-
-
-@pytest.fixture
-def page_at(browser: Any) -> Iterator[Any]:
-    # The portal's CSP admits only its own nonce'd scripts; axe is injected by the test.
-    context = browser.new_context(bypass_csp=True, viewport={"width": 1280, "height": 900})
-    page = context.new_page()
-    page.set_default_timeout(20_000)
-    yield page
-    context.close()
 
 
 def sign_in(page: Any, base_url: str, username: str) -> None:
@@ -130,6 +107,17 @@ def check_page(page: Any, walk: Walk, path: str, width_name: str) -> None:
             walk.problems.append(
                 f"{path} @{width_name}: {violation['impact']} {violation['id']} "
                 f"({violation['help']}) at {violation['targets']}: {violation['why']}"
+            )
+    head, row = TABLE_LAYOUT[width_name]
+    for table in page.evaluate(TABLES):
+        if (
+            (width_name == "phone" and table["scrolls"])
+            or table["head"] != head
+            or table["row"] not in ("", row)
+        ):
+            walk.problems.append(
+                f"{path} @{width_name}: {table['name']} is not laid out as "
+                f"{'cards' if width_name == 'phone' else 'a table'}: {table}"
             )
     overflowing = page.evaluate(SIDEWAYS)
     if overflowing:
