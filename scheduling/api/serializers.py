@@ -330,11 +330,11 @@ class PreemptedBySerializer(serializers.Serializer):
 class GpuRequestSerializer(serializers.ModelSerializer):
     """What a developer may write, and everything they may read back; status is read-only."""
 
-    # Submitting reads the project's team and the flavor's pool, tier and approval rule: load
-    # them with it.
+    # Submitting reads the project's team and the flavor's pool, its cluster, tier and approval
+    # rule: load them with it.
     project = ScopedPrimaryKeyRelatedField(queryset=Project.objects.select_related("team"))
     flavor = ScopedPrimaryKeyRelatedField(
-        queryset=Flavor.objects.select_related("pool__tier__approval_rule")
+        queryset=Flavor.objects.select_related("pool__cluster", "pool__tier__approval_rule")
     )
     cluster = SlugReferenceField(
         slug_field="slug",

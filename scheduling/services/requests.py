@@ -294,7 +294,14 @@ def submit_gpu_request(
     secret_env: list[dict[str, str]] | None = None,
     cluster: Cluster | None = None,
 ) -> GpuRequest:
-    """Validate and record a request; approve it at once when the tier's rule allows."""
+    """Validate and record a request; approve it at once when the tier's rule allows.
+
+    1. Read and check everything the request names (tier, pool, capacity, budget policy, the
+       leads to ask), before any lock. 2. Lock the team's quota rows for the flavor, check the
+       quota and insert: the lock, held to the commit, covers only that. 3. After the commit,
+       one task sends the notice's email and webhook messages (`notify`).
+    """
+    # 1. Read and check, outside the quota lock.
     scope = scope_of(actor)
     if not (scope.is_member_of(project.team_id) or scope.is_platform_admin):
         raise ForbiddenError("forbidden", "Only members of the project's team may request GPUs.")
@@ -349,17 +356,6 @@ def submit_gpu_request(
         cores_percent=cores_percent,
     )
     _validate_host_fits(flavor=flavor, capacity=capacity, host=host)
-
-    standing = quota_standing(project=project, flavor=flavor, lock=True)
-    if standing is None:
-        raise invalid_field("flavor", f"Team {project.team} has no quota for {flavor}.", "no_quota")
-    if gpu_count > standing.max_ever:
-        raise invalid_field(
-            "gpu_count",
-            f"The quota limit for {flavor} is {standing.max_ever}; "
-            f"{gpu_count} can never be approved.",
-            "quota_exceeded",
-        )
     adjustments = _submission_adjustments(
         project=project, flavor=flavor, gpu_count=gpu_count, actor=actor
     )
@@ -402,14 +398,34 @@ def submit_gpu_request(
     )
     notes = [a.note for a in adjustments if a.note]
     submitted_data = {"policy": notes} if notes else {}
+    policy_reasons = [a.lead_approval_reason for a in adjustments if a.lead_approval_reason]
+    # Whom to ask is read now when a lead must decide whatever the quota says (a high priority,
+    # a whole card, a budget); only a request above its guaranteed share learns it under the lock.
+    within_quota = approval.ApprovalFacts(
+        priority=priority, flavor_kind=flavor.kind, within_guaranteed=True, within_limit=True
+    )
+    leads = None
+    if approval.reasons_for_lead_approval(within_quota, rule) or policy_reasons:
+        leads = team_leads(team=project.team)
+
+    # 2. The quota check and the insert, under the team's quota lock.
+    standing = quota_standing(project=project, flavor=flavor, lock=True)
+    if standing is None:
+        raise invalid_field("flavor", f"Team {project.team} has no quota for {flavor}.", "no_quota")
+    if gpu_count > standing.max_ever:
+        raise invalid_field(
+            "gpu_count",
+            f"The quota limit for {flavor} is {standing.max_ever}; "
+            f"{gpu_count} can never be approved.",
+            "quota_exceeded",
+        )
     facts = approval.ApprovalFacts(
         priority=priority,
         flavor_kind=flavor.kind,
         within_guaranteed=standing.fits_guaranteed(gpu_count),
         within_limit=standing.fits_limit(gpu_count),
     )
-    lead_reasons = approval.reasons_for_lead_approval(facts, rule)
-    lead_reasons += [a.lead_approval_reason for a in adjustments if a.lead_approval_reason]
+    lead_reasons = approval.reasons_for_lead_approval(facts, rule) + policy_reasons
     if lead_reasons:
         request.needs_lead_approval_because = "; ".join(lead_reasons)
         request.status_reason = f"Waiting for a team lead: {request.needs_lead_approval_because}."
@@ -419,7 +435,7 @@ def submit_gpu_request(
         )
         create_through(request, actor=actor, data=submitted_data)
         notify(
-            users=team_leads(team=project.team),
+            users=leads if leads is not None else team_leads(team=project.team),
             subject=f"GPU request {request.pk} needs your approval",
             body=f"{actor} asks for {gpu_count} × {flavor} in {project}: {request.status_reason}",
             event={"type": "request.pending_approval", "request": request.pk},
@@ -468,11 +484,21 @@ def _announce_approval(
     )
 
 
+def locked_for_decision(request: GpuRequest) -> GpuRequest:
+    """The request read again and locked (its row only), with what a decision reads of it: its
+    project, flavor, team and owner come in the same statement."""
+    return (
+        GpuRequest.objects.select_for_update(of=("self",))
+        .select_related("project", "flavor", "team", "owner")
+        .get(pk=request.pk)
+    )
+
+
 @transaction.atomic
 def approve_gpu_request(*, actor: Actor, request: GpuRequest, comment: str = "") -> GpuRequest:
     """A lead's approval; refused (409) if it would take the project past its quota limit."""
     require_decider(actor, request)
-    request = GpuRequest.objects.select_for_update().get(pk=request.pk)
+    request = locked_for_decision(request)
     if request.status != RequestStatus.PENDING_APPROVAL:
         if request.status in (RequestStatus.APPROVED, RequestStatus.QUEUED):
             return request  # approved already: a repeated click changes nothing
@@ -568,7 +594,7 @@ def approve_when_quota_frees(*, actor: Actor, request: GpuRequest, comment: str 
     else it stays pending, marked, and `approve_deferred_requests` approves it (as this lead)
     as soon as the team's work frees enough quota. The quota limit is never passed."""
     require_decider(actor, request)
-    request = GpuRequest.objects.select_for_update().get(pk=request.pk)
+    request = locked_for_decision(request)
     if request.status != RequestStatus.PENDING_APPROVAL:
         return approve_gpu_request(actor=actor, request=request, comment=comment)
     standing = quota_standing(project=request.project, flavor=request.flavor, lock=True)
