@@ -24,7 +24,7 @@ from scheduling.selectors.connect import connect_url, current_allocation
 from scheduling.selectors.preemptions import last_preemption
 from scheduling.selectors.quotas import QuotaUsage, flavor_unit
 from scheduling.services.blockers import shown_blocker
-from scheduling.services.requests import BLANK_NAME
+from scheduling.services.requests import BLANK_NAME, GpuRequestSpec
 from tenants.api.base import (
     FixedOnceCreatedMixin,
     JsonBooleanField,
@@ -438,6 +438,10 @@ class GpuRequestSerializer(serializers.ModelSerializer):
             "blocker",
             "preempted_by",
         ]
+
+    def spec(self) -> GpuRequestSpec:
+        """The validated body, for the submit service to check against the portal's rules."""
+        return GpuRequestSpec(**self.validated_data)
 
     @extend_schema_field(JsonCharField(allow_null=True))
     def get_connect_url(self, gpu_request: GpuRequest) -> str | None:
