@@ -228,11 +228,11 @@ def time_calls(caller: Caller, calls: int) -> dict[str, tuple[float, float]]:
 
 
 def profile_calls(
-    caller: Caller, calls: int, timer: Callable[[], float]
+    caller: Caller, calls: int, timer: Callable[[], float], top: int = 0
 ) -> dict[str, dict[str, float]]:
     """Each layer's share of a call's time under cProfile, in percent: of the wall time
     (`time.perf_counter`: waits on PostgreSQL and Redis included) or of this process's CPU
-    (`time.process_time`)."""
+    (`time.process_time`); with `top`, the functions that took most, cumulatively."""
     shares = {}
     for call in CALLS:
         if call == "approve":
@@ -243,7 +243,10 @@ def profile_calls(
         for _ in range(calls):
             caller.run(call)
         profiler.disable()
-        stats = pstats.Stats(profiler)
+        stats = pstats.Stats(profiler, stream=sys.stderr)
+        if top:
+            print(f"# {call}: the {top} functions with most cumulative time", file=sys.stderr)
+            stats.sort_stats("cumulative").print_stats(top)
         total = stats.total_tt  # type: ignore[attr-defined]
         cumulative: Counter[str] = Counter()
         for key, (_, _, _, spent, callers) in stats.stats.items():  # type: ignore[attr-defined]
@@ -251,7 +254,7 @@ def profile_calls(
             if layer is not None:
                 # A marker called by a marker (Serializer.data by its subclass's) is counted
                 # once, in its caller.
-                nested = sum(edge[3] for caller, edge in callers.items() if marked_layer(caller))
+                nested = sum(edge[3] for parent, edge in callers.items() if marked_layer(parent))
                 cumulative[layer] += spent - nested
         share = {layer: 100 * cumulative[layer] / total for layer in LAYERS}
         share[OTHER] = max(0.0, 100 - sum(share.values()))
@@ -263,6 +266,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=200, help="calls of each kind per pass")
     parser.add_argument("--show-sql", action="store_true", help="print one call's statements")
+    parser.add_argument(
+        "--top", type=int, default=0, help="print the N functions taking most CPU, per kind"
+    )
     options = parser.parse_args()
 
     url = os.environ.get("BENCH_SUBMIT_DATABASE_URL", DEFAULT_URL)
@@ -298,7 +304,7 @@ def main() -> None:
     counts = count_statements(caller, min(options.calls, 10), options.show_sql)
     timings = time_calls(caller, options.calls)
     shares = profile_calls(caller, options.calls, time.perf_counter)
-    cpu_shares = profile_calls(caller, options.calls, time.process_time)
+    cpu_shares = profile_calls(caller, options.calls, time.process_time, options.top)
     emit("submit.load_average_after", os.getloadavg()[0], "runnable")
 
     # 3. The figures.
