@@ -51,6 +51,7 @@ def main() -> None:
     from scheduling.choices import RequestStatus
     from scheduling.models import Flavor, GpuDevice, GpuRequest, Node, NodePool, Quota
     from scheduling.services import cycle
+    from scheduling.services.requests import GpuRequestSpec
     from tenants.models import Project
 
     pool = NodePool.objects.get(slug="l4-vgpu")
@@ -68,12 +69,14 @@ def main() -> None:
     for _ in range(args.requests):
         services.submit_gpu_request(
             actor=alice,
-            project=project,
-            flavor=flavor,
-            gpu_count=1,
-            image="pytorch:2.4",
-            max_runtime_seconds=3600,
-            kind="job",
+            spec=GpuRequestSpec(
+                project=project,
+                flavor=flavor,
+                gpu_count=1,
+                image="pytorch:2.4",
+                max_runtime_seconds=3600,
+                kind="job",
+            ),
         )
     backend = SimulatedCluster(speed=1.0)
 

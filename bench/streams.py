@@ -103,6 +103,7 @@ def seed(people: int) -> list[Person]:
     from scheduling.demo import seed_demo_fleet
     from scheduling.models import Flavor, GpuRequest, Quota
     from scheduling.services import cycle, submit_gpu_request
+    from scheduling.services.requests import GpuRequestSpec
     from tenants.choices import Role
     from tenants.models import Membership, Team
     from tenants.services import seed_demo_organisation
@@ -121,12 +122,14 @@ def seed(people: int) -> list[Person]:
         Membership.objects.create(user=user, team=team, role=Role.DEVELOPER)
         request = submit_gpu_request(
             actor=user,
-            project=project,
-            flavor=flavor,
-            gpu_count=1,
-            image="jupyter/base-notebook:2026-01",
-            kind="notebook",
-            max_runtime_seconds=4 * 3600,
+            spec=GpuRequestSpec(
+                project=project,
+                flavor=flavor,
+                gpu_count=1,
+                image="jupyter/base-notebook:2026-01",
+                kind="notebook",
+                max_runtime_seconds=4 * 3600,
+            ),
         )
         _, token = AuthToken.objects.create(user)
         browser = Client()

@@ -42,6 +42,7 @@ from runtime.models import SimulatedWorkload
 from scheduling.choices import COMMITTED_STATUSES, Priority, RequestStatus, WorkloadKind
 from scheduling.models import Flavor, GpuRequest
 from scheduling.services import approve_gpu_request, reject_gpu_request, submit_gpu_request
+from scheduling.services.requests import GpuRequestSpec
 from tenants.errors import DomainError
 from tenants.models import Project
 
@@ -206,17 +207,19 @@ def _submit(users: dict[str, Any], now: datetime, done: Counter[str]) -> None:
         try:
             submit_gpu_request(
                 actor=users[habit.username],
-                project=projects[habit.project],
-                flavor=flavors[habit.flavor],
-                gpu_count=habit.gpu_count,
-                image=IMAGES[habit.kind],
-                command=["python", "train.py", "--run-id", f"{habit.name}-{now:%Y%m%d-%H%M%S}"]
-                if habit.kind == WorkloadKind.JOB
-                else [],
-                max_runtime_seconds=habit.max_runtime_seconds,
-                kind=habit.kind,
-                priority=habit.priority,
-                name=habit.name,
+                spec=GpuRequestSpec(
+                    project=projects[habit.project],
+                    flavor=flavors[habit.flavor],
+                    gpu_count=habit.gpu_count,
+                    image=IMAGES[habit.kind],
+                    command=["python", "train.py", "--run-id", f"{habit.name}-{now:%Y%m%d-%H%M%S}"]
+                    if habit.kind == WorkloadKind.JOB
+                    else [],
+                    max_runtime_seconds=habit.max_runtime_seconds,
+                    kind=habit.kind,
+                    priority=habit.priority,
+                    name=habit.name,
+                ),
             )
         except DomainError as error:  # the visitor changed quotas, prices or the catalogue
             log.info("demo traffic: %s could not submit %s: %s", habit.username, habit.name, error)

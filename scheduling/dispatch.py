@@ -40,6 +40,7 @@ from django.db import transaction
 log = logging.getLogger(__name__)
 
 RUN_SCHEDULING_CYCLE = "scheduling.tasks.run_scheduling_cycle"
+SEND_NOTICES = "scheduling.tasks.send_notices"
 SEND_NOTIFICATION = "scheduling.tasks.send_notification"
 SEND_WEBHOOK = "tenants.tasks.send_webhook"
 LAUNCH_WORKLOAD = "runtime.tasks.launch_workload"
@@ -219,18 +220,25 @@ def request_project_data_removal(namespace: str, kind: str, names: list[str]) ->
     enqueue_after_commit(REMOVE_PROJECT_DATA, namespace, kind, names)
 
 
-def request_notification(
+def request_notices(notices: list[dict[str, Any]]) -> None:
+    """The email and webhook messages of some notices, handed after the commit to one task that
+    queues them (`scheduling.services.notifications.send_out`): the caller publishes one message
+    and reads no webhook, however many there are."""
+    enqueue_after_commit(SEND_NOTICES, notices)
+
+
+def send_notification(
     recipients: list[str], subject: str, body: str, event: dict[str, Any]
 ) -> None:
-    enqueue_after_commit(SEND_NOTIFICATION, recipients, subject, body, event)
+    send(SEND_NOTIFICATION, recipients, subject, body, event)
 
 
-def request_webhook(
+def send_webhook(
     webhook_id: int | None, subject: str, body: str, link: str, event: dict[str, Any]
 ) -> None:
     """One notice to one webhook (None: the NOTIFICATION_WEBHOOK_URL setting's), a task each, so
     a receiver that fails is retried alone (ids only: a webhook's URL is a credential)."""
-    enqueue_after_commit(SEND_WEBHOOK, webhook_id, subject, body, link, event)
+    send(SEND_WEBHOOK, webhook_id, subject, body, link, event)
 
 
 def send_launch(request_id: int, attempt: int) -> None:

@@ -7,7 +7,7 @@ from django import forms
 
 from scheduling.choices import Priority, WorkloadKind
 from scheduling.models import Cluster, Flavor
-from scheduling.services.requests import BLANK_NAME
+from scheduling.services.requests import BLANK_NAME, GpuRequestSpec
 from tenants.models import Project
 
 
@@ -110,10 +110,11 @@ class GpuRequestForm(forms.Form):
             refs.append({"name": name.strip(), "secret": secret, "key": key})
         return refs
 
-    def service_arguments(self) -> dict[str, Any]:
+    def spec(self) -> GpuRequestSpec:
+        """The request the form asks for, for the submit service to check."""
         data = dict(self.cleaned_data)
         data["max_runtime_seconds"] = int(data.pop("max_runtime_hours") * 3600)
-        return data
+        return GpuRequestSpec(**data)
 
 
 def initial_from_body(body: dict[str, Any]) -> dict[str, Any]:

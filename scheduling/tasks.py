@@ -14,7 +14,7 @@ from django.conf import settings
 from django.core.mail import send_mail
 
 from scheduling import dispatch, services
-from scheduling.services import cycle, estimates
+from scheduling.services import cycle, estimates, notifications
 
 log = logging.getLogger(__name__)
 
@@ -26,6 +26,12 @@ def send_notification(
     """The notice's email, through the configured backend (EMAIL_URL or EMAIL_BACKEND)."""
     if recipients:
         send_mail(subject, body, settings.DEFAULT_FROM_EMAIL, recipients)
+
+
+@shared_task(acks_late=True)
+def send_notices(notices: list[dict[str, Any]]) -> int:
+    """The email and webhook messages of notices committed together, queued a task each."""
+    return notifications.send_out(notices=notices)
 
 
 @shared_task(acks_late=True)

@@ -24,7 +24,7 @@ from scheduling.selectors.connect import connect_url, current_allocation
 from scheduling.selectors.preemptions import last_preemption
 from scheduling.selectors.quotas import QuotaUsage, flavor_unit
 from scheduling.services.blockers import shown_blocker
-from scheduling.services.requests import BLANK_NAME
+from scheduling.services.requests import BLANK_NAME, GpuRequestSpec
 from tenants.api.base import (
     FixedOnceCreatedMixin,
     JsonBooleanField,
@@ -330,11 +330,11 @@ class PreemptedBySerializer(serializers.Serializer):
 class GpuRequestSerializer(serializers.ModelSerializer):
     """What a developer may write, and everything they may read back; status is read-only."""
 
-    # Submitting reads the project's team and the flavor's pool, tier and approval rule: load
-    # them with it.
+    # Submitting reads the project's team and the flavor's pool, its cluster, tier and approval
+    # rule: load them with it.
     project = ScopedPrimaryKeyRelatedField(queryset=Project.objects.select_related("team"))
     flavor = ScopedPrimaryKeyRelatedField(
-        queryset=Flavor.objects.select_related("pool__tier__approval_rule")
+        queryset=Flavor.objects.select_related("pool__cluster", "pool__tier__approval_rule")
     )
     cluster = SlugReferenceField(
         slug_field="slug",
@@ -438,6 +438,10 @@ class GpuRequestSerializer(serializers.ModelSerializer):
             "blocker",
             "preempted_by",
         ]
+
+    def spec(self) -> GpuRequestSpec:
+        """The validated body, for the submit service to check against the portal's rules."""
+        return GpuRequestSpec(**self.validated_data)
 
     @extend_schema_field(JsonCharField(allow_null=True))
     def get_connect_url(self, gpu_request: GpuRequest) -> str | None:

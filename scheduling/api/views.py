@@ -369,7 +369,7 @@ class GpuRequestViewSet(
 
     def perform_create(self, serializer: BaseSerializer) -> None:
         serializer.instance = services.submit_gpu_request(
-            actor=self.request.user, **serializer.validated_data
+            actor=self.request.user, spec=cast(GpuRequestSerializer, serializer).spec()
         )
 
     def _act(

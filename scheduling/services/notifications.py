@@ -42,54 +42,64 @@ LEAD_DECISIONS = {
 
 def notify(*, users: Iterable[Any], subject: str, body: str, event: dict[str, Any]) -> None:
     """Tell `users`: an inbox notification now (in the caller's transaction), then the email
-    and one message per webhook queued to go out after the commit; never fails the caller.
+    and one message per webhook, queued after the commit by one task (`send_out`); never fails
+    the caller.
 
     No email is queued when there is no one to email; every active webhook (and the one of the
     NOTIFICATION_WEBHOOK_URL setting) hears every notice.
     """
     users = list(users)
     event_type = str(event.get("type", ""))
-    link = _link(event)
     deliver_notifications(
         users=users,
         kind=KIND_OF_EVENT.get(event_type, NotificationKind.UPDATE),
         event_type=event_type,
         subject=subject,
         body=body,
-        url=link,
+        url=_link(event),
     )
-    _send_out(users, subject, body, event, link=link, webhooks=_webhooks())
+    dispatch.request_notices([_outgoing(users, subject, body, event)])
 
 
-def _webhooks() -> list[int | None]:
-    """Every active webhook, and None for the one of the NOTIFICATION_WEBHOOK_URL setting."""
+def _outgoing(
+    users: Sequence[Any], subject: str, body: str, event: dict[str, Any]
+) -> dict[str, Any]:
+    """What the email and the webhooks of one notice need, as the task's message carries it."""
+    link = _link(event)
+    return {
+        "recipients": sorted({user.email for user in users if getattr(user, "email", "")}),
+        "subject": subject,
+        "body": body,
+        "link": f"{settings.PORTAL_URL}{link}" if settings.PORTAL_URL and link else "",
+        "event": event,
+    }
+
+
+def send_out(*, notices: Sequence[dict[str, Any]]) -> int:
+    """After the commit, in a worker: queue each notice's email (when someone has an address)
+    and one message per webhook: every active one and the NOTIFICATION_WEBHOOK_URL setting's
+    (None). A task each, so a receiver that fails is retried alone. How many were queued."""
     webhooks: list[int | None] = [*active_webhook_ids()]
     if settings.NOTIFICATION_WEBHOOK_URL:
         webhooks.append(None)
-    return webhooks
-
-
-def _send_out(
-    users: Sequence[Any],
-    subject: str,
-    body: str,
-    event: dict[str, Any],
-    *,
-    link: str,
-    webhooks: Sequence[int | None],
-) -> None:
-    """Queue the email (when someone has an address) and one message per webhook."""
-    recipients = sorted({user.email for user in users if getattr(user, "email", "")})
-    if recipients:
-        dispatch.request_notification(recipients, subject, body, event)
-    absolute_link = f"{settings.PORTAL_URL}{link}" if settings.PORTAL_URL and link else ""
-    for webhook_id in webhooks:
-        dispatch.request_webhook(webhook_id, subject, body, absolute_link, event)
+    queued = 0
+    for notice in notices:
+        subject, body, event = notice["subject"], notice["body"], notice["event"]
+        if notice["recipients"]:
+            dispatch.send_notification(notice["recipients"], subject, body, event)
+            queued += 1
+        for webhook_id in webhooks:
+            dispatch.send_webhook(webhook_id, subject, body, notice["link"], event)
+            queued += 1
+    return queued
 
 
 def notify_each(messages: Sequence[tuple[Sequence[Any], str, str, dict[str, Any]]]) -> None:
     """`notify` for many messages at once, (users, subject, body, event) each: their inbox
-    notifications in one statement, whatever their number; email and webhook as `notify`."""
+    notifications in one statement, whatever their number; their email and webhook messages
+    in one task after the commit."""
+    if not messages:
+        return
     deliver_notices(
         notices=[
             Notice(
@@ -103,9 +113,9 @@ def notify_each(messages: Sequence[tuple[Sequence[Any], str, str, dict[str, Any]
             for users, subject, body, event in messages
         ]
     )
-    webhooks = _webhooks()
-    for users, subject, body, event in messages:
-        _send_out(list(users), subject, body, event, link=_link(event), webhooks=webhooks)
+    dispatch.request_notices(
+        [_outgoing(users, subject, body, event) for users, subject, body, event in messages]
+    )
 
 
 def announce_finish(request: GpuRequest) -> None:

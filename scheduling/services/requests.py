@@ -7,6 +7,7 @@ only through `lifecycle.transition()` and leaves audit events behind.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -268,75 +269,107 @@ def preview_submission(
     return SubmissionOutlook(tuple(reasons), tuple(a.note for a in adjustments if a.note))
 
 
+@dataclass(frozen=True, slots=True)
+class GpuRequestSpec:
+    """What a submission asks for, as the API's serializer, the web form, a template or a
+    resubmission hand it over; `check_submission` holds it against the portal's rules, once."""
+
+    project: Project
+    flavor: Flavor
+    gpu_count: int
+    image: str
+    max_runtime_seconds: int
+    kind: str = WorkloadKind.JOB
+    command: list[str] | None = None
+    env: dict[str, str] | None = None
+    priority: str = Priority.NORMAL
+    is_preemptible: bool = False
+    allow_shared_node: bool = True
+    reason: str = ""
+    gpu_memory_mib: int | None = None
+    gpu_cores_percent: int | None = None
+    name: str = ""
+    cpu_millicores: int | None = None
+    memory_mib: int | None = None
+    shm_mib: int | None = None
+    home_volume: bool = False
+    secret_env: list[dict[str, str]] | None = None
+    cluster: Cluster | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CheckedSubmission:
+    """A spec that passed every check made before the quota lock: the row to insert (not saved
+    yet), what the policies of higher layers asked, the tier's rule, and the leads to ask when
+    a lead must decide whatever the quota says (None: not read)."""
+
+    request: GpuRequest
+    adjustments: tuple[SubmissionAdjustment, ...]
+    rule: approval.RuleSettings
+    leads: list[Any] | None
+
+
 @transaction.atomic
-def submit_gpu_request(
-    *,
-    actor: Actor,
-    project: Project,
-    flavor: Flavor,
-    gpu_count: int,
-    image: str,
-    max_runtime_seconds: int,
-    kind: str = WorkloadKind.JOB,
-    command: list[str] | None = None,
-    env: dict[str, str] | None = None,
-    priority: str = Priority.NORMAL,
-    is_preemptible: bool = False,
-    allow_shared_node: bool = True,
-    reason: str = "",
-    gpu_memory_mib: int | None = None,
-    gpu_cores_percent: int | None = None,
-    name: str = "",
-    cpu_millicores: int | None = None,
-    memory_mib: int | None = None,
-    shm_mib: int | None = None,
-    home_volume: bool = False,
-    secret_env: list[dict[str, str]] | None = None,
-    cluster: Cluster | None = None,
-) -> GpuRequest:
-    """Validate and record a request; approve it at once when the tier's rule allows."""
+def submit_gpu_request(*, actor: Actor, spec: GpuRequestSpec) -> GpuRequest:
+    """Validate and record a request; approve it at once when the tier's rule allows.
+
+    1. Read and check everything the request names, before any lock (`check_submission`).
+    2. Lock the team's quota rows for the flavor, check the quota and insert: the lock, held to
+       the commit, covers only that (`record_submission`). 3. After the commit, one task sends
+       the notice's email and webhook messages (`notify`).
+    """
+    return record_submission(actor=actor, checked=check_submission(actor=actor, spec=spec))
+
+
+def check_submission(*, actor: Actor, spec: GpuRequestSpec) -> CheckedSubmission:
+    """Hold `spec` against who may ask, the tier, the pool's hardware and the policies; build
+    the row. Reads only, but for a notebook's home volume, made if it is missing."""
+    project, flavor, gpu_count, kind = spec.project, spec.flavor, spec.gpu_count, spec.kind
     scope = scope_of(actor)
     if not (scope.is_member_of(project.team_id) or scope.is_platform_admin):
         raise ForbiddenError("forbidden", "Only members of the project's team may request GPUs.")
-    if name and not name.strip():
+    if spec.name and not spec.name.strip():
         raise invalid_field("name", BLANK_NAME)
-    command = command or []
-    env = env or {}
+    command = spec.command or []
+    env = spec.env or {}
     tier = flavor.pool.tier
     if not flavor.is_active:
         raise invalid_field("flavor", f"Flavor {flavor} is retired.")
-    check_request_cluster(flavor=flavor, cluster=cluster)
+    check_request_cluster(flavor=flavor, cluster=spec.cluster)
     if not tier_allowed_for_project(tier=tier, project=project):
         raise invalid_field("flavor", f"Project {project} may not use the {tier} tier.")
     refusal = pilot_refusal(pool=flavor.pool, team=project.team, today=timezone.localdate())
     if refusal is not None:
         raise invalid_field("flavor", refusal, "pilot_only")
-    if max_runtime_seconds > tier.max_runtime_seconds:
+    if spec.max_runtime_seconds > tier.max_runtime_seconds:
         raise invalid_field(
             "max_runtime_seconds",
             f"The {tier} tier allows at most {tier.max_runtime_seconds} seconds.",
         )
     _validate_workload(
-        image=image, command=command, env=env, kind=kind, flavor=flavor, cluster=cluster
+        image=spec.image, command=command, env=env, kind=kind, flavor=flavor, cluster=spec.cluster
     )
     host = resolve_host_resources(
-        flavor=flavor, cpu_millicores=cpu_millicores, memory_mib=memory_mib, shm_mib=shm_mib
+        flavor=flavor,
+        cpu_millicores=spec.cpu_millicores,
+        memory_mib=spec.memory_mib,
+        shm_mib=spec.shm_mib,
     )
-    secret_env = secret_env or []
+    secret_env = spec.secret_env or []
     validate_secret_env(project=project, secret_env=secret_env)
     clashes = sorted({ref["name"] for ref in secret_env} & set(env))
     if clashes:
         raise invalid_field("secret_env", f"{', '.join(clashes)} also set in env: choose one.")
-    if home_volume:
+    if spec.home_volume:
         if kind != WorkloadKind.NOTEBOOK:
             raise invalid_field("home_volume", "Home volumes are for notebooks.")
         ensure_home_volume(project=project, user=actor)
     if flavor.kind == FlavorKind.VGPU:
-        memory_mib = gpu_memory_mib or flavor.gpu_memory_mib
-        cores_percent = gpu_cores_percent or flavor.gpu_cores_percent
+        memory_mib = spec.gpu_memory_mib or flavor.gpu_memory_mib
+        cores_percent = spec.gpu_cores_percent or flavor.gpu_cores_percent
     else:
-        if gpu_memory_mib is not None or gpu_cores_percent is not None:
-            field = "gpu_memory_mib" if gpu_memory_mib is not None else "gpu_cores_percent"
+        if spec.gpu_memory_mib is not None or spec.gpu_cores_percent is not None:
+            field = "gpu_memory_mib" if spec.gpu_memory_mib is not None else "gpu_cores_percent"
             raise invalid_field(field, "Memory and cores are chosen only for vGPU flavors.")
         memory_mib, cores_percent = flavor.gpu_memory_mib, flavor.gpu_cores_percent
     capacity = pool_capacity(flavor=flavor)
@@ -349,7 +382,64 @@ def submit_gpu_request(
         cores_percent=cores_percent,
     )
     _validate_host_fits(flavor=flavor, capacity=capacity, host=host)
+    adjustments = tuple(
+        _submission_adjustments(project=project, flavor=flavor, gpu_count=gpu_count, actor=actor)
+    )
+    rule, approval_ttl = _approval_settings(flavor)
+    unit_equivalent = gpu_equivalent_of(
+        kind=flavor.kind,
+        card_memory_mib=capacity.max_device_memory_mib or flavor.gpu_memory_mib,
+        memory_mib=memory_mib,
+        cores_percent=cores_percent,
+        mig_profile=flavor.mig_profile,
+    )
+    request = GpuRequest(
+        project=project,
+        team=project.team,
+        owner=signed_in_user(actor),
+        flavor=flavor,
+        name=spec.name.strip(),
+        gpu_count=gpu_count,
+        gpu_memory_mib=memory_mib if flavor.kind == FlavorKind.VGPU else None,
+        gpu_cores_percent=cores_percent if flavor.kind == FlavorKind.VGPU else None,
+        kind=kind,
+        image=spec.image,
+        command=command,
+        env=env,
+        max_runtime_seconds=spec.max_runtime_seconds,
+        priority=spec.priority,
+        is_preemptible=spec.is_preemptible or any(a.force_preemptible for a in adjustments),
+        allow_shared_node=spec.allow_shared_node,
+        cpu_millicores=host.cpu_millicores,
+        memory_mib=host.memory_mib,
+        shm_mib=host.shm_mib,
+        home_volume=spec.home_volume,
+        secret_env=secret_env,
+        reason=spec.reason,
+        cluster=spec.cluster,
+        gpu_equivalent=unit_equivalent * gpu_count,
+        approval_expires_at=timezone.now() + approval_ttl,
+    )
+    # Whom to ask is read now when a lead must decide whatever the quota says (a high priority,
+    # a whole card, a budget); only a request above its guaranteed share learns it under the lock.
+    within_quota = approval.ApprovalFacts(
+        priority=spec.priority, flavor_kind=flavor.kind, within_guaranteed=True, within_limit=True
+    )
+    leads = None
+    if approval.reasons_for_lead_approval(within_quota, rule) or _policy_reasons(adjustments):
+        leads = team_leads(team=project.team)
+    return CheckedSubmission(request=request, adjustments=adjustments, rule=rule, leads=leads)
 
+
+def _policy_reasons(adjustments: Sequence[SubmissionAdjustment]) -> list[str]:
+    return [a.lead_approval_reason for a in adjustments if a.lead_approval_reason]
+
+
+def record_submission(*, actor: Actor, checked: CheckedSubmission) -> GpuRequest:
+    """Under the team's quota lock (the caller's transaction holds it to the commit): check the
+    quota, insert the request queued or waiting for a lead, and tell the leads or the webhooks."""
+    request, adjustments = checked.request, checked.adjustments
+    project, flavor, gpu_count = request.project, request.flavor, request.gpu_count
     standing = quota_standing(project=project, flavor=flavor, lock=True)
     if standing is None:
         raise invalid_field("flavor", f"Team {project.team} has no quota for {flavor}.", "no_quota")
@@ -360,56 +450,16 @@ def submit_gpu_request(
             f"{gpu_count} can never be approved.",
             "quota_exceeded",
         )
-    adjustments = _submission_adjustments(
-        project=project, flavor=flavor, gpu_count=gpu_count, actor=actor
-    )
-    is_preemptible = is_preemptible or any(a.force_preemptible for a in adjustments)
-    card_memory = capacity.max_device_memory_mib or flavor.gpu_memory_mib
-    rule, approval_ttl = _approval_settings(flavor)
-    unit_equivalent = gpu_equivalent_of(
-        kind=flavor.kind,
-        card_memory_mib=card_memory,
-        memory_mib=memory_mib,
-        cores_percent=cores_percent,
-        mig_profile=flavor.mig_profile,
-    )
-    request = GpuRequest(
-        project=project,
-        team=project.team,
-        owner=signed_in_user(actor),
-        flavor=flavor,
-        name=name.strip(),
-        gpu_count=gpu_count,
-        gpu_memory_mib=memory_mib if flavor.kind == FlavorKind.VGPU else None,
-        gpu_cores_percent=cores_percent if flavor.kind == FlavorKind.VGPU else None,
-        kind=kind,
-        image=image,
-        command=command,
-        env=env,
-        max_runtime_seconds=max_runtime_seconds,
-        priority=priority,
-        is_preemptible=is_preemptible,
-        allow_shared_node=allow_shared_node,
-        cpu_millicores=host.cpu_millicores,
-        memory_mib=host.memory_mib,
-        shm_mib=host.shm_mib,
-        home_volume=home_volume,
-        secret_env=secret_env,
-        reason=reason,
-        cluster=cluster,
-        gpu_equivalent=unit_equivalent * gpu_count,
-        approval_expires_at=timezone.now() + approval_ttl,
-    )
     notes = [a.note for a in adjustments if a.note]
     submitted_data = {"policy": notes} if notes else {}
     facts = approval.ApprovalFacts(
-        priority=priority,
+        priority=request.priority,
         flavor_kind=flavor.kind,
         within_guaranteed=standing.fits_guaranteed(gpu_count),
         within_limit=standing.fits_limit(gpu_count),
     )
-    lead_reasons = approval.reasons_for_lead_approval(facts, rule)
-    lead_reasons += [a.lead_approval_reason for a in adjustments if a.lead_approval_reason]
+    lead_reasons = approval.reasons_for_lead_approval(facts, checked.rule)
+    lead_reasons += _policy_reasons(adjustments)
     if lead_reasons:
         request.needs_lead_approval_because = "; ".join(lead_reasons)
         request.status_reason = f"Waiting for a team lead: {request.needs_lead_approval_because}."
@@ -418,8 +468,9 @@ def submit_gpu_request(
             policy_codes=[a.blocker for a in adjustments if a.lead_approval_reason],
         )
         create_through(request, actor=actor, data=submitted_data)
+        leads = checked.leads
         notify(
-            users=team_leads(team=project.team),
+            users=leads if leads is not None else team_leads(team=project.team),
             subject=f"GPU request {request.pk} needs your approval",
             body=f"{actor} asks for {gpu_count} × {flavor} in {project}: {request.status_reason}",
             event={"type": "request.pending_approval", "request": request.pk},
@@ -468,11 +519,21 @@ def _announce_approval(
     )
 
 
+def locked_for_decision(request: GpuRequest) -> GpuRequest:
+    """The request read again and locked (its row only), with what a decision reads of it: its
+    project, flavor, team and owner come in the same statement."""
+    return (
+        GpuRequest.objects.select_for_update(of=("self",))
+        .select_related("project", "flavor", "team", "owner")
+        .get(pk=request.pk)
+    )
+
+
 @transaction.atomic
 def approve_gpu_request(*, actor: Actor, request: GpuRequest, comment: str = "") -> GpuRequest:
     """A lead's approval; refused (409) if it would take the project past its quota limit."""
     require_decider(actor, request)
-    request = GpuRequest.objects.select_for_update().get(pk=request.pk)
+    request = locked_for_decision(request)
     if request.status != RequestStatus.PENDING_APPROVAL:
         if request.status in (RequestStatus.APPROVED, RequestStatus.QUEUED):
             return request  # approved already: a repeated click changes nothing
@@ -568,7 +629,7 @@ def approve_when_quota_frees(*, actor: Actor, request: GpuRequest, comment: str 
     else it stays pending, marked, and `approve_deferred_requests` approves it (as this lead)
     as soon as the team's work frees enough quota. The quota limit is never passed."""
     require_decider(actor, request)
-    request = GpuRequest.objects.select_for_update().get(pk=request.pk)
+    request = locked_for_decision(request)
     if request.status != RequestStatus.PENDING_APPROVAL:
         return approve_gpu_request(actor=actor, request=request, comment=comment)
     standing = quota_standing(project=request.project, flavor=request.flavor, lock=True)

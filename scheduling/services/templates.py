@@ -13,7 +13,7 @@ from django.db import transaction
 from scheduling.choices import FINISHED_STATUSES
 from scheduling.models import REQUEST_BODY_FIELDS, GpuRequest, RequestTemplate
 from scheduling.services.common import invalid_field
-from scheduling.services.requests import submit_gpu_request
+from scheduling.services.requests import GpuRequestSpec, submit_gpu_request
 from tenants.errors import ConflictError, ForbiddenError
 from tenants.models import Team, scope_of
 from tenants.scope import Actor
@@ -137,4 +137,4 @@ def resubmit_gpu_request(*, actor: Actor, request: GpuRequest) -> GpuRequest:
             f"Request {request.pk} is {request.get_status_display().lower()}: "
             "only a finished request is submitted again.",
         )
-    return submit_gpu_request(actor=actor, **request_body_of(request))
+    return submit_gpu_request(actor=actor, spec=GpuRequestSpec(**request_body_of(request)))

@@ -141,7 +141,7 @@ def request_new(request: HttpRequest) -> HttpResponse:
     )
     if request.method == "POST" and form.is_valid():
         try:
-            created = services.submit_gpu_request(actor=request.user, **form.service_arguments())
+            created = services.submit_gpu_request(actor=request.user, spec=form.spec())
         except DomainError as error:
             show_on_form(form, error)
         else:

@@ -24,6 +24,7 @@ from knox.models import AuthToken
 from gpuctl.cli import cli
 from scheduling import services
 from scheduling.models import GpuRequest
+from scheduling.services.requests import GpuRequestSpec
 from tests.cli.conftest import GPUCTL_TIMEOUT_SECONDS, Gpuctl, gpuctl_command
 from tests.support.factories import admit, launch, report_running
 from tests.support.fleet import Fleet
@@ -208,11 +209,13 @@ def test_errors_print_the_api_message_and_exit_non_zero(
 
     theirs = services.submit_gpu_request(
         actor=org.dev_b,
-        project=org.project_b,
-        flavor=fleet.l4_6g,
-        gpu_count=1,
-        image="registry.example.com/ml/pytorch:2.4",
-        max_runtime_seconds=3600,
+        spec=GpuRequestSpec(
+            project=org.project_b,
+            flavor=fleet.l4_6g,
+            gpu_count=1,
+            image="registry.example.com/ml/pytorch:2.4",
+            max_runtime_seconds=3600,
+        ),
     )
     for command in (("get",), ("cancel",), ("logs",), ("events",), ("open",), ("resubmit",)):
         other_tenant = gpuctl(*command, str(theirs.pk))

@@ -16,6 +16,7 @@ from runtime.cluster.base import (
     WorkloadStatus,
 )
 from runtime.cluster.gpu_models import DEFAULT_GPU_MODEL_ALIASES, gpu_products_for
+from scheduling.services.requests import GpuRequestSpec
 from tests.k8s.conftest import Admin, eventually
 from tests.k8s.helpers import job, runs_for
 
@@ -173,12 +174,14 @@ def test_the_portal_reclaims_a_notebook_to_zero_and_resume_brings_the_same_deplo
     alice = get_user_model().objects.get(username="alice")
     request = services.submit_gpu_request(
         actor=alice,
-        project=project,
-        flavor=Flavor.objects.get(slug="h100-1g10gb"),
-        gpu_count=1,
-        kind="notebook",
-        image="registry.example.com/ml/notebook:1.0",
-        max_runtime_seconds=3600,
+        spec=GpuRequestSpec(
+            project=project,
+            flavor=Flavor.objects.get(slug="h100-1g10gb"),
+            gpu_count=1,
+            kind="notebook",
+            image="registry.example.com/ml/notebook:1.0",
+            max_runtime_seconds=3600,
+        ),
     )
 
     def admit_launch_and_run(attempt: int) -> str:

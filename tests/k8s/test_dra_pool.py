@@ -22,6 +22,7 @@ from scheduling.choices import DeviceAllocation, FlavorKind, RequestStatus, Shar
 from scheduling.demo import seed_demo_fleet
 from scheduling.models import Allocation, Flavor, Node, NodePool, Quota, Tier
 from scheduling.services import cycle
+from scheduling.services.requests import GpuRequestSpec
 from scripts.testbed.cluster import GPU_TAINT, NodeShape, Testbed, missing_binaries
 from scripts.testbed.cluster import TestbedError as BedError
 from scripts.testbed.dra import DraCards
@@ -124,12 +125,14 @@ def test_a_dra_pool_request_runs_on_the_cards_the_engine_chose(
     users = get_user_model().objects
     request = services.submit_gpu_request(
         actor=users.get(username="alice"),
-        project=project,
-        flavor=flavor,
-        gpu_count=2,
-        image="registry.example.com/ml/train:1.0",
-        command=["python", "train.py"],
-        max_runtime_seconds=3600,
+        spec=GpuRequestSpec(
+            project=project,
+            flavor=flavor,
+            gpu_count=2,
+            image="registry.example.com/ml/train:1.0",
+            command=["python", "train.py"],
+            max_runtime_seconds=3600,
+        ),
     )
     if request.status == RequestStatus.PENDING_APPROVAL:
         services.approve_gpu_request(actor=users.get(username="bob"), request=request)

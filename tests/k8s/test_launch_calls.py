@@ -19,6 +19,7 @@ from scheduling.choices import RequestStatus
 from scheduling.demo import seed_demo_fleet
 from scheduling.models import Flavor, GpuRequest
 from scheduling.services import cycle
+from scheduling.services.requests import GpuRequestSpec
 from tenants.models import Project
 from tenants.services import seed_demo_organisation
 from tests.k8s.conftest import Admin, eventually
@@ -39,12 +40,14 @@ def three_approved_requests(backend: KubernetesClusterBackend) -> list[GpuReques
     for _ in range(3):
         request = services.submit_gpu_request(
             actor=alice,
-            project=project,
-            flavor=Flavor.objects.get(slug="a100-80g"),
-            gpu_count=1,
-            image="registry.example.com/ml/train:1.0",
-            command=["python", "train.py"],
-            max_runtime_seconds=3600,
+            spec=GpuRequestSpec(
+                project=project,
+                flavor=Flavor.objects.get(slug="a100-80g"),
+                gpu_count=1,
+                image="registry.example.com/ml/train:1.0",
+                command=["python", "train.py"],
+                max_runtime_seconds=3600,
+            ),
         )
         if request.status == RequestStatus.PENDING_APPROVAL:
             services.approve_gpu_request(actor=bob, request=request)

@@ -35,6 +35,7 @@ from scheduling.models import (
     local_cluster_id,
 )
 from scheduling.services import cycle
+from scheduling.services.requests import GpuRequestSpec
 from scripts.testbed.cluster import Testbed
 from tenants.models import Project
 from tenants.services import seed_demo_organisation
@@ -92,14 +93,16 @@ def test_the_cycle_preempts_low_priority_work_and_the_cluster_follows(
     def submit(priority: str, *, preemptible: bool) -> GpuRequest:
         request = services.submit_gpu_request(
             actor=alice,
-            project=project,
-            flavor=a100,
-            gpu_count=8,
-            image="registry.example.com/ml/train:1.0",
-            command=["python", "train.py"],
-            max_runtime_seconds=3600,
-            priority=priority,
-            is_preemptible=preemptible,
+            spec=GpuRequestSpec(
+                project=project,
+                flavor=a100,
+                gpu_count=8,
+                image="registry.example.com/ml/train:1.0",
+                command=["python", "train.py"],
+                max_runtime_seconds=3600,
+                priority=priority,
+                is_preemptible=preemptible,
+            ),
         )
         if request.status == RequestStatus.PENDING_APPROVAL:
             services.approve_gpu_request(actor=bob, request=request)
@@ -235,12 +238,14 @@ def test_a_real_worker_reclaims_an_idle_notebook_and_scales_it_to_zero(
             worker = stack.enter_context(celery_worker(clean_redis, **worker_env))
             request = services.submit_gpu_request(
                 actor=alice,
-                project=project,
-                flavor=Flavor.objects.get(slug="h100-1g10gb"),
-                gpu_count=1,
-                kind="notebook",
-                image="registry.example.com/ml/notebook:1.0",
-                max_runtime_seconds=3600,
+                spec=GpuRequestSpec(
+                    project=project,
+                    flavor=Flavor.objects.get(slug="h100-1g10gb"),
+                    gpu_count=1,
+                    kind="notebook",
+                    image="registry.example.com/ml/notebook:1.0",
+                    max_runtime_seconds=3600,
+                ),
             )
 
             def status() -> str:
@@ -361,12 +366,14 @@ def test_a_worker_killed_mid_launch_loses_and_duplicates_no_job(
             for _ in range(12):
                 request = services.submit_gpu_request(
                     actor=alice,
-                    project=project,
-                    flavor=a100,
-                    gpu_count=1,
-                    image="registry.example.com/ml/train:1.0",
-                    command=["python", "train.py"],
-                    max_runtime_seconds=3600,
+                    spec=GpuRequestSpec(
+                        project=project,
+                        flavor=a100,
+                        gpu_count=1,
+                        image="registry.example.com/ml/train:1.0",
+                        command=["python", "train.py"],
+                        max_runtime_seconds=3600,
+                    ),
                 )
                 services.approve_gpu_request(actor=bob, request=request)
                 ids.append(request.pk)

@@ -16,6 +16,7 @@ from scheduling.choices import RequestStatus
 from scheduling.demo import seed_demo_fleet
 from scheduling.models import Allocation, Flavor
 from scheduling.services import cycle
+from scheduling.services.requests import GpuRequestSpec
 from tenants.models import Project
 from tenants.services import seed_demo_organisation
 from tests.k8s.conftest import Admin, eventually
@@ -37,12 +38,14 @@ def test_a_whole_card_request_runs_to_succeeded_through_the_portal_services(
     alice, bob = users.get(username="alice"), users.get(username="bob")
     request = services.submit_gpu_request(
         actor=alice,
-        project=project,
-        flavor=Flavor.objects.get(slug="a100-80g"),
-        gpu_count=2,
-        image="registry.example.com/ml/train:1.0",
-        command=["python", "train.py"],
-        max_runtime_seconds=3600,
+        spec=GpuRequestSpec(
+            project=project,
+            flavor=Flavor.objects.get(slug="a100-80g"),
+            gpu_count=2,
+            image="registry.example.com/ml/train:1.0",
+            command=["python", "train.py"],
+            max_runtime_seconds=3600,
+        ),
     )
     if request.status == RequestStatus.PENDING_APPROVAL:
         services.approve_gpu_request(actor=bob, request=request)

@@ -29,6 +29,7 @@ from scheduling.choices import RequestStatus
 from scheduling.demo import seed_demo_fleet
 from scheduling.models import Flavor, StorageQuota
 from scheduling.services import cycle
+from scheduling.services.requests import GpuRequestSpec
 from tenants.models import Project
 from tenants.services import seed_demo_organisation
 from tests.k8s.conftest import Admin, eventually
@@ -94,17 +95,19 @@ def test_a_notebook_mounts_its_projects_data_and_leaves_it_behind_when_cancelled
         # 2. A notebook reading the token, with a home volume and host resources.
         request = services.submit_gpu_request(
             actor=alice,
-            project=project,
-            flavor=Flavor.objects.get(slug="l4-12g"),
-            gpu_count=1,
-            kind="notebook",
-            image="ghcr.io/example/notebook:1.0",
-            max_runtime_seconds=3600,
-            cpu_millicores=2000,
-            memory_mib=8192,
-            shm_mib=1024,
-            home_volume=True,
-            secret_env=[{"name": "HF_TOKEN", "secret": "hf", "key": "token"}],
+            spec=GpuRequestSpec(
+                project=project,
+                flavor=Flavor.objects.get(slug="l4-12g"),
+                gpu_count=1,
+                kind="notebook",
+                image="ghcr.io/example/notebook:1.0",
+                max_runtime_seconds=3600,
+                cpu_millicores=2000,
+                memory_mib=8192,
+                shm_mib=1024,
+                home_volume=True,
+                secret_env=[{"name": "HF_TOKEN", "secret": "hf", "key": "token"}],
+            ),
         )
         if request.status == RequestStatus.PENDING_APPROVAL:
             services.approve_gpu_request(actor=bob, request=request)

@@ -31,6 +31,7 @@ def test_launches_and_the_rest_of_a_requests_life_stay_on_the_default_queue() ->
         dispatch.LAUNCH_WORKLOAD,
         dispatch.TERMINATE_WORKLOAD,
         dispatch.PREEMPT_WORKLOAD,
+        dispatch.SEND_NOTICES,
         dispatch.SEND_NOTIFICATION,
         dispatch.SEND_WEBHOOK,
         dispatch.PUSH_PROJECT_QUOTAS,

@@ -8,6 +8,7 @@ from django.urls import URLResolver, get_resolver, reverse
 
 from scheduling.models import GpuRequest, Node, NodePool, Tier
 from scheduling.services import submit_gpu_request
+from scheduling.services.requests import GpuRequestSpec
 from tenants.errors import DomainError
 from tests.scheduling.conftest import Fleet
 from tests.scheduling.test_pages import form_data
@@ -36,12 +37,14 @@ def test_the_service_refuses_a_name_of_spaces(org: Org, fleet: Fleet) -> None:
     with pytest.raises(DomainError) as refused:
         submit_gpu_request(
             actor=org.dev_a,
-            project=org.project_a,
-            flavor=fleet.l4_12g,
-            gpu_count=1,
-            image="registry.example.com/ml/pytorch:2.4",
-            max_runtime_seconds=3600,
-            name="  \t ",
+            spec=GpuRequestSpec(
+                project=org.project_a,
+                flavor=fleet.l4_12g,
+                gpu_count=1,
+                image="registry.example.com/ml/pytorch:2.4",
+                max_runtime_seconds=3600,
+                name="  \t ",
+            ),
         )
     assert list(refused.value.fields) == ["name"]
     assert not GpuRequest.objects.exists()

@@ -16,6 +16,7 @@ from scheduling.engine.types import mig_layout_starts
 from scheduling.models import Allocation, GpuDevice, GpuRequest, Node, NodePool
 from scheduling.selectors.snapshot import build_snapshot
 from scheduling.services import cycle
+from scheduling.services.requests import GpuRequestSpec
 from tests.scheduling.conftest import Fleet
 from tests.support.personas import Org
 
@@ -28,11 +29,13 @@ def admitted_mig_requests(org: Org, fleet: Fleet, count: int, capture: Any) -> l
     for _ in range(count):
         request = services.submit_gpu_request(
             actor=org.dev_a,
-            project=org.project_a,
-            flavor=fleet.mig_1g,
-            gpu_count=1,
-            image="vllm:0.6",
-            max_runtime_seconds=3600,
+            spec=GpuRequestSpec(
+                project=org.project_a,
+                flavor=fleet.mig_1g,
+                gpu_count=1,
+                image="vllm:0.6",
+                max_runtime_seconds=3600,
+            ),
         )
         if request.status == RequestStatus.PENDING_APPROVAL:
             services.approve_gpu_request(actor=org.lead_a, request=request)

@@ -9,6 +9,7 @@ import pytest
 
 from scheduling import dispatch, services
 from scheduling.models import GpuRequest
+from scheduling.services.notifications import send_out
 from tests.scheduling.conftest import Fleet
 from tests.scheduling.helpers import request_body
 from tests.support.factories import api_submit
@@ -24,6 +25,8 @@ def queued(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Any, dict[str, Any]]]:
     sent: list[tuple[Any, dict[str, Any]]] = []
 
     def send(task_name: str, *args: Any) -> None:
+        if task_name == dispatch.SEND_NOTICES:  # the one task that fans the notices out
+            send_out(notices=args[0])
         if task_name == dispatch.SEND_NOTIFICATION:
             recipients, _subject, _body, event = args
             sent.append((recipients, event))

@@ -14,6 +14,7 @@ from scheduling import services
 from scheduling.choices import RequestStatus
 from scheduling.models import GpuRequest
 from scheduling.services import cycle
+from scheduling.services.requests import GpuRequestSpec
 from tenants.models import Notification
 from tests.scheduling.conftest import Fleet
 from tests.scheduling.test_cycle_preemptions import borrowers_then_owners
@@ -64,12 +65,14 @@ def _asked(org: Org, fleet: Fleet) -> tuple[GpuRequest, list[Notification]]:
     second_lead = make_user("lead_a2", "team_lead", org.team_a)
     request = services.submit_gpu_request(
         actor=org.dev_a,
-        project=org.project_a,
-        flavor=fleet.a100,
-        gpu_count=1,
-        image="registry.example.com/ml/pytorch:2.4",
-        max_runtime_seconds=3600,
-        name="big run",
+        spec=GpuRequestSpec(
+            project=org.project_a,
+            flavor=fleet.a100,
+            gpu_count=1,
+            image="registry.example.com/ml/pytorch:2.4",
+            max_runtime_seconds=3600,
+            name="big run",
+        ),
     )
     assert request.status == RequestStatus.PENDING_APPROVAL
     asked = list(Notification.objects.filter(event_type="request.pending_approval"))

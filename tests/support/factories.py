@@ -48,6 +48,7 @@ from scheduling.models import (
     ReclaimPolicy,
     Tier,
 )
+from scheduling.services.requests import GpuRequestSpec
 from tenants.choices import ORGANISATION_ROLES, Role
 from tenants.models import Membership, Project, Team
 
@@ -292,7 +293,8 @@ class GpuRequestFactory(factory.Factory[GpuRequest]):
         to = kwargs.pop("to")
         if to not in STAGES:
             raise ValueError(f"to={to!r}: one of {STAGES}")
-        request = services.submit_gpu_request(**kwargs)
+        actor = kwargs.pop("actor")
+        request = services.submit_gpu_request(actor=actor, spec=GpuRequestSpec(**kwargs))
         stage = STAGES.index(to)
         if stage >= STAGES.index("queued") and request.status == RequestStatus.PENDING_APPROVAL:
             lead = _team_member(request.project, Role.TEAM_LEAD)
