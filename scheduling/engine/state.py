@@ -224,16 +224,6 @@ class FleetState:
         self.node_free: list[int] = [
             sum(1 for d in self.node_devices[n] if self.fully_free(d)) for n in range(len(nodes))
         ]
-        # Nodes whose labels/taints impose nothing beyond their pool (filter fast path).
-        self.node_plain: list[bool] = []
-        for ni in range(len(nodes)):
-            pool = self.pools.get(self.node_pool[ni])
-            sel = pool.node_selector if pool else ()
-            self.node_plain.append(
-                self.node_schedulable[ni]
-                and not self.node_taint_keys[ni]
-                and all(self.node_labels[ni].get(k) == v for k, v in sel)
-            )
         # Short-request reserve: GE capacity and GE held per pool that has one (reserve.py).
         # Only pools with a reserve are tracked, so fleets without one pay nothing.
         self.pool_capacity: dict[str, float] = {}
@@ -445,19 +435,8 @@ class FleetState:
     def apply(self, rec: AllocRecord, notify: bool = True) -> None:
         """Take the capacity `rec` claims and register it."""
         node_free = self.node_free
-        mem_free, mem_total, cores_free, mig_mask = (
-            self.mem_free,
-            self.mem_total,
-            self.cores_free,
-            self.mig_mask,
-        )
         for dev, whole, mem, cores, bits in rec.claims:
-            if (
-                not self.whole[dev]
-                and mig_mask[dev] == 0
-                and mem_free[dev] == mem_total[dev]
-                and cores_free[dev] == 100
-            ):  # was fully free (inlined `fully_free`, this is the hot path)
+            if self.fully_free(dev):
                 node_free[self.dev_node[dev]] -= 1
             if whole:
                 self.whole[dev] = True
