@@ -24,7 +24,6 @@ from .types import (
     Pool,
     Request,
     Snapshot,
-    mig_bits,
     mig_layout_starts,
 )
 
@@ -107,7 +106,8 @@ def victim_order(rec: AllocRecord) -> tuple[int, int, float, str]:
     return (0 if rec.borrowed else 1, rec.priority, -rec.started_at, rec.id)
 
 
-# A claim on one device: (device, whole, memory_mib, cores_percent, mig_bits)
+# A claim on one device: (device, whole, memory_mib, cores_percent, mig_bits), the fields of its
+# `CardUsage` kept flat, as the device lists below are, for the placement loops' speed.
 Claim = tuple[int, bool, int, int, int]
 
 
@@ -277,10 +277,8 @@ class FleetState:
         dev = self.dev_of.get((c.node_id, c.device_index))
         if dev is None:
             return None
-        bits = 0
-        if c.mig_profile is not None and c.mig_start is not None and c.mig_profile in MIG_PROFILES:
-            bits = mig_bits(c.mig_profile, c.mig_start)
-        return (dev, c.whole, c.memory_mib, c.cores_percent, bits)
+        used = c.usage
+        return (dev, used.whole, used.memory_mib, used.cores_percent, used.mig_mask)
 
     def mig_profile_of(self, req: Request) -> str | None:
         """The MIG profile a request asks for: its own, else its flavor's."""
