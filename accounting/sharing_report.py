@@ -30,6 +30,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime
 
+from scheduling.engine.types import CardUsage
+
 EXCLUSIVE, VGPU, MIG = "exclusive", "vgpu", "mig"
 MIG_SLICES = 7
 SHARED_AT = 0.5  # a run with neighbours for at least this share of its runtime ran shared
@@ -169,10 +171,6 @@ def _overlap(start: datetime, end: datetime, lo: datetime, hi: datetime) -> floa
     return max((min(end, hi) - max(start, lo)).total_seconds(), 0.0)
 
 
-def _fits(shape: Shape, free_memory: int, free_cores: int) -> bool:
-    return free_memory >= shape.memory_mib and free_cores >= shape.cores_percent
-
-
 def stranded_share(card: Card, held: Sequence[Shape], wanted: Sequence[Shape]) -> float:
     """The share of `card` (0-1) that is free but fits none of the `wanted` shapes.
 
@@ -200,13 +198,17 @@ def stranded_share(card: Card, held: Sequence[Shape], wanted: Sequence[Shape]) -
             smallest = min((mig_slices(p) for p in profiles), default=MIG_SLICES + 1)
             usable = free_slices if free_slices >= smallest else 0
         return max(free_slices - min(usable, free_slices), 0) / MIG_SLICES
-    free_memory = card.memory_mib - sum(shape.memory_mib for shape in held)
-    free_cores = 100 - sum(shape.cores_percent for shape in held)
+    held_usage = sum((_share(shape) for shape in held), CardUsage())
+    free_memory, free_cores = held_usage.free_on(card.memory_mib)
     if free_memory <= 0 or free_cores <= 0:
         return 0.0
-    if any(_fits(shape, free_memory, free_cores) for shape in wanted):
+    if any(held_usage.fits(_share(shape), card.memory_mib) for shape in wanted):
         return 0.0
     return min(free_memory / card.memory_mib, free_cores / 100)
+
+
+def _share(shape: Shape) -> CardUsage:
+    return CardUsage(memory_mib=shape.memory_mib, cores_percent=shape.cores_percent)
 
 
 @dataclass

@@ -14,7 +14,13 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from scheduling.engine.types import MIG_PROFILES, mig_bits, mig_layout_starts
+from scheduling.engine.types import (
+    MIG_PROFILES,
+    CardUsage,
+    mig_bits,
+    mig_layout_starts,
+    stored_claim_usage,
+)
 from scheduling.models import Allocation, GpuDevice
 
 Claim = dict[str, Any]
@@ -23,9 +29,7 @@ Claim = dict[str, Any]
 def relocated_claims(allocation: Allocation, node_name: str) -> list[Claim]:
     """`allocation`'s claims moved to `node_name`, each on a card or instance free there."""
     devices = {d.index: d for d in GpuDevice.objects.filter(node__name=node_name)}
-    whole: set[int] = set()
-    mig_used: dict[int, int] = defaultdict(int)
-    memory_used: dict[int, int] = defaultdict(int)
+    used: dict[int, CardUsage] = defaultdict(CardUsage)
     others = (
         Allocation.objects.active().exclude(pk=allocation.pk).filter(node_name__contains=node_name)
     )
@@ -33,48 +37,28 @@ def relocated_claims(allocation: Allocation, node_name: str) -> list[Claim]:
         for claim in other.claims:
             if claim.get("node") != node_name:
                 continue
-            _book(claim, claim["device_index"], whole, mig_used, memory_used)
+            used[claim["device_index"]] += stored_claim_usage(claim)
     moved: list[Claim] = []
     for claim in allocation.claims:
-        index = _free_card(claim, devices, whole, mig_used, memory_used)
+        index = _free_card(claim, devices, used)
         placed = {**claim, "node": node_name}
         if index is not None:
             placed["device_index"], start = index
             if start is not None:
                 placed["mig_start"] = start
-        _book(placed, placed["device_index"], whole, mig_used, memory_used)
+        used[placed["device_index"]] += stored_claim_usage(placed)
         moved.append(placed)
     return moved
 
 
-def _book(
-    claim: Claim,
-    index: int,
-    whole: set[int],
-    mig_used: dict[int, int],
-    memory_used: dict[int, int],
-) -> None:
-    profile, start = claim.get("mig_profile"), claim.get("mig_start")
-    if profile in MIG_PROFILES and start is not None:
-        mig_used[index] |= mig_bits(profile, start)
-    elif claim.get("whole"):
-        whole.add(index)
-    else:
-        memory_used[index] += int(claim.get("memory_mib") or 0)
-
-
 def _free_card(
-    claim: Claim,
-    devices: dict[int, GpuDevice],
-    whole: set[int],
-    mig_used: dict[int, int],
-    memory_used: dict[int, int],
+    claim: Claim, devices: dict[int, GpuDevice], used: dict[int, CardUsage]
 ) -> tuple[int, int | None] | None:
     """(card index, MIG start or None) of a place for `claim` that nothing holds, or None."""
     profile = claim.get("mig_profile")
     for index in sorted(devices):
-        device = devices[index]
-        if index in whole:
+        device, held = devices[index], used[index]
+        if held.whole:
             continue
         if profile in MIG_PROFILES:
             layout = tuple(device.mig_layout.items())
@@ -84,16 +68,16 @@ def _free_card(
                 else MIG_PROFILES[profile].starts
             )
             for start in starts:
-                if not mig_used[index] & mig_bits(profile, start):
+                if held.fits(CardUsage(mig_mask=mig_bits(profile, start)), device.memory_mib):
                     return index, start
-        elif claim.get("whole") and not mig_used[index] and not memory_used[index]:
+        elif claim.get("whole") and held.fits(CardUsage(whole=True), device.memory_mib):
             return index, None
     if profile in MIG_PROFILES or claim.get("whole"):
         return None
+    share = CardUsage(memory_mib=int(claim.get("memory_mib") or 0))
     roomy = [
-        (device.memory_mib - memory_used[index], -index)
+        (device.memory_mib - used[index].memory_mib, -index)
         for index, device in devices.items()
-        if index not in whole
-        and device.memory_mib - memory_used[index] >= int(claim.get("memory_mib") or 0)
+        if used[index].fits(share, device.memory_mib)
     ]
     return (-max(roomy)[1], None) if roomy else None

@@ -44,8 +44,8 @@ from .quota import EPS, QuotaLedger, quota_unit, units
 from .reserve import reserve_reason
 from .state import Shape, is_gang, shape_of
 from .types import (
-    MIG_PROFILES,
     MIG_SLICES,
+    CardUsage,
     DeviceClaim,
     Flavor,
     Node,
@@ -206,57 +206,41 @@ class _Device:
     """Free capacity of one GPU after the plan (mutable copy of a snapshot GpuDevice)."""
 
     memory_total_mib: int
-    memory_free_mib: int
-    cores_free_percent: int
     mig_capable: bool
-    mig_used_mask: int
-    whole_allocated: bool
     mig_layout: tuple[tuple[str, int], ...]
+    used: CardUsage
 
     def take(self, claim: DeviceClaim, sign: int) -> None:
         """Apply (sign 1) or give back (sign -1) one claim."""
-        if claim.whole:
-            self.whole_allocated = sign > 0
-        elif claim.mig_profile in MIG_PROFILES and claim.mig_start is not None:
-            bits = mig_bits(claim.mig_profile, claim.mig_start)
-            self.mig_used_mask = (
-                self.mig_used_mask | bits if sign > 0 else self.mig_used_mask & ~bits
-            )
-        else:
-            self.memory_free_mib -= sign * claim.memory_mib
-            self.cores_free_percent -= sign * claim.cores_percent
+        self.used = self.used + claim.usage if sign > 0 else self.used - claim.usage
 
     @property
     def fully_free(self) -> bool:
-        return (
-            not self.whole_allocated
-            and self.mig_used_mask == 0
-            and self.memory_free_mib >= self.memory_total_mib
-            and self.cores_free_percent >= 100
-        )
+        return self.used.idle
 
     def free_ge(self, kind: str) -> float:
         """Free GE for a request of flavor kind `kind`."""
-        if self.whole_allocated:
+        if self.used.whole:
             return 0.0
         if kind == "mig":
             if not self.mig_capable:
                 return 0.0
-            return (MIG_SLICES - bin(self.mig_used_mask).count("1")) / MIG_SLICES
+            return (MIG_SLICES - self.used.mig_slices) / MIG_SLICES
         if kind == "vgpu":
-            memory = max(0, self.memory_free_mib) / max(1, self.memory_total_mib)
-            return max(0.0, min(memory, self.cores_free_percent / 100))
+            memory_free = max(0, self.memory_total_mib - self.used.memory_mib)
+            memory = memory_free / max(1, self.memory_total_mib)
+            return max(0.0, min(memory, (100 - self.used.cores_percent) / 100))
         return 1.0 if self.fully_free else 0.0
 
     def free_instances(self, profile: str, *, honour_layout: bool) -> int:
         """Free instances of a MIG profile: as the card's fixed layout offers them, or as the
         free slices alone would hold them."""
-        if not self.mig_capable or self.whole_allocated:
+        if not self.mig_capable or self.used.whole:
             return 0
         if not self.mig_layout or not honour_layout:
-            return mig_free_by_profile(self.mig_used_mask).get(profile, 0)
+            return mig_free_by_profile(self.used.mig_mask).get(profile, 0)
         starts = mig_layout_starts(self.mig_layout).get(profile, ())
-        return sum(1 for s in starts if not self.mig_used_mask & mig_bits(profile, s))
+        return sum(1 for s in starts if not self.used.mig_mask & mig_bits(profile, s))
 
 
 class _Fleet:
@@ -267,15 +251,7 @@ class _Fleet:
         self.devices: dict[str, list[_Device]] = defaultdict(list)
         self.by_key: dict[tuple[str, int], _Device] = {}
         for d in sorted(snapshot.devices, key=lambda d: (d.node_id, d.index)):
-            device = _Device(
-                d.memory_total_mib,
-                d.memory_free_mib,
-                d.cores_free_percent,
-                d.mig_capable,
-                d.mig_used_mask,
-                d.whole_allocated,
-                d.mig_layout,
-            )
+            device = _Device(d.memory_total_mib, d.mig_capable, d.mig_layout, d.usage)
             self.devices[d.node_id].append(device)
             self.by_key[(d.node_id, d.index)] = device
         victims = {p.victim_id for p in plan.preemptions}

@@ -35,7 +35,6 @@ from typing import Literal
 
 from .planner import Scheduler
 from .types import (
-    MIG_PROFILES,
     Allocation,
     DeviceClaim,
     Flavor,
@@ -43,7 +42,6 @@ from .types import (
     Policy,
     Request,
     Snapshot,
-    mig_bits,
 )
 
 Which = Literal["low", "mid", "high"]
@@ -289,32 +287,14 @@ def _allocation(
 
 
 def _take(devices: dict[tuple[str, int], GpuDevice], claims: tuple[DeviceClaim, ...]) -> None:
-    _apply(devices, claims, sign=-1)
+    for c in claims:
+        d = devices.get((c.node_id, c.device_index))
+        if d is not None:
+            devices[(c.node_id, c.device_index)] = d.holding(d.usage + c.usage)
 
 
 def _give_back(devices: dict[tuple[str, int], GpuDevice], claims: tuple[DeviceClaim, ...]) -> None:
-    _apply(devices, claims, sign=1)
-
-
-def _apply(
-    devices: dict[tuple[str, int], GpuDevice], claims: tuple[DeviceClaim, ...], sign: int
-) -> None:
-    """Take (sign -1) or give back (+1) what `claims` hold, as the portal's snapshot counts it:
-    a MIG instance by its slices, a whole card by its flag, a vGPU share by memory and cores."""
     for c in claims:
-        key = (c.node_id, c.device_index)
-        d = devices.get(key)
-        if d is None:
-            continue
-        if c.mig_profile in MIG_PROFILES and c.mig_start is not None:
-            bits = mig_bits(str(c.mig_profile), c.mig_start)
-            mask = d.mig_used_mask | bits if sign < 0 else d.mig_used_mask & ~bits
-            devices[key] = replace(d, mig_used_mask=mask)
-        elif c.whole:
-            devices[key] = replace(d, whole_allocated=sign < 0)
-        else:
-            devices[key] = replace(
-                d,
-                memory_free_mib=min(d.memory_total_mib, d.memory_free_mib + sign * c.memory_mib),
-                cores_free_percent=min(100, d.cores_free_percent + sign * c.cores_percent),
-            )
+        d = devices.get((c.node_id, c.device_index))
+        if d is not None:
+            devices[(c.node_id, c.device_index)] = d.holding(d.usage - c.usage)

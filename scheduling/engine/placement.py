@@ -44,15 +44,15 @@ from .filters import (
     whole_devices,
 )
 from .index import GIB, CapacityIndex, Group
-from .scores import FUSED, POOL_LEVEL, SCORES, ScoreFn, fused
+from .scores import POOL_LEVEL, SCORES, ScoreFn
 from .state import Claim, FleetState, Shape, gang_layout, is_gang
-from .types import DEFAULT_FILTERS, MIG_PROFILES, Policy, Request
+from .types import MIG_PROFILES, Policy, Request
 
 Candidate = tuple[int, tuple[Claim, ...], Group]
 GroupKeyT = tuple[str, str]
 ScoreList = list[tuple[ScoreFn, float]]
-# (pool-level plugins, per-candidate plugins, fused weights or None, plugins after the fused ones)
-ScorePlan = tuple[ScoreList, ScoreList, "tuple[float, float, float, float] | None", ScoreList]
+# (pool-level plugins, per-candidate plugins)
+ScorePlan = tuple[ScoreList, ScoreList]
 
 #: FGD candidates: spots scored per group, spots taken from one capacity bucket, and the
 #: fragmentation difference (GE) under which two candidates count as equally good.
@@ -76,10 +76,7 @@ class Placer:
         self.node_filters: list[NodeFilter] = [
             NODE_FILTERS[n] for n in policy.filters if n not in ("capacity", "host_resources")
         ]
-        # With the stock filter list, plain shapes on plain nodes only need the shared-node check.
-        self.fast_filters = tuple(policy.filters) == DEFAULT_FILTERS
         self.scores = self._score_list(policy.scores)
-        self.use_fused = True  # tests turn this off to compare with the plain plugin loop
         self.pool_scores: dict[str, ScorePlan] = {
             pool: self._score_list(lst) for pool, lst in policy.pool_scores
         }
@@ -119,22 +116,13 @@ class Placer:
 
     @staticmethod
     def _score_list(items: tuple[tuple[str, float], ...]) -> ScorePlan:
-        """(pool-level plugins, per-candidate plugins, fused weights or None, the rest).
-
-        When the per-candidate list starts with the FUSED plugins, `fused` evaluates those and
-        the plugins after them run one by one; otherwise every plugin runs one by one.
-        """
+        """(pool-level plugins, per-candidate plugins), each with its weight, in policy order."""
         unknown = [n for n, _ in items if n not in SCORES]
         if unknown:
             raise ValueError(f"unknown score plugin(s): {', '.join(unknown)}")
         pool_level = [(SCORES[n], w) for n, w in items if w and n in POOL_LEVEL]
         per_cand = [(SCORES[n], w) for n, w in items if w and n not in POOL_LEVEL]
-        names = tuple(n for n, w in items if w and n not in POOL_LEVEL)
-        weights = tuple(w for n, w in items if w and n not in POOL_LEVEL)
-        if names[: len(FUSED)] == FUSED:
-            fused_w = (weights[0], weights[1], weights[2], weights[3])
-            return pool_level, per_cand, fused_w, per_cand[len(FUSED) :]
-        return pool_level, per_cand, None, per_cand
+        return pool_level, per_cand
 
     # ------------------------------------------------------------------ groups
 
@@ -165,15 +153,6 @@ class Placer:
         st = self.st
         if not st.host_fits(node, shape.cpu_millicores, shape.host_memory_mib):
             return False
-        if (
-            self.fast_filters
-            and st.node_plain[node]
-            and not shape.node_selector
-            and (shape.models is None or st.node_model[node] in shape.models)
-        ):
-            if st.node_exclusive[node]:
-                return False
-            return shape.allow_shared_node or st.node_tenants[node] == 0
         return all(f(st, node, shape) is None for f in self.node_filters)
 
     # ------------------------------------------------------------------ plugin placer
@@ -238,19 +217,14 @@ class Placer:
         """Weighted plugin score of one candidate (`base` caches the pool-level part)."""
         st = self.st
         node, claims, g = cand
-        pool_level, fns, fused_w, rest = self.pool_scores.get(g.pool.name, self.scores)
+        pool_level, fns = self.pool_scores.get(g.pool.name, self.scores)
         total = base.get(g.key)
         if total is None:
             total = base[g.key] = sum(
                 w * fn(st, node, shape, claims, g.pool, preemptible) for fn, w in pool_level
             )
-        if fused_w is not None and self.use_fused:
-            total = fused(st, node, shape, claims, g.pool, preemptible, total, fused_w)
-            for fn, w in rest:
-                total += w * fn(st, node, shape, claims, g.pool, preemptible)
-        else:
-            for fn, w in fns:
-                total += w * fn(st, node, shape, claims, g.pool, preemptible)
+        for fn, w in fns:
+            total += w * fn(st, node, shape, claims, g.pool, preemptible)
         return total
 
     def _least_fragmenting(self, shape: Shape, cands: list[Candidate]) -> list[Candidate]:

@@ -16,7 +16,7 @@ from dataclasses import replace
 
 from .planner import Scheduler
 from .state import MODE_MIG, AllocRecord, victim_order
-from .types import Allocation, GpuDevice, Policy, Request, Snapshot, mig_bits
+from .types import Allocation, CardUsage, Policy, Request, Snapshot
 
 _DRIFT = 1e-9
 
@@ -179,30 +179,9 @@ def _in_order(bucket: dict[int, None], moved: set[int]) -> bool:
 def starting_snapshot(fleet: Snapshot, allocations: Iterable[Allocation]) -> Snapshot:
     """`fleet` with `allocations` running: device free capacity reduced by their claims."""
     running = tuple(allocations)
-    whole: set[tuple[str, int]] = set()
-    memory: dict[tuple[str, int], int] = defaultdict(int)
-    cores: dict[tuple[str, int], int] = defaultdict(int)
-    mig: dict[tuple[str, int], int] = defaultdict(int)
+    used: dict[tuple[str, int], CardUsage] = defaultdict(CardUsage)
     for a in running:
         for c in a.placement:
-            key = (c.node_id, c.device_index)
-            if c.mig_profile is not None and c.mig_start is not None:
-                mig[key] |= mig_bits(c.mig_profile, c.mig_start)
-            elif c.whole:
-                whole.add(key)
-            else:
-                memory[key] += c.memory_mib
-                cores[key] += c.cores_percent
-    devices: list[GpuDevice] = []
-    for d in fleet.devices:
-        key = (d.node_id, d.index)
-        devices.append(
-            replace(
-                d,
-                memory_free_mib=max(0, d.memory_total_mib - memory.get(key, 0)),
-                cores_free_percent=max(0, 100 - cores.get(key, 0)),
-                mig_used_mask=mig.get(key, 0),
-                whole_allocated=key in whole,
-            )
-        )
-    return replace(fleet, devices=tuple(devices), allocations=running, pending=())
+            used[(c.node_id, c.device_index)] += c.usage
+    devices = tuple(d.holding(used[(d.node_id, d.index)]) for d in fleet.devices)
+    return replace(fleet, devices=devices, allocations=running, pending=())

@@ -24,7 +24,6 @@ from .types import (
     Pool,
     Request,
     Snapshot,
-    mig_bits,
     mig_layout_starts,
 )
 
@@ -107,7 +106,8 @@ def victim_order(rec: AllocRecord) -> tuple[int, int, float, str]:
     return (0 if rec.borrowed else 1, rec.priority, -rec.started_at, rec.id)
 
 
-# A claim on one device: (device, whole, memory_mib, cores_percent, mig_bits)
+# A claim on one device: (device, whole, memory_mib, cores_percent, mig_bits), the fields of its
+# `CardUsage` kept flat, as the device lists below are, for the placement loops' speed.
 Claim = tuple[int, bool, int, int, int]
 
 
@@ -224,16 +224,6 @@ class FleetState:
         self.node_free: list[int] = [
             sum(1 for d in self.node_devices[n] if self.fully_free(d)) for n in range(len(nodes))
         ]
-        # Nodes whose labels/taints impose nothing beyond their pool (filter fast path).
-        self.node_plain: list[bool] = []
-        for ni in range(len(nodes)):
-            pool = self.pools.get(self.node_pool[ni])
-            sel = pool.node_selector if pool else ()
-            self.node_plain.append(
-                self.node_schedulable[ni]
-                and not self.node_taint_keys[ni]
-                and all(self.node_labels[ni].get(k) == v for k, v in sel)
-            )
         # Short-request reserve: GE capacity and GE held per pool that has one (reserve.py).
         # Only pools with a reserve are tracked, so fleets without one pay nothing.
         self.pool_capacity: dict[str, float] = {}
@@ -287,10 +277,8 @@ class FleetState:
         dev = self.dev_of.get((c.node_id, c.device_index))
         if dev is None:
             return None
-        bits = 0
-        if c.mig_profile is not None and c.mig_start is not None and c.mig_profile in MIG_PROFILES:
-            bits = mig_bits(c.mig_profile, c.mig_start)
-        return (dev, c.whole, c.memory_mib, c.cores_percent, bits)
+        used = c.usage
+        return (dev, used.whole, used.memory_mib, used.cores_percent, used.mig_mask)
 
     def mig_profile_of(self, req: Request) -> str | None:
         """The MIG profile a request asks for: its own, else its flavor's."""
@@ -445,19 +433,8 @@ class FleetState:
     def apply(self, rec: AllocRecord, notify: bool = True) -> None:
         """Take the capacity `rec` claims and register it."""
         node_free = self.node_free
-        mem_free, mem_total, cores_free, mig_mask = (
-            self.mem_free,
-            self.mem_total,
-            self.cores_free,
-            self.mig_mask,
-        )
         for dev, whole, mem, cores, bits in rec.claims:
-            if (
-                not self.whole[dev]
-                and mig_mask[dev] == 0
-                and mem_free[dev] == mem_total[dev]
-                and cores_free[dev] == 100
-            ):  # was fully free (inlined `fully_free`, this is the hot path)
+            if self.fully_free(dev):
                 node_free[self.dev_node[dev]] -= 1
             if whole:
                 self.whole[dev] = True

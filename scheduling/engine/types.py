@@ -5,16 +5,16 @@ never mutated behind the engine's back.  Collections are tuples (ordered, hashab
 lists or sets so that iteration order is part of the value and plans are deterministic.
 
 Units: memory in MiB, cores in percent of one GPU (0-100), host CPU in millicores, time in epoch
-seconds, capacity and
-quota in GPU-equivalents ("GE": one whole card = 1.0, a MIG 1g slice = 1/7, a vGPU share =
-max(memory share, core share)).
+seconds, capacity and quota in GPU-equivalents ("GE": one whole card = 1.0, a MIG 1g slice =
+1/7, a vGPU share = max(memory share, core share)).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from enum import IntEnum
-from typing import Literal
+from typing import Any, Literal
 
 from .mig import MIG_GPUS
 
@@ -125,6 +125,60 @@ def vgpu_equivalent(memory_mib: int, cores_percent: int, device_memory_mib: int)
 
 
 @dataclass(frozen=True, slots=True)
+class CardUsage:
+    """What work holds on one GPU: the whole card, MIG compute slices, or vGPU memory and cores.
+
+    The one rule of card usage (docs/engine.md). A claim holds one kind (`DeviceClaim.usage`);
+    usages add up and give back without clamping; a card's free figures are clamped (`free_on`).
+    """
+
+    memory_mib: int = 0
+    cores_percent: int = 0
+    mig_mask: int = 0
+    whole: bool = False
+
+    def __add__(self, o: CardUsage) -> CardUsage:
+        m, c = self.memory_mib + o.memory_mib, self.cores_percent + o.cores_percent
+        return CardUsage(m, c, self.mig_mask | o.mig_mask, self.whole or o.whole)
+
+    def __sub__(self, o: CardUsage) -> CardUsage:
+        m, c = self.memory_mib - o.memory_mib, self.cores_percent - o.cores_percent
+        return CardUsage(m, c, self.mig_mask & ~o.mig_mask, self.whole and not o.whole)
+
+    @property
+    def idle(self) -> bool:
+        held = self.whole or self.mig_mask
+        return not held and self.memory_mib <= 0 and self.cores_percent <= 0
+
+    @property
+    def mig_slices(self) -> int:
+        return bin(self.mig_mask).count("1")
+
+    def free_on(self, memory_total_mib: int) -> tuple[int, int]:
+        """(free memory MiB, free cores percent) of a card of `memory_total_mib` holding this."""
+        memory = min(memory_total_mib, max(0, memory_total_mib - self.memory_mib))
+        return memory, min(100, max(0, 100 - self.cores_percent))
+
+    def fits(self, extra: CardUsage, memory_total_mib: int) -> bool:
+        """`extra` fits beside this on a card of `memory_total_mib`: a whole card on an idle
+        card, MIG slices where none is held, a vGPU share within memory and 100 % of cores."""
+        if self.whole or extra.whole:
+            return not self.whole and self.idle
+        return (
+            not self.mig_mask & extra.mig_mask
+            and self.memory_mib + extra.memory_mib <= memory_total_mib
+            and self.cores_percent + extra.cores_percent <= 100
+        )
+
+
+def stored_claim_usage(claim: Mapping[str, Any]) -> CardUsage:
+    """`DeviceClaim.usage` of a claim as the portal stores it (a JSON object of its fields)."""
+    memory, cores = int(claim.get("memory_mib") or 0), int(claim.get("cores_percent") or 0)
+    profile, start = claim.get("mig_profile") or None, claim.get("mig_start")
+    return DeviceClaim("", 0, bool(claim.get("whole")), memory, cores, profile, start).usage
+
+
+@dataclass(frozen=True, slots=True)
 class Taint:
     """A node taint; effects NoSchedule and NoExecute must be tolerated, PreferNoSchedule not."""
 
@@ -206,6 +260,25 @@ class GpuDevice:
     vgpu_share_limit: int = 0
 
     @property
+    def usage(self) -> CardUsage:
+        """What holds the card, as its free figures say."""
+        memory = self.memory_total_mib - self.memory_free_mib
+        return CardUsage(
+            memory, 100 - self.cores_free_percent, self.mig_used_mask, self.whole_allocated
+        )
+
+    def holding(self, usage: CardUsage) -> GpuDevice:
+        """This card with `usage` held on it (the free figures clamped to its capacity)."""
+        memory, cores = usage.free_on(self.memory_total_mib)
+        return replace(
+            self,
+            memory_free_mib=memory,
+            cores_free_percent=cores,
+            mig_used_mask=usage.mig_mask,
+            whole_allocated=usage.whole,
+        )
+
+    @property
     def mig_free(self) -> dict[str, int]:
         if not self.mig_capable:
             return {}
@@ -228,6 +301,16 @@ class DeviceClaim:
     cores_percent: int = 0
     mig_profile: str | None = None
     mig_start: int | None = None
+
+    @property
+    def usage(self) -> CardUsage:
+        """A MIG instance (a known profile and a start) holds its slices, else a whole card the
+        card, else a vGPU share its memory and cores."""
+        if self.mig_profile in MIG_PROFILES and self.mig_start is not None:
+            return CardUsage(mig_mask=mig_bits(str(self.mig_profile), self.mig_start))
+        return (
+            CardUsage(whole=True) if self.whole else CardUsage(self.memory_mib, self.cores_percent)
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,6 +19,7 @@ from django.db.models.functions import TruncHour
 from django.utils import timezone
 
 from scheduling.choices import FlavorKind, RequestStatus, SharingMode
+from scheduling.engine.types import CardUsage, stored_claim_usage
 from scheduling.models import (
     MIG_SLICES_PER_GPU,
     Allocation,
@@ -327,18 +328,11 @@ def fleet_overview(*, since_days: int = 7) -> list[PoolOverview]:
     """
     now = timezone.now()
     active = list(Allocation.objects.active().select_related("request", "pool").order_by("pk"))
-    used_memory: dict[tuple[str, int], int] = {}
-    used_cores: dict[tuple[str, int], int] = {}
-    used_slices: dict[tuple[str, int], int] = {}
+    used: dict[tuple[str, int], CardUsage] = {}
     for allocation in active:
         for claim in allocation.claims:
             key = (claim["node"], claim["device_index"])
-            if claim.get("mig_profile"):
-                slices = int(str(claim["mig_profile"]).split("g.", 1)[0])
-                used_slices[key] = used_slices.get(key, 0) + slices
-            elif not claim.get("whole"):
-                used_memory[key] = used_memory.get(key, 0) + claim.get("memory_mib", 0)
-                used_cores[key] = used_cores.get(key, 0) + claim.get("cores_percent", 0)
+            used[key] = used.get(key, CardUsage()) + stored_claim_usage(claim)
     latest: dict[int, float] = {}
     for allocation_id, activity in (
         UtilisationSample.objects.filter(
@@ -368,14 +362,16 @@ def fleet_overview(*, since_days: int = 7) -> list[PoolOverview]:
         )
         stranded = 0.0
         for device in devices:
-            key = (device.node.name, device.index)
-            if pool.sharing_mode == SharingMode.VGPU and key in used_memory:
-                free_memory = device.memory_mib - used_memory[key]
-                free_cores = 100 - used_cores.get(key, 0)
+            held = used.get((device.node.name, device.index))
+            if held is None or held.whole:
+                continue
+            if pool.sharing_mode == SharingMode.VGPU and not held.mig_mask:
+                free_memory = device.memory_mib - held.memory_mib
+                free_cores = 100 - held.cores_percent
                 if free_memory < smallest_memory or free_cores < smallest_cores:
                     stranded += min(free_memory / device.memory_mib, free_cores / 100)
-            elif pool.sharing_mode == SharingMode.MIG and key in used_slices:
-                free_slices = MIG_SLICES_PER_GPU - used_slices[key]
+            elif pool.sharing_mode == SharingMode.MIG and held.mig_mask:
+                free_slices = MIG_SLICES_PER_GPU - held.mig_slices
                 if free_slices < smallest_slices:
                     stranded += free_slices / MIG_SLICES_PER_GPU
         in_pool = [a for a in active if a.pool_id == pool.pk]

@@ -43,15 +43,6 @@ def host_left(
     return cpu, memory
 
 
-def _is_free_card(device: GpuDevice) -> bool:
-    return (
-        not device.whole_allocated
-        and device.mig_used_mask == 0
-        and device.memory_free_mib == device.memory_total_mib
-        and device.cores_free_percent == 100
-    )
-
-
 def _take_mig(device: GpuDevice, profile: str, wanted: int) -> tuple[GpuDevice, int]:
     """Mark up to `wanted` free instances of `profile` on the card used; (card, how many)."""
     if profile not in MIG_PROFILES or wanted <= 0:
@@ -76,7 +67,7 @@ def _charge_node(devices: list[GpuDevice], usage: Mapping[str, int], sharing: st
     if sharing == "exclusive":
         left = int(usage.get(GPU, 0))
         for i in order:
-            if left > 0 and _is_free_card(devices[i]):
+            if left > 0 and devices[i].usage.idle:
                 devices[i] = replace(devices[i], whole_allocated=True)
                 left -= 1
     elif sharing == "vgpu":

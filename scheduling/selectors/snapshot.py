@@ -17,7 +17,7 @@ from django.utils import timezone
 
 from scheduling import engine
 from scheduling.choices import FlavorKind, Priority, RequestStatus, SharingMode, WorkloadKind
-from scheduling.engine.types import MIG_PROFILES, mig_bits
+from scheduling.engine.types import MIG_PROFILES, CardUsage, stored_claim_usage
 from scheduling.models import (
     POOL_LABEL,
     Allocation,
@@ -232,20 +232,11 @@ def _devices(
     kueue: frozenset[int] = frozenset(),
 ) -> tuple[engine.GpuDevice, ...]:
     """Every card with what the running allocations and foreign pods leave free on it."""
-    used_memory: dict[tuple[str, int], int] = defaultdict(int)
-    used_cores: dict[tuple[str, int], int] = defaultdict(int)
-    whole: set[tuple[str, int]] = set()
-    mig_mask: dict[tuple[str, int], int] = defaultdict(int)
+    used: dict[tuple[str, int], CardUsage] = defaultdict(CardUsage)
     for allocation in allocations:
         for claim in allocation["claims"]:
             key = (claim["node"], claim["device_index"])
-            if claim.get("mig_profile") and claim.get("mig_start") is not None:
-                mig_mask[key] |= mig_bits(claim["mig_profile"], claim["mig_start"])
-            elif claim.get("whole"):
-                whole.add(key)
-            else:
-                used_memory[key] += claim.get("memory_mib", 0)
-                used_cores[key] += claim.get("cores_percent", 0)
+            used[key] += stored_claim_usage(claim)
 
     devices = []
     cards = GpuDevice.objects.exclude(node__pool__cluster_id__in=kueue).order_by(
@@ -254,23 +245,18 @@ def _devices(
     for node_name, index, memory_mib, mig_layout, split_count in cards.values_list(
         "node__name", "index", "memory_mib", "mig_layout", "vgpu_split_count"
     ):
-        key = (node_name, index)
-        devices.append(
-            engine.GpuDevice(
-                node_id=node_name,
-                index=index,
-                memory_total_mib=memory_mib,
-                memory_free_mib=max(0, memory_mib - used_memory[key]),
-                cores_free_percent=max(0, 100 - used_cores[key]),
-                mig_capable=pool_of_node[node_name].sharing == SharingMode.MIG,
-                mig_used_mask=mig_mask[key],
-                whole_allocated=key in whole,
-                # The instances the card really offers (inventory, or the admin's layout).
-                mig_layout=tuple(sorted((str(p), int(n)) for p, n in mig_layout.items())),
-                # HAMi's split count: the vGPU shares the card may hold.
-                vgpu_share_limit=split_count,
-            )
+        card = engine.GpuDevice(
+            node_id=node_name,
+            index=index,
+            memory_total_mib=memory_mib,
+            memory_free_mib=memory_mib,
+            mig_capable=pool_of_node[node_name].sharing == SharingMode.MIG,
+            # The instances the card really offers (inventory, or the admin's layout).
+            mig_layout=tuple(sorted((str(p), int(n)) for p, n in mig_layout.items())),
+            # HAMi's split count: the vGPU shares the card may hold.
+            vgpu_share_limit=split_count,
         )
+        devices.append(card.holding(used[(node_name, index)]))
     # GPUs that pods the portal did not create hold (inventory) are not free either.
     return tuple(
         subtract_foreign_usage(

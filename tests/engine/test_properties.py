@@ -315,13 +315,3 @@ def test_same_snapshot_gives_same_plan_whatever_the_input_order(
         rnd.shuffle(items)
     other = replace(snap, **{k: tuple(v) for k, v in shuffled.items()})
     assert plan(other, now=NOW) == first
-
-
-@SETTINGS
-@given(snapshots())
-def test_fused_stock_scorer_chooses_exactly_like_the_plugin_loop(snap: Snapshot) -> None:
-    from scheduling.engine import Scheduler
-
-    fast, slow = Scheduler(snap), Scheduler(snap)
-    slow.placer.use_fused = False
-    assert fast.plan(NOW) == slow.plan(NOW)

@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 
 from scheduling.engine import Policy, Pool, Scheduler
+from scheduling.engine.filters import NODE_FILTERS
 from scheduling.engine.scores import (
+    SCORES,
     device_packing,
     fragmentation,
     node_packing,
@@ -13,6 +15,7 @@ from scheduling.engine.scores import (
     tenancy_mix,
     tier,
 )
+from scheduling.engine.state import Claim, FleetState, Shape
 
 from .builders import EXCL, MIG, VGPU, alloc, fleet, node, req, state_and_shape, whole_claims
 
@@ -133,3 +136,34 @@ def test_unknown_plugin_names_are_rejected() -> None:
         Scheduler(fleet(node("n")), Policy(scores=(("nope", 1.0),)))
     with pytest.raises(ValueError, match="unknown filter"):
         Scheduler(fleet(node("n")), Policy(filters=("nope",)))
+
+
+@pytest.mark.parametrize(
+    "plugin", ["node_packing", "device_packing", "fragmentation", "tenancy_mix"]
+)
+def test_the_stock_policy_places_by_each_registered_score_plugin(
+    plugin: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two identical empty nodes tie (lowest id wins) until a registered plugin prefers the other:
+    the stock score list is evaluated through the registry, not beside it."""
+    snap = fleet(node("a"), node("b"), pending=[req("r")])
+    assert Scheduler(snap).plan(now=0.0).admissions[0].node_ids == ("a",)
+
+    def prefers_b(
+        st: FleetState, node: int, shape: Shape, claims: tuple[Claim, ...], pool: Pool, pre: bool
+    ) -> float:
+        return 1.0 if st.node_ids[node] == "b" else 0.0
+
+    monkeypatch.setitem(SCORES, plugin, prefers_b)
+    assert Scheduler(snap).plan(now=0.0).admissions[0].node_ids == ("b",)
+
+
+def test_the_stock_policy_runs_each_registered_node_filter(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A plain node (no labels, taints or pins) still goes through the policy's filter chain."""
+    snap = fleet(node("a"), node("b"), pending=[req("r")])
+
+    def refuses_a(st: FleetState, node: int, shape: Shape) -> str | None:
+        return "no" if st.node_ids[node] == "a" else None
+
+    monkeypatch.setitem(NODE_FILTERS, "node_labels", refuses_a)
+    assert Scheduler(snap).plan(now=0.0).admissions[0].node_ids == ("b",)
