@@ -946,7 +946,7 @@ def seed_notebook_users(count: int) -> dict[str, Any]:
     from knox.models import AuthToken
 
     from scheduling.demo import seed_demo_fleet
-    from scheduling.models import Flavor, Node, Quota
+    from scheduling.models import Flavor, Node, NodePool, Quota
     from tenants.choices import Role
     from tenants.models import Membership, Project
     from tenants.services import seed_demo_organisation
@@ -954,6 +954,9 @@ def seed_notebook_users(count: int) -> dict[str, Any]:
     teams = seed_demo_organisation(password="bench")
     seed_demo_fleet(teams=teams)
     Node.objects.all().delete()
+    # HAMi's scheduler is not on the test bed; kube-scheduler counts HAMi's extended resources
+    # like any other (tests/k8s/test_backend_workloads.py), on the node the engine chose.
+    NodePool.objects.filter(slug=NOTEBOOK_POOL).update(scheduler_name="default-scheduler")
     team = teams["vision"]
     flavor = Flavor.objects.get(slug=NOTEBOOK_FLAVOR)
     Quota.objects.filter(team=team, flavor=flavor).update(guaranteed=count, limit=count)
