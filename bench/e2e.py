@@ -68,7 +68,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import urljoin, urlsplit
 
 from bench.api import free_port, recreate_database
 from runtime.cluster.base import WorkloadSpec
@@ -1082,8 +1082,12 @@ class NotebookUser:
                 if connect is not None:
                     self.offered[pk] = time.time()
             if connect is not None and cookie is None:
+                # The API gives it absolute (PORTAL_URL) or as a path.
                 link = http.get(
-                    self.host + connect, headers=browser, allow_redirects=False, timeout=60
+                    urljoin(self.host + "/", connect),
+                    headers=browser,
+                    allow_redirects=False,
+                    timeout=60,
                 )
                 if link.status_code != 302:
                     raise RuntimeError(f"/connect/ answered {link.status_code}")
