@@ -68,6 +68,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
+from urllib.parse import urljoin, urlsplit
 
 from bench.api import free_port, recreate_database
 from runtime.cluster.base import WorkloadSpec
@@ -78,6 +79,7 @@ from scripts.testbed.cluster import (
     STAGES_FILE,
     NodeShape,
     Testbed,
+    hami_register,
     missing_binaries,
     whole_card_node,
 )
@@ -896,6 +898,321 @@ def dra_template(direct_job: dict[str, Any], template_name: str) -> dict[str, An
     return job
 
 
+# Notebooks: 50 users opening a vGPU notebook at once -------------------------------------------
+
+NOTEBOOK_POOL = "l4-vgpu"
+NOTEBOOK_FLAVOR = "l4-6g"
+# Three 6 GiB slices fit a 23,034 MiB card, four cards a node (demo_nodes' L4 shape), but the
+# engine placed 11 on one node: a third of the slots spare, so that no notebook waits for room.
+NOTEBOOKS_PER_NODE = 8
+WORKLOAD_DOMAIN = "workloads.bench.test"
+#: How often each user's client asks again (the API, then the route and the auth check).
+OPEN_POLL_SECONDS = 0.5
+
+
+def vgpu_node(name: str) -> NodeShape:
+    """An L4 node shaped as the test bed's demo fleet has it: 4 cards HAMi splits 10 ways."""
+    return NodeShape(
+        name=name,
+        pool=NOTEBOOK_POOL,
+        resources={
+            "nvidia.com/gpu": "40",
+            "nvidia.com/gpumem": str(4 * 23034),
+            "nvidia.com/gpucores": "400",
+            "cpu": "48",
+            "memory": "384Gi",
+        },
+        labels={"nvidia.com/gpu.product": "NVIDIA-L4"},
+        annotations={"hami.io/node-nvidia-register": hami_register(4)},
+    )
+
+
+def notebook_nodes(notebooks: int) -> int:
+    return math.ceil(notebooks / NOTEBOOKS_PER_NODE)
+
+
+def seed_notebook_users(count: int) -> dict[str, Any]:
+    """The demo organisation and fleet, `count` developers of the vision team, each with an API
+    token and a signed-in browser session (made here, not through the login form), and the
+    team's vGPU quota raised to `count`."""
+    from importlib import import_module
+
+    from django.conf import settings
+    from django.contrib.auth import (
+        BACKEND_SESSION_KEY,
+        HASH_SESSION_KEY,
+        SESSION_KEY,
+        get_user_model,
+    )
+    from knox.models import AuthToken
+
+    from scheduling.demo import seed_demo_fleet
+    from scheduling.models import Flavor, Node, NodePool, Quota
+    from tenants.choices import Role
+    from tenants.models import Membership, Project
+    from tenants.services import seed_demo_organisation
+
+    teams = seed_demo_organisation(password="bench")
+    seed_demo_fleet(teams=teams)
+    Node.objects.all().delete()
+    # HAMi's scheduler is not on the test bed; kube-scheduler counts HAMi's extended resources
+    # like any other (tests/k8s/test_backend_workloads.py), on the node the engine chose.
+    NodePool.objects.filter(slug=NOTEBOOK_POOL).update(scheduler_name="default-scheduler")
+    team = teams["vision"]
+    flavor = Flavor.objects.get(slug=NOTEBOOK_FLAVOR)
+    Quota.objects.filter(team=team, flavor=flavor).update(guaranteed=count, limit=count)
+    project = Project.objects.filter(team=team).order_by("pk").first()
+    assert project is not None
+    store = import_module(settings.SESSION_ENGINE).SessionStore
+    users = []
+    for i in range(count):
+        user = get_user_model().objects.create_user(f"nb{i:03d}", password=None)
+        Membership.objects.create(user=user, team=team, role=Role.DEVELOPER)
+        session = store()
+        session[SESSION_KEY] = str(user.pk)
+        session[BACKEND_SESSION_KEY] = settings.AUTHENTICATION_BACKENDS[0]
+        session[HASH_SESSION_KEY] = user.get_session_auth_hash()
+        session.create()
+        users.append({"token": AuthToken.objects.create(user)[1], "session": session.session_key})
+    return {
+        "users": users,
+        "project": project.pk,
+        "namespace": project.namespace,
+        "flavor": flavor.pk,
+        "session_cookie": settings.SESSION_COOKIE_NAME,
+    }
+
+
+class RouteWatch:
+    """Whether a workload host has what ingress-nginx needs to send a call on: an Ingress rule
+    for the host and a ready endpoint of the Service it names (asked of the API server)."""
+
+    def __init__(self, api: Any, namespace: str) -> None:
+        from kubernetes import client as k8s
+
+        self.networking: Any = k8s.NetworkingV1Api(api)
+        self.discovery: Any = k8s.DiscoveryV1Api(api)
+        self.namespace = namespace
+
+    def ready(self, host: str) -> bool:
+        ingresses = json.loads(
+            self.networking.list_namespaced_ingress(self.namespace, _preload_content=False).data
+        )
+        service = next(
+            (
+                path["backend"]["service"]["name"]
+                for ingress in ingresses["items"]
+                for rule in ingress["spec"].get("rules", [])
+                if rule.get("host") == host
+                for path in rule.get("http", {}).get("paths", [])
+            ),
+            None,
+        )
+        if service is None:
+            return False
+        slices = json.loads(
+            self.discovery.list_namespaced_endpoint_slice(
+                self.namespace,
+                label_selector=f"kubernetes.io/service-name={service}",
+                _preload_content=False,
+            ).data
+        )
+        return any(
+            (endpoint.get("conditions") or {}).get("ready")
+            for s in slices["items"]
+            for endpoint in s.get("endpoints") or []
+        )
+
+
+def callback_target(location: str) -> tuple[str, str]:
+    """The workload host and the path + query of the link /connect/ redirects to."""
+    parts = urlsplit(location)
+    return parts.netloc, parts.path + ("?" + parts.query if parts.query else "")
+
+
+class NotebookUser:
+    """One user: create a vGPU notebook, then, every OPEN_POLL_SECONDS, what their browser
+    does: read the request until the API offers its connect URL, follow it (/connect/ → the
+    workload host's callback → the workload cookie), and call the workload host as the Ingress
+    would: its route and a ready endpoint in the cluster, then the forward-auth check with the
+    cookie, until it answers 200. `created` and `opened` hold the wall times, per request."""
+
+    def __init__(self, host: str, ids: dict[str, Any], routes: RouteWatch, deadline: float):
+        self.host = host
+        self.ids = ids
+        self.routes = routes
+        self.deadline = deadline
+        self.created: dict[int, float] = {}
+        self.offered: dict[int, float] = {}
+        self.routed: dict[int, float] = {}
+        self.opened: dict[int, float] = {}
+
+    def __call__(self, index: int) -> None:
+        import requests as http
+
+        user = self.ids["users"][index]
+        s = http.Session()
+        s.headers["Authorization"] = f"Token {user['token']}"
+        answer = s.post(
+            f"{self.host}/api/v1/requests/",
+            json={
+                "project": self.ids["project"],
+                "flavor": self.ids["flavor"],
+                "gpu_count": 1,
+                "kind": "notebook",
+                "image": "registry.example.com/ml/jupyter:2024.10",
+                "max_runtime_seconds": 3600,
+                "priority": "normal",
+                "reason": "end-to-end benchmark: notebooks",
+            },
+            timeout=60,
+        )
+        if answer.status_code != 201:
+            raise RuntimeError(f"create answered {answer.status_code}: {answer.text[:300]}")
+        self.created[pk := int(answer.json()["id"])] = time.time()
+        browser = {"Cookie": f"{self.ids['session_cookie']}={user['session']}"}
+        connect, cookie = None, None
+        while time.time() < self.deadline:
+            if connect is None:
+                connect = (
+                    s.get(f"{self.host}/api/v1/requests/{pk}/", timeout=60)
+                    .json()
+                    .get("connect_url")
+                )
+                if connect is not None:
+                    self.offered[pk] = time.time()
+            if connect is not None and cookie is None:
+                # The API gives it absolute (PORTAL_URL) or as a path.
+                link = http.get(
+                    urljoin(self.host + "/", connect),
+                    headers=browser,
+                    allow_redirects=False,
+                    timeout=60,
+                )
+                if link.status_code != 302:
+                    raise RuntimeError(f"/connect/ answered {link.status_code}")
+                workload_host, path = callback_target(link.headers["Location"])
+                callback = http.get(
+                    self.host + path,
+                    headers={"Host": workload_host},
+                    allow_redirects=False,
+                    timeout=60,
+                )
+                cookie = callback.cookies.get("gpu_portal_workload")
+                if cookie is None:
+                    raise RuntimeError(f"the callback answered {callback.status_code}, no cookie")
+            if cookie is not None and (
+                pk in self.routed or self.routes.ready(f"{pk}.{WORKLOAD_DOMAIN}")
+            ):
+                self.routed.setdefault(pk, time.time())
+                auth = http.get(
+                    f"{self.host}/auth/workloads/{pk}/",
+                    headers={"Cookie": f"gpu_portal_workload={cookie}"},
+                    timeout=60,
+                )
+                if auth.status_code == 200:
+                    self.opened[pk] = time.time()
+                    return
+            time.sleep(OPEN_POLL_SECONDS)
+
+
+def notebook_side(bed: Testbed, options: argparse.Namespace, workdir: Path) -> dict[str, Any]:
+    """`--notebooks` users each create a vGPU notebook at once (one thread each) and open it;
+    a fresh database, server and workers as the portal side has them, plus what a route needs
+    (PORTAL_URL, the workload domain)."""
+    url = os.environ.get("BENCH_E2E_DATABASE_URL", DEFAULT_URL)
+    redis_url = os.environ.get("BENCH_E2E_REDIS_URL", DEFAULT_REDIS)
+    port = free_port()
+    host = f"http://127.0.0.1:{port}"
+    settings_env = server_environment(url, redis_url, bed.portal_kubeconfig) | {
+        "PORTAL_URL": host,
+        "WORKLOAD_DOMAIN": WORKLOAD_DOMAIN,
+        "WORKLOAD_SCHEME": "http",
+        "WORKLOAD_ROUTE": "ingress",
+    }
+    os.environ.update(settings_env)
+    env = {
+        **os.environ,
+        **settings_env,
+        "PYTHONPATH": str(ROOT),
+        "SCHEDULING_CYCLE_SECONDS": str(options.cycle_seconds),
+        "WORKLOAD_SYNC_SECONDS": str(options.sync_seconds),
+    }
+    import redis
+
+    redis.Redis.from_url(redis_url).flushdb()
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+    from django.db import connections
+
+    connections.close_all()
+    recreate_database(url)
+    call_command("migrate", verbosity=0)
+    ids = seed_notebook_users(options.notebooks)
+    from runtime.cluster.kubernetes import KubernetesClusterBackend
+    from runtime.services.inventory import apply_inventory
+
+    counts = apply_inventory(
+        KubernetesClusterBackend(kubeconfig=str(bed.portal_kubeconfig)).sync_inventory()
+    )
+    log(f"notebooks: inventory {counts}")
+    connections.close_all()
+    server = start_gunicorn(env, port, options.web_workers)
+    worker_log = workdir / "worker-notebooks.log"
+    periodic_log = workdir / "periodic-worker-notebooks.log"
+    worker = start_worker(env, worker_log, options.worker_concurrency, queue="celery", beat=False)
+    periodic = start_worker(
+        env, periodic_log, options.periodic_concurrency, queue="periodic", beat=True
+    )
+    users = NotebookUser(
+        host, ids, RouteWatch(bed.api_client(), ids["namespace"]), time.time() + options.timeout
+    )
+    load = os.getloadavg()[0]
+    try:
+        with ThreadPoolExecutor(max_workers=options.notebooks) as pool:
+            list(pool.map(users, range(options.notebooks)))
+    finally:
+        stop_process(periodic)
+        stop_process(worker)
+        stop_process(server)
+    if len(users.opened) < options.notebooks:
+        raise Incomplete(
+            f"notebooks: {len(users.opened)} of {options.notebooks} opened within "
+            f"{options.timeout:.0f} s ({len(users.offered)} offered a connect URL, "
+            f"{len(users.routed)} routed)"
+        )
+    log(split("notebook created -> connect URL offered (API)", users.created, users.offered))
+    log(split("connect URL offered -> route + ready endpoint", users.offered, users.routed))
+    log(split("route ready -> forward-auth 200", users.routed, users.opened))
+    for task, seconds in sorted(task_durations(worker_log, periodic_log).items()):
+        log(
+            f"task {task}: n={len(seconds)} total {sum(seconds):.1f}s "
+            f"p50 {statistics.median(seconds):.3f}s max {max(seconds):.2f}s"
+        )
+    return {
+        "spans": [users.opened[k] - users.created[k] for k in users.created],
+        "load": load,
+    }
+
+
+def report_notebooks(figures: dict[str, Any], options: argparse.Namespace) -> None:
+    spans = figures["spans"]
+    emit(
+        "e2e.notebook_open_p95_seconds",
+        percentile(spans, 0.95),
+        "s",
+        target=8,
+        p50=round(statistics.median(spans), 3),
+        max=round(max(spans), 3),
+        notebooks=options.notebooks,
+        flavor=NOTEBOOK_FLAVOR,
+        poll_seconds=OPEN_POLL_SECONDS,
+        load_average=round(figures["load"], 2),
+    )
+
+
 def mean(values: Sequence[float]) -> float:
     return sum(values) / len(values)
 
@@ -1031,7 +1348,12 @@ def main() -> int:
     parser.add_argument("--auto-approve", action="store_true", help="the tier's rule approves")
     parser.add_argument("--timeout", type=float, default=1200.0, help="per wait, seconds")
     parser.add_argument("--sync-wait", type=float, default=120.0)
+    parser.add_argument(
+        "--notebooks", type=int, help="only the notebook scenario: this many users at once"
+    )
     options = parser.parse_args()
+    if options.notebooks:
+        return notebooks_main(options)
     if options.open_requests is None:
         options.open_requests = max(1, options.requests // 4)
     if missing_binaries():
@@ -1084,6 +1406,31 @@ def main() -> int:
     report(portal, direct, dra, options, shape)
     emit("e2e.load_average_after", os.getloadavg()[0], "runnable")
     print(json.dumps({"note": NOTE}), flush=True)
+    log(f"worker logs: {workdir}")
+    return 0
+
+
+def notebooks_main(options: argparse.Namespace) -> int:
+    """The notebook scenario on a test bed of its own (a separate invocation)."""
+    if missing_binaries():
+        log("test-bed binaries missing: run `make testbed` first")
+        return 2
+    workdir = Path(tempfile.mkdtemp(prefix="bench-e2e-notebooks-"))
+    emit("e2e.load_average_before", os.getloadavg()[0], "runnable")
+    bed = Testbed(stages_file=long_running_stages(workdir))
+    try:
+        bed.start(nodes=[])
+        nodes = notebook_nodes(options.notebooks)
+        bed.add_nodes([vgpu_node(f"e2e-l4-{i:03d}") for i in range(nodes)], timeout=600)
+        figures = notebook_side(bed, options, workdir)
+    except Incomplete as incomplete:
+        log(f"run incomplete, no figures: {incomplete}")
+        print(json.dumps({"incomplete": str(incomplete)}), flush=True)
+        return 1
+    finally:
+        bed.stop()
+    report_notebooks(figures, options)
+    emit("e2e.load_average_after", os.getloadavg()[0], "runnable")
     log(f"worker logs: {workdir}")
     return 0
 
