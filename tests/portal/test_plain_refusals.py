@@ -72,17 +72,19 @@ def _admin_urls() -> list[str]:
                 name = getattr(route, "name", None)
                 if name and "<int:pk>" not in str(route.pattern):
                     urls.append(reverse(name))
-    first = {model: model.objects.order_by("pk").first() for model in (NodePool, Node, Tier)}
+    pool = NodePool.objects.order_by("pk")[0]
+    tier = Tier.objects.order_by("pk")[0]
+    node = Node.objects.order_by("pk")[0]
     urls += [
-        reverse("manage-pools-edit", args=[first[NodePool].pk]),
-        reverse("manage-tiers-delete", args=[first[Tier].pk]),
-        reverse("fleet-node-page", args=[first[Node].pk]),
-        reverse("fleet-pool-page", args=[first[NodePool].slug]),
+        reverse("manage-pools-edit", args=[pool.pk]),
+        reverse("manage-tiers-delete", args=[tier.pk]),
+        reverse("fleet-node-page", args=[node.pk]),
+        reverse("fleet-pool-page", args=[pool.slug]),
         "/admin/",
         "/admin/login/",
         "/admin/scheduling/",
         "/admin/auth/user/",
-        f"/admin/scheduling/nodepool/{first[NodePool].pk}/change/",
+        f"/admin/scheduling/nodepool/{pool.pk}/change/",
         "/admin/scheduling/nodepool/add/",
     ]
     return urls

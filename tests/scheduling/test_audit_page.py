@@ -18,7 +18,7 @@ from scheduling.services.quotas import set_quota
 from scheduling.services.templates import create_request_template, update_request_template
 from tenants.choices import Role
 from tenants.models import AuditEvent, Membership
-from tenants.services import change_membership_role, update_team
+from tenants.services import change_membership, update_team
 from tenants.services.webhooks import create_webhook, update_webhook
 from tests.scheduling.conftest import Fleet
 from tests.support.factories import GpuRequestFactory
@@ -102,10 +102,8 @@ def _edits(org: Org, fleet: Fleet) -> dict[str, tuple[Callable[[], object], list
             lambda: set_storage_quota(actor=org.admin, team=org.team_a, limit_gib=200),
             ["Limit (GiB): 100 → 200"],
         ),
-        "membership.role_changed": (
-            lambda: change_membership_role(
-                actor=org.admin, membership=membership, role=Role.TEAM_LEAD
-            ),
+        "membership.changed": (
+            lambda: change_membership(actor=org.admin, membership=membership, role=Role.TEAM_LEAD),
             ["Role: Developer → Team lead"],
         ),
         "team.updated": (
