@@ -31,7 +31,6 @@ import argparse
 import json
 import os
 import random
-import socket
 import subprocess
 import sys
 import tempfile
@@ -42,16 +41,14 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from bench.figures import emit, free_port, recreate_database
+
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_URL = "postgres://portal:portal@127.0.0.1:5432/portal_benchapi"
 DEFAULT_REDIS = "redis://127.0.0.1:6390/7"
 EXTRA_TEAMS = 6
 SEEDED_REQUESTS = 6_000
 P99_TARGET_MS = 150
-
-
-def emit(metric: str, value: float, unit: str) -> None:
-    print(json.dumps({"metric": metric, "value": round(value, 3), "unit": unit}), flush=True)
 
 
 def server_environment(url: str, redis_url: str) -> dict[str, str]:
@@ -70,16 +67,6 @@ def server_environment(url: str, redis_url: str) -> dict[str, str]:
         # As deployed (the Helm chart's ConfigMap): one connection per worker, kept.
         "CONN_MAX_AGE": "60",
     }
-
-
-def recreate_database(url: str) -> None:
-    import psycopg
-
-    admin_url = url.rsplit("/", 1)[0] + "/postgres"
-    name = url.rsplit("/", 1)[1]
-    with psycopg.connect(admin_url, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        conn.execute(f'CREATE DATABASE "{name}"')
 
 
 def team_of(user: Any) -> Any:
@@ -212,12 +199,6 @@ def seed(rng: random.Random) -> list[dict[str, Any]]:
             }
         )
     return fixture
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def start_gunicorn(env: dict[str, str], port: int, workers: int) -> subprocess.Popen[bytes]:

@@ -70,7 +70,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urljoin, urlsplit
 
-from bench.api import free_port, recreate_database
+from bench.figures import emit, free_port, recreate_database
 from runtime.cluster.base import WorkloadSpec
 from runtime.cluster.dra_manifests import CLAIM_NAME, resource_claim_template
 from runtime.cluster.gpu_models import gpu_products_for, merged_aliases
@@ -109,12 +109,6 @@ NOTE = (
     "excluded: test-bed start, node registration, database seeding, inventory sync, server and "
     "worker start-up, deleting a side's Jobs, the portal's later status sync."
 )
-
-
-def emit(metric: str, value: float, unit: str, **extra: Any) -> None:
-    print(
-        json.dumps({"metric": metric, "value": round(value, 3), "unit": unit, **extra}), flush=True
-    )
 
 
 def log(message: str) -> None:

