@@ -18,8 +18,7 @@ create the same objects, batch/v1 Jobs of one pod each, so they differ only by t
    `--concurrency 2`, with embedded beat), with `CLUSTER_BACKEND=kubernetes` and the test bed's
    least-privilege `portal.kubeconfig`. The burst: 8 client threads each `POST
    /api/v1/requests/` (one whole A100 card, a developer's token) and then, as the team lead,
-   `POST /api/v1/requests/<id>/approve/` (whole cards in the training tier need the lead;
-   `--auto-approve` lets the tier's rule approve within the guaranteed quota instead), until N
+   `POST /api/v1/requests/<id>/approve/` (whole cards in the training tier need the lead), until N
    are approved. From then on only the worker acts: the approval queues a cycle, the cycle
    admits and queues launches, each launch task creates the Job, the Job controller its pod,
    kube-scheduler binds it to the node the engine chose (hostname selector), kwok runs it. Once
@@ -90,7 +89,6 @@ DEFAULT_URL = "postgres://portal:portal@127.0.0.1:5432/portal_bench_e2e"
 DEFAULT_REDIS = "redis://127.0.0.1:6390/12"
 POOL = "a100-training"
 GPUS_PER_NODE = 8
-DIRECT_NAMESPACE = "e2e-direct"
 DRA_POOL = "e2e-dra"
 MANAGED = "app.kubernetes.io/managed-by=gpu-portal"
 REQUEST_LABEL = "gpu-portal/request"
@@ -266,7 +264,7 @@ def server_environment(url: str, redis_url: str, kubeconfig: Path) -> dict[str, 
     }
 
 
-def seed(requests: int, *, auto_approve: bool) -> dict[str, Any]:
+def seed(requests: int) -> dict[str, Any]:
     """The demo organisation and fleet, the team's A100 quota raised to `requests` (the burst
     and the open loop), the demo's
     database-only nodes removed (the cluster's inventory replaces them), one token each for a
@@ -285,9 +283,7 @@ def seed(requests: int, *, auto_approve: bool) -> dict[str, Any]:
     flavor = Flavor.objects.get(slug="a100-80g")
     team = teams["vision"]
     Quota.objects.filter(team=team, flavor=flavor).update(guaranteed=requests, limit=requests)
-    ApprovalRule.objects.filter(tier=flavor.pool.tier).update(
-        lead_approves_whole_cards=not auto_approve
-    )
+    ApprovalRule.objects.filter(tier=flavor.pool.tier).update(lead_approves_whole_cards=True)
     users = get_user_model().objects
     project = Project.objects.filter(team=team).order_by("pk").first()
     assert project is not None
@@ -413,10 +409,9 @@ class Submitter:
     """One request's create and, as the team lead, its approval (one HTTP session per thread);
     `approved` says, per request id, when its approval was answered."""
 
-    def __init__(self, host: str, ids: dict[str, Any], *, auto_approve: bool) -> None:
+    def __init__(self, host: str, ids: dict[str, Any]) -> None:
         self.host = host
         self.ids = ids
-        self.auto_approve = auto_approve
         self.approved: dict[int, float] = {}
         self._local = threading.local()
         self.body = {
@@ -447,11 +442,6 @@ class Submitter:
         if created.status_code != 201:
             raise RuntimeError(f"create answered {created.status_code}: {created.text[:300]}")
         pk = int(created.json()["id"])
-        if self.auto_approve:
-            if created.json()["status"] != "queued":
-                raise RuntimeError(f"not auto-approved: {created.json()['status']}")
-            self.approved[pk] = time.time()
-            return
         answer = s.post(
             f"{self.host}/api/v1/requests/{pk}/approve/",
             json={},
@@ -562,7 +552,7 @@ def portal_side(
     connections.close_all()
     recreate_database(url)
     call_command("migrate", verbosity=0)
-    ids = seed(options.requests + options.open_requests, auto_approve=options.auto_approve)
+    ids = seed(options.requests + options.open_requests)
     from runtime.cluster.kubernetes import KubernetesClusterBackend
     from runtime.services.inventory import apply_inventory
 
@@ -584,8 +574,8 @@ def portal_side(
     )
     core: Any = k8s.CoreV1Api(bed.api_client())
     watch = PodWatch(core, namespace=None, selector=MANAGED)
-    burst = Submitter(host, ids, auto_approve=options.auto_approve)
-    arrivals = Submitter(host, ids, auto_approve=options.auto_approve)
+    burst = Submitter(host, ids)
+    arrivals = Submitter(host, ids)
     try:
         # 3. The burst: `clients` closed loops of create + approve; wait until every pod runs.
         load = os.getloadavg()[0]
@@ -1227,13 +1217,11 @@ def report(
     def pooled(sides: list[dict[str, Any]], key: str) -> list[float]:
         return [x for s in sides for x in s[key]]
 
-    approval = "rule" if options.auto_approve else "lead"
     portal_rate, direct_rate = mean(rounds(portal, "rate")), mean(rounds(direct, "rate"))
     emit(
         "e2e.portal_pods_per_second",
         portal_rate,
         "pods/s",
-        approval=approval,
         rounds=rounds(portal, "rate"),
         seconds=rounds(portal, "seconds"),
         load_average=rounds(portal, "load"),
@@ -1262,7 +1250,6 @@ def report(
         "pairs/s",
         clients=options.clients,
         rounds=rounds(portal, "submit_pairs_per_second"),
-        approval=approval,
     )
     burst, direct_burst = pooled(portal, "latencies"), pooled(direct, "latencies")
     emit(
@@ -1339,7 +1326,6 @@ def main() -> int:
     parser.add_argument("--no-dra", action="store_true", help="leave out the DRA side")
     parser.add_argument("--cycle-seconds", type=float, default=10.0, help="beat: the cycle")
     parser.add_argument("--sync-seconds", type=float, default=5.0, help="beat: workload sync")
-    parser.add_argument("--auto-approve", action="store_true", help="the tier's rule approves")
     parser.add_argument("--timeout", type=float, default=1200.0, help="per wait, seconds")
     parser.add_argument("--sync-wait", type=float, default=120.0)
     parser.add_argument(
