@@ -90,8 +90,7 @@ def _pool_lines(name: str, figures: dict[str, PoolFigures]) -> None:
     for pool, f in figures.items():
         print(
             f"  {name:8s} {pool:14s} capacity {f.capacity_ge:7.0f} GE, admitted "
-            f"{f.admitted_ge:8.2f}, free after {f.free_ge:7.2f}, stranded {f.stranded_ge:7.2f} "
-            f"(quota-blind {f.stranded_quota_blind_ge:.2f})"
+            f"{f.admitted_ge:8.2f}, free after {f.free_ge:7.2f}, stranded {f.stranded_ge:7.2f}"
         )
 
 

@@ -3,9 +3,9 @@
 * `stranded`: free GPU-equivalents after a plan, per pool, that no request still waiting in
   that pool could use: no waiting request of the pool fits the node they are on (pool, GPU
   model, labels, taints, shared/exclusive node, and the request's whole shape: N whole cards,
-  N vGPU shares on distinct cards, N MIG instances). With `quota_aware`, a waiting request only
-  counts if its team could take it within quota now (under its guarantee, or under its limit
-  with idle guaranteed quota left in its cohort — the engine's quota rules).
+  N vGPU shares on distinct cards, N MIG instances), within quota now: its team could take it
+  under its guarantee, or under its limit with idle guaranteed quota left in its cohort (the
+  engine's quota rules).
   A request the plan does not admit counts as waiting, whether or not the plan lists it.
 """
 
@@ -45,7 +45,6 @@ class PoolFigures:
     capacity_ge: float
     free_ge: float
     stranded_ge: float
-    stranded_quota_blind_ge: float
     admitted_ge: float
 
 
@@ -188,7 +187,7 @@ def _usable_devices(devs: list[tuple[int, _Dev]], shape: _Shape) -> set[int]:
 def stranded(
     snap: Snapshot, plan: Plan, usage_after: dict[tuple[str, str], float]
 ) -> dict[str, PoolFigures]:
-    """Per pool: capacity, free GE after the plan, stranded GE (quota-aware and quota-blind)."""
+    """Per pool: capacity, free GE after the plan, stranded GE, admitted GE."""
     pools = {p.name: p for p in snap.pools}
     flavors = {f.id: f for f in snap.flavors}
     devs, tenants, exclusive = _state_after(snap, plan)
@@ -228,10 +227,9 @@ def stranded(
 
     admitted = {a.request_id for a in plan.admissions}  # every other request still waits
     waiting = {r.id for r in snap.pending if r.id not in admitted}
-    shapes_all: set[_Shape] = set()
-    shapes_quota: set[_Shape] = set()
+    shapes: set[_Shape] = set()
     for r in snap.pending:
-        if r.id not in waiting:
+        if r.id not in waiting or not within_quota(r):
             continue
         f = flavors[r.flavor]
         model = r.pinned_model or f.gpu_model
@@ -248,9 +246,7 @@ def stranded(
             r.kind,
             tuple(sorted(r.pools)),
         )
-        shapes_all.add(shape)
-        if within_quota(r):
-            shapes_quota.add(shape)
+        shapes.add(shape)
 
     def node_ok(node: str, shape: _Shape) -> bool:
         n = nodes[node]
@@ -280,7 +276,7 @@ def stranded(
         return shared or tenants.get(node, 0) == 0
 
     out: dict[str, PoolFigures] = {}
-    per_pool: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0, 0.0, 0.0])
+    per_pool: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0, 0.0])
     for node, node_devs in by_node.items():
         pool_name = nodes[node].pool
         sharing = pools[pool_name].sharing if pool_name in pools else "exclusive"
@@ -292,19 +288,18 @@ def stranded(
         acc[1] += sum(free.values())
         if not any(free.values()):
             continue
-        for slot, shapes in ((2, shapes_quota), (3, shapes_all)):
-            usable: set[int] = set()
-            for shape in shapes:
-                if node_ok(node, shape):
-                    usable |= _usable_devices(node_devs, shape)
-                    if len(usable) == len(node_devs):
-                        break
-            acc[slot] += sum(v for i, v in free.items() if i not in usable)
+        usable: set[int] = set()
+        for shape in shapes:
+            if node_ok(node, shape):
+                usable |= _usable_devices(node_devs, shape)
+                if len(usable) == len(node_devs):
+                    break
+        acc[2] += sum(v for i, v in free.items() if i not in usable)
     reqs = {r.id: r for r in snap.pending}
     for adm in plan.admissions:
         r = reqs[adm.request_id]
         pool_name = nodes[adm.node_ids[0]].pool
-        per_pool[pool_name][4] += r.gpu_count * flavors[r.flavor].gpu_equivalent
+        per_pool[pool_name][3] += r.gpu_count * flavors[r.flavor].gpu_equivalent
     for name in sorted(per_pool):
         out[name] = PoolFigures(*per_pool[name])
     return out

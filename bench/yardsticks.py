@@ -23,8 +23,6 @@ from typing import Literal
 from bench.packing import stranded, total
 from scheduling.engine import Plan, Request, Snapshot
 
-POOL_LABEL = "gpu-portal/pool"  # scheduling.models.POOL_LABEL (bench.product.POOL_LABEL)
-
 
 def usage_after(snap: Snapshot, plan: Plan) -> dict[tuple[str, str], float]:
     """GE held per (team, flavor) after the plan: surviving running work plus admissions."""
@@ -90,16 +88,9 @@ def water_fill(
 
 
 def flavor_pools(snap: Snapshot) -> dict[str, str]:
-    """Flavor -> the pool its requests are pinned to (their one candidate pool, or the pool
-    label of their node selector); every flavor maps to "fleet" when any request names no pool
-    (the unpinned workload)."""
-    out: dict[str, str] = {}
-    for r in snap.pending:
-        pool = r.pools[0] if len(r.pools) == 1 else dict(r.node_selector).get(POOL_LABEL)
-        if pool is None:
-            return {f.id: "fleet" for f in snap.flavors}
-        out[r.flavor] = pool
-    return {f.id: out.get(f.id, "fleet") for f in snap.flavors}
+    """Flavor -> the one pool its requests are pinned to ("fleet" for a flavor nobody asks)."""
+    pinned = {r.flavor: r.pools[0] for r in snap.pending}
+    return {f.id: pinned.get(f.id, "fleet") for f in snap.flavors}
 
 
 def free_capacity(snap: Snapshot, plan: Plan) -> dict[str, float]:
@@ -144,7 +135,7 @@ def class_fair_gap(
     free: defaultdict[str, float] = defaultdict(float)
     if budget == "free":
         for pool, ge in free_capacity(snap, plan).items():
-            free["fleet" if "fleet" in pools else pool] += ge
+            free[pool] += ge
     victims = {p.victim_id for p in plan.preemptions}
     held: dict[str, dict[str, float]] = {pool: dict.fromkeys(teams, 0.0) for pool in pools}
     used_tf: defaultdict[tuple[str, str], float] = defaultdict(float)
