@@ -92,6 +92,11 @@ class Price(models.Model):
         """The factor a request of `priority` pays on top of the price (1 unless set)."""
         return Decimal(str(self.priority_multipliers.get(priority, 1)))
 
+    def hourly_rate(self, *, gpu_count: int, priority: str, preemptible: bool) -> Decimal:
+        """What a request of that size and priority pays an hour at this price."""
+        rate = self.price_per_hour * gpu_count * self.multiplier_for(priority)
+        return rate * self.preemptible_multiplier if preemptible else rate
+
 
 class AllocationMeter(models.Model):
     """How far one allocation has been metered; `is_final` once its whole interval is in."""

@@ -31,14 +31,13 @@ from accounting.periods import (
     month_bounds,
     month_of,
     next_month,
-    split_by_day,
 )
+from accounting.services.metering import priced_pieces
 from accounting.services.statements import write_statement
 from scheduling.models import Allocation
 from tenants.models import AuditEvent, Project, Team
 
 SIX_PLACES = Decimal("0.000001")
-HOUR = 3600
 
 
 AUDIT_COLUMNS = (
@@ -88,24 +87,10 @@ def usage_rows(allocations: list[Allocation]) -> list[tuple[Any, ...]]:
         request = allocation.request
         if allocation.started_at is None or allocation.ended_at is None:
             continue
-        flavor_prices = prices[request.flavor_id]
-        cuts = [p.effective_from for p in flavor_prices]
-        for piece in split_by_day(
-            allocation.started_at, allocation.ended_at, zone, extra_cuts=cuts
-        ):
-            seconds = Decimal((piece.end - piece.start).total_seconds())
-            hours = seconds / HOUR
-            price = None
-            for candidate in flavor_prices:
-                if candidate.effective_from <= piece.start:
-                    price = candidate
-            cost = Decimal(0)
-            if price is not None:
-                rate = price.price_per_hour * request.gpu_count
-                if allocation.is_preemptible:
-                    rate *= price.preemptible_multiplier
-                rate *= price.multiplier_for(request.priority)
-                cost = (rate * hours).quantize(SIX_PLACES)
+        pieces = priced_pieces(
+            allocation, prices[request.flavor_id], allocation.started_at, allocation.ended_at, zone
+        )
+        for piece, seconds, gpu_hours, cost in pieces:
             rows.append(
                 (
                     allocation.pk,
@@ -121,7 +106,7 @@ def usage_rows(allocations: list[Allocation]) -> list[tuple[Any, ...]]:
                     piece.start.isoformat(),
                     piece.end.isoformat(),
                     seconds.quantize(SIX_PLACES),
-                    (request.gpu_equivalent * hours).quantize(SIX_PLACES),
+                    gpu_hours,
                     cost,
                 )
             )

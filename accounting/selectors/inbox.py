@@ -56,9 +56,11 @@ def _rate(request: GpuRequest, prices: dict[int, Price | None]) -> tuple[Decimal
     price = prices[request.flavor_id]
     if price is None:
         return None, settings.PORTAL_CURRENCY
-    rate = price.price_per_hour * request.gpu_count * price.multiplier_for(request.priority)
-    if request.is_preemptible:
-        rate *= price.preemptible_multiplier
+    rate = price.hourly_rate(
+        gpu_count=request.gpu_count,
+        priority=request.priority,
+        preemptible=request.is_preemptible,
+    )
     return rate, price.currency
 
 

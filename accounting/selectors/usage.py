@@ -86,9 +86,11 @@ def request_cost(request: GpuRequest, *, now: datetime | None = None) -> Request
     )
     rate: Decimal | None = None
     if price is not None:
-        rate = price.price_per_hour * request.gpu_count * price.multiplier_for(request.priority)
-        if live.is_preemptible if live is not None else request.is_preemptible:
-            rate *= price.preemptible_multiplier
+        rate = price.hourly_rate(
+            gpu_count=request.gpu_count,
+            priority=request.priority,
+            preemptible=live.is_preemptible if live is not None else request.is_preemptible,
+        )
     ran_seconds = Decimal(0)
     if live is not None and live.started_at is not None:
         metered = getattr(live, "meter", None)

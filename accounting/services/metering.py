@@ -16,9 +16,11 @@ A second run over the same `now` finds nothing between cursor and end and change
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterator
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
+from zoneinfo import ZoneInfo
 
 from django.db import IntegrityError, models, transaction
 from django.db.models import F
@@ -32,7 +34,7 @@ from accounting.models import (
     TeamMonthlyUsage,
     UsageRecord,
 )
-from accounting.periods import billing_zone, seconds_between, split_by_day
+from accounting.periods import Piece, billing_zone, seconds_between, split_by_day
 from scheduling.models import Allocation
 
 SIX_PLACES = Decimal("0.000001")
@@ -47,6 +49,27 @@ def _price_at(prices: list[Price], moment: datetime) -> Price | None:
         else:
             break
     return current
+
+
+def priced_pieces(
+    allocation: Allocation, prices: list[Price], start: datetime, end: datetime, zone: ZoneInfo
+) -> Iterator[tuple[Piece, Decimal, Decimal, Decimal]]:
+    """The allocation's use over [start, end) cut at days, months and repricings (`prices` in
+    force order): each piece with its seconds, GPU-hours and cost."""
+    request = allocation.request
+    for piece in split_by_day(start, end, zone, extra_cuts=[p.effective_from for p in prices]):
+        seconds = seconds_between(piece.start, piece.end)
+        hours = seconds / SECONDS_PER_HOUR
+        price = _price_at(prices, piece.start)
+        cost = Decimal(0)
+        if price is not None:
+            rate = price.hourly_rate(
+                gpu_count=request.gpu_count,
+                priority=request.priority,
+                preemptible=allocation.is_preemptible,
+            )
+            cost = (rate * hours).quantize(SIX_PLACES)
+        yield piece, seconds, (request.gpu_equivalent * hours).quantize(SIX_PLACES), cost
 
 
 def _add(model: type[models.Model], key: dict[str, Any], amounts: dict[str, Any]) -> None:
@@ -90,19 +113,7 @@ def meter_allocation(*, allocation_id: int, now: datetime) -> bool:
         days: dict[Any, dict[str, Decimal]] = defaultdict(
             lambda: {"gpu_hours": Decimal(0), "cost": Decimal(0)}
         )
-        pieces = split_by_day(start, end, zone, extra_cuts=[p.effective_from for p in prices])
-        for piece in pieces:
-            seconds = seconds_between(piece.start, piece.end)
-            hours = seconds / SECONDS_PER_HOUR
-            gpu_hours = (request.gpu_equivalent * hours).quantize(SIX_PLACES)
-            price = _price_at(prices, piece.start)
-            cost = Decimal(0)
-            if price is not None:
-                rate = price.price_per_hour * request.gpu_count
-                if allocation.is_preemptible:
-                    rate *= price.preemptible_multiplier
-                rate *= price.multiplier_for(request.priority)
-                cost = (rate * hours).quantize(SIX_PLACES)
+        for piece, seconds, gpu_hours, cost in priced_pieces(allocation, prices, start, end, zone):
             month = months[piece.month]
             month["seconds"] += seconds
             month["gpu_hours"] += gpu_hours
