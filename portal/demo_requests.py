@@ -169,8 +169,7 @@ def draw_request(
         gpu_equivalent=flavor.gpu_equivalent * gpu_count,
         approval_expires_at=submitted + timedelta(hours=72),
     )
-    one = Drawn(request=request, created_at=submitted, updated_at=submitted)
-    one.events.append((submitted, {"actor": owner, "action": "request.submitted"}))
+    one = _submitted(request, submitted, owner)
     # Approval: whole training cards, high priority and some work above the guarantee wait
     # for the lead; the rest is approved as it is recorded.
     reasons = []
@@ -266,6 +265,12 @@ def draw_request(
     return _reclaim(one, run, ended, reason, "idle", evidence)
 
 
+def _submitted(request: GpuRequest, at: datetime, owner: Any) -> Drawn:
+    one = Drawn(request=request, created_at=at, updated_at=at)
+    one.events.append((at, {"actor": owner, "action": "request.submitted"}))
+    return one
+
+
 def _move(one: Drawn, at: datetime, to: str, reason: str, actor: Actor | None = None) -> None:
     before = one.request.status
     one.request.status, one.request.status_reason = to, reason
@@ -348,14 +353,7 @@ def waiting_for_leads(
             status_reason=f"Waiting for a team lead: {because}.",
             approval_expires_at=submitted + timedelta(hours=72),
         )
-        one = Drawn(request=request, created_at=submitted, updated_at=submitted)
-        one.events.append(
-            (
-                submitted,
-                {"actor": users[username], "action": "request.submitted", "data": {}},
-            )
-        )
-        waiting.append(one)
+        waiting.append(_submitted(request, submitted, users[username]))
     return waiting
 
 
@@ -391,8 +389,8 @@ def _benchmark_run(
         queued_at=submitted,
         approval_expires_at=submitted + timedelta(hours=72),
     )
-    one = Drawn(request=request, created_at=submitted, updated_at=submitted, card=card)
-    one.events.append((submitted, {"actor": owner, "action": "request.submitted"}))
+    one = _submitted(request, submitted, owner)
+    one.card = card
     _move(
         one, submitted, RequestStatus.APPROVED, "Approved automatically: within guaranteed quota."
     )

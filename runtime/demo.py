@@ -10,12 +10,11 @@ from runtime.models import SimulatedWorkload
 from tenants.demo import DemoSeeding
 
 
-def seed_demo_zombie(*, seeding: DemoSeeding | None = None) -> None:
+def seed_demo_zombie(*, seeding: DemoSeeding) -> None:
     """A workload left behind in the simulated cluster with no request: the first reclaim pass
     finds and removes it, so the demo shows zombie cleanup. Seeded once (`tenants.demo`)."""
-    record = seeding or DemoSeeding()
     now = timezone.now()
-    record.get_or_create(
+    seeding.get_or_create(
         "simulated-workload:gpu-vision-detection/gpr-0-a1",
         SimulatedWorkload,
         namespace="gpu-vision-detection",
@@ -31,5 +30,3 @@ def seed_demo_zombie(*, seeding: DemoSeeding | None = None) -> None:
             "ends_at": now + timedelta(days=365),
         },
     )
-    if seeding is None:
-        record.finish()

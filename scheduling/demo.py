@@ -11,6 +11,7 @@ from django.db import transaction
 
 from scheduling.choices import FlavorKind, Placement, SharingMode, WorkloadKind
 from scheduling.models import (
+    POOL_LABEL,
     ApprovalRule,
     Flavor,
     GpuDevice,
@@ -168,7 +169,7 @@ def seed_demo_fleet(*, teams: dict[str, Team], seeding: DemoSeeding | None = Non
                 "scheduler_name": spec["scheduler_name"],
                 "placement": spec["placement"],
                 "allowed_kinds": spec["allowed_kinds"],
-                "node_selector": {"gpu-portal/pool": spec["slug"]},
+                "node_selector": {POOL_LABEL: spec["slug"]},
                 "taints": [GPU_TAINT],
             },
         )
@@ -185,7 +186,7 @@ def seed_demo_fleet(*, teams: dict[str, Team], seeding: DemoSeeding | None = Non
                     "pool": pool,
                     "gpu_model": spec["gpu_model"],
                     "labels": {
-                        "gpu-portal/pool": spec["slug"],
+                        POOL_LABEL: spec["slug"],
                         "nvidia.com/gpu.product": spec["gpu_model"],
                     },
                     "cpu_millicores": spec["cpu_millicores"],
