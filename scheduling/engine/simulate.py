@@ -148,6 +148,7 @@ class Simulation:
         while events and events[0][0] <= until:
             if max_cycles is not None and self.cycles >= max_cycles:
                 return
+            # 1. The tick of the earliest event.
             tick = events[0][0]
             if cycle_seconds > 0:
                 k = max(next_k, math.ceil((tick - origin) / cycle_seconds - 1e-9))
@@ -198,7 +199,7 @@ class Simulation:
             self.preempted.append((rid, self.cycles))
             self._stop(victim)
             sched.after_preemption(victim)
-            if self.attempt[rid] >= self.max_attempts or rid not in self.requests:
+            if rid not in self.requests or self.attempt[rid] >= self.max_attempts:
                 self.failed += 1
             else:
                 pending[rid] = self.requests[rid]
