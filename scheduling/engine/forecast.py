@@ -5,20 +5,17 @@ ratio actual/declared runtime of past runs, as quantiles; its 20%, 50% and 80% p
 low, a typical and a high value. The caller blends the owner's and the flavor's bands per
 request (`blend`).
 
-`forecast(snapshot, now=..., bands=...)` then simulates, once per band value (low, mid, high):
+`forecast(snapshot, now=..., bands=...)` then runs the simulation loop (simulate.py, the one the
+policy replay runs) once per band value (low, mid, high):
 
 1. Each running allocation ends at started_at + declared max runtime x ratio, the ratio
    taken among past runs that lasted at least as long as it has run so far (so work that has
    outlived the typical run is expected to end later, not at once). Work at its declared max
-   runtime ends now.
-2. At the current moment t (first `now`) release the work that has ended, run one planning
-   cycle (`Scheduler.plan`, the live planner with the live policy, so reservations, quotas,
-   preemption and fair share behave as they will) and record the admitted requests' start t.
-   Admitted work joins the running set with its own expected end; preemption victims leave it.
-   Reservations the cycle holds carry over to the next one, as in the live cycle.
-3. Advance t to the next expected end (ends within `resolution_seconds` of it are released in
-   the same step) and repeat, until every pending request (or every one of `targets`) has
-   started, nothing runs any more, or `max_steps` cycles were simulated.
+   runtime ends now. Queued work arrives now; once admitted it runs declared x ratio.
+2. A cycle runs now and at each expected end (ends within `resolution_seconds` of it are
+   released in the same cycle), with the live planner and policy, reservations carried over;
+   preemption victims leave. It stops once every pending request (or every one of `targets`)
+   has started, nothing runs any more, or `max_steps` cycles were simulated.
 
 The point estimate is the start in the "mid" run; the interval is [start in the "low" run,
 start in the "high" run], widened to contain the point (a planner need not be monotone in
@@ -30,19 +27,11 @@ estimate.
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Literal
 
-from .planner import Scheduler
-from .types import (
-    Allocation,
-    DeviceClaim,
-    Flavor,
-    GpuDevice,
-    Policy,
-    Request,
-    Snapshot,
-)
+from .simulate import Simulation
+from .types import Allocation, Policy, Snapshot
 
 Which = Literal["low", "mid", "high"]
 #: Ratios below this are treated as this (a run that ended at once still took a moment).
@@ -216,85 +205,19 @@ def simulate_starts(
     resolution_seconds: float = 60.0,
 ) -> dict[str, float]:
     """Start time of each pending request that starts within `max_steps` simulated cycles,
-    running work ending at its `which` expected end (steps 1-3 of the module docstring)."""
-    policy = policy or Policy()
-    flavors = {f.id: f for f in snapshot.flavors}
-    devices = {(d.node_id, d.index): d for d in snapshot.devices}
-    running: dict[str, tuple[Allocation, float]] = {
-        a.request_id: (a, expected_end(a, bands.get(a.request_id, DECLARED), which, now))
-        for a in snapshot.allocations
-    }
-    pending: dict[str, Request] = {r.id: r for r in snapshot.pending}
-    starts: dict[str, float] = {}
-    t = now
-    for _ in range(max_steps):
-        # 1. Release the work that has ended by t (or within the resolution after it).
-        for rid, (alloc, end) in list(running.items()):
-            if end <= t + resolution_seconds:
-                _give_back(devices, alloc.placement)
-                del running[rid]
-        # 2. One planning cycle at t, on what runs and waits then.
-        step = replace(
-            snapshot,
-            devices=tuple(devices.values()),
-            allocations=tuple(alloc for alloc, _ in running.values()),
-            pending=tuple(pending.values()),
+    running work ending at its `which` expected end (steps 1-2 of the module docstring)."""
+    sim = Simulation(snapshot, policy or Policy(), max_attempts=1)
+    for a in snapshot.allocations:
+        sim.running_until(
+            a.request_id, expected_end(a, bands.get(a.request_id, DECLARED), which, now)
         )
-        plan = Scheduler(step, policy).plan(t)
-        for pre in plan.preemptions:
-            victim = running.pop(pre.victim_id, None)
-            if victim is not None:
-                _give_back(devices, victim[0].placement)
-        held = {r.request_id: r.start_at for r in plan.reservations}
-        for rid, waiting in pending.items():  # reservations carry over, as in the live cycle
-            if waiting.reserved_start_at != held.get(rid):
-                pending[rid] = replace(waiting, reserved_start_at=held.get(rid))
-        for adm in plan.admissions:
-            request = pending.pop(adm.request_id)
-            starts[request.id] = t
-            alloc = _allocation(request, flavors[request.flavor], adm.placement, t)
-            alloc = replace(alloc, borrowed=adm.borrowed, preemptible=adm.preemptible)
-            _take(devices, alloc.placement)
-            band = bands.get(request.id, DECLARED)
-            running[request.id] = (alloc, t + request.max_runtime_seconds * band.value(which))
-        if not pending or (targets is not None and targets <= starts.keys()):
-            break
-        # 3. Advance to the next expected end.
-        if not running:
-            break
-        t = max(t, min(end for _, end in running.values()))
-    return starts
+    for r in snapshot.pending:
+        runtime = r.max_runtime_seconds * bands.get(r.id, DECLARED).value(which)
+        sim.arrive(r, now, runtime_seconds=runtime)
 
+    def done() -> bool:
+        started = {s.request_id for s in sim.starts}
+        return not sim.pending or (targets is not None and targets <= started)
 
-def _allocation(
-    request: Request, flavor: Flavor, placement: tuple[DeviceClaim, ...], t: float
-) -> Allocation:
-    return Allocation(
-        request_id=request.id,
-        team=request.team,
-        flavor=request.flavor,
-        gpu_equivalents=request.gpu_count * flavor.gpu_equivalent,
-        placement=placement,
-        started_at=t,
-        # The planner reserves by declared max runtime, as the live one does.
-        max_runtime_seconds=request.max_runtime_seconds,
-        project=request.project,
-        priority=request.priority,
-        exclusive_node=not request.allow_shared_node,
-        cpu_millicores=request.cpu_millicores,
-        memory_mib=request.memory_mib,
-    )
-
-
-def _take(devices: dict[tuple[str, int], GpuDevice], claims: tuple[DeviceClaim, ...]) -> None:
-    for c in claims:
-        d = devices.get((c.node_id, c.device_index))
-        if d is not None:
-            devices[(c.node_id, c.device_index)] = d.holding(d.usage + c.usage)
-
-
-def _give_back(devices: dict[tuple[str, int], GpuDevice], claims: tuple[DeviceClaim, ...]) -> None:
-    for c in claims:
-        d = devices.get((c.node_id, c.device_index))
-        if d is not None:
-            devices[(c.node_id, c.device_index)] = d.holding(d.usage - c.usage)
+    sim.run(origin=now, resolution_seconds=resolution_seconds, max_cycles=max_steps, done=done)
+    return {s.request_id: s.at for s in sim.starts}

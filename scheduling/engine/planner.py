@@ -87,7 +87,6 @@ class Scheduler:
         self.st = FleetState(snapshot)
         self.index = CapacityIndex(self.st)
         self.placer = Placer(self.st, self.index, self.policy)
-        self.placer.reset_mix(snapshot.pending)
         self.ledger = QuotaLedger.of(snapshot)
         self.capacity: dict[str, float] = defaultdict(float)
         for dev in range(len(self.st.dev_node)):
@@ -102,7 +101,6 @@ class Scheduler:
             lambda: defaultdict(float)
         )
         self.member_weight = {(m.team, m.name): max(m.weight, 1e-9) for m in snapshot.members}
-        self._member_share: dict[tuple[str, str], float] = {}
         for rec in self.st.allocs.values():
             self.ledger.charge(rec.team, rec.project, rec.flavor, rec.ge)
             self.usage[rec.team][rec.model] += rec.ge
@@ -117,29 +115,33 @@ class Scheduler:
             else:
                 w = 1.0
             self.weight[t.name] = max(w, 1e-9)
-        self.holds: list[Hold] = []
-        self._fail: dict[tuple[int, tuple[int, ...]], tuple[str, WaitCode]] = {}
-        self._preempt_fail: set[tuple[int, int, bool, tuple[int, ...]]] = set()
-        # Failed preemptions by GPU shape (host resources left out): the host resources asked
-        # each time. Victims that free too little CPU or memory for a request free too little
-        # for one asking more, so such a request fails at once.
-        self._preempt_fail_host: dict[tuple[int, int, bool, tuple[int, ...]], list[Host]] = {}
         self._gpu_key: dict[int, int] = {}  # memo key → the memo key of its GPU shape
-        # Memo keys refused by a short-request reserve: they wait without a reservation, since
-        # holding devices for them would keep short work out of the very share kept for it.
-        self._by_reserve: set[tuple[int, tuple[int, ...]]] = set()
         self._shapes: dict[Hashable, tuple[Shape, int]] = {}
         self._key_ids: dict[Hashable, int] = {}
-        self._blocked: dict[tuple[int, ...], frozenset[int]] = {}  # reserved devices by holds
-        self._share: dict[str, float] = {}  # cached DRF shares, dropped when usage changes
-        self._queue: FairQueue | None = None
-        self._planned = False
         # Pools keeping a share for short requests (reserve.py), by name order.
         self.reserve_pools = tuple(
             sorted(
                 (p for p in snapshot.pools if p.short_reserve_fraction > 0), key=lambda p: p.name
             )
         )
+        self.reset_cycle(snapshot.pending)
+
+    def reset_cycle(self, pending: tuple[Request, ...]) -> None:
+        """Begin a cycle over `pending`: memos, shares, reservations empty as in a new Scheduler."""
+        self.snapshot = replace(self.snapshot, pending=pending)
+        self.placer.reset_mix(pending)
+        self.holds: list[Hold] = []
+        self._fail: dict[tuple[int, tuple[int, ...]], tuple[str, WaitCode]] = {}
+        self._preempt_fail: set[tuple[int, int, bool, tuple[int, ...]]] = set()
+        # Host resources asked by failed preemptions per GPU shape: asking more fails at once.
+        self._preempt_fail_host: dict[tuple[int, int, bool, tuple[int, ...]], list[Host]] = {}
+        # Refused by a short-request reserve: no reservation (it would keep short work out).
+        self._by_reserve: set[tuple[int, tuple[int, ...]]] = set()
+        self._blocked: dict[tuple[int, ...], frozenset[int]] = {}  # reserved devices by holds
+        self._share: dict[str, float] = {}  # cached DRF shares, dropped when usage changes
+        self._member_share: dict[tuple[str, str], float] = {}
+        self._queue: FairQueue | None = None
+        self._planned = False
 
     # ------------------------------------------------------------------ shares & metrics
 
@@ -191,7 +193,7 @@ class Scheduler:
     def plan(self, now: float) -> Plan:
         """Run one cycle over the snapshot's pending requests (once per Scheduler)."""
         if self._planned:
-            raise RuntimeError("a Scheduler plans one cycle; build a new one per snapshot")
+            raise RuntimeError("a Scheduler plans one cycle per reset_cycle()")
         self._planned = True
         with gc_paused(self.policy.pause_gc):
             return self._plan(now)

@@ -345,6 +345,11 @@ class FleetState:
 
     # ------------------------------------------------------------------ queries
 
+    def forget_victim_nodes(self) -> None:
+        """Drop the cached victim nodes per group (running preemptible work changed)."""
+        self._victim_nodes.clear()
+        self.victim_node_cache.clear()
+
     def group_victim_nodes(self, key: object, nodes: list[int]) -> list[int]:
         """Nodes of a group that hosted preemptible running work at the start (cached)."""
         got = self._victim_nodes.get(key)

@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as hs
 
 from scheduling.engine import Scheduler
-from scheduling.engine.replay_scheduler import starting_snapshot
+from scheduling.engine.simulate import starting_snapshot
 from scheduling.engine.types import (
     CardUsage,
     DeviceClaim,

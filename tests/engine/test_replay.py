@@ -19,7 +19,7 @@ from scheduling.engine.replay import (
     replay,
     water_fill,
 )
-from scheduling.engine.replay_scheduler import starting_snapshot
+from scheduling.engine.simulate import starting_snapshot
 from tests.engine.builders import FLAVOR, alloc, fleet, node, req, whole_claims
 
 CYCLE = 10.0

@@ -1,0 +1,374 @@
+"""The one simulation loop: the live planner run cycle after cycle on a moving clock.
+
+The forecast (forecast.py) and the policy replay (replay.py) both run it. `Simulation(snapshot,
+policy)` holds the fleet with its running work, the queue and a list of events; the caller adds
+events (`arrive`, `withdraw`, `running_until`, `wake`) and calls `run`:
+
+1. Take the earliest event. The cycle runs at its tick: with `cycle_seconds`, the first tick
+   origin + k x cycle_seconds at or after the event (the live cycle's beat; a tick with no event
+   would plan the same state again and is skipped); without, at the event itself.
+2. Apply the events up to tick + `resolution_seconds` in time order: ended work gives its
+   capacity, quota and share back, withdrawn requests leave the queue, arrivals join it.
+3. One planning cycle over the queue at the tick (`Scheduler.plan`, the live planner and policy).
+   Reservations carry over to the next cycle, as the live cycle stores them. A preempted request
+   goes back to the queue with its age, considered again at the next tick, until it has started
+   `max_attempts` times (or when its request is unknown); then it is dropped. Admitted work
+   starts at the tick and ends after the runtime given at its arrival.
+4. Repeat until no event is left, the next tick is past `until`, `max_cycles` cycles ran, or
+   `done()` says so.
+
+One `RollingScheduler` keeps the indexed state from cycle to cycle and is brought back, before
+each cycle, to the state a fresh `Scheduler` would build from the same fleet; so a cycle here plans
+what the live cycle plans (tests/engine/test_replay.py checks it against a fresh planner each
+cycle, tests/scheduling/test_replay.py against `run_cycle`). An `Observer` sees every change, for
+the replay's time-weighted figures.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, replace
+
+from .planner import Scheduler
+from .state import MODE_MIG, AllocRecord, victim_order
+from .types import Allocation, CardUsage, Plan, Policy, Request, Snapshot
+
+#: Kinds of event, in the order they apply at the same instant.
+COMPLETE, WITHDRAW, ARRIVE, WAKE = 0, 1, 2, 3
+#: Sums of running GE closer to zero than this are zero (float drift).
+DRIFT = 1e-9
+
+
+@dataclass(frozen=True, slots=True)
+class Start:
+    """A request the simulation started: in which cycle (1-based), when, where, which attempt."""
+
+    request_id: str
+    cycle: int
+    at: float
+    node_ids: tuple[str, ...]
+    attempt: int
+
+
+class Observer:
+    """What a simulation tells as it goes (the default hears nothing)."""
+
+    def advance(self, at: float) -> None:
+        """The clock moves to `at`, before what happens then."""
+
+    def started(self, rec: AllocRecord) -> None:
+        """Work started."""
+
+    def stopped(self, rec: AllocRecord) -> None:
+        """Running work ended or was preempted."""
+
+    def cycled(self, tick: float, plan: Plan, pending: Mapping[str, Request]) -> None:
+        """A cycle at `tick` planned `plan`; `pending` waits after it."""
+
+
+class Simulation:
+    """The fleet, its running work, the queue and the events of one simulated run."""
+
+    def __init__(
+        self,
+        snapshot: Snapshot,
+        policy: Policy,
+        *,
+        max_attempts: int = 3,
+        observer: Observer | None = None,
+    ) -> None:
+        self.sched = RollingScheduler(replace(snapshot, pending=()), policy)
+        self.max_attempts = max_attempts
+        self.observer = observer or Observer()
+        self.requests: dict[str, Request] = {}
+        self.runtime: dict[str, float] = {}
+        self.attempt: dict[str, int] = {}
+        self.withdrawn_at: dict[str, float] = {}
+        self.pending: dict[str, Request] = {}
+        self.placed: dict[str, AllocRecord] = dict(self.sched.st.allocs)  # running, by request
+        self.starts: list[Start] = []
+        self.preempted: list[tuple[str, int]] = []  # (request, cycle)
+        self.cycles = self.finished = self.withdrawn = self.failed = 0
+        self._events: list[tuple[float, int, int, str, int]] = []  # (at, kind, seq, id, attempt)
+        self._seq = 0
+
+    def _push(self, at: float, kind: int, request_id: str, attempt: int = 0) -> None:
+        self._seq += 1
+        heapq.heappush(self._events, (at, kind, self._seq, request_id, attempt))
+
+    def running_until(
+        self,
+        request_id: str,
+        at: float | None,
+        *,
+        request: Request | None = None,
+        runtime_seconds: float = 0.0,
+    ) -> None:
+        """Work of the snapshot ends at `at` (None: not within the run). Preempted, it goes back
+        to the queue as `request` and runs `runtime_seconds`; without `request` it is dropped."""
+        self.attempt[request_id] = 1
+        if request is not None:
+            self.requests[request_id] = request
+            self.runtime[request_id] = runtime_seconds
+        if at is not None:
+            self._push(at, COMPLETE, request_id, 1)
+
+    def arrive(self, request: Request, at: float, *, runtime_seconds: float) -> None:
+        """`request` joins the queue at `at` and runs `runtime_seconds` once started."""
+        self.requests[request.id] = request
+        self.attempt[request.id] = 0
+        self.runtime[request.id] = runtime_seconds
+        self._push(at, ARRIVE, request.id)
+
+    def withdraw(self, request_id: str, at: float) -> None:
+        """The request leaves the queue at `at` unless it started before."""
+        self.withdrawn_at[request_id] = at
+        self._push(at, WITHDRAW, request_id)
+
+    def wake(self, at: float) -> None:
+        """A cycle at the tick of `at` even if nothing else happens then."""
+        self._push(at, WAKE, "")
+
+    def run(
+        self,
+        *,
+        origin: float,
+        until: float = math.inf,
+        cycle_seconds: float = 0.0,
+        resolution_seconds: float = 0.0,
+        max_cycles: int | None = None,
+        done: Callable[[], bool] | None = None,
+    ) -> None:
+        """Steps 1-4 of the module docstring."""
+        events, sched, seen = self._events, self.sched, self.observer
+        next_k = 0
+        while events and events[0][0] <= until:
+            if max_cycles is not None and self.cycles >= max_cycles:
+                return
+            # 1. The tick of the earliest event.
+            tick = events[0][0]
+            if cycle_seconds > 0:
+                k = max(next_k, math.ceil((tick - origin) / cycle_seconds - 1e-9))
+                tick = origin + k * cycle_seconds
+                if tick > until:
+                    return
+                next_k = k + 1
+            # 2. Events up to the tick, in time order.
+            while events and events[0][0] <= tick + resolution_seconds:
+                at, kind, _, rid, att = heapq.heappop(events)
+                if kind == COMPLETE:
+                    rec = self.placed.get(rid)
+                    if rec is None or self.attempt[rid] != att:
+                        continue  # preempted meanwhile
+                    seen.advance(at)
+                    self._stop(rec)
+                    sched.finish(rec)
+                    self.finished += 1
+                elif kind == WITHDRAW:
+                    if self.pending.pop(rid, None) is not None:
+                        self.withdrawn += 1
+                elif kind == ARRIVE and (
+                    rid not in self.placed
+                    and rid not in self.pending
+                    and self.withdrawn_at.get(rid, math.inf) > at
+                ):
+                    self.pending[rid] = self.requests[rid]
+            seen.advance(tick)
+            # 3. One planning cycle over everything waiting; the planner has already released
+            #    the victims and placed the admitted work.
+            self.cycles += 1
+            sched.begin_cycle(tuple(self.pending.values()))
+            plan = sched.plan(tick)
+            self._apply(plan, tick, cycle_seconds)
+            seen.cycled(tick, plan, self.pending)
+            if done is not None and done():
+                return
+
+    def _apply(self, plan: Plan, tick: float, cycle_seconds: float) -> None:
+        sched, pending = self.sched, self.pending
+        held = {r.request_id: r.start_at for r in plan.reservations}
+        for rid, waiting in pending.items():
+            if waiting.reserved_start_at != held.get(rid):
+                pending[rid] = replace(waiting, reserved_start_at=held.get(rid))
+        for pre in plan.preemptions:
+            rid = pre.victim_id
+            victim = self.placed[rid]
+            self.preempted.append((rid, self.cycles))
+            self._stop(victim)
+            sched.after_preemption(victim)
+            if rid not in self.requests or self.attempt[rid] >= self.max_attempts:
+                self.failed += 1
+            else:
+                pending[rid] = self.requests[rid]
+                self._push(tick + cycle_seconds, ARRIVE, rid)  # considered again next tick
+        for adm in plan.admissions:
+            rid = adm.request_id
+            pending.pop(rid, None)
+            self.attempt[rid] += 1
+            rec = sched.st.allocs[rid]
+            self.placed[rid] = rec
+            self.observer.started(rec)
+            sched.touched(rec)
+            self.starts.append(Start(rid, self.cycles, tick, adm.node_ids, self.attempt[rid]))
+            self._push(tick + self.runtime[rid], COMPLETE, rid, self.attempt[rid])
+
+    def _stop(self, rec: AllocRecord) -> None:
+        del self.placed[rec.id]
+        self.observer.stopped(rec)
+
+
+class RollingScheduler(Scheduler):
+    """A Scheduler that plans one cycle after another on its own evolving state.
+
+    Rebuilding a `Scheduler` from a snapshot for every cycle of a week on a 2,000-node fleet would
+    take most of the replay's time. `begin_cycle` instead brings the kept state into the form
+    `Scheduler(snapshot)` builds: the planner's per-cycle state reset (`reset_cycle`), index
+    buckets in node/device order, preemption candidates per node sorted as `FleetState` sorts
+    them. `finish` ends running work between cycles.
+    """
+
+    def __init__(self, snapshot: Snapshot, policy: Policy) -> None:
+        super().__init__(snapshot, policy)
+        self._refreshed: dict[int, None] = {}  # nodes re-filed in the index since last cycle
+        self._victims_stale: dict[int, None] = {}  # nodes whose running work changed
+        self._node_tfs: dict[int, frozenset[tuple[str, str]]] = defaultdict(frozenset)
+        self._tf_nodes: dict[tuple[str, str], set[int]] = defaultdict(set)
+        for tf, nodes in self.st.victim_nodes_by_tf.items():
+            self._tf_nodes[tf] = set(nodes)
+            for n in nodes:
+                self._node_tfs[n] |= {tf}
+        refresh = self.index.refresh_node
+
+        def listener(node: int, devices: tuple[int, ...] | None = None) -> None:
+            refresh(node, devices)
+            self._refreshed[node] = None
+
+        self.st.listener = listener
+
+    def eligible_pools(self, request: Request) -> tuple[str, ...]:
+        flavor = self.st.flavors.get(request.flavor)
+        if flavor is None:
+            return ()
+        groups, _ = self.placer.groups_for(self._shape(request, flavor)[0])
+        return tuple(sorted({g.pool.name for g in groups}))
+
+    def finish(self, rec: AllocRecord) -> None:
+        """Running work ended: give its capacity, quota and share back."""
+        self.st.release(rec)
+        self.ledger.charge(rec.team, rec.project, rec.flavor, -rec.ge)
+        self._settle(rec.team, rec.flavor, rec.project)
+        owner = self.owner.pop(rec.id, "")
+        self._use(rec.team, owner, rec.model, -rec.ge)
+        for use in (self.usage[rec.team], self.member_usage[(rec.team, owner)]):
+            if abs(use[rec.model]) < DRIFT:
+                use[rec.model] = 0.0
+        self.touched(rec)
+
+    def touched(self, rec: AllocRecord) -> None:
+        """`rec` started or stopped: its nodes' preemption candidates need re-sorting."""
+        for n in rec.nodes:
+            self._victims_stale[n] = None
+
+    def after_preemption(self, rec: AllocRecord) -> None:
+        """The planner evicted `rec`; snap the sums it lowered back to zero when they drift."""
+        self._settle(rec.team, rec.flavor, rec.project)
+        use = self.usage[rec.team]
+        if abs(use[rec.model]) < DRIFT:
+            use[rec.model] = 0.0
+        self.touched(rec)
+
+    def _settle(self, team: str, flavor: str, project: str) -> None:
+        led = self.ledger
+        for table, key in (
+            (led.used, (team, flavor)),
+            (led.project_used, (team, project, flavor)),
+        ):
+            if abs(table[key]) < DRIFT:  # type: ignore[index]
+                table[key] = 0.0  # type: ignore[index]
+        cohort = led.cohort_of.get(team)
+        if cohort is not None and abs(led.cohort_used[(cohort, flavor)]) < DRIFT:
+            led.cohort_used[(cohort, flavor)] = 0.0
+
+    def begin_cycle(self, pending: tuple[Request, ...]) -> None:
+        st = self.st
+        # 1. Per-cycle planner state, as a new Scheduler starts it.
+        self.reset_cycle(pending)
+        # 2. Capacity buckets in the order a fresh index files them (node, then device order).
+        index = self.index
+        dirty: dict[int, tuple[dict[int, None], set[int]]] = {}
+        for node in self._refreshed:
+            g = index.node_group.get(node)
+            if g is None:
+                continue
+            filed: list[tuple[dict[int, None], int]] = []
+            k = g.node_k.get(node)
+            if k:
+                filed.append((g.whole[k], node))
+            for d in st.node_devices[node]:
+                b = g.dev_vb.get(d)
+                if b is not None:
+                    filed.append((g.vgpu[b], d))
+                if st.dev_mode[d] == MODE_MIG:
+                    filed.extend((g.mig[p][s], d) for p, s in g.dev_mig.get(d, ()))
+            for bucket, key in filed:
+                dirty.setdefault(id(bucket), (bucket, set()))[1].add(key)
+        for bucket, keys in dirty.values():
+            if not _in_order(bucket, keys):
+                items = sorted(bucket)
+                bucket.clear()
+                bucket.update(dict.fromkeys(items))
+        self._refreshed.clear()
+        # 3. Preemption candidates: per node sorted by victim order, per (team, flavor) the
+        #    nodes in node order; the caches built from them start empty.
+        stale_tfs: set[tuple[str, str]] = set()
+        for node in self._victims_stale:
+            recs = [st.allocs[i] for i in st.node_allocs[node]]
+            victims = sorted((r for r in recs if r.preemptible), key=victim_order)
+            if victims:
+                st.node_victims[node] = victims
+            else:
+                st.node_victims.pop(node, None)
+            tfs = frozenset((r.team, r.flavor) for r in victims)
+            old = self._node_tfs[node]
+            for tf in old - tfs:
+                self._tf_nodes[tf].discard(node)
+                stale_tfs.add(tf)
+            for tf in tfs - old:
+                self._tf_nodes[tf].add(node)
+                stale_tfs.add(tf)
+            self._node_tfs[node] = tfs
+        self._victims_stale.clear()
+        for tf in stale_tfs:
+            nodes = self._tf_nodes[tf]
+            if nodes:
+                st.victim_nodes_by_tf[tf] = sorted(nodes)
+            else:
+                st.victim_nodes_by_tf.pop(tf, None)
+        st.forget_victim_nodes()
+
+
+def _in_order(bucket: dict[int, None], moved: set[int]) -> bool:
+    """Whether `bucket` is still in key order. Keys not in `moved` kept their order since the
+    last sort, and moved keys were re-filed at the end, so only the tail needs a look."""
+    prev: int | None = None
+    for key in reversed(bucket):
+        if prev is not None and key > prev:
+            return False
+        if key not in moved:
+            return True
+        prev = key
+    return True
+
+
+def starting_snapshot(fleet: Snapshot, allocations: Iterable[Allocation]) -> Snapshot:
+    """`fleet` with `allocations` running: device free capacity reduced by their claims."""
+    running = tuple(allocations)
+    used: dict[tuple[str, int], CardUsage] = defaultdict(CardUsage)
+    for a in running:
+        for c in a.placement:
+            used[(c.node_id, c.device_index)] += c.usage
+    devices = tuple(d.holding(used[(d.node_id, d.index)]) for d in fleet.devices)
+    return replace(fleet, devices=devices, allocations=running, pending=())
