@@ -22,7 +22,8 @@ def fill_queue_positions(requests: Iterable[GpuRequest]) -> None:
     ranks = sorted({request.queue_rank for request in queued if request.queue_rank is not None})
     position_of = queue_positions(ranks)
     for request in queued:
-        request.queue_position = position_of.get(request.queue_rank or 0)
+        rank = request.queue_rank
+        request.queue_position = None if rank is None else position_of.get(rank)
 
 
 def queue_positions(ranks: list[int]) -> dict[int, int]:
