@@ -127,9 +127,4 @@ def record_blockers(snapshot: Snapshot, plan: Plan) -> int:
 def _write_changed(rows: list[tuple[int, dict[str, Any]]]) -> int:
     """PostgreSQL: one UPDATE that compares in the database, so unchanged rows are neither
     read back nor written (scheduling/services/row_updates.py)."""
-    return update_rows(
-        GpuRequest,
-        ["blocker"],
-        [(pk, blocker) for pk, blocker in rows],
-        only_if_different=True,
-    )
+    return update_rows(GpuRequest, ["blocker"], rows, only_if_different=True)
