@@ -558,6 +558,7 @@ def _copy_as_new(request: Any) -> Any:
     request.pk = None
     request.id = None
     request.queue_position = None
+    request.queue_rank = None
     request.waiting_reason = ""
     request.waiting_code = ""
     return request

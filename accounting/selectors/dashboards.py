@@ -25,6 +25,7 @@ from scheduling.selectors import (
     open_asks,
     quota_usage,
 )
+from scheduling.selectors.queue import fill_queue_positions
 from tenants.models import AuditEvent, scope_of
 
 
@@ -49,8 +50,11 @@ def developer(user: Any) -> dict[str, Any]:
         GpuRequest.objects.visible_to(user)
         .filter(owner=user, status__in=COMMITTED_STATUSES)
         .select_related("project", "flavor")
-        .order_by("queue_position", "created_at")
+        .order_by("created_at")
     )
+    fill_queue_positions(live)
+    # Queued by their place in the queue (Kueue's for the work it holds), the rest after.
+    live.sort(key=lambda r: (r.queue_position is None, r.queue_position or 0))
     awaiting_approval = list(
         GpuRequest.objects.visible_to(user)
         .filter(owner=user, status=RequestStatus.PENDING_APPROVAL)

@@ -52,6 +52,7 @@ from scheduling.models import (
 )
 from scheduling.selectors import flavors_for_project, quota_usage
 from scheduling.selectors.preemptions import PREEMPTION_COLUMNS
+from scheduling.selectors.queue import fill_queue_positions
 from scheduling.services import catalog as catalog_services
 from scheduling.services.estimates import what_if
 from tenants.api.base import ScopedModelViewSet, ScopedViewSetMixin
@@ -68,6 +69,7 @@ REQUEST_COLUMNS_SHOWN = [
     ),
     "owner__username",
     "cluster__slug",
+    "queue_rank",
     *PREEMPTION_COLUMNS,
 ]
 # What the request's workload fields read from its allocations (prefetched, one query).
@@ -360,6 +362,16 @@ class GpuRequestViewSet(
                 )
             )
         return queryset
+
+    def get_serializer(self, *args: Any, **kwargs: Any) -> BaseSerializer:
+        """A queued request's position is counted from the queue's ranks, for a page of
+        requests in one query (scheduling/selectors/queue.py)."""
+        shown = args[0] if args else kwargs.get("instance")
+        if isinstance(shown, GpuRequest):
+            fill_queue_positions([shown])
+        elif isinstance(shown, list | QuerySet):
+            fill_queue_positions(shown)
+        return super().get_serializer(*args, **kwargs)
 
     def get_throttles(self) -> list[Any]:
         if self.action in ("create", "resubmit"):

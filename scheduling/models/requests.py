@@ -99,6 +99,13 @@ class GpuRequest(models.Model):
     estimate_low_at = models.DateTimeField(null=True, blank=True)
     estimate_high_at = models.DateTimeField(null=True, blank=True)
     blocker = models.JSONField(default=dict, blank=True)
+    # A queued request's place in the engine's queue order is derived when read
+    # (`scheduling.selectors.queue.fill_queue_positions`): 1 + the queued requests ranked before
+    # it. `queue_rank` is a sparse key that a cycle rewrites only for requests that moved
+    # relative to the others, so one admission does not shift (and rewrite) every later row.
+    # `queue_position` is stored only where the portal does not order the queue: Kueue's place
+    # of a request it holds (runtime/services/kueue_admission.py).
+    queue_rank = models.BigIntegerField(null=True, blank=True)
     queue_position = models.PositiveIntegerField(null=True, blank=True)
     attempt = models.PositiveIntegerField(default=0)
     idle_warned_at = models.DateTimeField(null=True, blank=True)
@@ -140,6 +147,12 @@ class GpuRequest(models.Model):
             ),
             models.Index(
                 "team", F("created_at").desc(), F("id").desc(), name="gpu_request_team_newest_idx"
+            ),
+            # A queued request's position: the queued requests ranked before it, counted here.
+            models.Index(
+                fields=["queue_rank"],
+                condition=Q(status="queued"),
+                name="gpu_request_queue_rank_idx",
             ),
         ]
         constraints = [

@@ -23,7 +23,6 @@ from typing import Any
 
 from django.conf import settings
 from django.db import DatabaseError, IntegrityError, connection, transaction
-from django.db.models import Field
 from django.utils import timezone
 
 from scheduling import engine
@@ -42,6 +41,8 @@ from scheduling.selectors.snapshot import build_snapshot, claims_as_json, ready_
 from scheduling.services.blockers import record_blockers
 from scheduling.services.lifecycle import Move, transition_each, transition_many
 from scheduling.services.notifications import notify_each
+from scheduling.services.queue_ranks import moved_ranks
+from scheduling.services.row_updates import update_rows
 
 log = logging.getLogger(__name__)
 
@@ -294,6 +295,7 @@ def _admit(admissions: tuple[engine.Admission, ...]) -> list[tuple[int, int]]:
             next_attempt=True,
             waiting_reason="",
             queue_position=None,
+            queue_rank=None,
         )
     # A flavor offered in several pools runs in the pool of the node the engine chose.
     placed_nodes = {node for admission in admissions for node in admission.node_ids}
@@ -360,6 +362,7 @@ def _hand_to_kueue(
             waiting_reason="",
             waiting_code="",
             queue_position=None,
+            queue_rank=None,
         )
         Allocation.objects.bulk_create(
             [
@@ -517,64 +520,47 @@ def _preemption_notice(
 
 def _record_waiting(
     waiting: tuple[engine.Waiting, ...], reservations: tuple[engine.Reservation, ...] = ()
-) -> None:
-    """Store why each still-queued request waits, the kind of wait, where it stands and when
-    capacity is reserved for it (backfilling), in batched UPDATEs.
+) -> int:
+    """Store why each still-queued request waits, the kind of wait, when capacity is reserved
+    for it (backfilling) and its queue rank; returns the rows written.
 
-    Only rows where any of these changed are written: a quiet cycle writes nothing.
+    Only rows where any of these changed are written, so a quiet cycle writes nothing. The rank
+    is what keeps that true while the queue moves: a request keeps its rank while the requests
+    around it come and go (queue_ranks.py), and pages count its position from the ranks. A
+    queued request the plan no longer lists loses its rank, so it is not counted ahead of others.
     """
     reserved = {
         int(r.request_id): datetime.fromtimestamp(round(r.start_at), tz=UTC) for r in reservations
     }
-    fields = ["waiting_reason", "waiting_code", "queue_position", "reserved_start_at"]
-    stored = {
+    fields = ["waiting_reason", "waiting_code", "reserved_start_at", "queue_rank"]
+    stored: dict[int, tuple[Any, ...]] = {
         pk: tuple(values)
-        for pk, *values in GpuRequest.objects.filter(
-            pk__in=[int(w.request_id) for w in waiting], status=RequestStatus.QUEUED
-        ).values_list("pk", *fields)
-    }
-    changed: list[tuple[int, tuple[Any, ...]]] = []
-    for wait in waiting:
-        pk = int(wait.request_id)
-        values = (wait.reason, wait.code, wait.position, reserved.get(pk))
-        if pk in stored and stored[pk] != values:
-            changed.append((pk, values))
-    if connection.vendor == "postgresql":
-        _update_from_values(changed, fields)
-    else:
-        GpuRequest.objects.bulk_update(
-            [GpuRequest(pk=pk, **dict(zip(fields, values, strict=True))) for pk, values in changed],
-            fields,
-            batch_size=500,
+        for pk, *values in GpuRequest.objects.filter(status=RequestStatus.QUEUED).values_list(
+            "pk", *fields
         )
-
-
-def _update_from_values(
-    rows: list[tuple[int, tuple[Any, ...]]], fields: list[str], *, batch_size: int = 2_000
-) -> None:
-    """Write different values to each queued row in one `UPDATE … FROM (VALUES …)` per batch.
-
-    `bulk_update` would say the same with one CASE branch per row and field, which Django
-    builds and resolves as expressions one by one: for 36,000 waiting requests that took most
-    of the cycle's write. The statement is built from the model's own column names and types.
-    """
-    meta = GpuRequest._meta
-    columns: list[Field[Any, Any]] = []
-    for column in (meta.pk, *(meta.get_field(name) for name in fields)):
-        if not isinstance(column, Field):
-            raise TypeError(f"{column} is not a column of {meta.db_table}")
-        columns.append(column)
-    casts = [f"CAST(%s AS {column.db_type(connection)})" for column in columns]
-    row_sql = "(" + ", ".join(casts) + ")"
-    names = [connection.ops.quote_name(column.column) for column in columns]
-    assignments = ", ".join(f"{name} = v.{name}" for name in names[1:])
-    pk_column = names[0]
-    with connection.cursor() as cursor:
-        for start in range(0, len(rows), batch_size):
-            batch = rows[start : start + batch_size]
-            cursor.execute(
-                f"UPDATE {connection.ops.quote_name(meta.db_table)} AS r SET {assignments} "  # noqa: S608 - model names
-                f"FROM (VALUES {', '.join([row_sql] * len(batch))}) AS v({', '.join(names)}) "
-                f"WHERE r.{pk_column} = v.{pk_column} AND r.status = %s",
-                [value for pk, values in batch for value in (pk, *values)] + [RequestStatus.QUEUED],
-            )
+    }
+    in_order = sorted(
+        (wait for wait in waiting if int(wait.request_id) in stored), key=lambda w: w.position
+    )
+    rank_of = {pk: values[3] for pk, values in stored.items()}
+    rank_of.update(moved_ranks([int(wait.request_id) for wait in in_order], rank_of))
+    changed: list[tuple[Any, ...]] = []
+    for wait in in_order:
+        pk = int(wait.request_id)
+        values = (wait.reason, wait.code, reserved.get(pk), rank_of[pk])
+        if values != stored[pk]:
+            changed.append((pk, *values))
+    listed = {int(wait.request_id) for wait in in_order}
+    changed += [
+        (pk, *values[:3], None)
+        for pk, values in stored.items()
+        if values[3] is not None and pk not in listed
+    ]
+    if connection.vendor == "postgresql":
+        return update_rows(GpuRequest, fields, changed, status=RequestStatus.QUEUED)
+    GpuRequest.objects.bulk_update(
+        [GpuRequest(pk=pk, **dict(zip(fields, values, strict=True))) for pk, *values in changed],
+        fields,
+        batch_size=500,
+    )
+    return len(changed)

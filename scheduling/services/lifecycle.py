@@ -221,6 +221,7 @@ def _planned_changes(
             changes.setdefault("waiting_reason", NEXT_CYCLE_REASON)
             changes.setdefault("waiting_code", "")
             changes.setdefault("reserved_start_at", None)
+            changes.setdefault("queue_rank", None)
     changes.update(status=moves[-1].to, status_reason=moves[-1].reason)
     return changes
 

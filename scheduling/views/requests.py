@@ -30,6 +30,7 @@ from scheduling.models import Flavor, GpuRequest, RequestTemplate, UtilisationSa
 from scheduling.selectors import deferring_lead, flavors_for_project, governance_rules, quota_impact
 from scheduling.selectors.clusters import placed_cluster
 from scheduling.selectors.preemptions import last_preemption
+from scheduling.selectors.queue import fill_queue_positions
 from scheduling.services.blockers import shown_blocker
 from scheduling.services.estimates import what_if
 from tenants.errors import DomainError, show_on_form
@@ -216,6 +217,7 @@ def request_detail(request: HttpRequest, pk: int) -> HttpResponse:
         ),
         pk=pk,
     )
+    fill_queue_positions([gpu_request])
     history = (
         AuditEvent.objects.filter(target_type="GpuRequest", target_id=str(gpu_request.pk))
         .select_related("actor")

@@ -14,6 +14,7 @@ from runtime.services import execution
 from scheduling import services
 from scheduling.choices import RequestStatus
 from scheduling.models import Allocation, GpuRequest, SchedulerLease
+from scheduling.selectors.queue import fill_queue_positions
 from scheduling.services import cycle
 from tests.scheduling.conftest import Fleet
 from tests.support.factories import GpuRequestFactory
@@ -100,6 +101,7 @@ def test_full_pool_leaves_work_waiting_with_a_reason_and_position(
     services.approve_gpu_request(actor=org.lead_a, request=second)
     pipeline()
     second.refresh_from_db()
+    fill_queue_positions([second])
     assert second.status == RequestStatus.QUEUED
     assert second.queue_position == 1
     assert second.waiting_reason
