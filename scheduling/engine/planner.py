@@ -4,7 +4,9 @@
 the quota ledger once; `plan(now)` then runs one cycle over the pending queue and
 `place_one(request, now)` decides a single newly arrived request against the same indexed state.
 
-Cycle, per request in queue order (see queue.py):
+Cycle, per request in queue order (see queue.py), work within its team's guarantee first and
+borrowers (requests that would take their team past it) in a second pass, as Kueue does: a
+borrower admitted first could hold capacity that guaranteed work wins back only next cycle.
 
 1. Validate the request (known flavor, gpu_count >= 1, known MIG profile, positive runtime);
    otherwise wait with code "invalid".  vGPU/MIG requests may ask for N > 1 shares: all on one
@@ -22,7 +24,7 @@ Cycle, per request in queue order (see queue.py):
 
 Before the queue runs, the previous cycle's reservations are taken up again (backfill.py).
 
-Waiting requests get 1-based positions in the order they were considered.
+Waiting requests get 1-based positions in the order considered: borrowers after the rest.
 """
 
 from __future__ import annotations
@@ -52,10 +54,9 @@ from .queue import FairQueue, dominant_share
 from .quota import EPS, QuotaLedger
 from .reasons import capacity_reason
 from .reserve import is_long, leaves_reserve, reserve_reason
-from .state import MODE_MIG, MODE_VGPU, AllocRecord, Claim, FleetState, Shape, is_gang, shape_of
+from .state import AllocRecord, Claim, FleetState, Shape, is_gang, shape_of
 from .types import (
     MIG_PROFILES,
-    MIG_SLICES,
     Admission,
     Decision,
     Flavor,
@@ -171,23 +172,6 @@ class Scheduler:
         self._share.pop(team, None)
         self._member_share.pop((team, owner), None)
 
-    def free_gpu_equivalents(self) -> float:
-        """Unallocated capacity in GE: free cards, usable vGPU share, free MIG slices."""
-        st = self.st
-        total = 0.0
-        for d in range(len(st.dev_node)):
-            if not st.node_schedulable[st.dev_node[d]] or st.whole[d]:
-                continue
-            if st.node_exclusive[st.dev_node[d]]:
-                continue
-            if st.dev_mode[d] == MODE_MIG:
-                total += (MIG_SLICES - bin(st.mig_mask[d]).count("1")) / MIG_SLICES
-            elif st.dev_mode[d] == MODE_VGPU:
-                total += min(st.mem_free[d] / max(1, st.mem_total[d]), st.cores_free[d] / 100)
-            else:
-                total += 1.0 if st.fully_free(d) else 0.0
-        return total
-
     # ------------------------------------------------------------------ entry points
 
     def plan(self, now: float) -> Plan:
@@ -233,19 +217,28 @@ class Scheduler:
         due = self._keep_holds(now)
         members = self.member_share if self.policy.fair_share_in_team else None
         aging = self.policy.priority_aging_seconds
-        for order, requests in [((), due), *self._queues()]:
-            requests = requests if order == () else [r for r in requests if r not in due]
-            queue = FairQueue(requests, order, self.share, members, now, aging)
-            self._queue = queue
-            while (req := queue.pop()) is not None:
-                considered += 1
-                adm, pre, reason, code = self._decide(req, now, allow_reserve=True)
-                preemptions.extend(pre)
-                if adm is not None:
-                    admissions.append(adm)
-                else:
-                    assert reason is not None and code is not None
-                    waiting.append(Waiting(req.id, reason, code, len(waiting) + 1))
+        queues = [((), due)] + [(o, [r for r in rs if r not in due]) for o, rs in self._queues()]
+        # Borrowers go in a second pass: admitted before work within its guarantee, they would
+        # hold capacity that the next cycle could only win back by preempting them.
+        borrowers: list[list[Request]] = [[] for _ in queues]
+        for lending in (False, True):
+            for (order, requests), deferred in zip(queues, borrowers, strict=True):
+                queue = FairQueue(
+                    deferred if lending else requests, order, self.share, members, now, aging
+                )
+                self._queue = queue
+                while (req := queue.pop()) is not None:
+                    if not lending and self._borrows(req):
+                        deferred.append(req)
+                        continue
+                    considered += 1
+                    adm, pre, reason, code = self._decide(req, now, allow_reserve=True)
+                    preemptions.extend(pre)
+                    if adm is not None:
+                        admissions.append(adm)
+                    else:
+                        assert reason is not None and code is not None
+                        waiting.append(Waiting(req.id, reason, code, len(waiting) + 1))
         self._queue = None
         return Plan(
             admissions=tuple(admissions),
@@ -254,6 +247,12 @@ class Scheduler:
             reservations=reservations(self.st, self.holds, self.snapshot.pending),
             considered=considered,
         )
+
+    def _borrows(self, req: Request) -> bool:
+        """Whether admitting `req` now would take its team past its guarantee for the flavor."""
+        flavor = self.st.flavors.get(req.flavor)
+        demand = req.gpu_count * flavor.gpu_equivalent if flavor is not None else 0.0
+        return not self.ledger.within_guarantee(req.team, req.flavor, demand)
 
     def _keep_holds(self, now: float) -> list[Request]:
         """Take up the previous cycle's reservations again (backfill.py), earliest start first,

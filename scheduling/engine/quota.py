@@ -162,9 +162,9 @@ class QuotaLedger:
         plimit = self.project_limit.get(pkey)
         if plimit is not None and self.project_used[pkey] + demand > plimit + EPS:
             return False, False, f"project {project} of team {team} is at its {flavor} limit"
-        used = self.used[key]
-        if used + demand <= self.guaranteed[key] + EPS:
+        if self.within_guarantee(team, flavor, demand):
             return True, False, None
+        used = self.used[key]
         if used + demand > limit + EPS:
             return (
                 False,
@@ -181,6 +181,10 @@ class QuotaLedger:
             f"({self.cohort_idle(team, flavor):.2f} GPU-eq of idle guarantees, "
             f"{self.unassigned_left(flavor):.2f} unassigned)",
         )
+
+    def within_guarantee(self, team: str, flavor: str, demand: float) -> bool:
+        """True when `demand` more GE of `flavor` keeps the team within its guaranteed quota."""
+        return self.used[(team, flavor)] + demand <= self.guaranteed.get((team, flavor), 0.0) + EPS
 
     def charge(self, team: str, project: str, flavor: str, amount: float) -> None:
         """Add (or with a negative amount, give back) usage."""

@@ -165,6 +165,43 @@ def test_a_guaranteed_request_always_wins_lent_capacity_back(
     assert all(final[t] <= s.limit[t] for t in s.guaranteed)
 
 
+@SETTINGS
+@given(situations())
+def test_a_plan_run_as_planned_leaves_the_next_cycle_nothing_to_preempt(s: Situation) -> None:
+    """Work within its guarantee is decided before borrowers, so no borrower admitted by a
+    cycle holds capacity that a request waiting in that same cycle is guaranteed."""
+    first = plan(s.snapshot, now=0.0, policy=NO_BACKFILL)
+    left = {w.request_id for w in first.waiting}
+    after = replace(
+        running(s.snapshot, first), pending=tuple(r for r in s.snapshot.pending if r.id in left)
+    )
+    second = plan(after, now=10.0, policy=NO_BACKFILL)
+    assert second.preemptions == ()
+    # Nothing changed between the cycles: what waited still waits, in the same order.
+    assert second.admissions == ()
+    assert [w.request_id for w in second.waiting] == [w.request_id for w in first.waiting]
+
+
+def test_borrowers_wait_behind_work_within_its_guarantee() -> None:
+    """Team a can only borrow b's idle guarantee (three cards, one of them on a cordoned node).
+    b's work is decided first although a's request is older, and the waiting borrower's
+    position comes after b's waiting work."""
+    snap = fleet(
+        node("n", gpus=2),
+        node("cordoned", gpus=1, schedulable=False),
+        teams=(Team("a", "c"), Team("b", "c")),
+        quotas=(Quota("a", "gpu", 0, 2), Quota("b", "gpu", 3, 3)),
+        pending=[req("a1", team="a")] + [req(f"b{i}", team="b", submitted_at=i) for i in (1, 2, 3)],
+        flavors=FLAVORS[:1],
+    )
+    planned = plan(snap, now=0.0, policy=NO_BACKFILL)
+    assert [a.request_id for a in planned.admissions] == ["b1", "b2"]
+    assert [(w.request_id, w.code, w.position) for w in planned.waiting] == [
+        ("b3", "capacity", 1),
+        ("a1", "capacity", 2),
+    ]
+
+
 def test_the_demo_case_lends_idle_a100s_beyond_the_guarantee() -> None:
     """16 A100s, one team guaranteed 4 with a limit of 8 and using its 4: 4 more are lent."""
     snap = fleet(

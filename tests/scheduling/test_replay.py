@@ -165,22 +165,49 @@ def record_history(org: Org, start: datetime, arrivals: list[Arrival]) -> None:
         )
 
 
-def test_raising_a_teams_weight_shortens_its_wait(
-    org: Org, fleet: Fleet, window_start: datetime
-) -> None:
-    """Both teams ask for far more A100 cards than there are; weighting team B 4:1 serves its
-    requests first whenever cards free up."""
-    equal_quotas(org, fleet)
+def shared_quotas(org: Org, fleet: Fleet) -> None:
+    """Each team is guaranteed 4 of the 16 A100 cards; the other 8 are nobody's and lent, as
+    they free up, to the team with the lower weighted share (borrowed work is preemptible)."""
+    Tier.objects.get(slug="training").allowed_teams.add(org.team_b)
+    for team in (org.team_a, org.team_b):
+        services.set_quota(actor=org.admin, team=team, flavor=fleet.a100, guaranteed=4, limit=64)
+
+
+def weighting_team_b(org: Org, window_start: datetime) -> tuple[dict[str, float], ...]:
+    """Replay a burst of 4-card A100 jobs from both teams, without and with team B weighted
+    4:1; the teams' median waits and the number of preemptions of each replay."""
     burst = [Arrival(5 * i, "ab"[i % 2], "a100-80g", 4, 300) for i in range(12)]
     record_history(org, window_start, burst)
     trace = recorded_trace(days=WINDOW / 86_400, now=window_start + timedelta(seconds=WINDOW))
     change = load_policy_change("team_weights: {team-b: 4.0}", fleet=trace.fleet)
     comparison = compare_policies(trace=trace, change=change)
     assert comparison.changed is not None
-    before = dict(comparison.current.team_wait_p50)
-    after = dict(comparison.changed.team_wait_p50)
+    return tuple(
+        {**dict(r.team_wait_p50), "preemptions": r.preemptions}
+        for r in (comparison.current, comparison.changed)
+    )
+
+
+def test_raising_a_teams_weight_shortens_its_wait(
+    org: Org, fleet: Fleet, window_start: datetime
+) -> None:
+    """Both teams ask for far more A100 cards than there are: the cards no team is guaranteed
+    go to team B first when it is weighted 4:1."""
+    shared_quotas(org, fleet)
+    before, after = weighting_team_b(org, window_start)
     assert after["team-b"] < before["team-b"]
     assert after["team-a"] >= before["team-a"]
+
+
+def test_a_weight_does_not_take_capacity_another_team_is_guaranteed(
+    org: Org, fleet: Fleet, window_start: datetime
+) -> None:
+    """The two guarantees cover every A100 card: whatever B's weight, a card A frees goes back
+    to A's waiting work, without B borrowing it first only to be preempted."""
+    equal_quotas(org, fleet)
+    before, after = weighting_team_b(org, window_start)
+    assert after == before
+    assert after["preemptions"] == 0
 
 
 def test_a_policy_naming_an_unknown_team_or_a_bad_value_is_refused(org: Org, fleet: Fleet) -> None:
