@@ -428,6 +428,11 @@ NOTIFICATION_WEBHOOK_URL = env.str("NOTIFICATION_WEBHOOK_URL", default="")
 NOTIFICATION_WEBHOOK_FORMAT = env.str("NOTIFICATION_WEBHOOK_FORMAT", default="json")
 if NOTIFICATION_WEBHOOK_FORMAT not in {"json", "slack", "teams"}:
     raise environ.ImproperlyConfigured("NOTIFICATION_WEBHOOK_FORMAT must be json, slack or teams")
+# Each user may name a webhook of their own (their notification settings): https to a public
+# address only. Hosts listed here are trusted receivers (an in-house relay, say): http and
+# private addresses are allowed for them. A user's webhook gets one try with this timeout.
+NOTIFICATION_WEBHOOK_ALLOWED_HOSTS = env.list("NOTIFICATION_WEBHOOK_ALLOWED_HOSTS", default=[])
+PERSONAL_WEBHOOK_TIMEOUT_SECONDS = env.float("PERSONAL_WEBHOOK_TIMEOUT_SECONDS", default=5.0)
 DEMO_PASSWORD = env.str("DEMO_PASSWORD", default="demo")
 # The demo's past: `seed_demo` writes this many days of history once (0: none).
 DEMO_HISTORY_DAYS = env.int("DEMO_HISTORY_DAYS", default=90)

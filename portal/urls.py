@@ -24,6 +24,11 @@ urlpatterns = [
     path("notifications/", inbox.notifications_page, name="notifications-page"),
     path("notifications/<int:pk>/read/", inbox.notification_read, name="notification-read-page"),
     path("notifications/read-all/", inbox.notifications_read_all, name="notifications-read-all"),
+    path(
+        "notifications/settings/",
+        inbox.notification_settings_page,
+        name="notification-settings-page",
+    ),
     path("", include("scheduling.urls")),
     path("", include("accounting.urls")),
     path("", include("runtime.urls")),
