@@ -192,6 +192,9 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    # No deep links: Swagger UI puts them as links inside each operation's toggle button, a
+    # control inside a control that screen readers and keyboards cannot tell apart.
+    "SWAGGER_UI_SETTINGS": {"deepLinking": False},
     "SCHEMA_PATH_PREFIX": "/api/v1",
     # Request priorities and an approval rule's highest auto-approved one are the same choices.
     "ENUM_NAME_OVERRIDES": {
