@@ -202,6 +202,10 @@ SPECTACULAR_SETTINGS = {
         # A flavor's kind and a workload's kind are both "kind".
         "FlavorKindEnum": "scheduling.choices.FlavorKind",
         "WorkloadKindEnum": "scheduling.choices.WorkloadKind",
+        # A user's topics per channel are one set; so are the webhook formats of an organisation
+        # webhook and a user's own.
+        "NotificationTopicEnum": "tenants.choices.NotificationTopic",
+        "WebhookFormatEnum": "tenants.choices.WebhookFormat",
     },
     # Requests get their own components: no read-only fields, required and non-blank as the
     # serializers validate them.

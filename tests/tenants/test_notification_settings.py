@@ -392,7 +392,9 @@ def test_the_schema_documents_the_endpoint(org: Org) -> None:
     operations = schema["paths"]["/api/v1/me/notification-settings/"]
     assert {"get", "put", "patch"} <= set(operations)
     settings_schema = schema["components"]["schemas"]["NotificationSettings"]
-    assert settings_schema["properties"]["email_topics"]["items"]["$ref"].endswith("Enum")
+    assert settings_schema["properties"]["email_topics"]["items"]["$ref"].endswith(
+        "NotificationTopicEnum"
+    )
 
 
 # --- The page ---------------------------------------------------------------------------------
