@@ -219,6 +219,9 @@ class NotificationSettingsSerializer(serializers.ModelSerializer):
         help_text="Your webhook (https, a public address); empty: none.",
     )
     email = serializers.SerializerMethodField(help_text="Where email goes: your account's.")
+    updated_at = serializers.DateTimeField(
+        read_only=True, allow_null=True, help_text="When last saved; null: never (the defaults)."
+    )
 
     class Meta:
         model = NotificationSettings

@@ -311,6 +311,7 @@ def test_the_api_shows_the_defaults_before_a_user_chose(org: Org) -> None:
     assert body["email"] == "dev_a@example.com"
     assert NotificationTopic.STARTED not in body["email_topics"]
     assert body["webhook_url"] == ""
+    assert body["updated_at"] is None
     assert not NotificationSettings.objects.exists()  # reading stores nothing
 
 
