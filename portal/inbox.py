@@ -1,15 +1,21 @@
-"""The notifications page: the signed-in user's inbox, newest first, with mark-read."""
+"""The notifications page: the signed-in user's inbox, newest first, with mark-read; and their
+notification settings: which topics reach them in the portal, by email, on their webhook."""
 
 from __future__ import annotations
 
+from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
-from tenants.choices import NotificationKind
-from tenants.models import Notification
+from portal.forms import NotificationSettingsForm
+from tenants.choices import NotificationKind, NotificationTopic
+from tenants.errors import DomainError, show_on_form
+from tenants.models import ALWAYS_IN_APP_TOPICS, Notification
+from tenants.selectors import notification_settings_of
+from tenants.services.notification_settings import update_notification_settings
 from tenants.services.notifications import mark_notifications_read
 
 PAGE_SIZE = 30
@@ -54,3 +60,43 @@ def notification_read(request: HttpRequest, pk: int) -> HttpResponse:
 def notifications_read_all(request: HttpRequest) -> HttpResponse:
     mark_notifications_read(user=request.user)
     return redirect("notifications-page")
+
+
+@login_required
+def notification_settings_page(request: HttpRequest) -> HttpResponse:
+    """The user's own settings: a row per topic, a column per channel; POST saves them."""
+    row = notification_settings_of(user=request.user)
+    fields = ["in_app_topics", "email_enabled", "email_topics"]
+    fields += ["webhook_url", "webhook_format", "webhook_topics"]
+    if request.method == "POST":
+        form = NotificationSettingsForm(request.POST)
+        if form.is_valid():
+            try:
+                update_notification_settings(actor=request.user, **form.cleaned_data)
+            except DomainError as error:
+                show_on_form(form, error)
+            else:
+                messages.success(request, "Notification settings saved.")
+                return redirect("notification-settings-page")
+    else:
+        form = NotificationSettingsForm(initial={name: getattr(row, name) for name in fields})
+    chosen = {
+        name: set(form[name].value() or [])
+        for name in ("in_app_topics", "email_topics", "webhook_topics")
+    }
+    topics = [
+        {
+            "value": value,
+            "label": label,
+            "in_app": value in chosen["in_app_topics"] or value in ALWAYS_IN_APP_TOPICS,
+            "always_in_app": value in ALWAYS_IN_APP_TOPICS,
+            "email": value in chosen["email_topics"],
+            "webhook": value in chosen["webhook_topics"],
+        }
+        for value, label in NotificationTopic.choices
+    ]
+    return render(
+        request,
+        "portal/notification_settings.html",
+        {"form": form, "topics": topics, "settings_row": row},
+    )

@@ -192,6 +192,9 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    # No deep links: Swagger UI puts them as links inside each operation's toggle button, a
+    # control inside a control that screen readers and keyboards cannot tell apart.
+    "SWAGGER_UI_SETTINGS": {"deepLinking": False},
     "SCHEMA_PATH_PREFIX": "/api/v1",
     # Request priorities and an approval rule's highest auto-approved one are the same choices.
     "ENUM_NAME_OVERRIDES": {
@@ -199,6 +202,10 @@ SPECTACULAR_SETTINGS = {
         # A flavor's kind and a workload's kind are both "kind".
         "FlavorKindEnum": "scheduling.choices.FlavorKind",
         "WorkloadKindEnum": "scheduling.choices.WorkloadKind",
+        # A user's topics per channel are one set; so are the webhook formats of an organisation
+        # webhook and a user's own.
+        "NotificationTopicEnum": "tenants.choices.NotificationTopic",
+        "WebhookFormatEnum": "tenants.choices.WebhookFormat",
     },
     # Requests get their own components: no read-only fields, required and non-blank as the
     # serializers validate them.
@@ -428,6 +435,11 @@ NOTIFICATION_WEBHOOK_URL = env.str("NOTIFICATION_WEBHOOK_URL", default="")
 NOTIFICATION_WEBHOOK_FORMAT = env.str("NOTIFICATION_WEBHOOK_FORMAT", default="json")
 if NOTIFICATION_WEBHOOK_FORMAT not in {"json", "slack", "teams"}:
     raise environ.ImproperlyConfigured("NOTIFICATION_WEBHOOK_FORMAT must be json, slack or teams")
+# Each user may name a webhook of their own (their notification settings): https to a public
+# address only. Hosts listed here are trusted receivers (an in-house relay, say): http and
+# private addresses are allowed for them. A user's webhook gets one try with this timeout.
+NOTIFICATION_WEBHOOK_ALLOWED_HOSTS = env.list("NOTIFICATION_WEBHOOK_ALLOWED_HOSTS", default=[])
+PERSONAL_WEBHOOK_TIMEOUT_SECONDS = env.float("PERSONAL_WEBHOOK_TIMEOUT_SECONDS", default=5.0)
 DEMO_PASSWORD = env.str("DEMO_PASSWORD", default="demo")
 # The demo's past: `seed_demo` writes this many days of history once (0: none).
 DEMO_HISTORY_DAYS = env.int("DEMO_HISTORY_DAYS", default=90)

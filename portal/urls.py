@@ -24,14 +24,24 @@ urlpatterns = [
     path("notifications/", inbox.notifications_page, name="notifications-page"),
     path("notifications/<int:pk>/read/", inbox.notification_read, name="notification-read-page"),
     path("notifications/read-all/", inbox.notifications_read_all, name="notifications-read-all"),
+    path(
+        "notifications/settings/",
+        inbox.notification_settings_page,
+        name="notification-settings-page",
+    ),
     path("", include("scheduling.urls")),
     path("", include("accounting.urls")),
     path("", include("runtime.urls")),
     path("manage/", include("portal.manage_urls")),
     path("api/v1/", include(api_v1)),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
-    # The split view serves its init script as a file: the CSP allows no inline script.
-    path("api/docs/", SpectacularSwaggerSplitView.as_view(url_name="schema"), name="api-docs"),
+    # The split view serves its init script as a file: the CSP allows no inline script. Our
+    # template gives the page its language, landmarks and readable colours.
+    path(
+        "api/docs/",
+        SpectacularSwaggerSplitView.as_view(url_name="schema", template_name="api/swagger_ui.html"),
+        name="api-docs",
+    ),
     path("admin/", admin.site.urls),
     path("healthz", health.healthz, name="healthz"),
     path("readyz", health.readyz, name="readyz"),

@@ -43,6 +43,7 @@ RUN_SCHEDULING_CYCLE = "scheduling.tasks.run_scheduling_cycle"
 SEND_NOTICES = "scheduling.tasks.send_notices"
 SEND_NOTIFICATION = "scheduling.tasks.send_notification"
 SEND_WEBHOOK = "tenants.tasks.send_webhook"
+SEND_PERSONAL_WEBHOOK = "tenants.tasks.send_personal_webhook"
 LAUNCH_WORKLOAD = "runtime.tasks.launch_workload"
 TERMINATE_WORKLOAD = "runtime.tasks.terminate_workload"
 PREEMPT_WORKLOAD = "runtime.tasks.preempt_workload"
@@ -239,6 +240,13 @@ def send_webhook(
     """One notice to one webhook (None: the NOTIFICATION_WEBHOOK_URL setting's), a task each, so
     a receiver that fails is retried alone (ids only: a webhook's URL is a credential)."""
     send(SEND_WEBHOOK, webhook_id, subject, body, link, event)
+
+
+def send_personal_webhook(
+    user_id: int, subject: str, body: str, link: str, event: dict[str, Any]
+) -> None:
+    """One notice to one user's own webhook (the user's id only: the URL is a credential)."""
+    send(SEND_PERSONAL_WEBHOOK, user_id, subject, body, link, event)
 
 
 def send_launch(request_id: int, attempt: int) -> None:

@@ -31,3 +31,24 @@ class WebhookFormat(models.TextChoices):
     JSON = "json", "Plain JSON"
     SLACK = "slack", "Slack (incoming webhook)"
     TEAMS = "teams", "Microsoft Teams (workflow, Adaptive Card)"
+
+
+class NotificationTopic(models.TextChoices):
+    """What a notice is about, as a user chooses which ones reach them and on which channel."""
+
+    APPROVAL_NEEDED = "approval_needed", "A request needs my decision"
+    DECIDED = "decided", "My request was approved, rejected or expired"
+    STARTED = "started", "My work started"
+    FINISHED = "finished", "My work finished or failed"
+    PREEMPTED = "preempted", "My work was preempted"
+    RECLAIMED = "reclaimed", "Idle or time-limit warning, or my work was reclaimed"
+    BUDGET = "budget", "Budget alert"
+    OTHER = "other", "Other updates on my requests"
+
+
+class NotificationChannel(models.TextChoices):
+    """Where a notice reaches its recipient."""
+
+    IN_APP = "in_app", "In the portal"
+    EMAIL = "email", "Email"
+    WEBHOOK = "webhook", "My webhook (Slack, Teams or JSON)"

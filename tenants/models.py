@@ -19,10 +19,12 @@ from tenants.choices import (
     ORGANISATION_ROLES,
     TEAM_ROLES,
     NotificationKind,
+    NotificationTopic,
     Role,
     WebhookFormat,
 )
 from tenants.scope import ANONYMOUS, Actor, Scope
+from tenants.validators import validate_webhook_url
 
 
 class ScopedQuerySet(models.QuerySet):
@@ -290,6 +292,88 @@ class Notification(models.Model):
 
     def __str__(self) -> str:
         return f"{self.recipient} · {self.subject}"
+
+
+# What a user hears before they choose: everything in the portal, everything but starts by
+# email, everything on a webhook once they name one.
+DEFAULT_IN_APP_TOPICS = tuple(NotificationTopic.values)
+DEFAULT_EMAIL_TOPICS = tuple(t for t in NotificationTopic.values if t != NotificationTopic.STARTED)
+DEFAULT_WEBHOOK_TOPICS = tuple(NotificationTopic.values)
+# What needs a lead's decision always reaches their inbox, whatever else they switch off.
+ALWAYS_IN_APP_TOPICS = frozenset({NotificationTopic.APPROVAL_NEEDED.value})
+
+
+def default_in_app_topics() -> list[str]:
+    return list(DEFAULT_IN_APP_TOPICS)
+
+
+def default_email_topics() -> list[str]:
+    return list(DEFAULT_EMAIL_TOPICS)
+
+
+def default_webhook_topics() -> list[str]:
+    return list(DEFAULT_WEBHOOK_TOPICS)
+
+
+class NotificationSettingsQuerySet(ScopedQuerySet):
+    def for_scope(self, scope: Scope) -> NotificationSettingsQuerySet:
+        # Everyone's settings are their own, whatever their roles: a webhook URL is a secret.
+        return self.filter(user_id=scope.user_id) if scope.user_id else self.none()
+
+
+class NotificationSettings(models.Model):
+    """How one user wants to hear what happens: which topics reach them in the portal, by
+    email and on a webhook of their own. A user without a row has the defaults."""
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.CASCADE,
+        primary_key=True,
+        related_name="notification_settings",
+    )
+    in_app_topics = models.JSONField(default=default_in_app_topics, blank=True)
+    email_enabled = models.BooleanField(default=True)
+    email_topics = models.JSONField(default=default_email_topics, blank=True)
+    webhook_url = models.CharField(
+        max_length=500,
+        blank=True,
+        validators=[validate_webhook_url],
+        help_text="Where your notices are POSTed (https, a public address); empty: none.",
+    )
+    webhook_format = models.CharField(
+        max_length=10, choices=WebhookFormat.choices, default=WebhookFormat.JSON
+    )
+    webhook_topics = models.JSONField(default=default_webhook_topics, blank=True)
+    webhook_last_sent_at = models.DateTimeField(null=True, blank=True)
+    webhook_last_result = models.CharField(max_length=200, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = NotificationSettingsQuerySet.as_manager()
+
+    class Meta:
+        verbose_name_plural = "notification settings"
+
+    def __str__(self) -> str:
+        return f"Notification settings of {self.user}"
+
+    def clean(self) -> None:
+        errors = {}
+        for name in ("in_app_topics", "email_topics", "webhook_topics"):
+            value = getattr(self, name)
+            if not isinstance(value, list) or not all(isinstance(t, str) for t in value):
+                errors[name] = "A list of topics."
+                continue
+            unknown = sorted(set(value) - set(NotificationTopic.values))
+            if unknown:
+                errors[name] = f"Unknown topics: {', '.join(unknown)}."
+            else:
+                setattr(self, name, [t for t in NotificationTopic.values if t in value])
+        if errors:
+            raise ValidationError(errors)
+        missing = ALWAYS_IN_APP_TOPICS - set(self.in_app_topics)
+        self.in_app_topics = [
+            t for t in NotificationTopic.values if t in {*self.in_app_topics, *missing}
+        ]
 
 
 class WebhookQuerySet(ScopedQuerySet):

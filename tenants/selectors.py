@@ -12,8 +12,16 @@ from django.core.exceptions import FieldDoesNotExist
 from django.db.models import Field, ForeignObjectRel, QuerySet
 from django.utils.dateparse import parse_date
 
-from tenants.choices import Role
-from tenants.models import AuditEvent, Membership, Webhook, scope_of
+from tenants.choices import NotificationChannel, Role
+from tenants.models import (
+    DEFAULT_EMAIL_TOPICS,
+    DEFAULT_IN_APP_TOPICS,
+    AuditEvent,
+    Membership,
+    NotificationSettings,
+    Webhook,
+    scope_of,
+)
 from tenants.scope import Scope
 
 
@@ -92,6 +100,64 @@ def active_webhook_ids() -> list[int]:
 
 def active_webhook(*, webhook_id: int) -> Webhook | None:
     return Webhook.objects.filter(pk=webhook_id, is_active=True).first()
+
+
+@dataclass(frozen=True, slots=True)
+class NotificationPreferences:
+    """Which topics reach one user on each channel, as their settings (or the defaults) say:
+    email only when switched on, the webhook only when they named one."""
+
+    in_app: frozenset[str]
+    email: frozenset[str]
+    webhook: frozenset[str]
+
+    def wants(self, channel: str, topic: str) -> bool:
+        topics = {
+            NotificationChannel.IN_APP: self.in_app,
+            NotificationChannel.EMAIL: self.email,
+            NotificationChannel.WEBHOOK: self.webhook,
+        }[NotificationChannel(channel)]
+        return topic in topics
+
+    @classmethod
+    def of(cls, row: NotificationSettings | None) -> NotificationPreferences:
+        if row is None:
+            return DEFAULT_PREFERENCES
+        return cls(
+            in_app=frozenset(row.in_app_topics),
+            email=frozenset(row.email_topics) if row.email_enabled else frozenset(),
+            webhook=frozenset(row.webhook_topics) if row.webhook_url else frozenset(),
+        )
+
+
+DEFAULT_PREFERENCES = NotificationPreferences(
+    in_app=frozenset(DEFAULT_IN_APP_TOPICS),
+    email=frozenset(DEFAULT_EMAIL_TOPICS),
+    webhook=frozenset(),  # no webhook until one is named
+)
+
+
+def notification_preferences(*, user_ids: Iterable[int]) -> dict[int, NotificationPreferences]:
+    """Each user's preferences, in one query; the defaults for those who never chose."""
+    wanted = {int(pk) for pk in user_ids}
+    rows = {
+        row.pk: row
+        for row in NotificationSettings.objects.filter(user_id__in=wanted).only(
+            "user_id",
+            "in_app_topics",
+            "email_enabled",
+            "email_topics",
+            "webhook_url",
+            "webhook_topics",
+        )
+    }
+    return {pk: NotificationPreferences.of(rows.get(pk)) for pk in wanted}
+
+
+def notification_settings_of(*, user: Any) -> NotificationSettings:
+    """The user's own settings, as stored or (unsaved) the defaults."""
+    row = NotificationSettings.objects.visible_to(user).first()
+    return row if row is not None else NotificationSettings(user_id=user.pk)
 
 
 @dataclass(frozen=True, slots=True)

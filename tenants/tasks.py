@@ -10,6 +10,7 @@ from django.utils import timezone
 from knox.models import AuthToken
 
 from tenants.selectors import active_webhook
+from tenants.services.notification_settings import send_to_personal_webhook
 from tenants.services.webhooks import post_webhook, webhook_payload
 
 
@@ -44,3 +45,14 @@ def send_webhook(
         payload_format=payload_format, subject=subject, body=body, link=link, event=event
     )
     return post_webhook(url=url, payload=payload)
+
+
+@shared_task(acks_late=True, soft_time_limit=30, time_limit=40)
+def send_personal_webhook(
+    user_id: int, subject: str, body: str, link: str, event: dict[str, Any]
+) -> int:
+    """POST one notice to one user's own webhook, once (a failure is logged and shown to them
+    on their settings page, not retried). The URL is read here: it never travels the broker."""
+    return send_to_personal_webhook(
+        user_id=user_id, subject=subject, body=body, link=link, event=event
+    )

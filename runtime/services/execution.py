@@ -49,7 +49,7 @@ from scheduling.choices import SHARING_MODE_OF_FLAVOR_KIND, DeviceAllocation, Re
 from scheduling.models import Allocation, Cluster, GpuRequest, NodePool, ReclaimPolicy
 from scheduling.sealing import SealError, unseal
 from scheduling.services.lifecycle import end_allocation, record_request_event, transition
-from scheduling.services.notifications import announce_finish
+from scheduling.services.notifications import announce_finish, announce_start
 
 log = logging.getLogger(__name__)
 
@@ -447,7 +447,8 @@ def apply_workload_status(request: GpuRequest, status: WorkloadStatus) -> str | 
         reconcile_placement(request, status)
     with transaction.atomic():
         if status.phase == "running" and request.status == RequestStatus.LAUNCHING:
-            transition(request, RequestStatus.RUNNING, actor=None, reason="Running.")
+            if transition(request, RequestStatus.RUNNING, actor=None, reason="Running."):
+                announce_start(request)
             Allocation.objects.active().filter(request=request, started_at__isnull=True).update(
                 started_at=status.started_at or timezone.now()
             )

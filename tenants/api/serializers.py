@@ -12,12 +12,13 @@ from tenants.api.base import (
     JsonIntegerField,
     ScopedPrimaryKeyRelatedField,
 )
-from tenants.choices import Role
+from tenants.choices import NotificationTopic, Role
 from tenants.models import (
     FAIR_SHARE_WEIGHT_MAX,
     AuditEvent,
     Membership,
     Notification,
+    NotificationSettings,
     Project,
     Team,
     Webhook,
@@ -190,6 +191,56 @@ class NotificationSerializer(serializers.ModelSerializer):
 
 class NotificationsMarkedSerializer(serializers.Serializer):
     marked_read = serializers.IntegerField(help_text="How many unread notifications were marked.")
+
+
+def topic_list(help_text: str) -> serializers.ListField:
+    return serializers.ListField(
+        child=serializers.ChoiceField(choices=NotificationTopic.choices),
+        allow_empty=True,
+        help_text=help_text,
+    )
+
+
+class NotificationSettingsSerializer(serializers.ModelSerializer):
+    """The caller's own notification settings: the topics each channel carries.
+
+    Topics: approval_needed, decided, started, finished, preempted, reclaimed, budget, other.
+    `approval_needed` always reaches the portal's inbox; email goes to the account's address
+    when `email_enabled`; the webhook gets a POST (in `webhook_format`) when `webhook_url` is set:
+    https to a public address only."""
+
+    in_app_topics = topic_list("Topics shown in the portal's inbox.")
+    email_topics = topic_list("Topics sent by email, when email is enabled.")
+    webhook_topics = topic_list("Topics POSTed to webhook_url, when one is set.")
+    webhook_url = JsonCharField(
+        max_length=500,
+        allow_blank=True,
+        required=False,
+        help_text="Your webhook (https, a public address); empty: none.",
+    )
+    email = serializers.SerializerMethodField(help_text="Where email goes: your account's.")
+    updated_at = serializers.DateTimeField(
+        read_only=True, allow_null=True, help_text="When last saved; null: never (the defaults)."
+    )
+
+    class Meta:
+        model = NotificationSettings
+        fields = [
+            "in_app_topics",
+            "email_enabled",
+            "email",
+            "email_topics",
+            "webhook_url",
+            "webhook_format",
+            "webhook_topics",
+            "webhook_last_sent_at",
+            "webhook_last_result",
+            "updated_at",
+        ]
+        read_only_fields = ["webhook_last_sent_at", "webhook_last_result", "updated_at"]
+
+    def get_email(self, row: NotificationSettings) -> str:
+        return str(getattr(row.user, "email", "") or "")
 
 
 class WebhookSerializer(serializers.ModelSerializer):

@@ -18,5 +18,10 @@ urlpatterns = [
     path("auth/logout/", views.LogoutView.as_view(), name="auth-logout"),
     path("auth/logout-all/", views.LogoutAllView.as_view(), name="auth-logout-all"),
     path("me/", views.MeView.as_view(), name="me"),
+    path(
+        "me/notification-settings/",
+        views.NotificationSettingsView.as_view(),
+        name="notification-settings",
+    ),
     *router.urls,
 ]

@@ -27,6 +27,7 @@ from tenants.api.serializers import (
     MembershipSerializer,
     MeSerializer,
     NotificationSerializer,
+    NotificationSettingsSerializer,
     NotificationsMarkedSerializer,
     ProjectSerializer,
     TeamSerializer,
@@ -35,8 +36,9 @@ from tenants.api.serializers import (
     WebhookSerializer,
 )
 from tenants.models import AuditEvent, Membership, Notification, Project, Team, Webhook, scope_of
-from tenants.selectors import primary_role, user_roles
+from tenants.selectors import notification_settings_of, primary_role, user_roles
 from tenants.services import webhooks as webhook_services
+from tenants.services.notification_settings import update_notification_settings
 from tenants.services.notifications import mark_notifications_read
 from tenants.services.tokens import issue_api_token
 
@@ -97,6 +99,33 @@ class MeView(APIView):
             "roles": user_roles(user=user),
         }
         return Response(MeSerializer(data).data)
+
+
+class NotificationSettingsView(APIView):
+    """The caller's own notification settings; there is no way to name another user's.
+
+    PUT replaces them (webhook_url may be left out to keep it), PATCH changes what it names.
+    """
+
+    @extend_schema(responses=NotificationSettingsSerializer)
+    def get(self, request: Request) -> Response:
+        row = notification_settings_of(user=request.user)
+        return Response(NotificationSettingsSerializer(row).data)
+
+    @extend_schema(request=NotificationSettingsSerializer, responses=NotificationSettingsSerializer)
+    def put(self, request: Request) -> Response:
+        return self._change(request, partial=False)
+
+    @extend_schema(request=NotificationSettingsSerializer, responses=NotificationSettingsSerializer)
+    def patch(self, request: Request) -> Response:
+        return self._change(request, partial=True)
+
+    def _change(self, request: Request, *, partial: bool) -> Response:
+        row = notification_settings_of(user=request.user)
+        serializer = NotificationSettingsSerializer(row, data=request.data, partial=partial)
+        serializer.is_valid(raise_exception=True)
+        row = update_notification_settings(actor=request.user, **serializer.validated_data)
+        return Response(NotificationSettingsSerializer(row).data)
 
 
 class TeamViewSet(ScopedModelViewSet):

@@ -5,6 +5,7 @@
 - `identity`: accounts and memberships that follow the identity provider's groups;
 - `tokens`: personal API tokens with a name and a last-used time;
 - `notifications`: the portal's inbox;
+- `notification_settings`: each user's choice of topics per channel, and their own webhook;
 - `webhooks`: the webhooks every notice is sent to, and the payload of each format.
 
 The organisation's services are re-exported here, so `tenants.services.record_audit_event` is

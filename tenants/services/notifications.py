@@ -1,7 +1,8 @@
 """The in-app inbox: deliver a notification to each recipient, mark them read, count the unread.
 
-Events are announced where they happen (`scheduling.services.notifications.notify`); this module
-only stores and reads them. A notification belongs to its recipient alone.
+Events are announced where they happen (`scheduling.services.notifications.notify`, which
+also picks the recipients whose settings want the inbox); this module only stores and reads
+them. A notification belongs to its recipient alone.
 """
 
 from __future__ import annotations
@@ -25,14 +26,6 @@ class Notice:
     subject: str
     body: str
     url: str = ""
-
-
-def deliver_notifications(
-    *, users: Iterable[Any], kind: str, event_type: str, subject: str, body: str, url: str = ""
-) -> list[Notification]:
-    """One unread notification per distinct recipient, inserted in one statement."""
-    notice = Notice(list(users), kind, event_type, subject, body, url)
-    return deliver_notices(notices=[notice])
 
 
 def deliver_notices(*, notices: Iterable[Notice]) -> list[Notification]:

@@ -4,7 +4,10 @@ payload its receiver expects (plain JSON, a Slack incoming webhook, a Microsoft 
 
 from __future__ import annotations
 
+import http.client
 import json
+import socket
+import ssl
 import urllib.request
 from typing import Any
 from urllib.parse import urlsplit
@@ -21,6 +24,7 @@ from tenants.services.organisation import (
     require_platform_admin,
     save_valid,
 )
+from tenants.validators import public_address_of, validate_webhook_url
 
 WEBHOOK_FIELDS = frozenset({"name", "url", "payload_format", "is_active"})
 TIMEOUT_SECONDS = 10
@@ -153,3 +157,67 @@ def post_webhook(*, url: str, payload: dict[str, Any]) -> int:
     )
     with urllib.request.urlopen(request, timeout=TIMEOUT_SECONDS) as response:  # noqa: S310
         return int(response.status)
+
+
+class _PinnedHTTPConnection(http.client.HTTPConnection):
+    """An HTTP connection to an address resolved and checked beforehand."""
+
+    def __init__(self, host: str, port: int | None, *, address: str, timeout: float) -> None:
+        super().__init__(host, port, timeout=timeout)
+        self.pinned_address = address
+
+    def connect(self) -> None:
+        self.sock = socket.create_connection((self.pinned_address, self.port), self.timeout)
+
+
+class _PinnedHTTPSConnection(http.client.HTTPSConnection):
+    """An HTTPS connection to an address resolved and checked beforehand; the certificate is
+    verified against the URL's host name, as for any connection."""
+
+    def __init__(self, host: str, port: int | None, *, address: str, timeout: float) -> None:
+        self.tls_context = ssl.create_default_context()
+        super().__init__(host, port, timeout=timeout, context=self.tls_context)
+        self.pinned_address = address
+
+    def connect(self) -> None:
+        raw = socket.create_connection((self.pinned_address, self.port), self.timeout)
+        self.sock = self.tls_context.wrap_socket(raw, server_hostname=self.host)
+
+
+def post_to_public_address(*, url: str, payload: dict[str, Any], timeout: float) -> int:
+    """POST `payload` as JSON to a user's webhook: only to a public address (checked now, on the
+    address connected to: `public_address_of`), no redirect followed. The receiver's status;
+    UnsafeWebhookAddress, OSError or a non-2xx status as WebhookRefused otherwise."""
+    validate_webhook_url(url)
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    secure = parts.scheme == "https"
+    port = parts.port or (443 if secure else 80)
+    address = public_address_of(host, port)
+    connection_class = _PinnedHTTPSConnection if secure else _PinnedHTTPConnection
+    connection = connection_class(host, port, address=address, timeout=timeout)
+    target = parts.path or "/"
+    if parts.query:
+        target = f"{target}?{parts.query}"
+    try:
+        connection.request(
+            "POST",
+            target,
+            body=json.dumps(payload).encode(),
+            headers={"Content-Type": "application/json", "User-Agent": "gpu-portal"},
+        )
+        response = connection.getresponse()
+        response.read(65536)
+    finally:
+        connection.close()
+    if not 200 <= response.status < 300:
+        raise WebhookRefused(response.status)
+    return int(response.status)
+
+
+class WebhookRefused(Exception):
+    """The receiver answered with a status other than 2xx."""
+
+    def __init__(self, status: int) -> None:
+        super().__init__(f"answered HTTP {status}")
+        self.status = status

@@ -3,8 +3,9 @@ width, and axe-core (npm, injected by Playwright) finds no serious or critical v
 
 The walk starts at the role's home page and follows the links the pages offer (the nav, then
 the links inside each page), one page per URL shape (`/requests/12/` and `/requests/13/` are
-one shape), same origin only. It leaves out what is not a portal page: the API docs (Swagger
-UI), the Django admin, downloads and sign-out. On each page, at 1280 px and at 390 px, it
+one shape), same origin only. It leaves out what is not a portal page: the API itself, the
+Django admin, downloads and sign-out; the API documentation (Swagger UI, /api/docs/) is walked
+once it has rendered. On each page, at 1280 px and at 390 px, it
 checks: no serious or critical axe violation, no sideways scrolling
 (`scrollWidth <= innerWidth`), and every table laid out for the width: a table at 1280 px,
 a stack of cards at 390 px (no table box scrolls sideways there either). At 390 px the
@@ -29,10 +30,12 @@ WIDTHS = {"desktop": 1280, "phone": 390}
 BLOCKING = {"serious", "critical"}
 # Not portal pages, or not pages at all.
 SKIPPED = re.compile(
-    r"^/(api/|admin/|logout/|static/|healthz|readyz|metrics|oidc/|w/)"
+    r"^/(api/(?!docs/)|admin/|logout/|static/|healthz|readyz|metrics|oidc/|w/)"
     r"|/(export|download)|[?&](format|export)=|\.(csv|xlsx|json)$"
 )
 MAX_PAGES = 80
+# Pages drawn by script after they load: what shows they are ready to be checked.
+READY = {"/api/docs/": ".swagger-ui .opblock-summary"}
 ROLES = {
     "developer": "alice",
     "team lead": "bob",
@@ -143,6 +146,8 @@ def walk_role(page: Any, base_url: str, role: str) -> Walk:
             walk.problems.append(f"{path}: answered {response.status if response else 'nothing'}")
             continue
         walk.pages.append(path)
+        if shape(path) in READY:
+            page.wait_for_selector(READY[shape(path)], timeout=30_000)
         for width_name in WIDTHS:
             check_page(page, walk, path, width_name)
         for href in page.evaluate(LINKS):
@@ -244,5 +249,45 @@ def test_pages_changed_in_place_still_pass_axe(page_at: Any, live_server: Any, d
     assert page_at.locator("[data-testid=unread-count]").count() == 0
     for width_name in WIDTHS:
         check_page(page_at, walk, "/notifications/ (all read)", width_name)
+
+    assert not walk.problems, "\n".join(walk.problems)
+
+
+def test_the_api_docs_pass_axe_and_fit_a_phone(page_at: Any, live_server: Any, org: Any) -> None:
+    """The API documentation (Swagger UI), as it loads and with an operation opened: a page in
+    English with landmarks, and colours readable by everyone, at both widths."""
+    page_at.goto(f"{live_server.url}/login/")
+    page_at.fill("input[name=username]", org.dev_a.username)
+    page_at.fill("input[name=password]", "pw-" + org.dev_a.username)
+    page_at.click("form button[type=submit]")
+    page_at.wait_for_selector("[data-testid=home-heading]")
+
+    response = page_at.goto(f"{live_server.url}/api/docs/")
+    assert response is not None
+    assert response.status == 200
+    page_at.wait_for_selector(".swagger-ui .opblock-summary", timeout=30_000)
+    assert page_at.evaluate("() => document.documentElement.lang") == "en"
+    walk = Walk("api docs")
+    for width_name in WIDTHS:
+        check_page(page_at, walk, "/api/docs/", width_name)
+
+    page_at.set_viewport_size({"width": WIDTHS["desktop"], "height": 900})
+    for method in ("get", "post", "patch", "delete"):
+        page_at.locator(f".swagger-ui .opblock-summary-{method}").first.click()
+    page_at.wait_for_selector(".swagger-ui .opblock-body .responses-table")
+    for width_name in WIDTHS:
+        check_page(page_at, walk, "/api/docs/ (operations opened)", width_name)
+
+    page_at.set_viewport_size({"width": WIDTHS["desktop"], "height": 900})
+    page_at.locator(".swagger-ui .opblock-post .try-out__btn").first.click()
+    page_at.wait_for_selector(".swagger-ui .btn.execute")
+    for width_name in WIDTHS:
+        check_page(page_at, walk, "/api/docs/ (trying a POST out)", width_name)
+
+    page_at.set_viewport_size({"width": WIDTHS["desktop"], "height": 900})
+    page_at.locator(".swagger-ui .btn.authorize").first.click()
+    page_at.wait_for_selector(".swagger-ui .modal-ux .close-modal[aria-label=Close]")
+    for width_name in WIDTHS:
+        check_page(page_at, walk, "/api/docs/ (the Authorize dialog)", width_name)
 
     assert not walk.problems, "\n".join(walk.problems)

@@ -250,6 +250,12 @@ WRITES: list[Write] = [
     _request_action("resume", "dev_a", reclaimed_notebook),
     Write("POST", f"{PREFIX}/notifications/{{id}}/read/", "dev_a", None, notification),
     Write("POST", f"{PREFIX}/notifications/read-all/", "dev_a"),
+    Write("PUT", f"{PREFIX}/me/notification-settings/", "dev_a",
+          lambda w: {"in_app_topics": ["finished"], "email_enabled": False, "email_topics": [],
+                     "webhook_url": "https://hooks.slack.com/services/T/B/X",
+                     "webhook_format": "slack", "webhook_topics": ["preempted"]}),
+    Write("PATCH", f"{PREFIX}/me/notification-settings/", "dev_a",
+          lambda w: {"email_enabled": True}),
     Write("POST", f"{PREFIX}/statements/close/", "finance",
           lambda w: {"team": w.org.team_a.pk, "month": _last_month()}),
 ]  # fmt: skip
