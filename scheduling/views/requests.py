@@ -235,6 +235,7 @@ def request_detail(request: HttpRequest, pk: int) -> HttpResponse:
             "gpu_request": gpu_request,
             "placed_cluster": None if gpu_request.cluster_id else placed_cluster(gpu_request),
             "quota_impact": quota_impact(gpu_request=gpu_request) if is_pending else None,
+            "deferred_by": deferring_lead(gpu_request) if is_pending else None,
             "blocker": shown_blocker(gpu_request.status, gpu_request.blocker),
             "preemption": last_preemption(gpu_request),
             "history": history,
@@ -379,26 +380,58 @@ DECISIONS: dict[str, Callable[..., GpuRequest]] = {
 }
 
 
+BULK_VERBS = {
+    "approve": "Approved",
+    "reject": "Rejected",
+    "defer": "Approved",
+}
+
+
 @login_required
 @require_POST
 def approvals_bulk(request: HttpRequest) -> HttpResponse:
-    """Approve or reject the ticked requests of the inbox at once; one message sums it up."""
+    """Approve, reject, or approve to run when quota frees ("defer") the ticked requests of the
+    inbox at once; one message sums it up. A plain approval over the quota limit is refused and
+    the message offers the deferred approval; a deferred one waits pending, marked, until the
+    team's work frees enough quota (then it is approved and queued)."""
     decision = request.POST.get("decision", "")
-    if decision not in ("approve", "reject"):
-        raise Http404
+    if decision not in BULK_VERBS:
+        messages.error(request, "Choose approve, reject, or approve to run when quota frees.")
+        return redirect("approvals-page")
     ids = [int(pk) for pk in request.POST.getlist("ids") if pk.isdigit()]
     comment = request.POST.get("comment", "")[:2000]
-    done, refused = [], []
-    for gpu_request in GpuRequest.objects.visible_to(request.user).filter(pk__in=ids):
+    done: list[str] = []
+    waiting: list[str] = []
+    over_quota: list[str] = []
+    refused: list[str] = []
+    ticked = GpuRequest.objects.visible_to(request.user).filter(pk__in=ids)
+    # In queue order, as the inbox counts quota impact: the oldest are approved first.
+    for gpu_request in ticked.order_by("created_at", "pk"):
         try:
-            DECISIONS[decision](actor=request.user, request=gpu_request, comment=comment)
+            decided = DECISIONS[decision](actor=request.user, request=gpu_request, comment=comment)
         except DomainError as error:
-            refused.append(f"#{gpu_request.pk}: {error.message}")
+            if error.code == "quota_exceeded":
+                over_quota.append(f"#{gpu_request.pk}")
+            else:
+                refused.append(f"#{gpu_request.pk}: {error.message}")
         else:
-            done.append(f"#{gpu_request.pk}")
-    verb = "Approved" if decision == "approve" else "Rejected"
+            pending = decided.status == RequestStatus.PENDING_APPROVAL
+            (waiting if pending else done).append(f"#{decided.pk}")
     if done:
-        messages.success(request, f"{verb} {len(done)}: {', '.join(done)}.")
+        messages.success(request, f"{BULK_VERBS[decision]} {len(done)}: {', '.join(done)}.")
+    if waiting:
+        messages.info(
+            request,
+            f"Approved to run when quota frees {len(waiting)}: {', '.join(waiting)}. "
+            "They wait for the team's work to free quota, then are queued.",
+        )
+    if over_quota:
+        messages.error(
+            request,
+            f"Not approved, over the quota limit: {', '.join(over_quota)}. Tick them and "
+            "choose “Approve ticked, run when quota frees” to approve them to run as soon as "
+            "quota frees.",
+        )
     if refused:
         messages.error(request, "Not decided — " + " ".join(refused))
     if not ids:
