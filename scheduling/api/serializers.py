@@ -565,7 +565,7 @@ class DecisionSerializer(serializers.Serializer):
 
 
 class ApproveSerializer(DecisionSerializer):
-    run_when_quota_frees = serializers.BooleanField(
+    run_when_quota_frees = JsonBooleanField(
         required=False,
         default=False,
         help_text=(

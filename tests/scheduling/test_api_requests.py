@@ -263,7 +263,7 @@ def test_api_approve_over_quota_can_wait_for_quota_instead_of_409(org: Org, flee
     refused = lead.post(url, {}, format="json")
     assert refused.status_code == 409
     assert refused.json()["error"]["code"] == "quota_exceeded"
-    bad = lead.post(url, {"run_when_quota_frees": "perhaps"}, format="json")
+    bad = lead.post(url, {"run_when_quota_frees": "yes"}, format="json")
     assert bad.status_code == 400
     assert "run_when_quota_frees" in bad.json()["error"]["fields"]
     accepted = lead.post(url, {"run_when_quota_frees": True}, format="json")
