@@ -370,7 +370,12 @@ def approval_decide(request: HttpRequest, pk: int, decision: str) -> HttpRespons
         # Still pending (refused, or approved to run when quota frees): say where it stands.
         row["impact"] = quota_impact(gpu_request=gpu_request)
         row["is_deferred"] = deferring_lead(gpu_request) is not None
-    return render(request, "scheduling/_approval_row.html", {"row": row, "error": error})
+    response = render(request, "scheduling/_approval_row.html", {"row": row, "error": error})
+    if gpu_request.status == RequestStatus.REJECTED:
+        # The rows below counted this request's units in their quota impact: reload the inbox.
+        # (An approval moves the same units from "asked above" to "in use": they stay right.)
+        response["HX-Refresh"] = "true"
+    return response
 
 
 DECISIONS: dict[str, Callable[..., GpuRequest]] = {

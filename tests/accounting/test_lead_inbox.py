@@ -224,3 +224,25 @@ def test_bulk_run_when_quota_frees_leaves_other_teams_requests_alone(
     theirs.refresh_from_db()
     assert theirs.status == RequestStatus.PENDING_APPROVAL
     assert services.approve_deferred_requests() == 0
+
+
+def test_rejecting_a_row_reloads_the_inbox_so_the_rows_below_recount(
+    org: Org, fleet: Fleet
+) -> None:
+    a100_quota(org, fleet, guaranteed=8, limit=8)
+    first, second = (
+        GpuRequestFactory.create(project=org.project_a, flavor=fleet.a100, gpu_count=2)
+        for _ in range(2)
+    )
+    client = login(org.lead_a)
+    assert "2 → <strong>4</strong>" in impact_cell(
+        client.get(reverse("approvals-page")).content.decode(), second.pk
+    )
+    rejected = client.post(
+        reverse("approval-decide", args=[first.pk, "reject"]),
+        {"comment": "not now"},
+        HTTP_HX_REQUEST="true",
+    )
+    assert rejected["HX-Refresh"] == "true"
+    page = client.get(reverse("approvals-page")).content.decode()
+    assert "0 → <strong>2</strong>" in impact_cell(page, second.pk)
