@@ -27,7 +27,14 @@ from scheduling.choices import (
 from scheduling.filters import RequestListFilter, list_title
 from scheduling.forms import DecisionForm, GpuRequestForm, initial_from_body
 from scheduling.models import Flavor, GpuRequest, RequestTemplate, UtilisationSample
-from scheduling.selectors import deferring_lead, flavors_for_project, governance_rules, quota_impact
+from scheduling.selectors import (
+    approval_inbox,
+    deferring_lead,
+    flavors_for_project,
+    governance_rules,
+    queue_quota_impacts,
+    quota_impact,
+)
 from scheduling.selectors.clusters import placed_cluster
 from scheduling.selectors.preemptions import last_preemption
 from scheduling.services.blockers import shown_blocker
@@ -367,8 +374,10 @@ def approval_decide(request: HttpRequest, pk: int, decision: str) -> HttpRespons
     gpu_request.refresh_from_db()
     row: dict[str, Any] = {"kind": "approval", "request": gpu_request}
     if gpu_request.status == RequestStatus.PENDING_APPROVAL:
-        # Still pending (refused, or approved to run when quota frees): say where it stands.
-        row["impact"] = quota_impact(gpu_request=gpu_request)
+        # Still pending (refused, or approved to run when quota frees): say where it stands,
+        # counted in queue order as on the inbox page.
+        queue = queue_quota_impacts(gpu_requests=list(approval_inbox(user=request.user)))
+        row["impact"] = queue.get(gpu_request.pk) or quota_impact(gpu_request=gpu_request)
         row["is_deferred"] = deferring_lead(gpu_request) is not None
     response = render(request, "scheduling/_approval_row.html", {"row": row, "error": error})
     if gpu_request.status == RequestStatus.REJECTED:

@@ -246,3 +246,15 @@ def test_rejecting_a_row_reloads_the_inbox_so_the_rows_below_recount(
     assert rejected["HX-Refresh"] == "true"
     page = client.get(reverse("approvals-page")).content.decode()
     assert "0 → <strong>2</strong>" in impact_cell(page, second.pk)
+
+
+def test_a_row_swapped_after_a_decision_keeps_the_queue_count(org: Org, fleet: Fleet) -> None:
+    a100_quota(org, fleet, guaranteed=2, limit=3)
+    GpuRequestFactory.create(project=org.project_a, flavor=fleet.a100, gpu_count=2)
+    second = GpuRequestFactory.create(project=org.project_a, flavor=fleet.a100, gpu_count=2)
+    refused = login(org.lead_a).post(
+        reverse("approval-decide", args=[second.pk, "reject"]), HTTP_HX_REQUEST="true"
+    )  # no comment: refused, the row stays pending
+    row = refused.content.decode()
+    assert 'role="alert"' in row
+    assert "2 → <strong>4</strong> of 3" in row and 'data-testid="over-after-above"' in row
