@@ -207,3 +207,12 @@ def test_a_csv_filtered_to_another_teams_project_is_400_not_a_file(org: Org, usa
     )
     assert response.status_code == 400
     assert "project" in response.json()["error"]["fields"]
+
+
+@pytest.mark.parametrize("group_by", ["day", "month", "team,project", "pool", "cluster"])
+def test_every_grouping_exports_with_team_and_project(org: Org, usage: Any, group_by: str) -> None:
+    response = get(org.finance, "chargeback", group_by=group_by, export="csv")
+    assert response.status_code == 200, response.content
+    header = response.content.decode().splitlines()[0].split(",")
+    assert {"team", "project"} <= set(header)
+    assert f"-by-{group_by.replace(',', '-')}.csv" in response["Content-Disposition"]
