@@ -19,7 +19,9 @@ Per pool and period (docs/sharing-report.md says the same in prose):
    count. Each shared run's ratio is its runtime over that baseline: the slowdown is the mean
    ratio, the jitter their standard deviation.
 6. The verdict line from the thresholds: not enough data, jitter too high, too slow, no gain
-   (cards in use held barely more than one share: sharing packed nothing), or sharing pays.
+   (cards in use held barely more than one share: sharing packed nothing), unsold (less of
+   the pool's capacity sold than `min_ge_sold_per_gpu`: whatever sharing packs on the cards in
+   use, most cards earn nothing), or sharing pays. The line always says how much is unsold.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ MIG_SLICES = 7
 SHARED_AT = 0.5  # a run with neighbours for at least this share of its runtime ran shared
 ALONE_BELOW = 0.05  # ... and one with neighbours for less than this share ran alone
 
-PAYS, JITTER, SLOW, NO_GAIN = "pays", "jitter", "slow", "no_gain"
+PAYS, JITTER, SLOW, NO_GAIN, UNSOLD = "pays", "jitter", "slow", "no_gain", "unsold"
 NO_DATA, NOT_SHARED = "no_data", "not_shared"
 
 
@@ -131,6 +133,7 @@ class Thresholds:
     max_slowdown: float = 1.25
     max_jitter: float = 0.15
     min_shares_per_busy_gpu: float = 1.1
+    min_ge_sold_per_gpu: float = 0.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,6 +152,7 @@ class PoolSharing:
     busy_gpu_hours: float
     sold_gpu_equivalent_hours: float
     ge_sold_per_gpu: float | None
+    unsold_percent: float | None
     ge_sold_per_busy_gpu: float | None
     shares_per_busy_gpu: float | None
     activity_percent_per_ge: float | None
@@ -309,7 +313,11 @@ def _verdict(
     jitter: float | None,
     thresholds: Thresholds,
 ) -> tuple[str, str]:
-    sold = f"{ge_per_gpu:.2f} GE sold per card" if ge_per_gpu is not None else "no capacity"
+    sold = (
+        f"{ge_per_gpu:.2f} GE sold per card ({_unsold_percent(ge_per_gpu):.0f} % unsold)"
+        if ge_per_gpu is not None
+        else "no capacity"
+    )
     if pool.sharing_mode == EXCLUSIVE:
         return NOT_SHARED, f"whole cards, not shared: {sold}"
     if compared < thresholds.min_compared_runs or slowdown is None or jitter is None:
@@ -325,7 +333,17 @@ def _verdict(
     packed = f"{shares or 0:.1f} shares per card in use"
     if shares is None or shares < thresholds.min_shares_per_busy_gpu:
         return NO_GAIN, f"no gain: {packed}, {measured}"
-    return PAYS, f"sharing pays: {packed}, {sold}, {measured}"
+    if ge_per_gpu is None or ge_per_gpu < thresholds.min_ge_sold_per_gpu:
+        return UNSOLD, (
+            f"does not pay yet: {sold}, at least {thresholds.min_ge_sold_per_gpu:.2f} needed; "
+            f"{packed}, {measured}"
+        )
+    return PAYS, f"sharing pays: {sold}, {packed}, {measured}"
+
+
+def _unsold_percent(ge_per_gpu: float) -> float:
+    """The share of the pool's capacity that no run bought, in percent."""
+    return max(0.0, 100.0 * (1.0 - ge_per_gpu))
 
 
 def _ratio(numerator: float, denominator: float, scale: float = 1.0) -> float | None:
@@ -440,6 +458,9 @@ def sharing_report(
                 busy_gpu_hours=round(_hours(sweep.busy_seconds), 2),
                 sold_gpu_equivalent_hours=round(_hours(sold), 2),
                 ge_sold_per_gpu=_round(ge_per_gpu, 3),
+                unsold_percent=(
+                    round(_unsold_percent(ge_per_gpu), 1) if ge_per_gpu is not None else None
+                ),
                 ge_sold_per_busy_gpu=_round(_ratio(sold, sweep.busy_seconds), 3),
                 shares_per_busy_gpu=_round(shares, 2),
                 activity_percent_per_ge=_round(_ratio(active, measured), 1),

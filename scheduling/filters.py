@@ -64,11 +64,16 @@ class RequestListFilter(django_filters.FilterSet):
             field.widget.attrs["class"] = "form-select" if chooses else "form-control"
 
     def search(self, queryset: QuerySet[GpuRequest], name: str, value: str) -> QuerySet[Any]:
-        """A request's number, or words of its name or image."""
-        words = value.strip()
-        if words.lstrip("#").isdigit():
-            return queryset.filter(pk=int(words.lstrip("#")))
-        return queryset.filter(Q(name__icontains=words) | Q(image__icontains=words))
+        return search_requests(queryset, value)
+
+
+def search_requests(queryset: QuerySet[GpuRequest], value: str) -> QuerySet[GpuRequest]:
+    """A request's number ("12" or "#12"), or words of its name or image; the page's search and
+    the API's `search` filter mean the same."""
+    words = value.strip()
+    if words.lstrip("#").isdigit():
+        return queryset.filter(pk=int(words.lstrip("#")))
+    return queryset.filter(Q(name__icontains=words) | Q(image__icontains=words))
 
 
 def list_title(user: Any) -> str:
@@ -77,6 +82,12 @@ def list_title(user: Any) -> str:
     if scope.is_platform_admin:
         return "All requests"
     if scope.lead_team_ids:
-        teams = Team.objects.filter(pk__in=scope.lead_team_ids).values_list("name", flat=True)
-        return f"Requests of {', '.join(teams)}"
+        teams = list(
+            Team.objects.filter(pk__in=scope.lead_team_ids)
+            .order_by("name")
+            .values_list("name", flat=True)
+        )
+        if len(teams) == 1:
+            return f"Team {teams[0]}'s requests"
+        return f"Requests of the teams {', '.join(teams)}"
     return "My requests"

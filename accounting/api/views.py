@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import replace
 from decimal import Decimal
 from typing import Any, cast
 
@@ -9,6 +11,7 @@ from django.conf import settings
 from django.db.models import QuerySet
 from django.http import HttpResponse
 from django.shortcuts import get_object_or_404
+from django.utils.text import slugify
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema
 from rest_framework import permissions, status
@@ -43,9 +46,10 @@ from accounting.services import (
     update_price,
 )
 from accounting.services.statements import STATEMENT_COLUMNS, close_statement, statement_rows
-from scheduling.models import GpuRequest
+from scheduling.models import Cluster, Flavor, GpuRequest, NodePool
 from tenants.api.base import ScopedModelViewSet, ScopedReadOnlyViewSet
 from tenants.api.permissions import PlatformAdminWrites
+from tenants.models import Project, Team
 
 
 class ExportRateThrottle(UserRateThrottle):
@@ -93,11 +97,52 @@ def export_response(
     return response
 
 
-def _export(rows: list[dict[str, Any]], query: UsageQuery, name: str, fmt: str) -> HttpResponse:
+# Every exported row says whose it is, whatever the grouping: a drill-down's file (one project's
+# users, say) read alone still names the team and the project.
+EXPORT_ATTRIBUTION = ("team", "project")
+FILENAME_FILTERS: tuple[tuple[str, Any], ...] = (
+    ("team", Team),
+    ("project", Project),
+    ("cluster", Cluster),
+    ("pool", NodePool),
+    ("flavor", Flavor),
+)
+
+
+def export_query(query: UsageQuery) -> UsageQuery:
+    """The query an export runs: grouped as asked, then by team and project where the grouping
+    lacks them. The asked columns come first and the sums are the same; a row is split only
+    where it spans several teams or projects."""
+    missing = tuple(key for key in EXPORT_ATTRIBUTION if key not in query.group_by)
+    return replace(query, group_by=(*query.group_by, *missing))
+
+
+def export_filename(name: str, query: UsageQuery, asked_group_by: tuple[str, ...]) -> str:
+    """The download's name says what it holds: the report, its filters by name, the months and
+    the grouping, e.g. `chargeback-team-vision-project-resnet-2026-10-to-2026-12-by-user`."""
+    parts = [name]
+    for key, model in FILENAME_FILTERS:
+        chosen = getattr(query, f"{key}_id")
+        if chosen is not None:
+            found = model.objects.filter(pk=chosen).values_list("name", flat=True).first()
+            parts.append(f"{key}-{slugify(found or '') or chosen}")
+    months = f"{query.month_from:%Y-%m}"
+    if query.month_to != query.month_from:
+        months += f"-to-{query.month_to:%Y-%m}"
+    parts.append(months)
+    parts.append("by-" + "-".join(asked_group_by))
+    return "-".join(parts)
+
+
+def _export(
+    query: UsageQuery, name: str, fmt: str, rows_of: Callable[[UsageQuery], list[dict[str, Any]]]
+) -> HttpResponse:
+    exported = export_query(query)
+    rows = rows_of(exported)
     for row in rows:
         row["currency"] = settings.PORTAL_CURRENCY
-    filename = f"{name}-{query.month_from:%Y-%m}-{query.month_to:%Y-%m}"
-    return export_response(rows, columns=_columns(query), filename=filename, fmt=fmt)
+    filename = export_filename(name, query, query.group_by)
+    return export_response(rows, columns=_columns(exported), filename=filename, fmt=fmt)
 
 
 def _plain(value: Any) -> Any:
@@ -131,9 +176,11 @@ class UsageView(APIView):
         params.is_valid(raise_exception=True)
         query = params.to_query()
         check_filters(user=request.user, query=query)
-        rows = usage_rows(user=request.user, query=query)
         if fmt := params.validated_data.get("export"):
-            return _export(rows, query, "usage", fmt)
+            return _export(
+                query, "usage", fmt, lambda exported: usage_rows(user=request.user, query=exported)
+            )
+        rows = usage_rows(user=request.user, query=query)
         body = {**_envelope(query), "results": rows, "totals": totals(rows)}
         return Response(_plain(body))
 
@@ -149,9 +196,14 @@ class ChargebackView(APIView):
         params.is_valid(raise_exception=True)
         query = params.to_query()
         check_filters(user=request.user, query=query)
-        report = chargeback(user=request.user, query=query)
         if fmt := params.validated_data.get("export"):
-            return _export(report.rows, query, "chargeback", fmt)
+            return _export(
+                query,
+                "chargeback",
+                fmt,
+                lambda exported: chargeback(user=request.user, query=exported).rows,
+            )
+        report = chargeback(user=request.user, query=query)
         body = {
             **_envelope(query),
             "results": report.rows,

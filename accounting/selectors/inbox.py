@@ -21,7 +21,7 @@ from scheduling.selectors import (
     approval_inbox,
     deferred_approvals,
     open_asks,
-    quota_impact,
+    queue_quota_impacts,
 )
 
 HOURS_ASKED = {"extension": 1, "idle_exemption": 2}  # what the row offers to grant first
@@ -65,18 +65,21 @@ def _rate(request: GpuRequest, prices: dict[int, Price | None]) -> tuple[Decimal
 
 
 def lead_inbox(*, user: Any) -> list[InboxRow]:
-    """Approvals first (oldest first), then asks (oldest first)."""
+    """Approvals first (oldest first, each with its quota impact after those above it),
+    then asks (oldest first)."""
     prices: dict[int, Price | None] = {}
     rows: list[InboxRow] = []
     deferred = _deferred_ids()
-    for request in approval_inbox(user=user):
+    pending = list(approval_inbox(user=user))
+    impacts = queue_quota_impacts(gpu_requests=pending)
+    for request in pending:
         rate, currency = _rate(request, prices)
         hours = Decimal(request.max_runtime_seconds) / 3600
         rows.append(
             InboxRow(
                 kind="approval",
                 request=request,
-                impact=quota_impact(gpu_request=request),
+                impact=impacts[request.pk],
                 cost_per_hour=rate,
                 cost_at_stake=(rate * hours).quantize(Decimal("0.01")) if rate else None,
                 hours_at_stake=hours.quantize(Decimal("0.1")),

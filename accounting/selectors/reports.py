@@ -10,6 +10,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 from accounting.selectors.usage import (
+    ALL,
     OWN,
     UsageQuery,
     chargeback,
@@ -82,6 +83,8 @@ class Report:
     idle: list[dict[str, Any]] | None
     fleet: dict[str, Decimal] | None
     filters: list[ReportFilter] = field(default_factory=list)
+    whose: str = ""
+    is_own: bool = False
     export_csv: str = ""
     export_xlsx: str = ""
 
@@ -107,7 +110,9 @@ def build_report(
     """Rows, totals and links of one report page; ids out of the reader's reach are a
     DomainError (400), as in the API."""
     check_filters(user=user, query=query)
-    if report_reach(scope_of(user)) == OWN:
+    scope = scope_of(user)
+    reach = report_reach(scope)
+    if reach == OWN:
         rows = usage_rows(user=user, query=query)
         idle = fleet = None
         sums = totals(rows)
@@ -149,9 +154,30 @@ def build_report(
         idle=idle,
         fleet=fleet,
         filters=filters,
+        whose=_whose(reach=reach, scope=scope, query=query),
+        is_own=reach == OWN,
         export_csv=f"{api_url}?{urlencode({**api, 'export': 'csv'})}",
         export_xlsx=f"{api_url}?{urlencode({**api, 'export': 'xlsx'})}",
     )
+
+
+def _whose(*, reach: str, scope: Any, query: UsageQuery) -> str:
+    """Whose usage the figures sum, in words: a developer's report holds their own requests
+    only, never the team's total."""
+    if reach == OWN:
+        return "Your requests"
+    if query.project_id is not None:
+        project = Project.objects.filter(pk=query.project_id).select_related("team").first()
+        if project is not None:
+            return f"Project {project.name} of {project.team.name}"
+    team_ids = [query.team_id] if query.team_id is not None else None
+    if team_ids is None and reach != ALL:
+        team_ids = sorted(scope.lead_team_ids)
+    if team_ids is None:
+        return "All teams"
+    teams = Team.objects.filter(pk__in=team_ids).order_by("name")
+    names = list(teams.values_list("name", flat=True))
+    return ("Team " if len(names) == 1 else "Teams ") + ", ".join(names)
 
 
 def default_range() -> tuple[date, date]:

@@ -564,6 +564,18 @@ class DecisionSerializer(serializers.Serializer):
     comment = JsonCharField(max_length=2000, required=False, allow_blank=True, default="")
 
 
+class ApproveSerializer(DecisionSerializer):
+    run_when_quota_frees = JsonBooleanField(
+        required=False,
+        default=False,
+        help_text=(
+            "Over the quota limit, approve anyway: the request stays pending_approval, marked, "
+            "and is approved and queued as soon as the team's work frees enough quota. Without "
+            "it, an approval over the limit is refused (409 quota_exceeded)."
+        ),
+    )
+
+
 class CancelSerializer(serializers.Serializer):
     reason = JsonCharField(max_length=2000, required=False, allow_blank=True, default="")
 

@@ -20,6 +20,7 @@ from scheduling.api.filters import FlavorFilter, GpuRequestFilter, QuotaFilter
 from scheduling.api.serializers import (
     REQUEST_WORKLOAD_FIELDS,
     ApprovalRuleSerializer,
+    ApproveSerializer,
     AskLeadSerializer,
     CancelSerializer,
     DecisionSerializer,
@@ -397,10 +398,20 @@ class GpuRequestViewSet(
         updated = service(actor=request.user, request=gpu_request, **arguments)
         return Response(self.get_serializer(updated).data, status=status.HTTP_200_OK)
 
-    @extend_schema(request=DecisionSerializer, responses=GpuRequestSerializer)
+    @extend_schema(request=ApproveSerializer, responses=GpuRequestSerializer)
     @action(detail=True, methods=["post"])
     def approve(self, request: Request, pk: str | None = None) -> Response:
-        return self._act(request, services.approve_gpu_request, DecisionSerializer)
+        """Approve; with `run_when_quota_frees`, an approval over the quota limit waits,
+        pending and marked, until quota frees instead of being refused."""
+        gpu_request = self.get_object()
+        body = ApproveSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        wait_for_quota = body.validated_data.pop("run_when_quota_frees")
+        service = (
+            services.approve_when_quota_frees if wait_for_quota else services.approve_gpu_request
+        )
+        updated = service(actor=request.user, request=gpu_request, **body.validated_data)
+        return Response(self.get_serializer(updated).data, status=status.HTTP_200_OK)
 
     @extend_schema(request=DecisionSerializer, responses=GpuRequestSerializer)
     @action(detail=True, methods=["post"])

@@ -4,7 +4,9 @@ request does to it."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 from django.db.models import Q, Sum
@@ -226,7 +228,11 @@ def quota_standing(*, project: Project, flavor: Flavor, lock: bool = False) -> Q
 @dataclass(frozen=True, slots=True)
 class QuotaImpact:
     """What approving one pending request does to its quota: units in use before and after
-    against the guaranteed share and the limit, and why approval is blocked, if it is."""
+    against the guaranteed share and the limit, and why approval is blocked, if it is.
+
+    In a queue of pending requests, `ahead` counts the units of the requests above this one
+    that the same quota would hold if they were approved first; `committed` includes them.
+    `passes_limit_after_ahead` says the request fits on its own but not after those above."""
 
     units: int
     committed: int
@@ -234,34 +240,52 @@ class QuotaImpact:
     limit: int
     borrows: bool
     blocked_reason: str
+    ahead: int = 0
+    passes_limit_after_ahead: bool = False
 
     @property
     def after(self) -> int:
         return self.committed + self.units
 
 
-def quota_impact(*, gpu_request: GpuRequest, standing: QuotaStanding | None = None) -> QuotaImpact:
-    """The quota impact of approving `gpu_request`, at the tighter of team and project level."""
+def quota_impact(
+    *,
+    gpu_request: GpuRequest,
+    standing: QuotaStanding | None = None,
+    ahead_team: int = 0,
+    ahead_project: int = 0,
+) -> QuotaImpact:
+    """The quota impact of approving `gpu_request`, at the tighter of team and project level.
+
+    `ahead_team` and `ahead_project` are units of pending requests queued before this one for
+    the same flavor (in its team, and in its project): the figures then show the quota as it
+    would stand after approving all of them; whether approval is blocked now is still decided
+    on the quota as it stands."""
     standing = standing or quota_standing(project=gpu_request.project, flavor=gpu_request.flavor)
     units = gpu_request.gpu_count
     if standing is None:
         return QuotaImpact(units, 0, 0, 0, False, "the team has no quota for this flavor")
-    project_level = standing.project_limit is not None and (
-        standing.project_limit - standing.project_committed
-        < standing.team_limit - standing.team_committed
+    queued = replace(
+        standing,
+        team_committed=standing.team_committed + ahead_team,
+        project_committed=standing.project_committed + ahead_project,
     )
-    committed = standing.project_committed if project_level else standing.team_committed
+    project_level = queued.project_limit is not None and (
+        queued.project_limit - queued.project_committed < queued.team_limit - queued.team_committed
+    )
+    committed = queued.project_committed if project_level else queued.team_committed
     guaranteed = (
-        standing.project_guaranteed
-        if project_level and standing.project_guaranteed is not None
-        else standing.team_guaranteed
+        queued.project_guaranteed
+        if project_level and queued.project_guaranteed is not None
+        else queued.team_guaranteed
     )
-    limit = int(standing.project_limit or 0) if project_level else standing.team_limit
+    limit = int(queued.project_limit or 0) if project_level else queued.team_limit
     blocked = ""
     if not standing.fits_limit(units):
+        in_use = standing.project_committed if project_level else standing.team_committed
         free_needed = units - standing.left_limit
         blocked = (
-            f"approving it would pass the quota limit ({committed} of {limit} "
+            f"approving it would pass the quota limit ({in_use} of {limit} "
             f"{gpu_request.flavor} in use); {free_needed} must free up first"
         )
     return QuotaImpact(
@@ -269,6 +293,41 @@ def quota_impact(*, gpu_request: GpuRequest, standing: QuotaStanding | None = No
         committed=committed,
         guaranteed=guaranteed,
         limit=limit,
-        borrows=not standing.fits_guaranteed(units),
+        borrows=not queued.fits_guaranteed(units),
         blocked_reason=blocked,
+        ahead=(ahead_project if project_level else ahead_team),
+        passes_limit_after_ahead=not blocked and not queued.fits_limit(units),
     )
+
+
+def queue_quota_impacts(*, gpu_requests: Sequence[GpuRequest]) -> dict[int, QuotaImpact]:
+    """The quota impact of each pending request if every request above it in `gpu_requests`
+    (queue order) were approved first: two requests of 2 on 2 of 8 in use read 2 → 4 and
+    4 → 6, not 2 → 4 twice. Requests blocked on their own add nothing for those below, as
+    approving them is refused until quota frees. One standing is read per project and flavor."""
+    standings: dict[tuple[int, int], QuotaStanding | None] = {}
+    team_ahead: dict[tuple[int, int], int] = defaultdict(int)
+    project_ahead: dict[tuple[int, int], int] = defaultdict(int)
+    impacts: dict[int, QuotaImpact] = {}
+    for gpu_request in gpu_requests:
+        project_key = (gpu_request.project_id, gpu_request.flavor_id)
+        team_key = (gpu_request.team_id, gpu_request.flavor_id)
+        if project_key not in standings:
+            standings[project_key] = quota_standing(
+                project=gpu_request.project, flavor=gpu_request.flavor
+            )
+        standing = standings[project_key]
+        if standing is None:
+            impacts[gpu_request.pk] = quota_impact(gpu_request=gpu_request)
+            continue
+        impact = quota_impact(
+            gpu_request=gpu_request,
+            standing=standing,
+            ahead_team=team_ahead[team_key],
+            ahead_project=project_ahead[project_key],
+        )
+        impacts[gpu_request.pk] = impact
+        if not impact.blocked_reason:
+            team_ahead[team_key] += gpu_request.gpu_count
+            project_ahead[project_key] += gpu_request.gpu_count
+    return impacts

@@ -27,7 +27,14 @@ from scheduling.choices import (
 from scheduling.filters import RequestListFilter, list_title
 from scheduling.forms import DecisionForm, GpuRequestForm, initial_from_body
 from scheduling.models import Flavor, GpuRequest, RequestTemplate, UtilisationSample
-from scheduling.selectors import deferring_lead, flavors_for_project, governance_rules, quota_impact
+from scheduling.selectors import (
+    approval_inbox,
+    deferring_lead,
+    flavors_for_project,
+    governance_rules,
+    queue_quota_impacts,
+    quota_impact,
+)
 from scheduling.selectors.clusters import placed_cluster
 from scheduling.selectors.preemptions import last_preemption
 from scheduling.selectors.queue import fill_queue_positions
@@ -237,6 +244,7 @@ def request_detail(request: HttpRequest, pk: int) -> HttpResponse:
             "gpu_request": gpu_request,
             "placed_cluster": None if gpu_request.cluster_id else placed_cluster(gpu_request),
             "quota_impact": quota_impact(gpu_request=gpu_request) if is_pending else None,
+            "deferred_by": deferring_lead(gpu_request) if is_pending else None,
             "blocker": shown_blocker(gpu_request.status, gpu_request.blocker),
             "preemption": last_preemption(gpu_request),
             "history": history,
@@ -368,10 +376,17 @@ def approval_decide(request: HttpRequest, pk: int, decision: str) -> HttpRespons
     gpu_request.refresh_from_db()
     row: dict[str, Any] = {"kind": "approval", "request": gpu_request}
     if gpu_request.status == RequestStatus.PENDING_APPROVAL:
-        # Still pending (refused, or approved to run when quota frees): say where it stands.
-        row["impact"] = quota_impact(gpu_request=gpu_request)
+        # Still pending (refused, or approved to run when quota frees): say where it stands,
+        # counted in queue order as on the inbox page.
+        queue = queue_quota_impacts(gpu_requests=list(approval_inbox(user=request.user)))
+        row["impact"] = queue.get(gpu_request.pk) or quota_impact(gpu_request=gpu_request)
         row["is_deferred"] = deferring_lead(gpu_request) is not None
-    return render(request, "scheduling/_approval_row.html", {"row": row, "error": error})
+    response = render(request, "scheduling/_approval_row.html", {"row": row, "error": error})
+    if gpu_request.status == RequestStatus.REJECTED:
+        # The rows below counted this request's units in their quota impact: reload the inbox.
+        # (An approval moves the same units from "asked above" to "in use": they stay right.)
+        response["HX-Refresh"] = "true"
+    return response
 
 
 DECISIONS: dict[str, Callable[..., GpuRequest]] = {
@@ -381,26 +396,58 @@ DECISIONS: dict[str, Callable[..., GpuRequest]] = {
 }
 
 
+BULK_VERBS = {
+    "approve": "Approved",
+    "reject": "Rejected",
+    "defer": "Approved",
+}
+
+
 @login_required
 @require_POST
 def approvals_bulk(request: HttpRequest) -> HttpResponse:
-    """Approve or reject the ticked requests of the inbox at once; one message sums it up."""
+    """Approve, reject, or approve to run when quota frees ("defer") the ticked requests of the
+    inbox at once; one message sums it up. A plain approval over the quota limit is refused and
+    the message offers the deferred approval; a deferred one waits pending, marked, until the
+    team's work frees enough quota (then it is approved and queued)."""
     decision = request.POST.get("decision", "")
-    if decision not in ("approve", "reject"):
-        raise Http404
+    if decision not in BULK_VERBS:
+        messages.error(request, "Choose approve, reject, or approve to run when quota frees.")
+        return redirect("approvals-page")
     ids = [int(pk) for pk in request.POST.getlist("ids") if pk.isdigit()]
     comment = request.POST.get("comment", "")[:2000]
-    done, refused = [], []
-    for gpu_request in GpuRequest.objects.visible_to(request.user).filter(pk__in=ids):
+    done: list[str] = []
+    waiting: list[str] = []
+    over_quota: list[str] = []
+    refused: list[str] = []
+    ticked = GpuRequest.objects.visible_to(request.user).filter(pk__in=ids)
+    # In queue order, as the inbox counts quota impact: the oldest are approved first.
+    for gpu_request in ticked.order_by("created_at", "pk"):
         try:
-            DECISIONS[decision](actor=request.user, request=gpu_request, comment=comment)
+            decided = DECISIONS[decision](actor=request.user, request=gpu_request, comment=comment)
         except DomainError as error:
-            refused.append(f"#{gpu_request.pk}: {error.message}")
+            if error.code == "quota_exceeded":
+                over_quota.append(f"#{gpu_request.pk}")
+            else:
+                refused.append(f"#{gpu_request.pk}: {error.message}")
         else:
-            done.append(f"#{gpu_request.pk}")
-    verb = "Approved" if decision == "approve" else "Rejected"
+            pending = decided.status == RequestStatus.PENDING_APPROVAL
+            (waiting if pending else done).append(f"#{decided.pk}")
     if done:
-        messages.success(request, f"{verb} {len(done)}: {', '.join(done)}.")
+        messages.success(request, f"{BULK_VERBS[decision]} {len(done)}: {', '.join(done)}.")
+    if waiting:
+        messages.info(
+            request,
+            f"Approved to run when quota frees {len(waiting)}: {', '.join(waiting)}. "
+            "They wait for the team's work to free quota, then are queued.",
+        )
+    if over_quota:
+        messages.error(
+            request,
+            f"Not approved, over the quota limit: {', '.join(over_quota)}. Tick them and "
+            "choose “Approve ticked, run when quota frees” to approve them to run as soon as "
+            "quota frees.",
+        )
     if refused:
         messages.error(request, "Not decided — " + " ".join(refused))
     if not ids:

@@ -159,3 +159,60 @@ def test_months_reach_back(org: Org, usage: Any) -> None:
     body = response.json()
     assert len(body["months"]) == 3
     assert [row["month"] for row in body["results"]] == [body["months"][-1]]
+
+
+def test_a_drill_down_csv_names_team_and_project_and_its_filter_in_the_file_name(
+    org: Org, usage: Any
+) -> None:
+    response = get(
+        org.lead_a, "chargeback", group_by="user", project=org.project_a.pk, export="csv"
+    )
+    assert response.status_code == 200
+    disposition = response["Content-Disposition"]
+    assert f"chargeback-project-a-one-{current_month():%Y-%m}-by-user.csv" in disposition
+    rows = list(csv.DictReader(io.StringIO(response.content.decode())))
+    assert list(rows[0])[:6] == ["user_id", "user", "team_id", "team", "project_id", "project"]
+    assert [(row["user"], row["team"], row["project"]) for row in rows] == [
+        ("dev_a", "Team A", "A one")
+    ]
+
+
+def test_a_team_wide_csv_splits_rows_by_project_with_the_same_total(org: Org, usage: Any) -> None:
+    response = get(org.finance, "chargeback", group_by="team", team=org.team_a.pk, export="csv")
+    assert (
+        f'filename="chargeback-team-team-a-{current_month():%Y-%m}-by-team.csv"'
+        in (response["Content-Disposition"])
+    )
+    rows = list(csv.DictReader(io.StringIO(response.content.decode())))
+    assert {(row["team"], row["project"]) for row in rows} == {
+        ("Team A", "A one"),
+        ("Team A", "A two"),
+    }
+    total = get(org.finance, "chargeback", group_by="team", team=org.team_a.pk).json()["totals"]
+    assert sum(Decimal(row["cost"]) for row in rows) == Decimal(total["cost"])
+
+
+def test_a_developers_usage_csv_holds_only_their_own_rows_with_team_and_project(
+    org: Org, usage: Any
+) -> None:
+    response = get(org.dev_a, "usage", group_by="flavor", export="csv")
+    rows = list(csv.DictReader(io.StringIO(response.content.decode())))
+    assert [(row["team"], row["project"]) for row in rows] == [("Team A", "A one")]
+    assert 'filename="usage-' in response["Content-Disposition"]
+
+
+def test_a_csv_filtered_to_another_teams_project_is_400_not_a_file(org: Org, usage: Any) -> None:
+    response = get(
+        org.lead_a, "chargeback", group_by="user", project=org.project_b.pk, export="csv"
+    )
+    assert response.status_code == 400
+    assert "project" in response.json()["error"]["fields"]
+
+
+@pytest.mark.parametrize("group_by", ["day", "month", "team,project", "pool", "cluster"])
+def test_every_grouping_exports_with_team_and_project(org: Org, usage: Any, group_by: str) -> None:
+    response = get(org.finance, "chargeback", group_by=group_by, export="csv")
+    assert response.status_code == 200, response.content
+    header = response.content.decode().splitlines()[0].split(",")
+    assert {"team", "project"} <= set(header)
+    assert f"-by-{group_by.replace(',', '-')}.csv" in response["Content-Disposition"]

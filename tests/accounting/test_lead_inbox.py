@@ -125,3 +125,136 @@ def test_lead_dashboard_counts_open_asks_beside_approvals(org: Org, fleet: Fleet
     page = login(org.lead_a).get(reverse("home")).content.decode()
     assert 'data-testid="pending-approvals">1<' in page
     assert 'data-testid="open-asks">1<' in page
+
+
+def a100_quota(org: Org, fleet: Fleet, *, guaranteed: int, limit: int) -> None:
+    Quota.objects.filter(team=org.team_a, flavor=fleet.a100, project__isnull=True).update(
+        guaranteed=guaranteed, limit=limit
+    )
+
+
+def impact_cell(page: str, pk: int) -> str:
+    row = page[page.index(f'id="inbox-approval-{pk}"') :]
+    row = row[: row.index("</tr>")]
+    return row[row.index('data-testid="quota-impact"') :]
+
+
+def test_quota_impact_counts_the_rows_above_in_queue_order(org: Org, fleet: Fleet) -> None:
+    a100_quota(org, fleet, guaranteed=5, limit=8)
+    GpuRequestFactory.create(project=org.project_a, flavor=fleet.a100, gpu_count=2, to="queued")
+    first, second, third = (
+        GpuRequestFactory.create(project=org.project_a, flavor=fleet.a100, gpu_count=2)
+        for _ in range(3)
+    )
+    page = login(org.lead_a).get(reverse("approvals-page")).content.decode()
+    assert "2 → <strong>4</strong> of 8" in impact_cell(page, first.pk)
+    assert 'data-testid="borrows"' not in impact_cell(page, first.pk)
+    assert "4 → <strong>6</strong> of 8" in impact_cell(page, second.pk)
+    assert "counting 2 asked in the rows above" in impact_cell(page, second.pk)
+    assert 'data-testid="borrows"' in impact_cell(page, second.pk)  # 6 > guaranteed 5
+    assert "6 → <strong>8</strong> of 8" in impact_cell(page, third.pk)
+    assert 'data-testid="over-after-above"' not in impact_cell(page, third.pk)
+
+
+def test_a_row_that_fits_alone_but_not_after_the_rows_above_is_flagged(
+    org: Org, fleet: Fleet
+) -> None:
+    a100_quota(org, fleet, guaranteed=2, limit=3)
+    first = GpuRequestFactory.create(project=org.project_a, flavor=fleet.a100, gpu_count=2)
+    second = GpuRequestFactory.create(project=org.project_a, flavor=fleet.a100, gpu_count=2)
+    page = login(org.lead_a).get(reverse("approvals-page")).content.decode()
+    assert 'data-testid="over-after-above"' not in impact_cell(page, first.pk)
+    flagged = impact_cell(page, second.pk)
+    assert "2 → <strong>4</strong> of 3" in flagged
+    assert 'data-testid="over-after-above"' in flagged
+    assert 'data-testid="blocked"' not in flagged  # alone it fits: Approve stays offered
+
+
+def test_bulk_approve_over_quota_offers_and_performs_run_when_quota_frees(
+    org: Org, fleet: Fleet
+) -> None:
+    a100_quota(org, fleet, guaranteed=2, limit=2)
+    fits, over = (
+        GpuRequestFactory.create(project=org.project_a, flavor=fleet.a100, gpu_count=2)
+        for _ in range(2)
+    )
+    client = login(org.lead_a)
+    page = client.get(reverse("approvals-page")).content.decode()
+    assert 'data-testid="bulk-defer"' in page
+    refused = client.post(
+        reverse("approvals-bulk"), {"decision": "approve", "ids": [fits.pk, over.pk]}, follow=True
+    ).content.decode()
+    assert f"Approved 1: #{fits.pk}." in refused
+    assert f"Not approved, over the quota limit: #{over.pk}." in refused
+    assert "run when quota frees" in refused
+    deferred = client.post(
+        reverse("approvals-bulk"), {"decision": "defer", "ids": [over.pk]}, follow=True
+    ).content.decode()
+    assert f"Approved to run when quota frees 1: #{over.pk}." in deferred
+    over.refresh_from_db()
+    assert over.status == RequestStatus.PENDING_APPROVAL  # the limit is never passed
+    detail = login(org.dev_a).get(reverse("gpu-request-page", args=[over.pk])).content.decode()
+    assert 'data-testid="deferred-reason"' in detail and "lead_a" in detail
+    fits.refresh_from_db()
+    services.cancel_gpu_request(actor=org.dev_a, request=fits)
+    assert services.approve_deferred_requests() == 1
+    over.refresh_from_db()
+    assert over.status == RequestStatus.QUEUED
+
+
+def test_bulk_with_an_unknown_decision_is_a_message_not_an_error(org: Org, fleet: Fleet) -> None:
+    pending = GpuRequestFactory.create(project=org.project_a, flavor=fleet.a100)
+    response = login(org.lead_a).post(
+        reverse("approvals-bulk"), {"decision": "maybe", "ids": [pending.pk]}, follow=True
+    )
+    assert response.status_code == 200
+    assert "Choose approve, reject, or approve to run when quota frees." in (
+        response.content.decode()
+    )
+    pending.refresh_from_db()
+    assert pending.status == RequestStatus.PENDING_APPROVAL
+
+
+@covers("approvals-bulk")
+def test_bulk_run_when_quota_frees_leaves_other_teams_requests_alone(
+    org: Org, fleet: Fleet
+) -> None:
+    theirs = GpuRequestFactory.create(project=org.project_a, flavor=fleet.a100)
+    login(org.lead_b).post(reverse("approvals-bulk"), {"decision": "defer", "ids": [theirs.pk]})
+    theirs.refresh_from_db()
+    assert theirs.status == RequestStatus.PENDING_APPROVAL
+    assert services.approve_deferred_requests() == 0
+
+
+def test_rejecting_a_row_reloads_the_inbox_so_the_rows_below_recount(
+    org: Org, fleet: Fleet
+) -> None:
+    a100_quota(org, fleet, guaranteed=8, limit=8)
+    first, second = (
+        GpuRequestFactory.create(project=org.project_a, flavor=fleet.a100, gpu_count=2)
+        for _ in range(2)
+    )
+    client = login(org.lead_a)
+    assert "2 → <strong>4</strong>" in impact_cell(
+        client.get(reverse("approvals-page")).content.decode(), second.pk
+    )
+    rejected = client.post(
+        reverse("approval-decide", args=[first.pk, "reject"]),
+        {"comment": "not now"},
+        HTTP_HX_REQUEST="true",
+    )
+    assert rejected["HX-Refresh"] == "true"
+    page = client.get(reverse("approvals-page")).content.decode()
+    assert "0 → <strong>2</strong>" in impact_cell(page, second.pk)
+
+
+def test_a_row_swapped_after_a_decision_keeps_the_queue_count(org: Org, fleet: Fleet) -> None:
+    a100_quota(org, fleet, guaranteed=2, limit=3)
+    GpuRequestFactory.create(project=org.project_a, flavor=fleet.a100, gpu_count=2)
+    second = GpuRequestFactory.create(project=org.project_a, flavor=fleet.a100, gpu_count=2)
+    refused = login(org.lead_a).post(
+        reverse("approval-decide", args=[second.pk, "reject"]), HTTP_HX_REQUEST="true"
+    )  # no comment: refused, the row stays pending
+    row = refused.content.decode()
+    assert 'role="alert"' in row
+    assert "2 → <strong>4</strong> of 3" in row and 'data-testid="over-after-above"' in row

@@ -108,3 +108,25 @@ def test_fleet_cost_is_the_same_in_the_figure_and_the_chart(
 def test_a_lead_reaches_reports_and_statements_from_the_dashboard(org: Org) -> None:
     page = login(org.lead_a).get(reverse("home")).content.decode()
     assert reverse("reports-page") in page and reverse("statements-page") in page
+
+
+def test_a_developers_report_labels_the_cost_as_their_own_requests(
+    org: Org, fleet: Fleet, usage: None
+) -> None:
+    page = login(org.dev_a).get(reverse("reports-page"), {"group_by": "team"}).content.decode()
+    assert 'data-testid="report-whose">Your requests<' in page
+    assert 'data-testid="report-own-note"' in page
+    assert "for your requests" in page
+    assert "charged to teams" not in page
+
+
+def test_a_leads_and_finances_reports_say_which_teams_they_sum(
+    org: Org, fleet: Fleet, usage: None
+) -> None:
+    lead = login(org.lead_a).get(reverse("reports-page")).content.decode()
+    assert f'data-testid="report-whose">Team {org.team_a.name}<' in lead
+    assert 'data-testid="report-own-note"' not in lead
+    everyone = login(org.finance).get(reverse("reports-page")).content.decode()
+    assert 'data-testid="report-whose">All teams<' in everyone
+    narrowed = login(org.finance).get(reverse("reports-page"), {"team": org.team_b.pk})
+    assert f'data-testid="report-whose">Team {org.team_b.name}<' in narrowed.content.decode()

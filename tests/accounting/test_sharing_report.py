@@ -13,6 +13,7 @@ from accounting.sharing_report import (
     NOT_SHARED,
     PAYS,
     SLOW,
+    UNSOLD,
     Card,
     Claim,
     Pool,
@@ -100,11 +101,12 @@ def report(
 
 
 def test_figures_of_a_crafted_vgpu_pool_are_exact() -> None:
-    one = report()
+    one = report(min_ge_sold_per_gpu=0.15)
     assert one.gpus == 2
     assert one.capacity_gpu_hours == 16.0
     assert one.sold_gpu_equivalent_hours == 3.1  # 0.25 + 0.25 + 0.5 × 4 + 0.25 × 1.1 + 0.25 × 1.3
     assert one.ge_sold_per_gpu == pytest.approx(3.1 / 16, abs=1e-3)
+    assert one.unsold_percent == 80.6  # 100 × (1 - 3.1 / 16)
     assert one.busy_gpu_hours == 6.0  # card 0 for 2 h, card 1 for 4 h
     assert one.ge_sold_per_busy_gpu == pytest.approx(3.1 / 6, abs=1e-3)
     assert one.shares_per_busy_gpu == 1.4  # (1 + 1 + 4 + 1.1 + 1.3) share-hours / 6 h
@@ -117,8 +119,26 @@ def test_figures_of_a_crafted_vgpu_pool_are_exact() -> None:
     assert one.jitter == 0.1
     assert one.verdict == PAYS
     assert one.verdict_line == (
-        "sharing pays: 1.4 shares per card in use, 0.19 GE sold per card, slowdown 1.20× ± 0.10"
+        "sharing pays: 0.19 GE sold per card (81 % unsold), 1.4 shares per card in use, "
+        "slowdown 1.20× ± 0.10"
     )
+
+
+def test_a_pool_mostly_unsold_does_not_pay_however_well_it_packs() -> None:
+    one = report()  # the default asks for half the capacity sold; 0.19 GE per card is
+    assert one.verdict == UNSOLD
+    assert one.verdict_line == (
+        "does not pay yet: 0.19 GE sold per card (81 % unsold), at least 0.50 needed; "
+        "1.4 shares per card in use, slowdown 1.20× ± 0.10"
+    )
+    assert "pays:" not in one.verdict_line
+
+
+def test_no_verdict_says_sharing_pays_beside_a_pool_under_the_sold_threshold() -> None:
+    for needed in (0.1, 0.19, 0.2, 0.5, 0.9):
+        one = report(min_ge_sold_per_gpu=needed)
+        assert one.ge_sold_per_gpu is not None
+        assert (one.verdict == PAYS) == (one.ge_sold_per_gpu >= needed)
 
 
 def test_too_few_compared_runs_is_not_enough_data() -> None:
@@ -181,7 +201,7 @@ def test_a_whole_card_pool_is_not_shared_and_strands_nothing() -> None:
     assert one.shares_per_busy_gpu == 1.0
     assert one.stranded_gpu_hours == 0.0
     assert one.verdict == NOT_SHARED
-    assert one.verdict_line == "whole cards, not shared: 0.38 GE sold per card"
+    assert one.verdict_line == "whole cards, not shared: 0.38 GE sold per card (62 % unsold)"
 
 
 def test_an_empty_period_has_no_figures() -> None:

@@ -5,7 +5,8 @@ from typing import Any
 import pytest
 from django.urls import reverse
 
-from scheduling.models import GpuRequest
+from scheduling.models import GpuRequest, Quota
+from scheduling.selectors import deferring_lead
 from tenants.models import AuditEvent
 from tests.scheduling.conftest import Fleet
 from tests.scheduling.helpers import request_body
@@ -249,3 +250,31 @@ def test_stale_pending_requests_expire(org: Org, fleet: Fleet) -> None:
     assert expire_stale_approvals(now=timezone.now() + timedelta(days=30)) == 1
     assert expire_stale_approvals(now=timezone.now() + timedelta(days=30)) == 0
     assert GpuRequest.objects.get(pk=pk).status == "expired"
+
+
+def test_api_approve_over_quota_can_wait_for_quota_instead_of_409(org: Org, fleet: Fleet) -> None:
+    Quota.objects.filter(team=org.team_a, flavor=fleet.a100, project__isnull=True).update(
+        guaranteed=1, limit=1
+    )
+    GpuRequestFactory.create(project=org.project_a, flavor=fleet.a100, to="queued")
+    waiting = GpuRequestFactory.create(project=org.project_a, flavor=fleet.a100)
+    lead = api_client(org.lead_a)
+    url = reverse("gpu-request-approve", args=[waiting.pk])
+    refused = lead.post(url, {}, format="json")
+    assert refused.status_code == 409
+    assert refused.json()["error"]["code"] == "quota_exceeded"
+    bad = lead.post(url, {"run_when_quota_frees": "yes"}, format="json")
+    assert bad.status_code == 400
+    assert "run_when_quota_frees" in bad.json()["error"]["fields"]
+    accepted = lead.post(url, {"run_when_quota_frees": True}, format="json")
+    assert accepted.status_code == 200
+    assert accepted.json()["status"] == "pending_approval"
+    assert deferring_lead(waiting) == org.lead_a
+
+
+def test_api_run_when_quota_frees_on_another_teams_request_is_404(org: Org, fleet: Fleet) -> None:
+    theirs = GpuRequestFactory.create(project=org.project_a, flavor=fleet.a100)
+    url = reverse("gpu-request-approve", args=[theirs.pk])
+    response = api_client(org.lead_b).post(url, {"run_when_quota_frees": True}, format="json")
+    assert response.status_code == 404
+    assert deferring_lead(theirs) is None
