@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from accounting.services import meter_usage
 from accounting.services.budgets import check_budget_burn
+from accounting.services.metering import meter_usage
 
 
 @shared_task(acks_late=True, soft_time_limit=50, time_limit=55)

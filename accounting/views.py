@@ -41,8 +41,8 @@ from accounting.selectors.usage import (
 from accounting.services.budgets import create_budget, delete_budget, update_budget
 from accounting.sharing_report import Thresholds
 from scheduling.models import Flavor, GpuRequest
-from scheduling.selectors import quota_standing
-from scheduling.services import preview_submission
+from scheduling.selectors.quotas import quota_standing
+from scheduling.services.requests import preview_submission
 from tenants.errors import DomainError, ForbiddenError
 from tenants.models import Project, Team, scope_of
 

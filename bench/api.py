@@ -90,7 +90,7 @@ def seed(rng: random.Random) -> list[dict[str, Any]]:
     from scheduling.models import Allocation, Flavor, GpuRequest, Quota, Tier
     from tenants.choices import Role
     from tenants.models import Membership, Project, Team
-    from tenants.services import seed_demo_organisation
+    from tenants.services.organisation import seed_demo_organisation
 
     teams = seed_demo_organisation(password="bench")
     seed_demo_fleet(teams=teams)

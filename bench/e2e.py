@@ -275,7 +275,7 @@ def seed(requests: int) -> dict[str, Any]:
     from scheduling.demo import seed_demo_fleet
     from scheduling.models import ApprovalRule, Flavor, Node, Quota
     from tenants.models import Project
-    from tenants.services import seed_demo_organisation
+    from tenants.services.organisation import seed_demo_organisation
 
     teams = seed_demo_organisation(password="bench")
     seed_demo_fleet(teams=teams)
@@ -934,7 +934,7 @@ def seed_notebook_users(count: int) -> dict[str, Any]:
     from scheduling.models import Flavor, Node, NodePool, Quota
     from tenants.choices import Role
     from tenants.models import Membership, Project
-    from tenants.services import seed_demo_organisation
+    from tenants.services.organisation import seed_demo_organisation
 
     teams = seed_demo_organisation(password="bench")
     seed_demo_fleet(teams=teams)

@@ -71,7 +71,8 @@ from bench.yardsticks import (
     quota_breaches,
     usage_after,
 )
-from scheduling.engine import Plan, Policy, Request, Scheduler, Snapshot
+from scheduling.engine.planner import Scheduler
+from scheduling.engine.types import Plan, Policy, Request, Snapshot
 
 
 def arrivals(fleet: product.Fleet, n: int) -> list[Request]:

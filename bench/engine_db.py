@@ -40,6 +40,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from bench.figures import emit, recreate_database
+from scheduling.engine import planner
 
 DEFAULT_URL = "postgres://portal:portal@127.0.0.1:5432/portal_bench_engine"
 
@@ -411,9 +412,7 @@ def main() -> None:
         f"statements, {sum(read_log.seconds.values()):.3f} s in the driver"
     )
     if not args.no_floor:
-        from scheduling import engine
-
-        floor_plan = engine.plan(expected, now=fleet.now, policy=cycle.POLICY)
+        floor_plan = planner.plan(expected, now=fleet.now, policy=cycle.POLICY)
         floor, floor_statements = write_floor(expected, floor_plan)
         emit(
             "engine.db_write_floor_seconds",

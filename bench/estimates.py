@@ -47,7 +47,9 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from bench.figures import emit
-from scheduling.engine import (
+from scheduling.engine.forecast import DECLARED, RatioBand, blend, forecast, ratio_band
+from scheduling.engine.planner import Scheduler
+from scheduling.engine.types import (
     MIG_PROFILES,
     Allocation,
     DeviceClaim,
@@ -59,12 +61,10 @@ from scheduling.engine import (
     Priority,
     Quota,
     Request,
-    Scheduler,
     Snapshot,
     Team,
+    mig_bits,
 )
-from scheduling.engine.forecast import DECLARED, RatioBand, blend, forecast, ratio_band
-from scheduling.engine.types import mig_bits
 
 DAY = 86_400.0
 T0 = 1_800_000_000.0

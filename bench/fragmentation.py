@@ -47,7 +47,9 @@ from typing import Literal
 import numpy as np
 
 from bench.figures import emit
-from scheduling.engine import (
+from scheduling.engine.planner import Scheduler
+from scheduling.engine.replay import Submission, Trace, replay
+from scheduling.engine.types import (
     MIG_PROFILES,
     Flavor,
     GpuDevice,
@@ -56,11 +58,9 @@ from scheduling.engine import (
     Pool,
     Quota,
     Request,
-    Scheduler,
     Snapshot,
     Team,
 )
-from scheduling.engine.replay import Submission, Trace, replay
 
 GIB = 1024
 NOW = 1_800_000_000.0

@@ -24,7 +24,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from scheduling.engine import MIG_PROFILES, Allocation, Node, Plan, Request, Snapshot
+from scheduling.engine.types import MIG_PROFILES, Allocation, Node, Plan, Request, Snapshot
 
 GIB = 1024
 CARDS_PER_GANG_POD = 8

@@ -15,8 +15,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from scheduling.engine import Plan, Request, Snapshot
-from scheduling.engine.types import MIG_PROFILES, MIG_SLICES, mig_bits
+from scheduling.engine.types import MIG_PROFILES, MIG_SLICES, Plan, Request, Snapshot, mig_bits
 
 EPS = 1e-9
 

@@ -18,6 +18,7 @@ import time
 from datetime import timedelta
 
 from bench.figures import emit
+from scheduling.services.requests import submit_gpu_request
 
 
 def main() -> None:
@@ -44,7 +45,6 @@ def main() -> None:
     from runtime.cluster.simulated import SimulatedCluster
     from runtime.models import SimulatedWorkload
     from runtime.services import execution
-    from scheduling import services
     from scheduling.choices import RequestStatus
     from scheduling.models import Flavor, GpuDevice, GpuRequest, Node, NodePool, Quota
     from scheduling.services import cycle
@@ -64,7 +64,7 @@ def main() -> None:
 
     alice = get_user_model().objects.get(username="alice")
     for _ in range(args.requests):
-        services.submit_gpu_request(
+        submit_gpu_request(
             actor=alice,
             spec=GpuRequestSpec(
                 project=project,

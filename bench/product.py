@@ -38,8 +38,21 @@ from typing import Any
 
 import numpy as np
 
-from scheduling import engine
-from scheduling.engine.types import MIG_PROFILES, mig_bits
+from scheduling.engine.types import (
+    MIG_PROFILES,
+    Allocation,
+    DeviceClaim,
+    Flavor,
+    GpuDevice,
+    Node,
+    Pool,
+    Quota,
+    Request,
+    Snapshot,
+    Taint,
+    Team,
+    mig_bits,
+)
 
 # Every request has one owner: bench.engine_db loads them for its one user, the first row.
 OWNER = "1"
@@ -384,11 +397,11 @@ class _Fill:
 def _random_place(
     rng: np.random.Generator,
     fleet: _Fill,
-    f: engine.Flavor,
+    f: Flavor,
     count: int,
     shared: bool,
     candidates: np.ndarray,
-) -> tuple[engine.DeviceClaim, ...] | None:
+) -> tuple[DeviceClaim, ...] | None:
     """A random feasible placement on one of `candidates` (node rows), or None after a few tries:
     an aged cluster's fragmentation."""
     for _ in range(8):
@@ -405,7 +418,7 @@ def _random_place(
             chosen = free[:count]
             for d in chosen:
                 fleet.whole[node, d] = True
-            return tuple(engine.DeviceClaim(nid, d) for d in chosen)
+            return tuple(DeviceClaim(nid, d) for d in chosen)
         if f.kind == "vgpu":
             for d in rng.permutation(8):
                 d = int(d)
@@ -417,7 +430,7 @@ def _random_place(
                 ):
                     fleet.mem[node, d] += f.memory_mib
                     fleet.cores[node, d] += f.cores_percent
-                    claim = engine.DeviceClaim(
+                    claim = DeviceClaim(
                         nid, d, whole=False, memory_mib=f.memory_mib, cores_percent=f.cores_percent
                     )
                     return (claim,)
@@ -434,14 +447,14 @@ def _random_place(
                 bits = ((1 << prof.slices) - 1) << s
                 if not int(fleet.mig[node, d]) & bits:
                     fleet.mig[node, d] = int(fleet.mig[node, d]) | bits
-                    claim = engine.DeviceClaim(
+                    claim = DeviceClaim(
                         nid, d, whole=False, mig_profile=prof.name, mig_start=int(s)
                     )
                     return (claim,)
     return None
 
 
-def _claim_json(c: engine.DeviceClaim) -> dict[str, Any]:
+def _claim_json(c: DeviceClaim) -> dict[str, Any]:
     """scheduling.selectors.snapshot.claims_as_json for one claim."""
     return {
         "node": c.node_id,
@@ -454,8 +467,8 @@ def _claim_json(c: engine.DeviceClaim) -> dict[str, Any]:
     }
 
 
-def _engine_flavor(f: FlavorRow) -> engine.Flavor:
-    return engine.Flavor(
+def _engine_flavor(f: FlavorRow) -> Flavor:
+    return Flavor(
         id=f.slug,
         kind=f.kind,  # type: ignore[arg-type]
         gpu_model=f.gpu_model,
@@ -468,14 +481,14 @@ def _engine_flavor(f: FlavorRow) -> engine.Flavor:
     )
 
 
-def _taints() -> tuple[engine.Taint, ...]:
-    return (engine.Taint(GPU_TAINT["key"], GPU_TAINT["value"], GPU_TAINT["effect"]),)
+def _taints() -> tuple[Taint, ...]:
+    return (Taint(GPU_TAINT["key"], GPU_TAINT["value"], GPU_TAINT["effect"]),)
 
 
-def engine_request(fleet: Fleet, r: RequestRow) -> engine.Request:
+def engine_request(fleet: Fleet, r: RequestRow) -> Request:
     """scheduling.selectors.snapshot.engine_request for one row."""
     f = fleet.flavors[r.flavor - 1]
-    return engine.Request(
+    return Request(
         id=str(r.pk),
         team=fleet.teams[r.team - 1],
         project=PROJECT_SLUG,
@@ -497,7 +510,7 @@ def engine_request(fleet: Fleet, r: RequestRow) -> engine.Request:
     )
 
 
-def snapshot(fleet: Fleet) -> engine.Snapshot:
+def snapshot(fleet: Fleet) -> Snapshot:
     """The engine snapshot `scheduling.selectors.snapshot.build_snapshot()` reads for these rows."""
     pool_by_slug = {p.slug: p for p in fleet.pools}
     used_memory: dict[tuple[str, int], int] = defaultdict(int)
@@ -516,7 +529,7 @@ def snapshot(fleet: Fleet) -> engine.Snapshot:
                 used_memory[key] += claim.get("memory_mib", 0)
                 used_cores[key] += claim.get("cores_percent", 0)
     devices = tuple(
-        engine.GpuDevice(
+        GpuDevice(
             node_id=n.name,
             index=i,
             memory_total_mib=n.card_memory_mib,
@@ -530,9 +543,9 @@ def snapshot(fleet: Fleet) -> engine.Snapshot:
         for i in range(8)
     )
     ge = {f.pk: f.gpu_equivalent for f in fleet.flavors}
-    return engine.Snapshot(
+    return Snapshot(
         pools=tuple(
-            engine.Pool(
+            Pool(
                 name=p.slug,
                 tier=p.tier_rank,
                 sharing=p.sharing,  # type: ignore[arg-type]
@@ -546,7 +559,7 @@ def snapshot(fleet: Fleet) -> engine.Snapshot:
             for p in fleet.pools
         ),
         nodes=tuple(
-            engine.Node(
+            Node(
                 id=n.name,
                 pool=n.pool,
                 gpu_model=n.gpu_model,
@@ -559,11 +572,11 @@ def snapshot(fleet: Fleet) -> engine.Snapshot:
         devices=devices,
         flavors=tuple(_engine_flavor(f) for f in fleet.flavors),
         teams=tuple(
-            engine.Team(name=slug, cohort="organisation", display_name=slug)
+            Team(name=slug, cohort="organisation", display_name=slug)
             for slug in sorted(fleet.teams)
         ),
         quotas=tuple(
-            engine.Quota(
+            Quota(
                 team=fleet.teams[q.team - 1],
                 flavor=fleet.flavors[q.flavor - 1].slug,
                 guaranteed=q.guaranteed * float(ge[q.flavor]),
@@ -573,7 +586,7 @@ def snapshot(fleet: Fleet) -> engine.Snapshot:
             for q in fleet.quotas
         ),
         allocations=tuple(
-            engine.Allocation(
+            Allocation(
                 request_id=str(r.pk),
                 team=fleet.teams[r.team - 1],
                 project=PROJECT_SLUG,
@@ -581,7 +594,7 @@ def snapshot(fleet: Fleet) -> engine.Snapshot:
                 flavor=fleet.flavors[r.flavor - 1].slug,
                 gpu_equivalents=float(r.gpu_equivalent),
                 placement=tuple(
-                    engine.DeviceClaim(
+                    DeviceClaim(
                         node_id=c["node"],
                         device_index=c["device_index"],
                         whole=c.get("whole", False),

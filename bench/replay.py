@@ -37,8 +37,8 @@ import numpy as np
 
 from bench import product
 from bench.figures import emit
-from scheduling.engine import Policy
 from scheduling.engine.replay import RunningAtStart, Submission, Trace, replay
+from scheduling.engine.types import Policy
 
 DAY = 86_400.0
 

@@ -127,7 +127,7 @@ def ingest(rows: int, catalogue: dict[str, Any], first_day: date, days: int) -> 
     and writing the files is not timed)."""
     from django.core.management import call_command
 
-    from accounting.services import USAGE_COLUMNS
+    from accounting.services.ingest import USAGE_COLUMNS
 
     rng = random.Random(8)
     per_day = max(rows // days, 1)

@@ -95,11 +95,11 @@ def seed(people: int) -> list[Person]:
     from scheduling.choices import RequestStatus
     from scheduling.demo import seed_demo_fleet
     from scheduling.models import Flavor, GpuRequest, Quota
-    from scheduling.services import cycle, submit_gpu_request
-    from scheduling.services.requests import GpuRequestSpec
+    from scheduling.services import cycle
+    from scheduling.services.requests import GpuRequestSpec, submit_gpu_request
     from tenants.choices import Role
     from tenants.models import Membership, Team
-    from tenants.services import seed_demo_organisation
+    from tenants.services.organisation import seed_demo_organisation
 
     teams = seed_demo_organisation(password="bench")
     seed_demo_fleet(teams=teams)

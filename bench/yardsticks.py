@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from bench.packing import stranded, total
-from scheduling.engine import Plan, Request, Snapshot
+from scheduling.engine.types import Plan, Request, Snapshot
 
 
 def usage_after(snap: Snapshot, plan: Plan) -> dict[tuple[str, str], float]:

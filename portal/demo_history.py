@@ -37,7 +37,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from accounting.models import AllocationMeter
-from accounting.services import ingest_usage
+from accounting.services.ingest import ingest_usage
 from portal.demo_ledger import close_months, insert_audit_events, usage_rows, write_budgets
 from portal.demo_placement import cards_of_nodes, write_allocations
 from portal.demo_requests import (

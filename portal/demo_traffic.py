@@ -41,8 +41,12 @@ from django.utils import timezone
 from runtime.models import SimulatedWorkload
 from scheduling.choices import COMMITTED_STATUSES, Priority, RequestStatus, WorkloadKind
 from scheduling.models import Flavor, GpuRequest
-from scheduling.services import approve_gpu_request, reject_gpu_request, submit_gpu_request
-from scheduling.services.requests import GpuRequestSpec
+from scheduling.services.requests import (
+    GpuRequestSpec,
+    approve_gpu_request,
+    reject_gpu_request,
+    submit_gpu_request,
+)
 from tenants.errors import DomainError
 from tenants.models import Project
 

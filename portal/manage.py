@@ -58,11 +58,21 @@ from scheduling.models import (
 from scheduling.services import catalog as catalog_services
 from scheduling.services import clusters as cluster_services
 from scheduling.services import project_data as data_services
-from tenants import services as tenant_services
 from tenants.errors import ConflictError, DomainError, ForbiddenError
 from tenants.models import Membership, Project, ScopedQuerySet, Team, Webhook, scope_of
 from tenants.scope import Actor
 from tenants.services import webhooks as webhook_services
+from tenants.services.organisation import (
+    add_membership,
+    change_membership,
+    create_project,
+    create_team,
+    delete_project,
+    delete_team,
+    remove_membership,
+    update_project,
+    update_team,
+)
 
 Cell = Callable[[Any], Any]
 
@@ -352,9 +362,9 @@ SECTIONS: dict[str, Section] = {
                 ("Projects", lambda team: team.project_count),
             ),
             instance_arg="team",
-            create=tenant_services.create_team,
-            update=tenant_services.update_team,
-            delete=tenant_services.delete_team,
+            create=create_team,
+            update=update_team,
+            delete=delete_team,
         ),
         Section(
             slug="projects",
@@ -370,9 +380,9 @@ SECTIONS: dict[str, Section] = {
                 ("Namespace", lambda project: project.namespace),
             ),
             instance_arg="project",
-            create=tenant_services.create_project,
-            update=tenant_services.update_project,
-            delete=tenant_services.delete_project,
+            create=create_project,
+            update=update_project,
+            delete=delete_project,
         ),
         Section(
             slug="memberships",
@@ -393,9 +403,9 @@ SECTIONS: dict[str, Section] = {
                 ),
             ),
             instance_arg="membership",
-            create=tenant_services.add_membership,
-            update=tenant_services.change_membership,
-            delete=tenant_services.remove_membership,
+            create=add_membership,
+            update=change_membership,
+            delete=remove_membership,
         ),
         Section(
             slug="webhooks",

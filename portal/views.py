@@ -17,7 +17,7 @@ from knox.models import AuthToken
 from accounting.selectors.dashboards import dashboard_context
 from tenants.models import Membership, Project, Team, scope_of
 from tenants.selectors import primary_role
-from tenants.services import record_audit_event
+from tenants.services.organisation import record_audit_event
 from tenants.services.tokens import issue_api_token
 
 

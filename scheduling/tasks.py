@@ -13,8 +13,8 @@ from celery import shared_task
 from django.conf import settings
 from django.core.mail import send_mail
 
-from scheduling import dispatch, services
-from scheduling.services import cycle, estimates, notifications
+from scheduling import dispatch
+from scheduling.services import cycle, estimates, notifications, requests
 
 log = logging.getLogger(__name__)
 
@@ -36,13 +36,13 @@ def send_notices(notices: list[dict[str, Any]]) -> int:
 
 @shared_task(acks_late=True)
 def expire_stale_approvals() -> int:
-    return services.expire_stale_approvals()
+    return requests.expire_stale_approvals()
 
 
 @shared_task(acks_late=True)
 def approve_deferred_requests() -> int:
     """Approve the requests leads approved to run when quota frees, once it has."""
-    return services.approve_deferred_requests()
+    return requests.approve_deferred_requests()
 
 
 @shared_task(acks_late=True, soft_time_limit=50, time_limit=60)

@@ -13,7 +13,7 @@ from django.http import HttpRequest, HttpResponse
 from redis.exceptions import RedisError
 
 from tenants.api.errors import service_unavailable_response
-from tenants.services import record_audit_event
+from tenants.services.organisation import record_audit_event
 
 logger = logging.getLogger(__name__)
 

@@ -12,7 +12,6 @@ from django.http import HttpRequest
 from django.utils.functional import cached_property
 from mozilla_django_oidc.auth import OIDCAuthenticationBackend
 
-from tenants.services import record_audit_event
 from tenants.services.identity import (
     GroupGrant,
     IdentityConflict,
@@ -24,6 +23,7 @@ from tenants.services.identity import (
     sync_memberships_from_groups,
     update_account_from_claims,
 )
+from tenants.services.organisation import record_audit_event
 
 logger = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ from django.utils import timezone
 from knox.models import AuthToken
 
 from tenants.middleware import SESSION_SEEN_KEY, SESSION_STARTED_KEY
-from tenants.services import record_audit_event
+from tenants.services.organisation import record_audit_event
 
 User = get_user_model()
 

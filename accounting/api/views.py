@@ -37,14 +37,8 @@ from accounting.models import Budget, Price, Statement
 from accounting.selectors.budgets import with_burn
 from accounting.selectors.efficiency import efficiency_rows, request_efficiency
 from accounting.selectors.usage import UsageQuery, chargeback, check_filters, totals, usage_rows
-from accounting.services import (
-    create_budget,
-    create_price,
-    delete_budget,
-    delete_price,
-    update_budget,
-    update_price,
-)
+from accounting.services.budgets import create_budget, delete_budget, update_budget
+from accounting.services.prices import create_price, delete_price, update_price
 from accounting.services.statements import STATEMENT_COLUMNS, close_statement, statement_rows
 from scheduling.models import Cluster, Flavor, GpuRequest, NodePool
 from tenants.api.base import ScopedModelViewSet, ScopedReadOnlyViewSet

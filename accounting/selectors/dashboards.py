@@ -18,14 +18,9 @@ from accounting.selectors.efficiency import efficiency_rows
 from accounting.selectors.usage import UsageQuery, chargeback, current_month, totals, usage_rows
 from scheduling.choices import COMMITTED_STATUSES, RequestStatus
 from scheduling.models import Allocation, GpuDevice, GpuRequest, NodePool, Quota
-from scheduling.selectors import (
-    QuotaUsage,
-    approval_inbox,
-    flavor_unit,
-    open_asks,
-    quota_usage,
-)
+from scheduling.selectors.approvals import approval_inbox, open_asks
 from scheduling.selectors.queue import fill_queue_positions
+from scheduling.selectors.quotas import QuotaUsage, flavor_unit, quota_usage
 from tenants.models import AuditEvent, scope_of
 
 

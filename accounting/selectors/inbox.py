@@ -16,13 +16,8 @@ from django.conf import settings
 from accounting.models import Price
 from accounting.selectors.usage import price_in_force
 from scheduling.models import GpuRequest
-from scheduling.selectors import (
-    QuotaImpact,
-    approval_inbox,
-    deferred_approvals,
-    open_asks,
-    queue_quota_impacts,
-)
+from scheduling.selectors.approvals import approval_inbox, deferred_approvals, open_asks
+from scheduling.selectors.quotas import QuotaImpact, queue_quota_impacts
 
 HOURS_ASKED = {"extension": 1, "idle_exemption": 2}  # what the row offers to grant first
 

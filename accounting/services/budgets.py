@@ -26,7 +26,7 @@ from tenants.choices import Role
 from tenants.errors import DomainError, ForbiddenError
 from tenants.models import Project, Team, scope_of
 from tenants.scope import Actor
-from tenants.services import apply_changes, record_audit_event
+from tenants.services.organisation import apply_changes, record_audit_event
 
 log = logging.getLogger(__name__)
 

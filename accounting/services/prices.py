@@ -15,7 +15,7 @@ from django.utils import timezone
 from accounting.models import Price
 from tenants.errors import ConflictError, DomainError
 from tenants.scope import Actor
-from tenants.services import (
+from tenants.services.organisation import (
     apply_changes,
     audit_value,
     known_fields,

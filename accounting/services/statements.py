@@ -21,7 +21,7 @@ from accounting.selectors.usage import current_month
 from tenants.errors import ConflictError, ForbiddenError
 from tenants.models import Team, scope_of
 from tenants.scope import Actor
-from tenants.services import record_audit_event
+from tenants.services.organisation import record_audit_event
 
 STATEMENT_COLUMNS = ["project_id", "project", "flavor", "pool", "gpu_hours", "cost", "currency"]
 

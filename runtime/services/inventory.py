@@ -16,7 +16,7 @@ from scheduling.choices import DeviceAllocation, FlavorKind, SharingMode
 from scheduling.engine.mig import layout_fits, mig_gpu, read_node_layout
 from scheduling.models import Cluster, Flavor, GpuDevice, Node, NodePool
 from tenants.models import AuditEvent
-from tenants.services import record_audit_event
+from tenants.services.organisation import record_audit_event
 
 log = logging.getLogger(__name__)
 

@@ -29,7 +29,7 @@ from django.utils import timezone
 from runtime.models import SimulatedWorkload
 from scheduling.choices import RequestStatus, SharingMode
 from scheduling.models import Allocation, Cluster, Node, UtilisationSample
-from tenants.services import record_audit_event
+from tenants.services.organisation import record_audit_event
 
 log = logging.getLogger(__name__)
 

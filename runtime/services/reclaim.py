@@ -35,7 +35,7 @@ from scheduling.reclaim_rules import idle_verdict, stuck_pending, timeout_stage
 from scheduling.selectors.activity import idle_observation
 from scheduling.services.lifecycle import record_request_event
 from scheduling.services.notifications import notify
-from tenants.services import record_audit_event
+from tenants.services.organisation import record_audit_event
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,6 @@ from rest_framework.response import Response
 from rest_framework.serializers import BaseSerializer
 from rest_framework.throttling import ScopedRateThrottle
 
-from scheduling import services
 from scheduling.api.filters import FlavorFilter, GpuRequestFilter, QuotaFilter
 from scheduling.api.serializers import (
     REQUEST_WORKLOAD_FIELDS,
@@ -51,11 +50,28 @@ from scheduling.models import (
     Tier,
     UtilisationSample,
 )
-from scheduling.selectors import flavors_for_project, quota_usage
+from scheduling.selectors.catalog import flavors_for_project
 from scheduling.selectors.preemptions import PREEMPTION_COLUMNS
 from scheduling.selectors.queue import fill_queue_positions
+from scheduling.selectors.quotas import quota_usage
 from scheduling.services import catalog as catalog_services
 from scheduling.services.estimates import what_if
+from scheduling.services.governance import ask_lead, extend_runtime, grant_idle_exemption
+from scheduling.services.quotas import delete_quota, set_quota
+from scheduling.services.requests import (
+    approve_gpu_request,
+    approve_when_quota_frees,
+    cancel_gpu_request,
+    reject_gpu_request,
+    resume_gpu_request,
+    submit_gpu_request,
+)
+from scheduling.services.templates import (
+    create_request_template,
+    delete_request_template,
+    resubmit_gpu_request,
+    update_request_template,
+)
 from tenants.api.base import ScopedModelViewSet, ScopedViewSetMixin
 from tenants.api.permissions import PlatformAdminWrites
 from tenants.models import Project, Scope, scope_of
@@ -275,7 +291,7 @@ class QuotaViewSet(ScopedModelViewSet):
                 limit=data["limit"],
             )
             return
-        serializer.instance = services.set_quota(
+        serializer.instance = set_quota(
             actor=self.request.user,
             team=data["team"],
             project=data.get("project"),
@@ -287,7 +303,7 @@ class QuotaViewSet(ScopedModelViewSet):
     def perform_update(self, serializer: BaseSerializer) -> None:
         quota = cast(Quota, serializer.instance)
         data = serializer.validated_data
-        serializer.instance = services.set_quota(
+        serializer.instance = set_quota(
             actor=self.request.user,
             team=quota.team,
             project=quota.project,
@@ -301,7 +317,7 @@ class QuotaViewSet(ScopedModelViewSet):
         if instance.project_id is None:
             catalog_services.delete_team_quota(actor=self.request.user, quota=instance)
             return
-        services.delete_quota(actor=self.request.user, quota=instance)
+        delete_quota(actor=self.request.user, quota=instance)
 
 
 class RequestTemplateViewSet(ScopedModelViewSet):
@@ -312,19 +328,19 @@ class RequestTemplateViewSet(ScopedModelViewSet):
     filterset_fields = ["team", "is_shared", "kind"]
 
     def perform_create(self, serializer: BaseSerializer) -> None:
-        serializer.instance = services.create_request_template(
+        serializer.instance = create_request_template(
             actor=self.request.user, **serializer.validated_data
         )
 
     def perform_update(self, serializer: BaseSerializer) -> None:
-        serializer.instance = services.update_request_template(
+        serializer.instance = update_request_template(
             actor=self.request.user,
             template=cast(RequestTemplate, serializer.instance),
             **serializer.validated_data,
         )
 
     def perform_destroy(self, instance: RequestTemplate) -> None:
-        services.delete_request_template(actor=self.request.user, template=instance)
+        delete_request_template(actor=self.request.user, template=instance)
 
 
 class GpuRequestViewSet(
@@ -381,7 +397,7 @@ class GpuRequestViewSet(
         return []
 
     def perform_create(self, serializer: BaseSerializer) -> None:
-        serializer.instance = services.submit_gpu_request(
+        serializer.instance = submit_gpu_request(
             actor=self.request.user, spec=cast(GpuRequestSerializer, serializer).spec()
         )
 
@@ -407,41 +423,39 @@ class GpuRequestViewSet(
         body = ApproveSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         wait_for_quota = body.validated_data.pop("run_when_quota_frees")
-        service = (
-            services.approve_when_quota_frees if wait_for_quota else services.approve_gpu_request
-        )
+        service = approve_when_quota_frees if wait_for_quota else approve_gpu_request
         updated = service(actor=request.user, request=gpu_request, **body.validated_data)
         return Response(self.get_serializer(updated).data, status=status.HTTP_200_OK)
 
     @extend_schema(request=DecisionSerializer, responses=GpuRequestSerializer)
     @action(detail=True, methods=["post"])
     def reject(self, request: Request, pk: str | None = None) -> Response:
-        return self._act(request, services.reject_gpu_request, DecisionSerializer)
+        return self._act(request, reject_gpu_request, DecisionSerializer)
 
     @extend_schema(request=AskLeadSerializer, responses=GpuRequestSerializer)
     @action(detail=True, methods=["post"], url_path="ask-idle-exemption")
     def ask_idle_exemption(self, request: Request, pk: str | None = None) -> Response:
-        return self._act(request, services.ask_lead, AskLeadSerializer, about="idle_exemption")
+        return self._act(request, ask_lead, AskLeadSerializer, about="idle_exemption")
 
     @extend_schema(request=AskLeadSerializer, responses=GpuRequestSerializer)
     @action(detail=True, methods=["post"], url_path="ask-extension")
     def ask_extension(self, request: Request, pk: str | None = None) -> Response:
-        return self._act(request, services.ask_lead, AskLeadSerializer, about="extension")
+        return self._act(request, ask_lead, AskLeadSerializer, about="extension")
 
     @extend_schema(request=ExemptionSerializer, responses=GpuRequestSerializer)
     @action(detail=True, methods=["post"], url_path="idle-exemption")
     def idle_exemption(self, request: Request, pk: str | None = None) -> Response:
-        return self._act(request, services.grant_idle_exemption, ExemptionSerializer)
+        return self._act(request, grant_idle_exemption, ExemptionSerializer)
 
     @extend_schema(request=ExtensionSerializer, responses=GpuRequestSerializer)
     @action(detail=True, methods=["post"])
     def extend(self, request: Request, pk: str | None = None) -> Response:
-        return self._act(request, services.extend_runtime, ExtensionSerializer)
+        return self._act(request, extend_runtime, ExtensionSerializer)
 
     @extend_schema(request=None, responses=GpuRequestSerializer)
     @action(detail=True, methods=["post"])
     def resume(self, request: Request, pk: str | None = None) -> Response:
-        return self._act(request, services.resume_gpu_request)
+        return self._act(request, resume_gpu_request)
 
     @extend_schema(responses=UtilisationPointSerializer(many=True))
     @action(detail=True, methods=["get"], pagination_class=None, filter_backends=[])
@@ -514,10 +528,10 @@ class GpuRequestViewSet(
     @action(detail=True, methods=["post"])
     def resubmit(self, request: Request, pk: str | None = None) -> Response:
         """Submit a finished request's body again as a new request (201, the new request)."""
-        created = services.resubmit_gpu_request(actor=request.user, request=self.get_object())
+        created = resubmit_gpu_request(actor=request.user, request=self.get_object())
         return Response(self.get_serializer(created).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(request=CancelSerializer, responses=GpuRequestSerializer)
     @action(detail=True, methods=["post"])
     def cancel(self, request: Request, pk: str | None = None) -> Response:
-        return self._act(request, services.cancel_gpu_request, CancelSerializer)
+        return self._act(request, cancel_gpu_request, CancelSerializer)

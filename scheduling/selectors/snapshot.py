@@ -15,9 +15,19 @@ from typing import Any
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from scheduling import engine
 from scheduling.choices import FlavorKind, Priority, RequestStatus, SharingMode, WorkloadKind
-from scheduling.engine.types import MIG_PROFILES, CardUsage, stored_claim_usage
+from scheduling.engine import types as engine_types
+from scheduling.engine.types import (
+    MIG_PROFILES,
+    CardUsage,
+    DeviceClaim,
+    Member,
+    Pool,
+    Request,
+    Snapshot,
+    Taint,
+    stored_claim_usage,
+)
 from scheduling.models import (
     POOL_LABEL,
     Allocation,
@@ -32,24 +42,22 @@ from scheduling.selectors.foreign_usage import host_left, subtract_foreign_usage
 from scheduling.selectors.scheduler_modes import handed_to_kueue
 from tenants.models import Membership, Team
 
-ENGINE_PRIORITY: dict[str, engine.Priority] = {
-    Priority.LOW: engine.Priority.LOW,
-    Priority.NORMAL: engine.Priority.NORMAL,
-    Priority.HIGH: engine.Priority.HIGH,
-    Priority.CRITICAL: engine.Priority.CRITICAL,
+ENGINE_PRIORITY: dict[str, engine_types.Priority] = {
+    Priority.LOW: engine_types.Priority.LOW,
+    Priority.NORMAL: engine_types.Priority.NORMAL,
+    Priority.HIGH: engine_types.Priority.HIGH,
+    Priority.CRITICAL: engine_types.Priority.CRITICAL,
 }
 ALL_KINDS = tuple(WorkloadKind.values)
 
 
-def _taints(raw: list[dict[str, Any]]) -> tuple[engine.Taint, ...]:
-    return tuple(
-        engine.Taint(t["key"], t.get("value", ""), t.get("effect", "NoSchedule")) for t in raw
-    )
+def _taints(raw: list[dict[str, Any]]) -> tuple[Taint, ...]:
+    return tuple(Taint(t["key"], t.get("value", ""), t.get("effect", "NoSchedule")) for t in raw)
 
 
-def _claims(claims: list[dict[str, Any]]) -> tuple[engine.DeviceClaim, ...]:
+def _claims(claims: list[dict[str, Any]]) -> tuple[DeviceClaim, ...]:
     return tuple(
-        engine.DeviceClaim(
+        DeviceClaim(
             node_id=c["node"],
             device_index=c["device_index"],
             whole=c.get("whole", False),
@@ -62,7 +70,7 @@ def _claims(claims: list[dict[str, Any]]) -> tuple[engine.DeviceClaim, ...]:
     )
 
 
-def claims_as_json(claims: tuple[engine.DeviceClaim, ...]) -> list[dict[str, Any]]:
+def claims_as_json(claims: tuple[DeviceClaim, ...]) -> list[dict[str, Any]]:
     return [
         {
             "node": c.node_id,
@@ -77,7 +85,7 @@ def claims_as_json(claims: tuple[engine.DeviceClaim, ...]) -> list[dict[str, Any
     ]
 
 
-def build_snapshot(*, kueue_clusters: Collection[int] = ()) -> engine.Snapshot:
+def build_snapshot(*, kueue_clusters: Collection[int] = ()) -> Snapshot:
     """The fleet, what runs on it, what waits and the quotas, as one consistent value.
 
     Each table is read by a function of its own, as plain rows (`values()`): building model
@@ -91,7 +99,7 @@ def build_snapshot(*, kueue_clusters: Collection[int] = ()) -> engine.Snapshot:
     pool_of_node = {node["name"]: pools[node["pool_id"]] for node in nodes}
     allocations = _allocations(kueue)
     quotas = _quotas()
-    return engine.Snapshot(
+    return Snapshot(
         pools=tuple(pool for pool in sorted(pools.values(), key=lambda pool: pool.name)),
         nodes=tuple(_engine_node(node, pool_of_node[node["name"]]) for node in nodes),
         devices=_devices(nodes, pool_of_node, allocations, kueue),
@@ -104,10 +112,10 @@ def build_snapshot(*, kueue_clusters: Collection[int] = ()) -> engine.Snapshot:
     )
 
 
-def _pools(kueue: frozenset[int] = frozenset()) -> dict[int, engine.Pool]:
+def _pools(kueue: frozenset[int] = frozenset()) -> dict[int, Pool]:
     """Every node pool outside the Kueue clusters, by primary key."""
     return {
-        row["pk"]: engine.Pool(
+        row["pk"]: Pool(
             name=row["slug"],
             tier=row["tier__rank"],
             sharing=row["sharing_mode"],
@@ -155,10 +163,10 @@ def _nodes(kueue: frozenset[int] = frozenset()) -> list[dict[str, Any]]:
     )
 
 
-def _engine_node(node: dict[str, Any], pool: engine.Pool) -> engine.Node:
+def _engine_node(node: dict[str, Any], pool: Pool) -> engine_types.Node:
     # What the node offers the portal's work: its allocatable minus foreign pods' requests.
     cpu, memory = host_left(node["cpu_millicores"], node["memory_mib"], node["foreign_usage"])
-    return engine.Node(
+    return engine_types.Node(
         id=node["name"],
         pool=pool.name,
         gpu_model=node["gpu_model"],
@@ -203,9 +211,9 @@ def _allocations(kueue: frozenset[int] = frozenset()) -> list[dict[str, Any]]:
     )
 
 
-def engine_allocation(row: dict[str, Any]) -> engine.Allocation:
+def engine_allocation(row: dict[str, Any]) -> engine_types.Allocation:
     """An allocation row (`ALLOCATION_FIELDS`) as the engine sees running work."""
-    return engine.Allocation(
+    return engine_types.Allocation(
         request_id=str(row["request_id"]),
         team=row["request__team__slug"],
         project=row["request__project__slug"],
@@ -227,10 +235,10 @@ def engine_allocation(row: dict[str, Any]) -> engine.Allocation:
 
 def _devices(
     nodes: list[dict[str, Any]],
-    pool_of_node: dict[str, engine.Pool],
+    pool_of_node: dict[str, Pool],
     allocations: list[dict[str, Any]],
     kueue: frozenset[int] = frozenset(),
-) -> tuple[engine.GpuDevice, ...]:
+) -> tuple[engine_types.GpuDevice, ...]:
     """Every card with what the running allocations and foreign pods leave free on it."""
     used: dict[tuple[str, int], CardUsage] = defaultdict(CardUsage)
     for allocation in allocations:
@@ -245,7 +253,7 @@ def _devices(
     for node_name, index, memory_mib, mig_layout, split_count in cards.values_list(
         "node__name", "index", "memory_mib", "mig_layout", "vgpu_split_count"
     ):
-        card = engine.GpuDevice(
+        card = engine_types.GpuDevice(
             node_id=node_name,
             index=index,
             memory_total_mib=memory_mib,
@@ -267,20 +275,20 @@ def _devices(
     )
 
 
-def _teams(slugs: set[str]) -> tuple[engine.Team, ...]:
+def _teams(slugs: set[str]) -> tuple[engine_types.Team, ...]:
     """The teams that hold quotas, all in one cohort, with the names people know them by."""
     names = dict(Team.objects.filter(slug__in=slugs).values_list("slug", "name"))
     return tuple(
-        engine.Team(name=slug, cohort="organisation", display_name=names.get(slug, ""))
+        engine_types.Team(name=slug, cohort="organisation", display_name=names.get(slug, ""))
         for slug in sorted(slugs)
     )
 
 
-def _members() -> tuple[engine.Member, ...]:
+def _members() -> tuple[Member, ...]:
     """The team members whose fair-share weight is not 1 (the engine weighs anyone else 1), by
     team slug and user id: a request's `owner`."""
     return tuple(
-        engine.Member(team=team, name=str(user), weight=float(weight))
+        Member(team=team, name=str(user), weight=float(weight))
         for team, user, weight in Membership.objects.filter(team__isnull=False)
         .exclude(fair_share_weight=1)
         .order_by("team__slug", "user_id")
@@ -288,10 +296,10 @@ def _members() -> tuple[engine.Member, ...]:
     )
 
 
-def _flavors(kueue: frozenset[int] = frozenset()) -> tuple[engine.Flavor, ...]:
+def _flavors(kueue: frozenset[int] = frozenset()) -> tuple[engine_types.Flavor, ...]:
     offered = offered_pools(kueue)
     return tuple(
-        engine.Flavor(
+        engine_types.Flavor(
             id=row["slug"],
             kind=row["kind"],
             gpu_model=row["gpu_model"],
@@ -318,10 +326,10 @@ def _flavors(kueue: frozenset[int] = frozenset()) -> tuple[engine.Flavor, ...]:
     )
 
 
-def _quotas() -> tuple[engine.Quota, ...]:
+def _quotas() -> tuple[engine_types.Quota, ...]:
     """Quotas in GPU-equivalents (the portal counts them in flavor units)."""
     return tuple(
-        engine.Quota(
+        engine_types.Quota(
             team=row["team__slug"],
             flavor=row["flavor__slug"],
             guaranteed=row["guaranteed"] * float(row["flavor__gpu_equivalent"]),
@@ -371,7 +379,7 @@ def ready_queue() -> QuerySet[GpuRequest]:
     )
 
 
-def _pending(kueue: frozenset[int] = frozenset()) -> tuple[engine.Request, ...]:
+def _pending(kueue: frozenset[int] = frozenset()) -> tuple[Request, ...]:
     """The queue, oldest first, without the requests handed to Kueue or backing off."""
     offered = offered_pools(kueue)
     queued = ready_queue()
@@ -412,7 +420,7 @@ PENDING_FIELDS = (
 
 def engine_request(
     row: dict[str, Any], offered: dict[str, tuple[tuple[str, int], ...]] | None = None
-) -> engine.Request:
+) -> Request:
     """One queued request (a row of `PENDING_FIELDS`) as the engine sees it.
 
     The request may run in its flavor's pool, or in any of the pools a flavor is offered in
@@ -426,7 +434,7 @@ def engine_request(
     candidates = tuple(pool for pool, cluster in pools if named is None or cluster == named)
     if not candidates:  # none of the flavor's pools is in the named cluster (any more)
         candidates = (f"no pool of {row['flavor__slug']} in the cluster the request names",)
-    return engine.Request(
+    return Request(
         id=str(row["pk"]),
         team=row["team__slug"],
         project=row["project__slug"],

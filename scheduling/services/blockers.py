@@ -26,8 +26,8 @@ from typing import Any
 from django.db import connection
 
 from scheduling.choices import RequestStatus
-from scheduling.engine import Plan, Snapshot
 from scheduling.engine.blockers import ENGINE_CODES, Blocker, BlockerCode, explain_waits
+from scheduling.engine.types import Plan, Snapshot
 from scheduling.models import GpuRequest
 from scheduling.services.row_updates import update_rows
 

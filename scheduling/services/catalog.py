@@ -10,12 +10,13 @@ from typing import Any
 
 from django.db import transaction
 
-from scheduling import dispatch, services
+from scheduling import dispatch
 from scheduling.models import ApprovalRule, Flavor, NodePool, Quota, ReclaimPolicy, Tier
+from scheduling.services.quotas import delete_quota, set_quota
 from tenants.errors import ConflictError, DomainError
 from tenants.models import Team
 from tenants.scope import Actor
-from tenants.services import (
+from tenants.services.organisation import (
     apply_changes,
     audit_value,
     delete_unused,
@@ -360,9 +361,7 @@ def set_team_quota(
 ) -> Quota:
     """Create or change a team's quota of one flavor (platform admins); audited as quota.set."""
     require_platform_admin(actor, "set team quotas")
-    return services.set_quota(
-        actor=actor, team=team, flavor=flavor, guaranteed=guaranteed, limit=limit
-    )
+    return set_quota(actor=actor, team=team, flavor=flavor, guaranteed=guaranteed, limit=limit)
 
 
 def delete_team_quota(*, actor: Actor, quota: Quota) -> None:
@@ -370,4 +369,4 @@ def delete_team_quota(*, actor: Actor, quota: Quota) -> None:
     require_platform_admin(actor, "delete team quotas")
     if quota.project_id is not None:
         raise DomainError("invalid", "This is a project's part of a quota, not a team quota.")
-    services.delete_quota(actor=actor, quota=quota)
+    delete_quota(actor=actor, quota=quota)

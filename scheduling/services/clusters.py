@@ -23,7 +23,7 @@ from scheduling.sealing import seal
 from scheduling.services.common import invalid_field
 from tenants.errors import ConflictError, DomainError
 from tenants.scope import Actor
-from tenants.services import (
+from tenants.services.organisation import (
     apply_changes,
     audit_value,
     delete_unused,

@@ -25,8 +25,9 @@ from django.conf import settings
 from django.db import DatabaseError, IntegrityError, connection, transaction
 from django.utils import timezone
 
-from scheduling import engine
 from scheduling.choices import TRANSITIONS, RequestStatus
+from scheduling.engine import planner
+from scheduling.engine.types import Admission, Policy, Preemption, Reservation, Waiting
 from scheduling.models import (
     Allocation,
     Cluster,
@@ -48,7 +49,7 @@ log = logging.getLogger(__name__)
 
 LEASE_NAME = "scheduling-cycle"
 LEASE_SECONDS = 60
-POLICY = engine.Policy(
+POLICY = Policy(
     reservation_wait_seconds=settings.SCHEDULING_RESERVATION_WAIT_SECONDS,
     priority_aging_seconds=settings.SCHEDULING_PRIORITY_AGING_SECONDS,
     fair_share_in_team=settings.SCHEDULING_FAIR_SHARE_IN_TEAM,
@@ -233,7 +234,7 @@ def _plan_with_engine(
     snapshot = build_snapshot(kueue_clusters=kueue)
     read_done = time.perf_counter()
     # 2. Decide.
-    plan = engine.plan(snapshot, now=now if now is not None else time.time(), policy=POLICY)
+    plan = planner.plan(snapshot, now=now if now is not None else time.time(), policy=POLICY)
     plan_done = time.perf_counter()
     # 3. Write.
     result = CycleResult(
@@ -269,7 +270,7 @@ def _after_commit(act: Callable[[int, int], None], request_id: int, attempt: int
     transaction.on_commit(lambda: act(request_id, attempt))
 
 
-def _admit(admissions: tuple[engine.Admission, ...]) -> list[tuple[int, int]]:
+def _admit(admissions: tuple[Admission, ...]) -> list[tuple[int, int]]:
     """Admit the plan's requests that are still queued, each with its allocation, in batches.
 
     Returns (request id, attempt) of each admitted request, in the plan's order.
@@ -319,7 +320,7 @@ def _admit(admissions: tuple[engine.Admission, ...]) -> list[tuple[int, int]]:
     return [(pk, attempts[pk]) for pk in by_id if pk in attempts]
 
 
-def _pool_of(admission: engine.Admission, node_pools: dict[str, int], default: int) -> int:
+def _pool_of(admission: Admission, node_pools: dict[str, int], default: int) -> int:
     """The pool of the admission's first node; the flavor's own when it names no node."""
     nodes = admission.node_ids
     return node_pools.get(nodes[0], default) if nodes else default
@@ -395,7 +396,7 @@ def _kueue_pool(request: GpuRequest, pools_in: dict[int, dict[int, NodePool]]) -
     return pools_in[request.cluster_id].get(request.flavor_id, request.flavor.pool)
 
 
-def _preempt(preemptions: tuple[engine.Preemption, ...]) -> list[tuple[int, int]]:
+def _preempt(preemptions: tuple[Preemption, ...]) -> list[tuple[int, int]]:
     """Evict the plan's victims, in batches: each one's allocation ends now and it goes back to
     the queue with its age, or fails once its tier's retry limit is used up.
 
@@ -404,7 +405,7 @@ def _preempt(preemptions: tuple[engine.Preemption, ...]) -> list[tuple[int, int]
     victim evicted, in the plan's order.
     """
     reason_of: dict[int, str] = {}
-    cause_of: dict[int, engine.Preemption] = {}
+    cause_of: dict[int, Preemption] = {}
     for preemption in preemptions:
         victim = int(preemption.victim_id)
         if victim not in cause_of:
@@ -519,7 +520,7 @@ def _preemption_notice(
 
 
 def _record_waiting(
-    waiting: tuple[engine.Waiting, ...], reservations: tuple[engine.Reservation, ...] = ()
+    waiting: tuple[Waiting, ...], reservations: tuple[Reservation, ...] = ()
 ) -> int:
     """Store why each still-queued request waits, the kind of wait, when capacity is reserved
     for it (backfilling) and its queue rank; returns the rows written.

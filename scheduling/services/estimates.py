@@ -16,10 +16,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 from scheduling.choices import Priority, RequestStatus, WorkloadKind
-from scheduling.engine import Snapshot
 from scheduling.engine.forecast import forecast
+from scheduling.engine.types import Snapshot
 from scheduling.models import Flavor, GpuRequest
-from scheduling.selectors import ratio_bands_by_request, runtime_history
+from scheduling.selectors.history import ratio_bands_by_request, runtime_history
 from scheduling.selectors.scheduler_modes import kueue_cluster_ids
 from scheduling.selectors.snapshot import (
     PENDING_FIELDS,

@@ -10,7 +10,7 @@ from django.utils import timezone
 from scheduling import dispatch
 from scheduling.choices import RequestStatus
 from scheduling.models import GpuRequest
-from scheduling.selectors import team_leads
+from scheduling.selectors.approvals import team_leads
 from scheduling.services.common import invalid_field, require_decider
 from scheduling.services.lifecycle import record_request_event
 from scheduling.services.notifications import notify

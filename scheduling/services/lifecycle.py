@@ -24,7 +24,7 @@ from scheduling.services.notifications import settle_approval_notices
 from tenants.errors import ConflictError
 from tenants.models import AuditEvent
 from tenants.scope import Actor
-from tenants.services import record_audit_event
+from tenants.services.organisation import record_audit_event
 
 TIMESTAMP_OF_STATUS: dict[str, str] = {
     RequestStatus.APPROVED: "approved_at",

@@ -28,7 +28,6 @@ import yaml
 from django.conf import settings
 from django.db.models import Q
 
-from scheduling import engine
 from scheduling.choices import RequestStatus
 from scheduling.engine.replay import (
     PolicyChange,
@@ -38,6 +37,7 @@ from scheduling.engine.replay import (
     Trace,
     replay,
 )
+from scheduling.engine.types import Quota, Snapshot
 from scheduling.models import Allocation, GpuRequest, Tier
 from scheduling.selectors.snapshot import (
     ALLOCATION_FIELDS,
@@ -136,7 +136,7 @@ def recorded_trace(*, days: float, now: datetime) -> Trace:
     )
 
 
-def load_policy_change(text: str, *, fleet: engine.Snapshot) -> PolicyChange:
+def load_policy_change(text: str, *, fleet: Snapshot) -> PolicyChange:
     """Parse a JSON or YAML policy change and check it against `fleet`; PolicyFileError says
     what is wrong."""
     try:
@@ -187,7 +187,7 @@ def load_policy_change(text: str, *, fleet: engine.Snapshot) -> PolicyChange:
         if guaranteed < 0 or limit < guaranteed:
             raise PolicyFileError(f"quotas[{i}]: need 0 <= guaranteed <= limit.")
         quotas.append(
-            engine.Quota(
+            Quota(
                 team=str(item["team"]),
                 flavor=flavor.id,
                 guaranteed=guaranteed * flavor.gpu_equivalent,

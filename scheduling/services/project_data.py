@@ -28,7 +28,7 @@ from scheduling.services.common import invalid_field
 from tenants.errors import DomainError, ForbiddenError
 from tenants.models import Project, Team, scope_of
 from tenants.scope import Actor
-from tenants.services import record_audit_event, require_platform_admin, save_valid
+from tenants.services.organisation import record_audit_event, require_platform_admin, save_valid
 
 SECRET_KEY_NAME = re.compile(r"^[-._a-zA-Z0-9]{1,253}$")
 SECRET_NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$")

@@ -10,7 +10,7 @@ from scheduling.services.common import invalid_field
 from tenants.errors import ConflictError, ForbiddenError
 from tenants.models import Project, Team, scope_of
 from tenants.scope import Actor
-from tenants.services import record_audit_event
+from tenants.services.organisation import record_audit_event
 
 
 def _require_quota_setter(actor: Actor, team: Team, project: Project | None) -> None:

@@ -27,17 +27,15 @@ from scheduling.choices import (
     WorkloadKind,
 )
 from scheduling.models import ApprovalRule, Cluster, Flavor, GpuRequest, gpu_equivalent_of
-from scheduling.selectors import (
+from scheduling.selectors.approvals import (
     DEFERRED_APPROVAL_ACTION,
-    PoolCapacity,
     deferred_approvals,
     deferring_lead,
-    pool_capacity,
-    quota_standing,
     team_leads,
-    tier_allowed_for_project,
 )
+from scheduling.selectors.catalog import PoolCapacity, pool_capacity, tier_allowed_for_project
 from scheduling.selectors.pilots import pilot_refusal
+from scheduling.selectors.quotas import quota_standing
 from scheduling.selectors.scheduler_modes import request_scheduler_mode
 from scheduling.services.blockers import approval_blocker
 from scheduling.services.clusters import check_request_cluster

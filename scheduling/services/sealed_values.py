@@ -9,7 +9,7 @@ from django.db import transaction
 
 from scheduling.models import Cluster, ProjectSecret
 from scheduling.sealing import SealError, reseal
-from tenants.services import record_audit_event
+from tenants.services.organisation import record_audit_event
 
 
 @dataclass(slots=True)

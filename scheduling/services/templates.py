@@ -17,14 +17,14 @@ from scheduling.services.requests import GpuRequestSpec, submit_gpu_request
 from tenants.errors import ConflictError, ForbiddenError
 from tenants.models import Team, scope_of
 from tenants.scope import Actor
-from tenants.services import (
+from tenants.services.organisation import (
     apply_changes,
     audit_value,
     known_fields,
     record_audit_event,
     save_valid,
+    signed_in_user,
 )
-from tenants.services.organisation import signed_in_user
 
 TEMPLATE_FIELDS = frozenset({"name", "description", *REQUEST_BODY_FIELDS})
 

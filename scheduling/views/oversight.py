@@ -12,10 +12,10 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
-from scheduling import services
 from scheduling.forms import ProjectQuotaForm
 from scheduling.models import Flavor
-from scheduling.selectors import quota_rows
+from scheduling.selectors.quotas import quota_rows
+from scheduling.services.quotas import set_quota
 from tenants.errors import DomainError
 from tenants.models import AuditEvent, Project, scope_of
 from tenants.selectors import audit_rows, filter_audit_events
@@ -38,7 +38,7 @@ def project_quota_set(request: HttpRequest, project_id: int, flavor_id: int) -> 
     error = "Give whole numbers of 0 or more for guaranteed and limit."
     if form.is_valid():
         try:
-            services.set_quota(
+            set_quota(
                 actor=request.user,
                 team=project.team,
                 project=project,

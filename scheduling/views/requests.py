@@ -15,7 +15,6 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
-from scheduling import services
 from scheduling.choices import (
     CANCELLABLE_STATUSES,
     FINISHED_STATUSES,
@@ -27,19 +26,30 @@ from scheduling.choices import (
 from scheduling.filters import RequestListFilter, list_title
 from scheduling.forms import DecisionForm, GpuRequestForm, initial_from_body
 from scheduling.models import Flavor, GpuRequest, RequestTemplate, UtilisationSample
-from scheduling.selectors import (
-    approval_inbox,
-    deferring_lead,
-    flavors_for_project,
-    governance_rules,
-    queue_quota_impacts,
-    quota_impact,
-)
+from scheduling.selectors.approvals import approval_inbox, deferring_lead
+from scheduling.selectors.catalog import flavors_for_project
 from scheduling.selectors.clusters import placed_cluster
+from scheduling.selectors.governance import governance_rules
 from scheduling.selectors.preemptions import last_preemption
 from scheduling.selectors.queue import fill_queue_positions
+from scheduling.selectors.quotas import queue_quota_impacts, quota_impact
 from scheduling.services.blockers import shown_blocker
 from scheduling.services.estimates import what_if
+from scheduling.services.governance import ask_lead, extend_runtime, grant_idle_exemption
+from scheduling.services.requests import (
+    approve_gpu_request,
+    approve_when_quota_frees,
+    cancel_gpu_request,
+    reject_gpu_request,
+    resume_gpu_request,
+    submit_gpu_request,
+)
+from scheduling.services.templates import (
+    request_body_of,
+    resubmit_gpu_request,
+    save_request_as_template,
+    template_body_of,
+)
 from tenants.errors import DomainError, show_on_form
 from tenants.models import AuditEvent, Project, scope_of
 
@@ -87,11 +97,11 @@ def _starting_point(request: HttpRequest, templates: QuerySet[RequestTemplate]) 
     if template_id.isdigit():
         template = templates.filter(pk=template_id).first()
         if template is not None:
-            body = services.template_body_of(template)
+            body = template_body_of(template)
     elif clone_id.isdigit():
         source = GpuRequest.objects.visible_to(request.user).filter(pk=clone_id).first()
         if source is not None:
-            body = services.request_body_of(source)
+            body = request_body_of(source)
     initial = initial_from_body(body)
     return {
         key: value.pk if isinstance(value, models.Model) else value
@@ -149,7 +159,7 @@ def request_new(request: HttpRequest) -> HttpResponse:
     )
     if request.method == "POST" and form.is_valid():
         try:
-            created = services.submit_gpu_request(actor=request.user, spec=form.spec())
+            created = submit_gpu_request(actor=request.user, spec=form.spec())
         except DomainError as error:
             show_on_form(form, error)
         else:
@@ -278,25 +288,23 @@ def request_govern(request: HttpRequest, pk: int, action: str) -> HttpResponse:
     text = request.POST.get("text", "")
     try:
         if action == "resume":
-            services.resume_gpu_request(actor=request.user, request=gpu_request)
+            resume_gpu_request(actor=request.user, request=gpu_request)
             messages.success(request, "Back in the queue with the same settings.")
         elif action.startswith("ask-"):
             about = "idle_exemption" if action == "ask-idle-exemption" else "extension"
-            services.ask_lead(actor=request.user, request=gpu_request, about=about, reason=text)
+            ask_lead(actor=request.user, request=gpu_request, about=about, reason=text)
             messages.success(request, "Your team lead has been asked.")
         elif action == "idle-exemption":
             hours = int(request.POST.get("amount", "0") or 0)
             if not 1 <= hours <= 72:
                 raise DomainError("invalid", "Give 1 to 72 hours.")
-            services.grant_idle_exemption(
-                actor=request.user, request=gpu_request, hours=hours, comment=text
-            )
+            grant_idle_exemption(actor=request.user, request=gpu_request, hours=hours, comment=text)
             messages.success(request, f"Exempt from idle reclamation for {hours} h.")
         else:
             extra_hours = float(request.POST.get("amount", "0") or 0)
             if not 0 < extra_hours <= 720:
                 raise DomainError("invalid", "Give up to 720 hours.")
-            services.extend_runtime(
+            extend_runtime(
                 actor=request.user,
                 request=gpu_request,
                 seconds=int(extra_hours * 3600),
@@ -315,7 +323,7 @@ def request_govern(request: HttpRequest, pk: int, action: str) -> HttpResponse:
 def request_cancel(request: HttpRequest, pk: int) -> HttpResponse:
     gpu_request = get_object_or_404(GpuRequest.objects.visible_to(request.user), pk=pk)
     try:
-        services.cancel_gpu_request(actor=request.user, request=gpu_request)
+        cancel_gpu_request(actor=request.user, request=gpu_request)
         messages.success(request, f"Request {pk} cancelled.")
     except DomainError as error:
         messages.error(request, error.message)
@@ -330,7 +338,7 @@ def request_resubmit(request: HttpRequest, pk: int) -> HttpResponse:
         GpuRequest.objects.visible_to(request.user).select_related("project", "flavor"), pk=pk
     )
     try:
-        created = services.resubmit_gpu_request(actor=request.user, request=gpu_request)
+        created = resubmit_gpu_request(actor=request.user, request=gpu_request)
     except DomainError as error:
         messages.error(request, error.message)
         return redirect("gpu-request-page", pk=pk)
@@ -344,7 +352,7 @@ def request_save_template(request: HttpRequest, pk: int) -> HttpResponse:
     """Keep a request's body as a template: one's own, or (a lead) the team's."""
     gpu_request = get_object_or_404(GpuRequest.objects.visible_to(request.user), pk=pk)
     try:
-        template = services.save_request_as_template(
+        template = save_request_as_template(
             actor=request.user,
             request=gpu_request,
             name=request.POST.get("name", "")[:80],
@@ -390,9 +398,9 @@ def approval_decide(request: HttpRequest, pk: int, decision: str) -> HttpRespons
 
 
 DECISIONS: dict[str, Callable[..., GpuRequest]] = {
-    "approve": services.approve_gpu_request,
-    "reject": services.reject_gpu_request,
-    "defer": services.approve_when_quota_frees,
+    "approve": approve_gpu_request,
+    "reject": reject_gpu_request,
+    "defer": approve_when_quota_frees,
 }
 
 

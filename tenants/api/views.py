@@ -12,7 +12,6 @@ from rest_framework.serializers import BaseSerializer
 from rest_framework.throttling import ScopedRateThrottle
 from rest_framework.views import APIView
 
-from tenants import services
 from tenants.api.authentication import NamedTokenAuthentication
 from tenants.api.base import ScopedModelViewSet, ScopedReadOnlyViewSet
 from tenants.api.filters import (
@@ -40,6 +39,18 @@ from tenants.selectors import notification_settings_of, primary_role, user_roles
 from tenants.services import webhooks as webhook_services
 from tenants.services.notification_settings import update_notification_settings
 from tenants.services.notifications import mark_notifications_read
+from tenants.services.organisation import (
+    add_membership,
+    change_membership,
+    create_project,
+    create_team,
+    delete_project,
+    delete_team,
+    record_audit_event,
+    remove_membership,
+    update_project,
+    update_team,
+)
 from tenants.services.tokens import issue_api_token
 
 
@@ -60,7 +71,7 @@ class TokenView(APIView):
             user=user, name=serializer.validated_data.get("name", "")
         )
         name = instance.label.name
-        services.record_audit_event(
+        record_audit_event(
             actor=user,
             action="auth.token_created",
             target=user,
@@ -138,19 +149,17 @@ class TeamViewSet(ScopedModelViewSet):
     ordering_fields = ["name", "created_at"]
 
     def perform_create(self, serializer: BaseSerializer) -> None:
-        serializer.instance = services.create_team(
-            actor=self.request.user, **serializer.validated_data
-        )
+        serializer.instance = create_team(actor=self.request.user, **serializer.validated_data)
 
     def perform_update(self, serializer: BaseSerializer) -> None:
-        serializer.instance = services.update_team(
+        serializer.instance = update_team(
             actor=self.request.user,
             team=cast(Team, serializer.instance),
             **serializer.validated_data,
         )
 
     def perform_destroy(self, instance: Team) -> None:
-        services.delete_team(actor=self.request.user, team=instance)
+        delete_team(actor=self.request.user, team=instance)
 
 
 class ProjectViewSet(ScopedModelViewSet):
@@ -162,19 +171,17 @@ class ProjectViewSet(ScopedModelViewSet):
     ordering_fields = ["name", "created_at"]
 
     def perform_create(self, serializer: BaseSerializer) -> None:
-        serializer.instance = services.create_project(
-            actor=self.request.user, **serializer.validated_data
-        )
+        serializer.instance = create_project(actor=self.request.user, **serializer.validated_data)
 
     def perform_update(self, serializer: BaseSerializer) -> None:
-        serializer.instance = services.update_project(
+        serializer.instance = update_project(
             actor=self.request.user,
             project=cast(Project, serializer.instance),
             **serializer.validated_data,
         )
 
     def perform_destroy(self, instance: Project) -> None:
-        services.delete_project(actor=self.request.user, project=instance)
+        delete_project(actor=self.request.user, project=instance)
 
 
 class MembershipViewSet(ScopedModelViewSet):
@@ -186,19 +193,17 @@ class MembershipViewSet(ScopedModelViewSet):
     ordering_fields = ["created_at"]
 
     def perform_create(self, serializer: BaseSerializer) -> None:
-        serializer.instance = services.add_membership(
-            actor=self.request.user, **serializer.validated_data
-        )
+        serializer.instance = add_membership(actor=self.request.user, **serializer.validated_data)
 
     def perform_update(self, serializer: BaseSerializer) -> None:
-        serializer.instance = services.change_membership(
+        serializer.instance = change_membership(
             actor=self.request.user,
             membership=cast(Membership, serializer.instance),
             **serializer.validated_data,
         )
 
     def perform_destroy(self, instance: Membership) -> None:
-        services.remove_membership(actor=self.request.user, membership=instance)
+        remove_membership(actor=self.request.user, membership=instance)
 
 
 class CanReadAuditTrail(permissions.BasePermission):

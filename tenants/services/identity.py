@@ -33,7 +33,7 @@ from django.utils import timezone
 from tenants.choices import ORGANISATION_ROLES, TEAM_ROLES, Role
 from tenants.models import AuditEvent, Membership, OidcIdentity, Team
 from tenants.scope import Actor
-from tenants.services import record_audit_event
+from tenants.services.organisation import record_audit_event
 
 logger = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from accounting.periods import billing_zone, month_bounds
 from accounting.selectors.usage import current_month
-from accounting.services import meter_usage
+from accounting.services.metering import meter_usage
 from tests.accounting.factories import make_allocation, make_request, set_price
 from tests.scheduling.conftest import Fleet
 from tests.support.personas import Org, api_client

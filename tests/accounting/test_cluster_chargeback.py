@@ -12,7 +12,7 @@ from django.test import Client
 from django.urls import reverse
 
 from accounting.selectors.usage import UsageQuery, chargeback
-from accounting.services import meter_usage
+from accounting.services.metering import meter_usage
 from scheduling.models import Cluster, NodePool, local_cluster_id
 from tests.accounting.factories import make_allocation, make_request, set_price
 from tests.scheduling.conftest import Fleet

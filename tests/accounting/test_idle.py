@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from accounting.selectors.usage import UsageQuery, chargeback, pool_rate
-from accounting.services import meter_usage
+from accounting.services.metering import meter_usage
 from scheduling.models import GpuDevice, Node, NodePool
 from tests.accounting.factories import make_allocation, make_request, set_price
 from tests.scheduling.conftest import Fleet

@@ -15,7 +15,7 @@ from django.db.models import Sum
 
 from accounting.models import DailyUsage, MonthlyUsage, TeamMonthlyUsage, UsageRecord
 from accounting.selectors.usage import UsageQuery, usage_rows
-from accounting.services import USAGE_COLUMNS
+from accounting.services.ingest import USAGE_COLUMNS
 from tests.scheduling.conftest import Fleet
 from tests.support.personas import Org
 

@@ -12,9 +12,10 @@ from django.urls import reverse
 from django.utils import timezone
 
 from accounting.models import Price
-from scheduling import services
 from scheduling.choices import RequestStatus
 from scheduling.models import GpuRequest, Quota
+from scheduling.services.governance import ask_lead
+from scheduling.services.requests import approve_deferred_requests, cancel_gpu_request
 from tests.scheduling.conftest import Fleet
 from tests.support.cross_tenant import covers
 from tests.support.factories import GpuRequestFactory
@@ -42,7 +43,7 @@ def test_inbox_shows_approvals_and_asks_with_cost_and_quota_impact(org: Org, fle
     priced(fleet, "3")
     pending = GpuRequestFactory.create(project=org.project_a, flavor=fleet.a100, gpu_count=2)
     running = GpuRequestFactory.create(project=org.project_a, flavor=fleet.l4_6g, to="running")
-    services.ask_lead(actor=org.dev_a, request=running, about="extension", reason="one more epoch")
+    ask_lead(actor=org.dev_a, request=running, about="extension", reason="one more epoch")
     page = login(org.lead_a).get(reverse("approvals-page")).content.decode()
     row = page[page.index(f'id="inbox-approval-{pending.pk}"') :]
     # 2 GPUs × 3 EUR/h × the 1 h max runtime; quota in use goes from 0 to 2.
@@ -54,7 +55,7 @@ def test_inbox_shows_approvals_and_asks_with_cost_and_quota_impact(org: Org, fle
 
 def test_an_answered_ask_leaves_the_inbox(org: Org, fleet: Fleet) -> None:
     running = GpuRequestFactory.create(project=org.project_a, flavor=fleet.l4_6g, to="running")
-    services.ask_lead(actor=org.dev_a, request=running, about="idle_exemption", reason="debug")
+    ask_lead(actor=org.dev_a, request=running, about="idle_exemption", reason="debug")
     client = login(org.lead_a)
     response = client.post(
         reverse("gpu-request-govern-page", args=[running.pk, "idle-exemption"]),
@@ -111,9 +112,9 @@ def test_approve_to_run_when_quota_frees(org: Org, fleet: Fleet) -> None:
     waiting.refresh_from_db()
     assert waiting.status == RequestStatus.PENDING_APPROVAL  # the limit is never passed
     assert 'data-testid="deferred"' in client.get(reverse("approvals-page")).content.decode()
-    assert services.approve_deferred_requests() == 0  # still no room
-    services.cancel_gpu_request(actor=org.dev_a, request=holder)
-    assert services.approve_deferred_requests() == 1
+    assert approve_deferred_requests() == 0  # still no room
+    cancel_gpu_request(actor=org.dev_a, request=holder)
+    assert approve_deferred_requests() == 1
     waiting.refresh_from_db()
     assert waiting.status == RequestStatus.QUEUED and waiting.approved_by == org.lead_a
 
@@ -121,7 +122,7 @@ def test_approve_to_run_when_quota_frees(org: Org, fleet: Fleet) -> None:
 def test_lead_dashboard_counts_open_asks_beside_approvals(org: Org, fleet: Fleet) -> None:
     GpuRequestFactory.create(project=org.project_a, flavor=fleet.a100)
     running = GpuRequestFactory.create(project=org.project_a, flavor=fleet.l4_6g, to="running")
-    services.ask_lead(actor=org.dev_a, request=running, about="extension", reason="more epochs")
+    ask_lead(actor=org.dev_a, request=running, about="extension", reason="more epochs")
     page = login(org.lead_a).get(reverse("home")).content.decode()
     assert 'data-testid="pending-approvals">1<' in page
     assert 'data-testid="open-asks">1<' in page
@@ -196,8 +197,8 @@ def test_bulk_approve_over_quota_offers_and_performs_run_when_quota_frees(
     detail = login(org.dev_a).get(reverse("gpu-request-page", args=[over.pk])).content.decode()
     assert 'data-testid="deferred-reason"' in detail and "lead_a" in detail
     fits.refresh_from_db()
-    services.cancel_gpu_request(actor=org.dev_a, request=fits)
-    assert services.approve_deferred_requests() == 1
+    cancel_gpu_request(actor=org.dev_a, request=fits)
+    assert approve_deferred_requests() == 1
     over.refresh_from_db()
     assert over.status == RequestStatus.QUEUED
 
@@ -223,7 +224,7 @@ def test_bulk_run_when_quota_frees_leaves_other_teams_requests_alone(
     login(org.lead_b).post(reverse("approvals-bulk"), {"decision": "defer", "ids": [theirs.pk]})
     theirs.refresh_from_db()
     assert theirs.status == RequestStatus.PENDING_APPROVAL
-    assert services.approve_deferred_requests() == 0
+    assert approve_deferred_requests() == 0
 
 
 def test_rejecting_a_row_reloads_the_inbox_so_the_rows_below_recount(

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from accounting.models import AllocationMeter, DailyUsage, MonthlyUsage, UsageRecord
 from accounting.periods import month_bounds, next_month, seconds_between
-from accounting.services import meter_usage
+from accounting.services.metering import meter_usage
 from tests.accounting.factories import make_allocation, make_request, set_price
 from tests.scheduling.conftest import Fleet
 from tests.support.personas import Org

@@ -13,7 +13,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from accounting.selectors.dashboards import finance
-from accounting.services import meter_usage
+from accounting.services.metering import meter_usage
 from accounting.services.statements import close_statement
 from tests.accounting.factories import make_allocation, make_request, set_price
 from tests.scheduling.conftest import Fleet

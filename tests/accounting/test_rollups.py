@@ -20,7 +20,8 @@ from hypothesis import strategies as st
 
 from accounting.models import DailyUsage, MonthlyUsage, TeamMonthlyUsage, UsageRecord
 from accounting.selectors.usage import UsageQuery, usage_rows
-from accounting.services import ingest_usage, ingest_usage_csv, meter_usage
+from accounting.services.ingest import ingest_usage, ingest_usage_csv
+from accounting.services.metering import meter_usage
 from tenants.errors import DomainError
 from tests.accounting.factories import make_allocation, make_request, set_price
 from tests.scheduling.conftest import Fleet

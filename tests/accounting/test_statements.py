@@ -15,7 +15,7 @@ from openpyxl import load_workbook
 from accounting.models import MonthlyUsage, Price, Statement
 from accounting.periods import billing_zone, month_bounds
 from accounting.selectors.usage import current_month
-from accounting.services import meter_usage
+from accounting.services.metering import meter_usage
 from tenants.models import AuditEvent
 from tests.accounting.factories import make_allocation, make_request, set_price
 from tests.scheduling.conftest import Fleet

@@ -14,7 +14,7 @@ from django.utils import timezone
 from openpyxl import load_workbook
 
 from accounting.models import Budget
-from accounting.services import meter_usage
+from accounting.services.metering import meter_usage
 from scheduling.demo import seed_demo_fleet
 from scheduling.models import Flavor
 from tests.accounting.factories import make_allocation, make_request, set_price

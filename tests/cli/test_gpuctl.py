@@ -22,9 +22,9 @@ from click.testing import CliRunner
 from knox.models import AuthToken
 
 from gpuctl.cli import cli
-from scheduling import services
 from scheduling.models import GpuRequest
-from scheduling.services.requests import GpuRequestSpec
+from scheduling.services.requests import GpuRequestSpec, submit_gpu_request
+from scheduling.services.templates import create_request_template
 from tests.cli.conftest import GPUCTL_TIMEOUT_SECONDS, Gpuctl, gpuctl_command
 from tests.support.factories import admit, launch, report_running
 from tests.support.fleet import Fleet
@@ -207,7 +207,7 @@ def test_errors_print_the_api_message_and_exit_non_zero(
     missing = gpuctl("get", "999999")
     assert missing.returncode == 1 and "Not found" in missing.stderr
 
-    theirs = services.submit_gpu_request(
+    theirs = submit_gpu_request(
         actor=org.dev_b,
         spec=GpuRequestSpec(
             project=org.project_b,
@@ -242,7 +242,7 @@ def test_errors_print_the_api_message_and_exit_non_zero(
 def test_templates_quota_and_a_token_from_the_environment(
     gpuctl: Gpuctl, org: Org, fleet: Fleet
 ) -> None:
-    services.create_request_template(
+    create_request_template(
         actor=org.lead_a,
         team=org.team_a,
         is_shared=True,

@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
-from scheduling.engine import (
+from scheduling.engine.state import FleetState, Shape, shape_of
+from scheduling.engine.types import (
     MIG_PROFILES,
     Allocation,
     DeviceClaim,
@@ -20,7 +21,6 @@ from scheduling.engine import (
     Team,
     vgpu_equivalent,
 )
-from scheduling.engine.state import FleetState, Shape, shape_of
 
 MEM = 81_920
 FLAVORS: tuple[Flavor, ...] = (

@@ -18,8 +18,15 @@ from collections import defaultdict
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 
-from scheduling.engine import DeviceClaim, Flavor, Plan, Request, Snapshot
-from scheduling.engine.types import MIG_PROFILES, mig_bits
+from scheduling.engine.types import (
+    MIG_PROFILES,
+    DeviceClaim,
+    Flavor,
+    Plan,
+    Request,
+    Snapshot,
+    mig_bits,
+)
 
 
 @dataclass(slots=True)

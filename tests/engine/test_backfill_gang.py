@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from scheduling.engine import Allocation, Policy, Priority, Scheduler
+from scheduling.engine.planner import Scheduler
 from scheduling.engine.state import gang_layout
+from scheduling.engine.types import Allocation, Policy, Priority
 
 from .builders import alloc, fleet, node, req, whole_claims
 

@@ -6,8 +6,9 @@ from dataclasses import replace
 
 import pytest
 
-from scheduling.engine import Policy, Quota, Snapshot, Team, plan
 from scheduling.engine.blockers import Blocker, explain_waits
+from scheduling.engine.planner import plan
+from scheduling.engine.types import Policy, Quota, Snapshot, Team
 
 from .builders import EXCL, alloc, fleet, mig_claim, node, req, whole_claims
 

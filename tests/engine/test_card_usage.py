@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as hs
 
-from scheduling.engine import Scheduler
+from scheduling.engine.planner import Scheduler
 from scheduling.engine.simulate import starting_snapshot
 from scheduling.engine.types import (
     CardUsage,

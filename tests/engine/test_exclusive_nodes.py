@@ -6,7 +6,8 @@ from dataclasses import replace
 
 import pytest
 
-from scheduling.engine import Policy, plan
+from scheduling.engine.planner import plan
+from scheduling.engine.types import Policy
 
 from .builders import EXCL, alloc, fleet, node, req, whole_claims
 

@@ -13,9 +13,10 @@ from dataclasses import replace
 from hypothesis import given
 from hypothesis import strategies as hs
 
-from scheduling.engine import GpuDevice, Node, Policy, Request, Scheduler, Snapshot, plan
 from scheduling.engine.fgd import FragmentationMeter, WorkloadMix, queue_mix
+from scheduling.engine.planner import Scheduler, plan
 from scheduling.engine.state import FleetState, shape_of
+from scheduling.engine.types import GpuDevice, Node, Policy, Request, Snapshot
 
 from .builders import FLAVOR, MEM, alloc, fleet, node, req, whole_claims
 from .test_host_resources import (

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from scheduling.engine import Pool, Taint
 from scheduling.engine.filters import (
     capacity,
     fit_node,
@@ -18,6 +17,7 @@ from scheduling.engine.filters import (
     shared_node,
 )
 from scheduling.engine.state import shape_of
+from scheduling.engine.types import Pool, Taint
 
 from .builders import FLAVOR, alloc, fleet, node, req, state_and_shape, whole_claims
 

@@ -7,7 +7,6 @@ from dataclasses import replace
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as hs
 
-from scheduling.engine import Priority, Snapshot
 from scheduling.engine.forecast import (
     DECLARED,
     RatioBand,
@@ -17,6 +16,7 @@ from scheduling.engine.forecast import (
     ratio_band,
     simulate_starts,
 )
+from scheduling.engine.types import Priority, Snapshot
 
 from .builders import alloc, fleet, mig_claim, node, req, whole_claims
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from bench.fragmentation import PLACERS, bursty_day, demand_ge, draw_requests, fill, mixed_fleet
-from scheduling.engine import Policy
 from scheduling.engine.replay import replay
+from scheduling.engine.types import Policy
 
 
 def test_fill_stops_at_full_demand_and_never_allocates_more_than_the_fleet() -> None:

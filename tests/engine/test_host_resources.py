@@ -16,7 +16,9 @@ from dataclasses import replace
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as hs
 
-from scheduling.engine import (
+from scheduling.engine.blockers import explain_waits
+from scheduling.engine.planner import plan
+from scheduling.engine.types import (
     MIG_PROFILES,
     Allocation,
     DeviceClaim,
@@ -29,9 +31,7 @@ from scheduling.engine import (
     Request,
     Snapshot,
     Team,
-    plan,
 )
-from scheduling.engine.blockers import explain_waits
 
 from .builders import FLAVOR, MEM, fleet, node, req
 

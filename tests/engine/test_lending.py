@@ -14,8 +14,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as hs
 
-from scheduling.engine import Allocation, Plan, Policy, Quota, Request, Snapshot, Team, plan
+from scheduling.engine.planner import plan
 from scheduling.engine.quota import QuotaLedger, lendable_capacity
+from scheduling.engine.types import Allocation, Plan, Policy, Quota, Request, Snapshot, Team
 
 from .builders import EXCL, FLAVORS, MIG, VGPU, fleet, node, req
 

@@ -21,7 +21,8 @@ import pytest
 
 from bench import product
 from bench.yardsticks import Yardsticks, class_fair_gap, measure
-from scheduling.engine import Plan, Policy, Snapshot, Waiting, plan
+from scheduling.engine.planner import plan
+from scheduling.engine.types import Plan, Policy, Snapshot, Waiting
 
 SEEDS = (3, 7, 11)
 Builder = Callable[[Snapshot, Plan, float], Plan]

@@ -9,8 +9,8 @@ from dataclasses import replace
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scheduling.engine import GpuDevice, Node, Snapshot, plan
-from scheduling.engine.types import mig_layout_starts
+from scheduling.engine.planner import plan
+from scheduling.engine.types import GpuDevice, Node, Snapshot, mig_layout_starts
 from tests.engine.builders import alloc, fleet, mig_claim, node, req
 
 # The demo's H100 node: four cards of 7 x 1g.10gb and four of 2 x 3g.40gb (28 + 8 instances).

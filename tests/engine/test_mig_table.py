@@ -6,7 +6,6 @@ from dataclasses import replace
 
 import pytest
 
-from scheduling.engine import plan
 from scheduling.engine.blockers import explain_waits
 from scheduling.engine.mig import (
     MIG_GPUS,
@@ -16,6 +15,7 @@ from scheduling.engine.mig import (
     profile_problem,
     profile_share,
 )
+from scheduling.engine.planner import plan
 from scheduling.engine.types import MIG_PROFILES
 from tests.engine.builders import fleet, node, req
 

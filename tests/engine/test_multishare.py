@@ -11,9 +11,10 @@ from typing import Any
 
 import pytest
 
-from scheduling.engine import DeviceClaim, Policy, Priority, Quota, Scheduler, Team, plan
 from scheduling.engine.filters import capacity, fit_node, max_shares
 from scheduling.engine.index import CapacityIndex
+from scheduling.engine.planner import Scheduler, plan
+from scheduling.engine.types import DeviceClaim, Policy, Priority, Quota, Team
 
 from .builders import FLAVOR, MEM, alloc, fleet, mig_claim, node, req, state_and_shape
 
@@ -389,7 +390,7 @@ def test_a_multi_share_victim_frees_every_share_it_holds() -> None:
 
 
 def test_spread_pool_spreads_multi_share_requests_onto_the_emptier_node() -> None:
-    from scheduling.engine import Pool
+    from scheduling.engine.types import Pool
 
     spread = Pool("vgpu", sharing="vgpu", scoring="spread")
     snap = fleet(

@@ -19,7 +19,8 @@ from collections.abc import Callable
 
 import pytest
 
-from scheduling.engine import Plan, Policy, Priority, Quota, Snapshot, Team, plan
+from scheduling.engine.planner import plan
+from scheduling.engine.types import Plan, Policy, Priority, Quota, Snapshot, Team
 
 from .builders import alloc, fleet, node, req, whole_claims
 

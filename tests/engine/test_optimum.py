@@ -37,7 +37,8 @@ from itertools import combinations
 
 import pytest
 
-from scheduling.engine import Node, Plan, Policy, Priority, Quota, Request, Snapshot, Team, plan
+from scheduling.engine.planner import plan
+from scheduling.engine.types import Node, Plan, Policy, Priority, Quota, Request, Snapshot, Team
 
 from .builders import EXCL, FLAVOR, MEM, VGPU, fleet, node
 

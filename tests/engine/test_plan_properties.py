@@ -22,7 +22,9 @@ from dataclasses import dataclass
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as hs
 
-from scheduling.engine import (
+from scheduling.engine.planner import plan
+from scheduling.engine.types import (
+    MIG_PROFILES,
     Allocation,
     DeviceClaim,
     Flavor,
@@ -36,10 +38,9 @@ from scheduling.engine import (
     Snapshot,
     Taint,
     Team,
-    plan,
+    mig_bits,
     vgpu_equivalent,
 )
-from scheduling.engine.types import MIG_PROFILES, mig_bits
 
 from .fleet_model import FleetModel
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from scheduling.engine import Policy, Scheduler, plan
+from scheduling.engine.planner import Scheduler, plan
+from scheduling.engine.types import Policy
 
 from .builders import fleet, node, req
 

@@ -3,7 +3,8 @@ its requests in whichever of those pools fits, and never outside them."""
 
 from __future__ import annotations
 
-from scheduling.engine import Pool, Request, Snapshot, plan
+from scheduling.engine.planner import plan
+from scheduling.engine.types import Pool, Request, Snapshot
 
 from .builders import alloc, fleet, node, req, whole_claims
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from scheduling.engine import Allocation, Policy, Priority, Quota, Scheduler, Team
+from scheduling.engine.planner import Scheduler
+from scheduling.engine.types import Allocation, Policy, Priority, Quota, Team
 
 from .builders import alloc, fleet, node, req, whole_claims
 

@@ -16,7 +16,8 @@ from dataclasses import dataclass, replace
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as hs
 
-from scheduling.engine import (
+from scheduling.engine.planner import plan
+from scheduling.engine.types import (
     MIG_PROFILES,
     Allocation,
     DeviceClaim,
@@ -26,7 +27,6 @@ from scheduling.engine import (
     Request,
     Snapshot,
     Team,
-    plan,
 )
 
 from .builders import FLAVOR, FLAVORS, MEM, fleet, node
@@ -229,8 +229,8 @@ def test_multi_share_admissions_take_n_shares_on_one_node(snap: Snapshot) -> Non
 @SETTINGS
 @given(snapshots())
 def test_capacity_index_matches_a_fresh_rebuild_after_the_cycle(snap: Snapshot) -> None:
-    from scheduling.engine import Scheduler
     from scheduling.engine.index import CapacityIndex
+    from scheduling.engine.planner import Scheduler
 
     sched = Scheduler(snap)
     sched.plan(NOW)

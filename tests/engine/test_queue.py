@@ -5,8 +5,9 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as hs
 
-from scheduling.engine import Policy, Pool, Priority, Request, Scheduler, Team
+from scheduling.engine.planner import Scheduler
 from scheduling.engine.queue import FairQueue
+from scheduling.engine.types import Policy, Pool, Priority, Request, Team
 
 from .builders import alloc, fleet, node, req, whole_claims
 

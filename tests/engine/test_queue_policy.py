@@ -24,8 +24,9 @@ from dataclasses import dataclass, field, replace
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as hs
 
-from scheduling.engine import Allocation, Member, Plan, Policy, Priority, Request, plan
+from scheduling.engine.planner import plan
 from scheduling.engine.queue import FairQueue, aged_priority
+from scheduling.engine.types import Allocation, Member, Plan, Policy, Priority, Request
 
 from .builders import fleet, node, req
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from scheduling.engine import Quota, Scheduler, Team
+from scheduling.engine.planner import Scheduler
 from scheduling.engine.quota import Lending, QuotaLedger
+from scheduling.engine.types import Quota, Team
 
 from .builders import fleet, node, req
 

@@ -9,7 +9,7 @@ from dataclasses import replace
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as hs
 
-from scheduling.engine import Allocation, Policy, Quota, Request, Team, plan
+from scheduling.engine.planner import plan
 from scheduling.engine.replay import (
     PolicyChange,
     RunningAtStart,
@@ -20,6 +20,7 @@ from scheduling.engine.replay import (
     water_fill,
 )
 from scheduling.engine.simulate import starting_snapshot
+from scheduling.engine.types import Allocation, Policy, Quota, Request, Team
 from tests.engine.builders import FLAVOR, alloc, fleet, node, req, whole_claims
 
 CYCLE = 10.0

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from scheduling.engine import Policy, Pool, Priority, Quota, Scheduler, Taint, Team, plan
+from scheduling.engine.planner import Scheduler, plan
+from scheduling.engine.types import Policy, Pool, Priority, Quota, Taint, Team
 
 from .builders import alloc, fleet, mig_claim, node, req, whole_claims
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from scheduling.engine import Policy, Pool, Scheduler
 from scheduling.engine.filters import NODE_FILTERS
+from scheduling.engine.planner import Scheduler
 from scheduling.engine.scores import (
     SCORES,
     device_packing,
@@ -16,6 +16,7 @@ from scheduling.engine.scores import (
     tier,
 )
 from scheduling.engine.state import Claim, FleetState, Shape
+from scheduling.engine.types import Policy, Pool
 
 from .builders import EXCL, MIG, VGPU, alloc, fleet, node, req, state_and_shape, whole_claims
 

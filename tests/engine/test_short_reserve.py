@@ -8,8 +8,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as hs
 
-from scheduling.engine import Pool, Priority, Quota, Request, Scheduler, Snapshot, plan
+from scheduling.engine.planner import Scheduler, plan
 from scheduling.engine.reserve import format_duration, is_long, leaves_reserve
+from scheduling.engine.types import Pool, Priority, Quota, Request, Snapshot
 
 from .builders import alloc, fleet, node, req, whole_claims
 

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from scheduling.engine import Policy, plan
+from scheduling.engine.planner import plan
 from scheduling.engine.simulate import RollingScheduler
+from scheduling.engine.types import Policy
 
 from .builders import alloc, fleet, node, req
 

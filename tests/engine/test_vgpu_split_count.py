@@ -9,8 +9,8 @@ from dataclasses import replace
 from hypothesis import given, settings
 from hypothesis import strategies as hs
 
-from scheduling.engine import Policy, Scheduler
-from scheduling.engine.types import DeviceClaim, GpuDevice, Node, Snapshot
+from scheduling.engine.planner import Scheduler
+from scheduling.engine.types import DeviceClaim, GpuDevice, Node, Policy, Snapshot
 
 from .builders import alloc, fleet, node, req
 

@@ -6,6 +6,7 @@ import pytest
 from django.urls import reverse
 
 from scheduling.models import Allocation, UtilisationSample
+from scheduling.services.requests import cancel_gpu_request
 from tests.governance.conftest import Runner
 from tests.support.personas import Org, api_client
 
@@ -59,10 +60,9 @@ def test_owner_asks_and_developers_cannot_grant(
 
 
 def test_extension_of_finished_work_is_409(org: Org, running: Runner) -> None:
-    from scheduling import services
 
     request = running(minutes_ago=5)
-    services.cancel_gpu_request(actor=org.dev_a, request=request)
+    cancel_gpu_request(actor=org.dev_a, request=request)
     response = api_client(org.lead_a).post(
         url("gpu-request-extend", request.pk), {"seconds": 600}, format="json"
     )

@@ -20,10 +20,10 @@ from runtime.cluster.simulated import SCALED_TO_ZERO, SimulatedCluster
 from runtime.models import SimulatedWorkload
 from runtime.services import execution
 from runtime.services.reclaim import enforce_reclaim_policies
-from scheduling import services
 from scheduling.choices import RequestStatus
 from scheduling.models import Allocation, GpuRequest, ReclaimPolicy, Tier, UtilisationSample
 from scheduling.services import cycle
+from scheduling.services.quotas import set_quota
 from tests.governance.conftest import Runner
 from tests.scheduling.conftest import Fleet
 from tests.support.factories import GpuRequestFactory
@@ -138,8 +138,8 @@ def borrow_then_preempt(
 ) -> tuple[GpuRequest, GpuRequest]:
     """Team A runs a borrowed 12-card job; team B's 8-card job then preempts it."""
     Tier.objects.get(slug="training").allowed_teams.add(org.team_b)
-    services.set_quota(actor=org.admin, team=org.team_a, flavor=fleet.a100, guaranteed=4, limit=16)
-    services.set_quota(actor=org.admin, team=org.team_b, flavor=fleet.a100, guaranteed=12, limit=16)
+    set_quota(actor=org.admin, team=org.team_a, flavor=fleet.a100, guaranteed=4, limit=16)
+    set_quota(actor=org.admin, team=org.team_b, flavor=fleet.a100, guaranteed=12, limit=16)
     borrower = GpuRequestFactory.create(
         project=org.project_a,
         flavor=fleet.a100,

@@ -11,9 +11,9 @@ from django.utils import timezone
 from runtime.cluster.simulated import SimulatedCluster
 from runtime.models import SimulatedWorkload
 from runtime.services.reclaim import enforce_reclaim_policies
-from scheduling import services
 from scheduling.choices import RequestStatus
 from scheduling.models import Allocation, Node
+from scheduling.services.quotas import set_quota
 from tests.governance.conftest import Runner
 from tests.scheduling.conftest import Fleet
 from tests.support.personas import Org
@@ -24,7 +24,7 @@ pytestmark = pytest.mark.django_db
 def test_a_lost_node_of_a_gang_stops_every_rank_and_requeues_it_with_its_age(
     running: Runner, org: Org, fleet: Fleet, django_capture_on_commit_callbacks: Any
 ) -> None:
-    services.set_quota(actor=org.admin, team=org.team_a, flavor=fleet.a100, guaranteed=16, limit=32)
+    set_quota(actor=org.admin, team=org.team_a, flavor=fleet.a100, guaranteed=16, limit=32)
     request = running(minutes_ago=5, flavor=fleet.a100, gpu_count=16, max_runtime_seconds=3600)
     allocation = Allocation.objects.get(request=request)
     nodes = allocation.node_name.split(",")

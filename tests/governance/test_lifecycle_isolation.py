@@ -13,11 +13,11 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from scheduling import services
 from scheduling.choices import RequestStatus
 from scheduling.models import Allocation, GpuRequest, NodePool
-from scheduling.selectors import fleet_overview
+from scheduling.selectors.fleet import fleet_overview
 from scheduling.services import cycle
+from scheduling.services.quotas import set_quota
 from tests.governance.conftest import Runner
 from tests.scheduling.conftest import Fleet
 from tests.support.factories import GpuRequestFactory
@@ -30,7 +30,7 @@ HOUR = 3600
 @pytest.fixture
 def reserved(org: Org, fleet: Fleet) -> NodePool:
     """The 16-GPU A100 pool keeps 25 % (4 GPUs) for requests up to 2 h."""
-    services.set_quota(actor=org.admin, team=org.team_a, flavor=fleet.a100, guaranteed=32, limit=32)
+    set_quota(actor=org.admin, team=org.team_a, flavor=fleet.a100, guaranteed=32, limit=32)
     NodePool.objects.filter(slug="a100-training").update(
         short_reserve_fraction=0.25, short_max_runtime_seconds=2 * HOUR
     )

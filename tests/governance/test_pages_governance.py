@@ -68,7 +68,7 @@ def test_fleet_page_shows_allocation_and_stranded_capacity(org: Org, running: Ru
 
 
 def test_fleet_overview_counts_stranded_vgpu_memory(org: Org, running: Runner) -> None:
-    from scheduling.selectors import fleet_overview
+    from scheduling.selectors.fleet import fleet_overview
 
     running(minutes_ago=5, gpu_memory_mib=20480)  # leaves 4 GiB: less than a 6 GiB share
     l4 = next(p for p in fleet_overview() if p.pool == "l4-vgpu")

@@ -14,6 +14,7 @@ from runtime.models import SimulatedWorkload
 from runtime.services.reclaim import enforce_reclaim_policies
 from scheduling.choices import RequestStatus
 from scheduling.models import Allocation, GpuRequest, Node, UtilisationSample
+from scheduling.services.governance import grant_idle_exemption
 from tenants.models import AuditEvent
 from tests.governance.conftest import Runner
 
@@ -74,11 +75,10 @@ def test_busy_work_is_left_alone(running: Runner) -> None:
 
 
 def test_an_exemption_keeps_idle_work(running: Runner, org: Any) -> None:
-    from scheduling import services
 
     request = running(minutes_ago=60)
     add_samples(request, minutes=60, activity=0.0)
-    services.grant_idle_exemption(actor=org.lead_a, request=request, hours=2)
+    grant_idle_exemption(actor=org.lead_a, request=request, hours=2)
     assert enforce(timezone.now() + timedelta(minutes=30)) == {}
 
 

@@ -18,10 +18,11 @@ from runtime.cluster.simulated import SimulatedCluster
 from runtime.models import SimulatedWorkload
 from runtime.services import execution
 from runtime.services.inventory import apply_inventory
-from scheduling import services
 from scheduling.choices import RequestStatus
 from scheduling.models import Allocation, GpuRequest, Node, ReclaimPolicy
 from scheduling.selectors.snapshot import build_snapshot
+from scheduling.services.governance import extend_runtime
+from scheduling.services.quotas import delete_quota, set_quota
 from tenants.models import AuditEvent
 from tests.governance.conftest import Runner
 from tests.scheduling.conftest import Fleet
@@ -63,7 +64,7 @@ def test_an_extension_moves_the_running_jobs_deadline(
     assert workload.deadline_at == workload.starts_at + timedelta(hours=4)
     assert workload.starts_at > workload.created_at
     with django_capture_on_commit_callbacks(execute=True):
-        services.extend_runtime(actor=org.lead_a, request=request, seconds=3600)
+        extend_runtime(actor=org.lead_a, request=request, seconds=3600)
     workload.refresh_from_db()
     started = Allocation.objects.get(request=request).started_at
     assert workload.deadline_at == (started or workload.starts_at) + timedelta(hours=5)
@@ -337,7 +338,7 @@ def test_a_quota_change_pushes_every_gpu_resource_to_the_namespace(
     recorder = Recorder()
     monkeypatch.setattr(execution, "cluster_backend", lambda: recorder)
     with django_capture_on_commit_callbacks(execute=True):
-        quota = services.set_quota(
+        quota = set_quota(
             actor=org.lead_a,
             team=org.team_a,
             project=org.project_a,
@@ -357,7 +358,7 @@ def test_a_quota_change_pushes_every_gpu_resource_to_the_namespace(
         "requests.nvidia.com/mig-3g.40gb": 4,
     }
     with django_capture_on_commit_callbacks(execute=True):
-        services.delete_quota(actor=org.lead_a, quota=quota)
+        delete_quota(actor=org.lead_a, quota=quota)
     assert recorder.projects[-1].quota["requests.nvidia.com/gpu"] == 8 + 16 + 16
 
 
@@ -367,9 +368,7 @@ def test_a_team_quota_change_pushes_every_project_of_the_team(
     recorder = Recorder()
     monkeypatch.setattr(execution, "cluster_backend", lambda: recorder)
     with django_capture_on_commit_callbacks(execute=True):
-        services.set_quota(
-            actor=org.admin, team=org.team_a, flavor=fleet.a100, guaranteed=4, limit=10
-        )
+        set_quota(actor=org.admin, team=org.team_a, flavor=fleet.a100, guaranteed=4, limit=10)
     pushed = {spec.namespace for spec in recorder.projects}
     assert pushed == {p.namespace for p in org.team_a.projects.all()}
     assert all(int(spec.quota["requests.nvidia.com/gpu"]) >= 10 for spec in recorder.projects)

@@ -13,7 +13,7 @@ from scheduling.demo import seed_demo_fleet
 from scheduling.models import Cluster, Flavor, GpuRequest, NodePool
 from scripts.testbed.cluster import Testbed
 from tenants.models import Project
-from tenants.services import seed_demo_organisation
+from tenants.services.organisation import seed_demo_organisation
 from tests.support.clusters import make_cluster
 from tests.support.factories import GpuRequestFactory
 

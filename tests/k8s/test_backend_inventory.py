@@ -10,7 +10,7 @@ import pytest
 from runtime.services.inventory import apply_inventory
 from scheduling.demo import seed_demo_fleet
 from scheduling.models import Flavor, GpuDevice, Node
-from tenants.services import seed_demo_organisation
+from tenants.services.organisation import seed_demo_organisation
 
 pytestmark = pytest.mark.k8s
 DEMO_NODES = {"a100-training-1", "a100-training-2", "h100-mig-1", "l4-vgpu-1", "l4-vgpu-2"}

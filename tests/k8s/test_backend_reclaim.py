@@ -16,7 +16,7 @@ from runtime.cluster.base import (
     WorkloadStatus,
 )
 from runtime.cluster.gpu_models import DEFAULT_GPU_MODEL_ALIASES, gpu_products_for
-from scheduling.services.requests import GpuRequestSpec
+from scheduling.services.requests import GpuRequestSpec, resume_gpu_request, submit_gpu_request
 from tests.k8s.conftest import Admin, eventually
 from tests.k8s.helpers import job, runs_for
 
@@ -157,13 +157,12 @@ def test_the_portal_reclaims_a_notebook_to_zero_and_resume_brings_the_same_deplo
 
     from runtime.services import execution, reclaim
     from runtime.services.inventory import apply_inventory
-    from scheduling import services
     from scheduling.choices import RequestStatus
     from scheduling.demo import seed_demo_fleet
     from scheduling.models import Allocation, Flavor
     from scheduling.services import cycle
     from tenants.models import Project
-    from tenants.services import seed_demo_organisation
+    from tenants.services.organisation import seed_demo_organisation
 
     teams = seed_demo_organisation(password="x")
     seed_demo_fleet(teams=teams)
@@ -172,7 +171,7 @@ def test_the_portal_reclaims_a_notebook_to_zero_and_resume_brings_the_same_deplo
         team=teams["vision"], slug=f"r{uuid.uuid4().hex[:8]}", name="Reclaim"
     )
     alice = get_user_model().objects.get(username="alice")
-    request = services.submit_gpu_request(
+    request = submit_gpu_request(
         actor=alice,
         spec=GpuRequestSpec(
             project=project,
@@ -210,7 +209,7 @@ def test_the_portal_reclaims_a_notebook_to_zero_and_resume_brings_the_same_deplo
         deployment = k8s_admin.apps.read_namespaced_deployment(name, project.namespace)
         assert deployment.spec.replicas == 0
         eventually(lambda: not pods_of(k8s_admin, project.namespace), what="the pods gone")
-        services.resume_gpu_request(actor=alice, request=request)
+        resume_gpu_request(actor=alice, request=request)
         assert admit_launch_and_run(2) == name
         assert Allocation.objects.get(request=request, attempt=2).workload_name == name
         assert [

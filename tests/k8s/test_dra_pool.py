@@ -17,17 +17,16 @@ from runtime.cluster import dra_manifests
 from runtime.cluster.kubernetes import KubernetesClusterBackend
 from runtime.services import execution
 from runtime.services.inventory import apply_inventory
-from scheduling import services
 from scheduling.choices import DeviceAllocation, FlavorKind, RequestStatus, SharingMode
 from scheduling.demo import seed_demo_fleet
 from scheduling.models import Allocation, Flavor, Node, NodePool, Quota, Tier
 from scheduling.services import cycle
-from scheduling.services.requests import GpuRequestSpec
+from scheduling.services.requests import GpuRequestSpec, approve_gpu_request, submit_gpu_request
 from scripts.testbed.cluster import GPU_TAINT, NodeShape, Testbed, missing_binaries
 from scripts.testbed.cluster import TestbedError as BedError
 from scripts.testbed.dra import DraCards
 from tenants.models import Project
-from tenants.services import seed_demo_organisation
+from tenants.services.organisation import seed_demo_organisation
 from tests.k8s.conftest import eventually
 
 pytestmark = [pytest.mark.k8s]
@@ -123,7 +122,7 @@ def test_a_dra_pool_request_runs_on_the_cards_the_engine_chose(
         team=teams["vision"], slug=f"d{uuid.uuid4().hex[:8]}", name="DRA"
     )
     users = get_user_model().objects
-    request = services.submit_gpu_request(
+    request = submit_gpu_request(
         actor=users.get(username="alice"),
         spec=GpuRequestSpec(
             project=project,
@@ -135,7 +134,7 @@ def test_a_dra_pool_request_runs_on_the_cards_the_engine_chose(
         ),
     )
     if request.status == RequestStatus.PENDING_APPROVAL:
-        services.approve_gpu_request(actor=users.get(username="bob"), request=request)
+        approve_gpu_request(actor=users.get(username="bob"), request=request)
     custom = objects(dra_bed)
     namespace = project.namespace
     try:

@@ -28,7 +28,7 @@ from scheduling.models import Allocation, Flavor, GpuRequest, Node, NodePool, Qu
 from scheduling.services import cycle
 from scripts.testbed.cluster import whole_card_node
 from tenants.models import Project
-from tenants.services import seed_demo_organisation
+from tenants.services.organisation import seed_demo_organisation
 from tests.k8s.conftest import Admin, eventually
 from tests.k8s.helpers import runs_for
 from tests.support.factories import GpuRequestFactory

@@ -32,7 +32,7 @@ from scheduling.demo import seed_demo_fleet
 from scheduling.models import Allocation, GpuRequest
 from scripts.testbed.cluster import whole_card_node
 from tenants.models import AuditEvent, Project
-from tenants.services import seed_demo_organisation
+from tenants.services.organisation import seed_demo_organisation
 from tests.k8s.conftest import Admin, eventually
 from tests.k8s.helpers import runs_for
 from tests.k8s.test_runtime_fidelity import admit, own_pool, submit

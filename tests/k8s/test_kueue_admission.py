@@ -21,9 +21,9 @@ from django.core.management import call_command
 
 from runtime.cluster.base import WorkloadSpec
 from runtime.services import execution
-from scheduling import services
 from scheduling.choices import RequestStatus
 from scheduling.models import Allocation, GpuRequest, Quota
+from scheduling.services.requests import cancel_gpu_request
 from scripts.testbed.cluster import Testbed, whole_card_node
 from tenants.models import AuditEvent
 from tests.k8s.conftest import eventually
@@ -258,7 +258,7 @@ def test_kueue_holds_work_over_quota_and_preempts_it_for_higher_priority(
 
     # A high-priority request: Kueue preempts the normal one running on the quota.
     with portal.capture(execute=True):
-        services.cancel_gpu_request(actor=org.dev_a, request=third)
+        cancel_gpu_request(actor=org.dev_a, request=third)
     urgent = portal.submit(org.project_a, 2, priority="high")
     portal.until(urgent, RequestStatus.RUNNING)
     assert admitted_to(portal.workload(urgent)) == ("gpu-portal-team-a", "a100-training")

@@ -45,7 +45,8 @@ from runtime.cluster.kueue_objects import (
     compile_objects,
 )
 from runtime.cluster.names import TEAM_LABEL
-from scheduling.engine import Allocation, Flavor, Policy, Priority, Quota, Request, Team, plan
+from scheduling.engine.planner import plan
+from scheduling.engine.types import Allocation, Flavor, Policy, Priority, Quota, Request, Team
 from scripts.testbed.cluster import GPU_TAINT, POOL_LABEL, Testbed, whole_card_node
 from tests.engine.builders import EXCL, fleet, node
 from tests.k8s.conftest import eventually

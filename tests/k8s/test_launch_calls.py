@@ -14,14 +14,13 @@ from runtime.cluster.kubernetes import KubernetesClusterBackend
 from runtime.selectors.workloads import LIVE_STATUSES
 from runtime.services import execution
 from runtime.services.inventory import apply_inventory
-from scheduling import services
 from scheduling.choices import RequestStatus
 from scheduling.demo import seed_demo_fleet
 from scheduling.models import Flavor, GpuRequest
 from scheduling.services import cycle
-from scheduling.services.requests import GpuRequestSpec
+from scheduling.services.requests import GpuRequestSpec, approve_gpu_request, submit_gpu_request
 from tenants.models import Project
-from tenants.services import seed_demo_organisation
+from tenants.services.organisation import seed_demo_organisation
 from tests.k8s.conftest import Admin, eventually
 
 pytestmark = [pytest.mark.k8s, pytest.mark.django_db]
@@ -38,7 +37,7 @@ def three_approved_requests(backend: KubernetesClusterBackend) -> list[GpuReques
     alice, bob = users.get(username="alice"), users.get(username="bob")
     requests = []
     for _ in range(3):
-        request = services.submit_gpu_request(
+        request = submit_gpu_request(
             actor=alice,
             spec=GpuRequestSpec(
                 project=project,
@@ -50,7 +49,7 @@ def three_approved_requests(backend: KubernetesClusterBackend) -> list[GpuReques
             ),
         )
         if request.status == RequestStatus.PENDING_APPROVAL:
-            services.approve_gpu_request(actor=bob, request=request)
+            approve_gpu_request(actor=bob, request=request)
         requests.append(request)
     return requests
 

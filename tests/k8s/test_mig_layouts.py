@@ -15,7 +15,7 @@ from scheduling.demo import seed_demo_fleet
 from scheduling.models import GpuDevice, Node
 from scheduling.selectors.snapshot import build_snapshot
 from scripts.testbed.cluster import NodeShape, Testbed
-from tenants.services import seed_demo_organisation
+from tenants.services.organisation import seed_demo_organisation
 from tests.k8s.conftest import Admin
 
 pytestmark = [pytest.mark.k8s, pytest.mark.django_db]

@@ -31,7 +31,7 @@ from scheduling.services import cycle
 from scheduling.services.lifecycle import transition
 from scripts.testbed.cluster import whole_card_node
 from tenants.models import AuditEvent, Project
-from tenants.services import seed_demo_organisation
+from tenants.services.organisation import seed_demo_organisation
 from tests.k8s.conftest import Admin, eventually
 from tests.k8s.helpers import FAIL_LABEL, FAIL_PREFIX, runs_for
 from tests.k8s.test_portal_end_to_end import LongRunning

@@ -22,7 +22,6 @@ from django.utils import timezone
 from runtime.cluster.base import WorkloadSpec
 from runtime.services import execution
 from runtime.services.inventory import apply_inventory
-from scheduling import services
 from scheduling.choices import RequestStatus
 from scheduling.demo import seed_demo_fleet
 from scheduling.models import (
@@ -35,10 +34,10 @@ from scheduling.models import (
     local_cluster_id,
 )
 from scheduling.services import cycle
-from scheduling.services.requests import GpuRequestSpec
+from scheduling.services.requests import GpuRequestSpec, approve_gpu_request, submit_gpu_request
 from scripts.testbed.cluster import Testbed
 from tenants.models import Project
-from tenants.services import seed_demo_organisation
+from tenants.services.organisation import seed_demo_organisation
 from tests.k8s.conftest import Admin, eventually
 from tests.k8s.helpers import runs_for
 from tests.support.prometheus import FakePrometheus, serving
@@ -91,7 +90,7 @@ def test_the_cycle_preempts_low_priority_work_and_the_cluster_follows(
     alice, bob = users.get(username="alice"), users.get(username="bob")
 
     def submit(priority: str, *, preemptible: bool) -> GpuRequest:
-        request = services.submit_gpu_request(
+        request = submit_gpu_request(
             actor=alice,
             spec=GpuRequestSpec(
                 project=project,
@@ -105,7 +104,7 @@ def test_the_cycle_preempts_low_priority_work_and_the_cluster_follows(
             ),
         )
         if request.status == RequestStatus.PENDING_APPROVAL:
-            services.approve_gpu_request(actor=bob, request=request)
+            approve_gpu_request(actor=bob, request=request)
         return request
 
     def run(request: GpuRequest) -> Allocation:
@@ -236,7 +235,7 @@ def test_a_real_worker_reclaims_an_idle_notebook_and_scales_it_to_zero(
     try:
         with contextlib.ExitStack() as stack:
             worker = stack.enter_context(celery_worker(clean_redis, **worker_env))
-            request = services.submit_gpu_request(
+            request = submit_gpu_request(
                 actor=alice,
                 spec=GpuRequestSpec(
                     project=project,
@@ -364,7 +363,7 @@ def test_a_worker_killed_mid_launch_loses_and_duplicates_no_job(
         with celery_worker(clean_redis, **worker_env) as worker:
             ids: list[int] = []
             for _ in range(12):
-                request = services.submit_gpu_request(
+                request = submit_gpu_request(
                     actor=alice,
                     spec=GpuRequestSpec(
                         project=project,
@@ -375,7 +374,7 @@ def test_a_worker_killed_mid_launch_loses_and_duplicates_no_job(
                         max_runtime_seconds=3600,
                     ),
                 )
-                services.approve_gpu_request(actor=bob, request=request)
+                approve_gpu_request(actor=bob, request=request)
                 ids.append(request.pk)
             # Kill the worker (and its pool) while it runs a launch on the cluster.
             deadline = time.monotonic() + 60

@@ -11,14 +11,13 @@ from django.contrib.auth import get_user_model
 
 from runtime.services import execution
 from runtime.services.inventory import apply_inventory
-from scheduling import services
 from scheduling.choices import RequestStatus
 from scheduling.demo import seed_demo_fleet
 from scheduling.models import Allocation, Flavor
 from scheduling.services import cycle
-from scheduling.services.requests import GpuRequestSpec
+from scheduling.services.requests import GpuRequestSpec, approve_gpu_request, submit_gpu_request
 from tenants.models import Project
-from tenants.services import seed_demo_organisation
+from tenants.services.organisation import seed_demo_organisation
 from tests.k8s.conftest import Admin, eventually
 
 pytestmark = [pytest.mark.k8s, pytest.mark.django_db]
@@ -36,7 +35,7 @@ def test_a_whole_card_request_runs_to_succeeded_through_the_portal_services(
     )
     users = get_user_model().objects
     alice, bob = users.get(username="alice"), users.get(username="bob")
-    request = services.submit_gpu_request(
+    request = submit_gpu_request(
         actor=alice,
         spec=GpuRequestSpec(
             project=project,
@@ -48,7 +47,7 @@ def test_a_whole_card_request_runs_to_succeeded_through_the_portal_services(
         ),
     )
     if request.status == RequestStatus.PENDING_APPROVAL:
-        services.approve_gpu_request(actor=bob, request=request)
+        approve_gpu_request(actor=bob, request=request)
     admitted: list[tuple[int, int]] = []
     try:
         with django_capture_on_commit_callbacks(execute=True):

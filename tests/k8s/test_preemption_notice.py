@@ -29,7 +29,7 @@ from scheduling.models import Quota, Tier
 from scheduling.services import cycle
 from scripts.testbed.cluster import whole_card_node
 from tenants.models import Project
-from tenants.services import seed_demo_organisation
+from tenants.services.organisation import seed_demo_organisation
 from tests.k8s.conftest import Admin
 from tests.k8s.test_runtime_fidelity import launch_running_for_an_hour, own_pool, submit, sync_until
 

@@ -24,14 +24,24 @@ from runtime.cluster.base import (
 from runtime.services import execution
 from runtime.services import project_data as runtime_data
 from runtime.services.inventory import apply_inventory
-from scheduling import dispatch, services
+from scheduling import dispatch
 from scheduling.choices import RequestStatus
 from scheduling.demo import seed_demo_fleet
 from scheduling.models import Flavor, StorageQuota
 from scheduling.services import cycle
-from scheduling.services.requests import GpuRequestSpec
+from scheduling.services.project_data import (
+    create_project_secret,
+    create_workspace,
+    delete_project_secret,
+)
+from scheduling.services.requests import (
+    GpuRequestSpec,
+    approve_gpu_request,
+    cancel_gpu_request,
+    submit_gpu_request,
+)
 from tenants.models import Project
-from tenants.services import seed_demo_organisation
+from tenants.services.organisation import seed_demo_organisation
 from tests.k8s.conftest import Admin, eventually
 from tests.k8s.helpers import job
 
@@ -79,9 +89,9 @@ def test_a_notebook_mounts_its_projects_data_and_leaves_it_behind_when_cancelled
     StorageQuota.objects.update_or_create(team=teams["vision"], defaults={"limit_gib": 500})
     try:
         # 1. The lead sets up the project's data; the sync task writes it to the cluster.
-        services.create_workspace(actor=bob, project=project, size_gib=20, home_size_gib=5)
-        services.create_project_secret(actor=bob, project=project, name="hf", data={"token": TOKEN})
-        services.create_project_secret(
+        create_workspace(actor=bob, project=project, size_gib=20, home_size_gib=5)
+        create_project_secret(actor=bob, project=project, name="hf", data={"token": TOKEN})
+        create_project_secret(
             actor=bob,
             project=project,
             name="ghcr",
@@ -93,7 +103,7 @@ def test_a_notebook_mounts_its_projects_data_and_leaves_it_behind_when_cancelled
         assert runtime_data.sync_project_data(project_id=project.pk, backend=k8s_backend) == 3
 
         # 2. A notebook reading the token, with a home volume and host resources.
-        request = services.submit_gpu_request(
+        request = submit_gpu_request(
             actor=alice,
             spec=GpuRequestSpec(
                 project=project,
@@ -110,7 +120,7 @@ def test_a_notebook_mounts_its_projects_data_and_leaves_it_behind_when_cancelled
             ),
         )
         if request.status == RequestStatus.PENDING_APPROVAL:
-            services.approve_gpu_request(actor=bob, request=request)
+            approve_gpu_request(actor=bob, request=request)
         with django_capture_on_commit_callbacks(execute=True):
             cycle.run_cycle(on_admit=lambda r, a: None)
         name = execution.launch_request(request_id=request.pk, attempt=1, backend=k8s_backend)
@@ -154,7 +164,7 @@ def test_a_notebook_mounts_its_projects_data_and_leaves_it_behind_when_cancelled
 
         # 4. Cancelled: the request's objects go, the project's claims and Secrets stay.
         request.refresh_from_db()  # launching now (its pod waits for its claims to bind)
-        services.cancel_gpu_request(actor=alice, request=request)
+        cancel_gpu_request(actor=alice, request=request)
         execution.terminate_request_workload(
             request_id=request.pk, attempt=1, reason="cancelled", backend=k8s_backend
         )
@@ -180,7 +190,7 @@ def test_a_notebook_mounts_its_projects_data_and_leaves_it_behind_when_cancelled
             mock.patch("scheduling.dispatch.send") as send,
             django_capture_on_commit_callbacks(execute=True),
         ):
-            services.delete_project_secret(
+            delete_project_secret(
                 actor=bob, secret=ProjectSecret.objects.get(project=project, name="hf")
             )
         run_removals(send, k8s_backend)

@@ -30,15 +30,16 @@ from django.urls import reverse
 
 from runtime.services import execution
 from runtime.services.inventory import apply_inventory
-from scheduling import services
 from scheduling.choices import FlavorKind, RequestStatus, SharingMode
 from scheduling.demo import GPU_TAINT, seed_demo_fleet
 from scheduling.models import Allocation, Flavor, GpuRequest, Node, NodePool, Quota
 from scheduling.selectors.snapshot import build_snapshot
 from scheduling.services import cycle
+from scheduling.services.governance import extend_runtime
+from scheduling.services.quotas import set_quota
 from scripts.testbed.cluster import NodeShape, whole_card_node
 from tenants.models import AuditEvent, Project
-from tenants.services import seed_demo_organisation
+from tenants.services.organisation import seed_demo_organisation
 from tests.k8s.conftest import Admin, eventually
 from tests.k8s.helpers import GPU_TOLERATION, runs_for
 from tests.support.factories import GpuRequestFactory
@@ -185,7 +186,7 @@ def test_an_extended_job_outlives_its_first_deadline_and_ends_as_a_timeout_recla
     # The lead extends it before the first deadline; the task patches the running Job: 40 s
     # from when its pod started running, which the Job controller counts from the Job's start.
     with django_capture_on_commit_callbacks(execute=True):
-        services.extend_runtime(actor=portal["lead"], request=request, seconds=25)
+        extend_runtime(actor=portal["lead"], request=request, seconds=25)
     job = k8s_admin.batch.read_namespaced_job(name, namespace)
     running_since = Allocation.objects.get(request=request).started_at
     assert running_since is not None
@@ -266,7 +267,7 @@ def test_a_quota_change_pushes_every_gpu_resource_to_the_namespace_without_a_lau
     namespace = portal["project"].namespace
     l4 = Flavor.objects.get(slug="l4-12g")
     with django_capture_on_commit_callbacks(execute=True):
-        services.set_quota(
+        set_quota(
             actor=portal["lead"],
             team=portal["teams"]["vision"],
             project=portal["project"],
@@ -285,7 +286,7 @@ def test_a_quota_change_pushes_every_gpu_resource_to_the_namespace_without_a_lau
         "requests.nvidia.com/mig-3g.40gb": "4",
     }
     with django_capture_on_commit_callbacks(execute=True):
-        services.set_quota(
+        set_quota(
             actor=portal["lead"],
             team=portal["teams"]["vision"],
             project=portal["project"],

@@ -48,7 +48,7 @@ from scheduling.models import (
 )
 from tenants.demo import SEEDED, DemoSeeding
 from tenants.models import AuditEvent, Membership, Project, Team
-from tenants.services import seed_demo_organisation
+from tenants.services.organisation import seed_demo_organisation
 from tests.support.personas import api_client
 
 pytestmark = pytest.mark.django_db

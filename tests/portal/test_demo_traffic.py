@@ -25,7 +25,7 @@ from runtime.services import execution
 from runtime.tasks import enforce_reclaim_policies, record_utilisation, sync_workloads
 from scheduling.choices import RequestStatus
 from scheduling.models import Allocation, GpuRequest
-from scheduling.selectors import approval_inbox
+from scheduling.selectors.approvals import approval_inbox
 from scheduling.tasks import run_scheduling_cycle
 from tenants.models import AuditEvent
 

@@ -7,8 +7,7 @@ from django.test import Client
 from django.urls import URLResolver, get_resolver, reverse
 
 from scheduling.models import GpuRequest, Node, NodePool, Tier
-from scheduling.services import submit_gpu_request
-from scheduling.services.requests import GpuRequestSpec
+from scheduling.services.requests import GpuRequestSpec, submit_gpu_request
 from tenants.errors import DomainError
 from tests.scheduling.conftest import Fleet
 from tests.scheduling.test_pages import form_data

@@ -11,11 +11,12 @@ from runtime.cluster.simulated import EXIT_CODES, SimulatedCluster
 from runtime.models import SimulatedWorkload
 from runtime.selectors import workloads
 from runtime.services import execution
-from scheduling import services
 from scheduling.choices import RequestStatus
 from scheduling.models import Allocation, GpuRequest, SchedulerLease
 from scheduling.selectors.queue import fill_queue_positions
 from scheduling.services import cycle
+from scheduling.services.quotas import set_quota
+from scheduling.services.requests import approve_gpu_request, cancel_gpu_request
 from tests.scheduling.conftest import Fleet
 from tests.support.factories import GpuRequestFactory
 from tests.support.personas import Org
@@ -85,7 +86,7 @@ def test_launch_of_a_cancelled_request_is_stale(org: Org, fleet: Fleet) -> None:
     request = GpuRequestFactory.create(project=org.project_a, flavor=fleet.l4_6g)
     admitted: list[tuple[int, int]] = []
     cycle.run_cycle(on_admit=lambda r, a: admitted.append((r, a)))
-    services.cancel_gpu_request(actor=org.dev_a, request=GpuRequest.objects.get(pk=request.pk))
+    cancel_gpu_request(actor=org.dev_a, request=GpuRequest.objects.get(pk=request.pk))
     assert execution.launch_request(request_id=request.pk, attempt=1, backend=FAST) == "stale"
     assert not SimulatedWorkload.objects.exists()
     assert not Allocation.objects.active().exists()
@@ -94,11 +95,11 @@ def test_launch_of_a_cancelled_request_is_stale(org: Org, fleet: Fleet) -> None:
 def test_full_pool_leaves_work_waiting_with_a_reason_and_position(
     org: Org, fleet: Fleet, pipeline: Callable[[], cycle.CycleResult]
 ) -> None:
-    services.set_quota(actor=org.admin, team=org.team_a, flavor=fleet.a100, guaranteed=16, limit=32)
+    set_quota(actor=org.admin, team=org.team_a, flavor=fleet.a100, guaranteed=16, limit=32)
     first = GpuRequestFactory.create(project=org.project_a, flavor=fleet.a100, gpu_count=16)
-    services.approve_gpu_request(actor=org.lead_a, request=first)
+    approve_gpu_request(actor=org.lead_a, request=first)
     second = GpuRequestFactory.create(project=org.project_a, flavor=fleet.a100, gpu_count=8)
-    services.approve_gpu_request(actor=org.lead_a, request=second)
+    approve_gpu_request(actor=org.lead_a, request=second)
     pipeline()
     second.refresh_from_db()
     fill_queue_positions([second])

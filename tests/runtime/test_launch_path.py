@@ -22,11 +22,13 @@ from runtime.cluster.base import (
 )
 from runtime.cluster.simulated import SimulatedCluster
 from runtime.services import execution
-from scheduling import dispatch, services
+from scheduling import dispatch
 from scheduling import tasks as scheduling_tasks
 from scheduling.choices import RequestStatus
 from scheduling.models import GpuRequest
 from scheduling.services import cycle
+from scheduling.services.quotas import set_quota
+from scheduling.services.requests import approve_gpu_request
 from tests.scheduling.conftest import Fleet
 from tests.support.factories import GpuRequestFactory
 from tests.support.personas import Org
@@ -102,7 +104,7 @@ def test_a_changed_quota_or_a_vanished_namespace_is_ensured_again(org: Org, flee
     first, second, third = admitted_requests(org, fleet, 3)
     backend = CountingCluster()
     execution.launch_request(request_id=first.pk, attempt=1, backend=backend)
-    services.set_quota(actor=org.admin, team=org.team_a, flavor=fleet.l4_6g, guaranteed=4, limit=20)
+    set_quota(actor=org.admin, team=org.team_a, flavor=fleet.l4_6g, guaranteed=4, limit=20)
     backend.calls.clear()
     execution.launch_request(request_id=second.pk, attempt=1, backend=backend)
     assert backend.calls == ["ensure_project", "launch"]
@@ -254,14 +256,14 @@ def test_a_burst_of_approvals_queues_one_cycle(
     assert {r.status for r in requests} == {RequestStatus.PENDING_APPROVAL}
     for request in requests:
         with django_capture_on_commit_callbacks(execute=True):
-            services.approve_gpu_request(actor=org.lead_a, request=request)
+            approve_gpu_request(actor=org.lead_a, request=request)
     assert _cycles(sent) == 1
     # The cycle takes the mark as it starts: the next approval asks for a cycle of its own.
     scheduling_tasks.run_scheduling_cycle()
     assert _cycles(sent) == 1
     late = GpuRequestFactory.create(project=org.project_a, flavor=fleet.a100)
     with django_capture_on_commit_callbacks(execute=True):
-        services.approve_gpu_request(actor=org.lead_a, request=late)
+        approve_gpu_request(actor=org.lead_a, request=late)
     assert _cycles(sent) == 2
 
 

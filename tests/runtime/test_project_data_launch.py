@@ -11,8 +11,12 @@ from runtime.cluster.base import ProjectDataSpec, WorkloadSpec
 from runtime.cluster.simulated import SimulatedCluster
 from runtime.services import execution
 from runtime.services import project_data as runtime_data
-from scheduling import services
 from scheduling.models import Allocation
+from scheduling.services.project_data import (
+    create_project_secret,
+    create_workspace,
+    set_storage_quota,
+)
 from tests.scheduling.conftest import Fleet
 from tests.scheduling.helpers import request_body
 from tests.support.factories import api_submit
@@ -56,15 +60,11 @@ def test_a_request_without_project_data_asks_the_cluster_for_none(org: Org, flee
 def test_a_launch_ensures_its_claims_and_secrets_once_and_mounts_them(
     org: Org, fleet: Fleet
 ) -> None:
-    services.set_storage_quota(actor=org.admin, team=org.team_a, limit_gib=100)
-    services.create_workspace(actor=org.lead_a, project=org.project_a, size_gib=20)
-    services.create_project_secret(
-        actor=org.lead_a, project=org.project_a, name="hf", data={"token": "t"}
-    )
-    services.create_project_secret(
-        actor=org.lead_a, project=org.project_a, name="other", data={"k": "v"}
-    )
-    services.create_project_secret(
+    set_storage_quota(actor=org.admin, team=org.team_a, limit_gib=100)
+    create_workspace(actor=org.lead_a, project=org.project_a, size_gib=20)
+    create_project_secret(actor=org.lead_a, project=org.project_a, name="hf", data={"token": "t"})
+    create_project_secret(actor=org.lead_a, project=org.project_a, name="other", data={"k": "v"})
+    create_project_secret(
         actor=org.lead_a,
         project=org.project_a,
         name="ghcr",
@@ -98,11 +98,9 @@ def test_a_launch_ensures_its_claims_and_secrets_once_and_mounts_them(
 
 
 def test_the_sync_task_writes_every_claim_and_secret_of_the_project(org: Org) -> None:
-    services.set_storage_quota(actor=org.admin, team=org.team_a, limit_gib=100)
-    services.create_workspace(actor=org.lead_a, project=org.project_a, size_gib=20)
-    services.create_project_secret(
-        actor=org.lead_a, project=org.project_a, name="hf", data={"token": "t"}
-    )
+    set_storage_quota(actor=org.admin, team=org.team_a, limit_gib=100)
+    create_workspace(actor=org.lead_a, project=org.project_a, size_gib=20)
+    create_project_secret(actor=org.lead_a, project=org.project_a, name="hf", data={"token": "t"})
     cluster = RecordingCluster()
     assert runtime_data.sync_project_data(project_id=org.project_a.pk, backend=cluster) == 2
     (data,) = cluster.data

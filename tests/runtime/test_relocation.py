@@ -10,13 +10,12 @@ import pytest
 from runtime.cluster.base import WorkloadStatus
 from runtime.cluster.simulated import SimulatedCluster
 from runtime.services import execution
-from scheduling import services
 from scheduling.choices import RequestStatus
 from scheduling.engine.types import mig_layout_starts
 from scheduling.models import Allocation, GpuDevice, GpuRequest, Node, NodePool
 from scheduling.selectors.snapshot import build_snapshot
 from scheduling.services import cycle
-from scheduling.services.requests import GpuRequestSpec
+from scheduling.services.requests import GpuRequestSpec, approve_gpu_request, submit_gpu_request
 from tests.scheduling.conftest import Fleet
 from tests.support.personas import Org
 
@@ -27,7 +26,7 @@ SLOW = SimulatedCluster(speed=0.001)
 def admitted_mig_requests(org: Org, fleet: Fleet, count: int, capture: Any) -> list[GpuRequest]:
     requests = []
     for _ in range(count):
-        request = services.submit_gpu_request(
+        request = submit_gpu_request(
             actor=org.dev_a,
             spec=GpuRequestSpec(
                 project=org.project_a,
@@ -38,7 +37,7 @@ def admitted_mig_requests(org: Org, fleet: Fleet, count: int, capture: Any) -> l
             ),
         )
         if request.status == RequestStatus.PENDING_APPROVAL:
-            services.approve_gpu_request(actor=org.lead_a, request=request)
+            approve_gpu_request(actor=org.lead_a, request=request)
         requests.append(request)
     admitted: list[tuple[int, int]] = []
     with capture(execute=True):

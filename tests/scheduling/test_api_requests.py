@@ -6,7 +6,7 @@ import pytest
 from django.urls import reverse
 
 from scheduling.models import GpuRequest, Quota
-from scheduling.selectors import deferring_lead
+from scheduling.selectors.approvals import deferring_lead
 from tenants.models import AuditEvent
 from tests.scheduling.conftest import Fleet
 from tests.scheduling.helpers import request_body
@@ -243,7 +243,7 @@ def test_stale_pending_requests_expire(org: Org, fleet: Fleet) -> None:
 
     from django.utils import timezone
 
-    from scheduling.services import expire_stale_approvals
+    from scheduling.services.requests import expire_stale_approvals
 
     pk = api_submit(org.dev_a, request_body(org.project_a, fleet.a100)).json()["id"]
     assert expire_stale_approvals() == 0

@@ -7,9 +7,10 @@ from typing import Any
 
 import pytest
 
-from scheduling import dispatch, services
+from scheduling import dispatch
 from scheduling.models import GpuRequest
 from scheduling.services.notifications import send_out
+from scheduling.services.requests import approve_gpu_request
 from tests.scheduling.conftest import Fleet
 from tests.scheduling.helpers import request_body
 from tests.support.factories import api_submit
@@ -72,7 +73,5 @@ def test_a_leads_approval_emails_the_owner(
     queued.clear()
 
     with django_capture_on_commit_callbacks(execute=True):
-        services.approve_gpu_request(
-            actor=org.lead_a, request=GpuRequest.objects.get(pk=body["id"])
-        )
+        approve_gpu_request(actor=org.lead_a, request=GpuRequest.objects.get(pk=body["id"]))
     assert queued == [(["dev_a@example.com"], {"type": "request.approved", "request": body["id"]})]

@@ -18,7 +18,7 @@ from scheduling.services.quotas import set_quota
 from scheduling.services.templates import create_request_template, update_request_template
 from tenants.choices import Role
 from tenants.models import AuditEvent, Membership
-from tenants.services import change_membership, update_team
+from tenants.services.organisation import change_membership, update_team
 from tenants.services.webhooks import create_webhook, update_webhook
 from tests.scheduling.conftest import Fleet
 from tests.support.factories import GpuRequestFactory

@@ -18,11 +18,12 @@ from accounting.models import Budget
 from runtime.cluster.base import WorkloadStatus
 from runtime.cluster.kueue_workloads import KueueView
 from runtime.services import execution, kueue_admission
-from scheduling import engine, services
 from scheduling.choices import RequestStatus
+from scheduling.engine.planner import plan
 from scheduling.models import Allocation, Flavor, GpuRequest, Quota, Tier
 from scheduling.selectors.snapshot import build_snapshot
 from scheduling.services import blockers, cycle
+from scheduling.services.requests import approve_gpu_request
 from tests.accounting.test_api import usage  # noqa: F401  (fixture)
 from tests.scheduling.conftest import Fleet
 from tests.support.factories import (
@@ -243,7 +244,7 @@ def test_a_request_beyond_the_guarantee_awaits_approval_then_quota(org: Org) -> 
         f"Waiting for a team lead to approve it: {request.needs_lead_approval_because}."
     )
     # Approved, it needs 2 GE more than the guarantee and nobody lends: the next blocker.
-    services.approve_gpu_request(actor=org.lead_a, request=request)
+    approve_gpu_request(actor=org.lead_a, request=request)
     run_cycle()
     assert blocker_of(request)["code"] == "borrowing_limit"
     # Lent by a team of the cohort, it is admitted and nothing blocks it any more.
@@ -280,7 +281,7 @@ def test_a_quiet_cycle_writes_no_blocker_again(
     submit(org, flavor, 4)
     waiting = submit(org, flavor, 2)
     snapshot = build_snapshot()
-    planned = engine.plan(snapshot, now=0.0)
+    planned = plan(snapshot, now=0.0)
     GpuRequest.objects.filter(pk=waiting.pk).update(blocker={})
     assert blockers.record_blockers(snapshot, planned) == 1
     assert blocker_of(waiting)["code"] == "capacity"

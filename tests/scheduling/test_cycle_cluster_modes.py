@@ -65,13 +65,13 @@ def east_flavor(org: Org, east: Cluster) -> Flavor:
 def seen_snapshots(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
     """Every snapshot the engine is given."""
     seen: list[Any] = []
-    plan = cycle.engine.plan
+    plan = cycle.planner.plan
 
     def spy(snapshot: Any, **kwargs: Any) -> Any:
         seen.append(snapshot)
         return plan(snapshot, **kwargs)
 
-    monkeypatch.setattr(cycle.engine, "plan", spy)
+    monkeypatch.setattr(cycle.planner, "plan", spy)
     return seen
 
 
@@ -133,7 +133,7 @@ def test_only_kueue_clusters_means_no_engine(
     def no_engine(*args: Any, **kwargs: Any) -> None:
         raise AssertionError("no portal-mode cluster: the engine must not plan")
 
-    monkeypatch.setattr(cycle.engine, "plan", no_engine)
+    monkeypatch.setattr(cycle.planner, "plan", no_engine)
     local = ready_flavor(team=org.team_a, gpus=4)
     requests = [_queued(org, east_flavor), _queued(org, local)]
     assert sorted(cycle.run_cycle().admitted) == sorted(r.pk for r in requests)

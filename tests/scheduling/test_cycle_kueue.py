@@ -38,7 +38,7 @@ def kueue(settings: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     def no_engine(*args: Any, **kwargs: Any) -> None:
         raise AssertionError("the engine must not plan under SCHEDULER=kueue")
 
-    monkeypatch.setattr(cycle.engine, "plan", no_engine)
+    monkeypatch.setattr(cycle.planner, "plan", no_engine)
 
 
 def test_the_cycle_admits_every_queued_request_without_node_or_claims(

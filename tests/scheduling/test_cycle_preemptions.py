@@ -6,11 +6,11 @@ from typing import Any
 
 import pytest
 
-from scheduling import services
 from scheduling.choices import RequestStatus
 from scheduling.models import Allocation, GpuRequest, Tier
 from scheduling.services import cycle
 from scheduling.services.lifecycle import transition
+from scheduling.services.quotas import set_quota
 from tenants.models import AuditEvent
 from tests.scheduling.conftest import Fleet
 from tests.support.factories import GpuRequestFactory
@@ -28,8 +28,8 @@ def borrowers_then_owners(org: Org, fleet: Fleet, owners: int) -> list[GpuReques
     """Team A fills the 16 A100 cards (12 of them borrowed, at low priority); then team B asks
     for `owners` cards within its guarantee. Returns team A's requests."""
     Tier.objects.get(slug="training").allowed_teams.add(org.team_b)
-    services.set_quota(actor=org.admin, team=org.team_a, flavor=fleet.a100, guaranteed=4, limit=16)
-    services.set_quota(actor=org.admin, team=org.team_b, flavor=fleet.a100, guaranteed=12, limit=16)
+    set_quota(actor=org.admin, team=org.team_a, flavor=fleet.a100, guaranteed=4, limit=16)
+    set_quota(actor=org.admin, team=org.team_b, flavor=fleet.a100, guaranteed=12, limit=16)
     borrowers = GpuRequestFactory.create_batch(
         16, project=org.project_a, flavor=fleet.a100, priority="low", to="queued"
     )
@@ -77,7 +77,7 @@ def test_a_victim_cancelled_while_the_cycle_plans_is_left_cancelled(
     org: Org, fleet: Fleet, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     borrowers_then_owners(org, fleet, 2)
-    real_plan = cycle.engine.plan
+    real_plan = cycle.planner.plan
     cancelled: list[int] = []
 
     def plan_then_cancel(*args: Any, **kwargs: Any) -> Any:
@@ -87,7 +87,7 @@ def test_a_victim_cancelled_while_the_cycle_plans_is_left_cancelled(
         cancelled.append(victim.pk)
         return planned
 
-    monkeypatch.setattr(cycle.engine, "plan", plan_then_cancel)
+    monkeypatch.setattr(cycle.planner, "plan", plan_then_cancel)
     result = cycle.run_cycle()
     assert cancelled and cancelled[0] not in result.preempted
     assert GpuRequest.objects.get(pk=cancelled[0]).status == RequestStatus.CANCELLED

@@ -8,8 +8,9 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from scheduling import engine
 from scheduling.choices import RequestStatus
+from scheduling.engine import planner
+from scheduling.engine.planner import plan
 from scheduling.models import Allocation, GpuRequest, Node, Quota, SchedulerLease
 from scheduling.services import cycle
 from scheduling.services.lifecycle import Move, transition, transition_many
@@ -70,14 +71,14 @@ def test_a_request_cancelled_while_the_cycle_plans_is_not_admitted(
     org: Org, fleet: Fleet, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     keep, cancel = queued(org, fleet, 2)
-    real_plan = engine.plan
+    real_plan = plan
 
     def plan_then_cancel(*args: Any, **kwargs: Any) -> Any:
         planned = real_plan(*args, **kwargs)
         transition(GpuRequest.objects.get(pk=cancel.pk), RequestStatus.CANCELLED, actor=org.dev_a)
         return planned
 
-    monkeypatch.setattr(engine, "plan", plan_then_cancel)
+    monkeypatch.setattr(planner, "plan", plan_then_cancel)
     result = cycle.run_cycle()
     assert result.admitted == [keep.pk]
     assert not Allocation.objects.filter(request=cancel).exists()
@@ -90,7 +91,7 @@ def test_a_plan_is_dropped_when_the_lease_was_taken_over_while_planning(
     """A cycle slower than its lease must not write next to the cycle that took the lease over:
     both would hand out the same GPUs."""
     requests = queued(org, fleet, 2)
-    real_plan = engine.plan
+    real_plan = plan
 
     def plan_slowly(*args: Any, **kwargs: Any) -> Any:
         planned = real_plan(*args, **kwargs)
@@ -99,7 +100,7 @@ def test_a_plan_is_dropped_when_the_lease_was_taken_over_while_planning(
         )
         return planned
 
-    monkeypatch.setattr(engine, "plan", plan_slowly)
+    monkeypatch.setattr(planner, "plan", plan_slowly)
     result = cycle.run_cycle()
     assert not result.ran and result.admitted == []
     assert not Allocation.objects.exists()

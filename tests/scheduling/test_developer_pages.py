@@ -13,8 +13,8 @@ from django.utils import timezone
 
 from accounting.choices import OverBudgetPolicy
 from accounting.models import Price
-from scheduling import engine
 from scheduling.choices import RequestStatus
+from scheduling.engine.types import Reservation, Waiting
 from scheduling.models import Allocation, GpuRequest
 from scheduling.services import cycle
 from scheduling.services.lifecycle import NEXT_CYCLE_REASON
@@ -51,8 +51,8 @@ def test_a_queued_request_has_a_reason_before_the_first_cycle(org: Org, fleet: F
 def test_the_cycle_stores_the_wait_code_and_the_reservation_start(org: Org, fleet: Fleet) -> None:
     queued = GpuRequestFactory.create(project=org.project_a, flavor=fleet.l4_6g)
     start = timezone.now() + timedelta(minutes=40)
-    waiting = engine.Waiting(str(queued.pk), "no room; capacity reserved", "reserved", 1)
-    reservation = engine.Reservation(str(queued.pk), start.timestamp(), ())
+    waiting = Waiting(str(queued.pk), "no room; capacity reserved", "reserved", 1)
+    reservation = Reservation(str(queued.pk), start.timestamp(), ())
     cycle._record_waiting((waiting,), (reservation,))  # noqa: SLF001 - our own helper
     queued.refresh_from_db()
     assert queued.waiting_code == "reserved"

@@ -15,7 +15,7 @@ from django.utils import timezone
 from scheduling import dispatch, tasks
 from scheduling.choices import RequestStatus
 from scheduling.models import Flavor, GpuRequest
-from scheduling.selectors import runtime_history
+from scheduling.selectors.history import runtime_history
 from scheduling.services import cycle, estimates
 from scheduling.templatetags.estimate_tags import clock, wait_words
 from tests.support.cross_tenant import covers
@@ -238,7 +238,7 @@ def test_wait_words_read_as_people_say_them() -> None:
 
 
 def test_large_fleets_simulate_fewer_cycles_within_the_budget() -> None:
-    from scheduling.engine import GpuDevice, Snapshot
+    from scheduling.engine.types import GpuDevice, Snapshot
 
     def snapshot(gpus: int) -> Snapshot:
         devices = tuple(GpuDevice(f"n{i // 8}", i % 8, 1, 1) for i in range(gpus))

@@ -11,8 +11,8 @@ from django.urls import reverse
 from django.utils import timezone
 
 from scheduling.models import Cluster, NodePool
-from scheduling.selectors import fleet_overview
 from scheduling.selectors.clusters import fleet_by_cluster
+from scheduling.selectors.fleet import fleet_overview
 from tests.scheduling.conftest import Fleet
 from tests.support.clusters import make_cluster
 from tests.support.personas import Org

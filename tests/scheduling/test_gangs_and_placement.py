@@ -18,11 +18,13 @@ from runtime.cluster.base import GangMember, WorkloadStatus
 from runtime.cluster.simulated import SimulatedCluster
 from runtime.models import SimulatedWorkload
 from runtime.services import execution
-from scheduling import engine, services
 from scheduling.choices import RequestStatus
+from scheduling.engine import planner
+from scheduling.engine.types import Quota, Request
 from scheduling.models import Allocation, GpuRequest, Node, NodePool, ReclaimPolicy
 from scheduling.selectors.snapshot import build_snapshot
 from scheduling.services import cycle
+from scheduling.services.quotas import set_quota
 from tenants.models import AuditEvent
 from tests.scheduling.conftest import Fleet
 from tests.support.factories import GpuRequestFactory
@@ -49,7 +51,7 @@ def admit(django_capture_on_commit_callbacks: Any) -> Callable[..., list[tuple[i
 
 
 def gang_request(org: Org, fleet: Fleet) -> GpuRequest:
-    services.set_quota(actor=org.admin, team=org.team_a, flavor=fleet.a100, guaranteed=16, limit=32)
+    set_quota(actor=org.admin, team=org.team_a, flavor=fleet.a100, guaranteed=16, limit=32)
     return GpuRequestFactory.create(
         to="queued", project=org.project_a, flavor=fleet.a100, gpu_count=16
     )
@@ -139,7 +141,7 @@ def test_the_demo_h100_never_admits_more_1g_instances_than_its_cards_offer(
     )
     assert layouts == {("1g.10gb", 7): 4, ("3g.40gb", 2): 4}
     pending = tuple(
-        engine.Request(
+        Request(
             id=str(1000 + i),
             team=org.team_a.slug,
             flavor=fleet.mig_1g.slug,
@@ -148,8 +150,8 @@ def test_the_demo_h100_never_admits_more_1g_instances_than_its_cards_offer(
         )
         for i in range(60)
     )
-    quotas = tuple(engine.Quota(org.team_a.slug, f.id, 100.0, 100.0) for f in snap.flavors)
-    plan = engine.plan(replace(snap, pending=pending, quotas=quotas), now=time.time())
+    quotas = tuple(Quota(org.team_a.slug, f.id, 100.0, 100.0) for f in snap.flavors)
+    plan = planner.plan(replace(snap, pending=pending, quotas=quotas), now=time.time())
     assert len(plan.admissions) == 28
 
 
@@ -218,7 +220,7 @@ def test_the_workload_spec_carries_the_pod_security_settings(
     settings.WORKLOAD_FS_GROUP = 100
     settings.WORKLOAD_NON_ROOT_KINDS = ["notebook"]
     chosen = getattr(fleet, flavor)
-    services.set_quota(actor=org.admin, team=org.team_a, flavor=chosen, guaranteed=8, limit=8)
+    set_quota(actor=org.admin, team=org.team_a, flavor=chosen, guaranteed=8, limit=8)
     request = GpuRequestFactory.create(
         to="queued", project=org.project_a, flavor=chosen, gpu_count=1, kind=kind
     )

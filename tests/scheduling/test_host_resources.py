@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 
 from runtime.services.inventory import apply_inventory
-from scheduling import services
 from scheduling.choices import RequestStatus, WorkloadKind
 from scheduling.models import Node
 from scheduling.selectors.snapshot import build_snapshot
 from scheduling.services import cycle
+from scheduling.services.quotas import set_quota
 from tests.runtime.test_inventory import reported
 from tests.scheduling.conftest import Fleet
 from tests.scheduling.helpers import request_body
@@ -84,7 +84,7 @@ def test_admitted_work_holds_its_cpu_in_the_next_snapshot(
 def test_a_request_no_node_has_the_cpu_for_waits_with_the_host_resources_blocker(
     org: Org, fleet: Fleet, django_capture_on_commit_callbacks: Any
 ) -> None:
-    services.set_quota(actor=org.admin, team=org.team_a, flavor=fleet.a100, guaranteed=8, limit=8)
+    set_quota(actor=org.admin, team=org.team_a, flavor=fleet.a100, guaranteed=8, limit=8)
     # CPU-only pods of another tenant leave 16 of the nodes' 128 cores.
     Node.objects.filter(pool__slug="a100-training").update(
         foreign_usage={"cpu_millicores": 112_000}

@@ -7,10 +7,10 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from scheduling import services
 from scheduling.choices import RequestStatus
 from scheduling.models import ApprovalRule, GpuRequest
 from scheduling.services.lifecycle import Move, transition, transition_through
+from scheduling.services.requests import approve_gpu_request, reject_gpu_request
 from tenants.errors import ConflictError
 from tenants.models import AuditEvent
 from tests.scheduling.conftest import Fleet
@@ -77,7 +77,7 @@ def test_a_chain_with_an_illegal_step_changes_nothing(org: Org, fleet: Fleet) ->
 def test_a_chain_already_made_elsewhere_reports_no_move(org: Org, fleet: Fleet) -> None:
     request = pending(org, fleet)
     stale = GpuRequest.objects.get(pk=request.pk)
-    services.approve_gpu_request(actor=org.lead_a, request=request)  # another process's move
+    approve_gpu_request(actor=org.lead_a, request=request)  # another process's move
     audited = events(request)
 
     moved = transition_through(
@@ -93,7 +93,7 @@ def test_a_chain_already_made_elsewhere_reports_no_move(org: Org, fleet: Fleet) 
 def test_a_chain_overtaken_by_another_move_is_a_conflict(org: Org, fleet: Fleet) -> None:
     request = pending(org, fleet)
     stale = GpuRequest.objects.get(pk=request.pk)
-    services.reject_gpu_request(actor=org.lead_a, request=request, comment="Not now.")
+    reject_gpu_request(actor=org.lead_a, request=request, comment="Not now.")
 
     with pytest.raises(ConflictError):
         transition_through(stale, [Move(RequestStatus.APPROVED), Move(RequestStatus.QUEUED)])

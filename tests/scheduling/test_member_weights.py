@@ -12,8 +12,8 @@ from django.db import IntegrityError, transaction
 from django.test import TestCase
 from django.urls import reverse
 
-from scheduling import engine
 from scheduling.choices import RequestStatus
+from scheduling.engine.types import Member
 from scheduling.models import Allocation, GpuRequest, Quota
 from scheduling.selectors.snapshot import build_snapshot
 from scheduling.services import cycle
@@ -186,8 +186,8 @@ def test_the_snapshot_carries_each_weighted_member_by_team_and_user(org: Org) ->
 
     # Requests name their owner by user id, so the engine's member is the user id too.
     assert members == (
-        engine.Member(team="team-a", name=str(org.dev_a.pk), weight=3.0),
-        engine.Member(team="team-b", name=str(org.lead_b.pk), weight=2.0),
+        Member(team="team-a", name=str(org.dev_a.pk), weight=3.0),
+        Member(team="team-b", name=str(org.lead_b.pk), weight=2.0),
     )
 
 

@@ -17,8 +17,8 @@ import pytest
 from django.conf import settings as django_settings
 from django.urls import reverse
 
-from scheduling import services
 from scheduling.models import GpuRequest
+from scheduling.services.requests import approve_gpu_request
 from tenants.choices import WebhookFormat
 from tenants.models import Webhook
 from tests.scheduling.conftest import Fleet
@@ -54,7 +54,7 @@ def approve_a_pending_request(org: Org, fleet: Fleet, capture_on_commit: Any) ->
     assert body["status"] == "pending_approval"
     request = GpuRequest.objects.get(pk=body["id"])
     with capture_on_commit(execute=True):
-        services.approve_gpu_request(actor=org.lead_a, request=request, comment="go ahead")
+        approve_gpu_request(actor=org.lead_a, request=request, comment="go ahead")
     return request
 
 

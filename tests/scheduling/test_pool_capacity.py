@@ -7,7 +7,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from scheduling.models import GpuDevice, Node
-from scheduling.selectors import pool_capacity
+from scheduling.selectors.catalog import pool_capacity
 from tests.scheduling.conftest import Fleet
 from tests.support.personas import Org
 

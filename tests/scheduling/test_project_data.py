@@ -18,6 +18,11 @@ from scheduling.models import (
     StorageQuota,
 )
 from scheduling.sealing import unseal
+from scheduling.services.project_data import (
+    create_project_secret,
+    create_workspace,
+    set_storage_quota,
+)
 from tenants.models import AuditEvent
 from tests.scheduling.conftest import Fleet
 from tests.scheduling.helpers import request_body
@@ -31,18 +36,18 @@ TOKEN = "hf_s3cr3t-value-never-shown"
 
 
 def storage_for(org: Org, limit_gib: int = 500) -> StorageQuota:
-    return services.set_storage_quota(actor=org.admin, team=org.team_a, limit_gib=limit_gib)
+    return set_storage_quota(actor=org.admin, team=org.team_a, limit_gib=limit_gib)
 
 
 def a_workspace_of_project_a(world: World) -> ProjectWorkspace:
     storage_for(world.org)
-    return services.create_workspace(
+    return create_workspace(
         actor=world.org.lead_a, project=world.org.project_a, size_gib=100, home_size_gib=10
     )
 
 
 def a_secret_of_project_a(world: World) -> ProjectSecret:
-    return services.create_project_secret(
+    return create_project_secret(
         actor=world.org.lead_a, project=world.org.project_a, name="hf", data={"token": TOKEN}
     )
 

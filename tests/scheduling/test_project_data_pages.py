@@ -9,8 +9,12 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from scheduling import services
 from scheduling.models import GpuRequest, ProjectSecret, ProjectWorkspace, StorageQuota
+from scheduling.services.project_data import (
+    create_project_secret,
+    create_workspace,
+    set_storage_quota,
+)
 from tests.scheduling.conftest import Fleet
 from tests.support.cross_tenant import covers
 from tests.support.personas import Org
@@ -28,7 +32,7 @@ def client_of(user: Any) -> Client:
 
 @covers("project-data-page")
 def test_a_lead_sets_up_the_workspace_and_secrets_and_no_value_is_shown(org: Org) -> None:
-    services.set_storage_quota(actor=org.admin, team=org.team_a, limit_gib=100)
+    set_storage_quota(actor=org.admin, team=org.team_a, limit_gib=100)
     lead = client_of(org.lead_a)
     url = reverse("project-data-page", args=[org.project_a.pk])
     assert lead.get(url).status_code == 200
@@ -68,11 +72,9 @@ def test_a_lead_sets_up_the_workspace_and_secrets_and_no_value_is_shown(org: Org
 def test_the_request_form_takes_resources_home_volume_and_secret_env(
     org: Org, fleet: Fleet
 ) -> None:
-    services.set_storage_quota(actor=org.admin, team=org.team_a, limit_gib=100)
-    services.create_workspace(actor=org.lead_a, project=org.project_a, size_gib=10, home_size_gib=5)
-    services.create_project_secret(
-        actor=org.lead_a, project=org.project_a, name="hf", data={"token": VALUE}
-    )
+    set_storage_quota(actor=org.admin, team=org.team_a, limit_gib=100)
+    create_workspace(actor=org.lead_a, project=org.project_a, size_gib=10, home_size_gib=5)
+    create_project_secret(actor=org.lead_a, project=org.project_a, name="hf", data={"token": VALUE})
     form = {
         "name": "notebook",
         "project": org.project_a.pk,

@@ -10,7 +10,6 @@ from django.db import connection, connections
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from scheduling import services
 from scheduling.choices import (
     CANCELLABLE_STATUSES,
     COMMITTED_STATUSES,
@@ -18,7 +17,8 @@ from scheduling.choices import (
     RequestStatus,
 )
 from scheduling.models import ApprovalRule, GpuRequest, Quota
-from scheduling.selectors import committed_units
+from scheduling.selectors.quotas import committed_units
+from scheduling.services.requests import approve_gpu_request, cancel_gpu_request, reject_gpu_request
 from tenants.errors import DomainError
 from tests.scheduling.conftest import Fleet
 from tests.support.factories import GpuRequestFactory
@@ -41,7 +41,7 @@ def test_parallel_approvals_never_pass_the_quota_limit(org: Org, fleet: Fleet) -
     def approve(request: GpuRequest) -> None:
         try:
             barrier.wait()
-            services.approve_gpu_request(actor=org.lead_a, request=request)
+            approve_gpu_request(actor=org.lead_a, request=request)
             outcomes.append("approved")
         except DomainError as error:
             outcomes.append(error.code)
@@ -127,11 +127,11 @@ def test_any_sequence_of_actions_keeps_states_legal_and_quota_within_limit(
                     )
                     history[made.pk] = [RequestStatus.PENDING_APPROVAL]
                 elif target is not None and action == "approve":
-                    services.approve_gpu_request(actor=org.lead_a, request=target)
+                    approve_gpu_request(actor=org.lead_a, request=target)
                 elif target is not None and action == "reject":
-                    services.reject_gpu_request(actor=org.lead_a, request=target, comment="no")
+                    reject_gpu_request(actor=org.lead_a, request=target, comment="no")
                 elif target is not None and action == "cancel":
-                    services.cancel_gpu_request(actor=org.dev_a, request=target)
+                    cancel_gpu_request(actor=org.dev_a, request=target)
             except DomainError as error:
                 assert target is not None, f"{action} refused without a target: {error}"
                 why = _refusal_allowed(

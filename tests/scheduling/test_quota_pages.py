@@ -10,7 +10,7 @@ from django.test import Client
 from django.urls import reverse
 
 from scheduling.models import Allocation
-from scheduling.selectors import quota_usage
+from scheduling.selectors.quotas import quota_usage
 from tests.scheduling.conftest import Fleet
 from tests.support.factories import GpuRequestFactory
 from tests.support.personas import Org

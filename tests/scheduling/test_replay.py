@@ -14,7 +14,6 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from scheduling import services
 from scheduling.choices import RequestStatus
 from scheduling.engine.replay import replay
 from scheduling.models import Allocation, Flavor, GpuRequest, Tier
@@ -25,6 +24,7 @@ from scheduling.services.policy_replay import (
     load_policy_change,
     recorded_trace,
 )
+from scheduling.services.quotas import set_quota
 from tenants.models import Project
 from tests.scheduling.conftest import Fleet
 from tests.support.factories import GpuRequestFactory
@@ -61,7 +61,7 @@ def equal_quotas(org: Org, fleet: Fleet) -> None:
     other half while it is idle (borrowed work is preemptible)."""
     Tier.objects.get(slug="training").allowed_teams.add(org.team_b)
     for team in (org.team_a, org.team_b):
-        services.set_quota(actor=org.admin, team=team, flavor=fleet.a100, guaranteed=8, limit=64)
+        set_quota(actor=org.admin, team=team, flavor=fleet.a100, guaranteed=8, limit=64)
 
 
 def run_live(org: Org, start: datetime) -> list[tuple[str, float, tuple[str, ...]]]:
@@ -170,7 +170,7 @@ def shared_quotas(org: Org, fleet: Fleet) -> None:
     they free up, to the team with the lower weighted share (borrowed work is preemptible)."""
     Tier.objects.get(slug="training").allowed_teams.add(org.team_b)
     for team in (org.team_a, org.team_b):
-        services.set_quota(actor=org.admin, team=team, flavor=fleet.a100, guaranteed=4, limit=64)
+        set_quota(actor=org.admin, team=team, flavor=fleet.a100, guaranteed=4, limit=64)
 
 
 def weighting_team_b(org: Org, window_start: datetime) -> tuple[dict[str, float], ...]:

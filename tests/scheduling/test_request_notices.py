@@ -10,11 +10,16 @@ import pytest
 
 from runtime.cluster.simulated import SimulatedCluster
 from runtime.services import execution
-from scheduling import services
 from scheduling.choices import RequestStatus
 from scheduling.models import GpuRequest
 from scheduling.services import cycle
-from scheduling.services.requests import GpuRequestSpec
+from scheduling.services.requests import (
+    GpuRequestSpec,
+    approve_gpu_request,
+    cancel_gpu_request,
+    reject_gpu_request,
+    submit_gpu_request,
+)
 from tenants.models import Notification
 from tests.scheduling.conftest import Fleet
 from tests.scheduling.test_cycle_preemptions import borrowers_then_owners
@@ -63,7 +68,7 @@ def test_a_live_job_that_finishes_tells_its_owner(
 def _asked(org: Org, fleet: Fleet) -> tuple[GpuRequest, list[Notification]]:
     """dev_a asks for a whole A100: both of team A's leads are asked to decide."""
     second_lead = make_user("lead_a2", "team_lead", org.team_a)
-    request = services.submit_gpu_request(
+    request = submit_gpu_request(
         actor=org.dev_a,
         spec=GpuRequestSpec(
             project=org.project_a,
@@ -83,11 +88,9 @@ def _asked(org: Org, fleet: Fleet) -> tuple[GpuRequest, list[Notification]]:
 
 Decide = Callable[[Org, GpuRequest], Any]
 DECISIONS: dict[str, Decide] = {
-    "approved": lambda org, r: services.approve_gpu_request(actor=org.lead_a, request=r),
-    "rejected": lambda org, r: services.reject_gpu_request(
-        actor=org.lead_a, request=r, comment="not now"
-    ),
-    "cancelled": lambda org, r: services.cancel_gpu_request(actor=org.dev_a, request=r),
+    "approved": lambda org, r: approve_gpu_request(actor=org.lead_a, request=r),
+    "rejected": lambda org, r: reject_gpu_request(actor=org.lead_a, request=r, comment="not now"),
+    "cancelled": lambda org, r: cancel_gpu_request(actor=org.dev_a, request=r),
 }
 
 

@@ -14,10 +14,10 @@ import pytest
 from django.conf import settings
 from django.utils import timezone
 
-from scheduling import services
 from scheduling.choices import RequestStatus
 from scheduling.models import Allocation, Flavor, GpuRequest, Tier
 from scheduling.services import cycle, estimates
+from scheduling.services.quotas import set_quota
 from tenants.models import Project
 from tests.scheduling.conftest import Fleet
 from tests.support.factories import GpuRequestFactory
@@ -79,9 +79,7 @@ def test_a_4_card_head_is_reserved_and_starts_within_its_estimate_while_small_wo
     # preemptible); team A has room for its 4 cards.
     Tier.objects.get(slug="training").allowed_teams.add(org.team_b)
     for team, guaranteed in ((org.team_a, 4), (org.team_b, 16)):
-        services.set_quota(
-            actor=org.admin, team=team, flavor=fleet.a100, guaranteed=guaranteed, limit=64
-        )
+        set_quota(actor=org.admin, team=team, flavor=fleet.a100, guaranteed=guaranteed, limit=64)
     start = (timezone.now() - timedelta(days=1)).replace(second=0, microsecond=0)
     cluster = Cluster(fleet.a100, start)
 

@@ -9,9 +9,9 @@ from unittest import mock
 import pytest
 from django.core.management import CommandError, call_command
 
-from scheduling import services
 from scheduling.models import Cluster, ProjectSecret
 from scheduling.sealing import SealError, seal, unseal
+from scheduling.services.project_data import create_project_secret
 from tenants.models import AuditEvent
 from tests.support.clusters import kubeconfig_text, make_cluster
 from tests.support.personas import Org
@@ -56,7 +56,7 @@ def test_rotation_reseals_every_stored_value_so_the_retired_key_can_go(
 ) -> None:
     settings.SECRET_SEALING_KEYS = [OLD]
     with mock.patch("scheduling.dispatch.send"):
-        secret = services.create_project_secret(
+        secret = create_project_secret(
             actor=org.lead_a, project=org.project_a, name="hf", data={"token": "hf-123"}
         )
     cluster = make_cluster(org.admin)
@@ -78,7 +78,7 @@ def test_rotation_reseals_every_stored_value_so_the_retired_key_can_go(
 def test_rotation_names_values_no_key_opens_and_leaves_them(org: Org, settings: Any) -> None:
     settings.SECRET_SEALING_KEYS = [OLD]
     with mock.patch("scheduling.dispatch.send"):
-        secret = services.create_project_secret(
+        secret = create_project_secret(
             actor=org.lead_a, project=org.project_a, name="hf", data={"token": "hf-123"}
         )
     settings.SECRET_SEALING_KEYS = [NEW]  # the old key was dropped before rotating

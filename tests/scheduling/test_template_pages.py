@@ -7,8 +7,9 @@ import re
 import pytest
 from django.urls import reverse
 
-from scheduling import services
 from scheduling.models import GpuRequest, RequestTemplate
+from scheduling.services.requests import cancel_gpu_request
+from scheduling.services.templates import create_request_template
 from tests.scheduling.test_pages import form_data, login
 from tests.support.cross_tenant import covers
 from tests.support.factories import GpuRequestFactory
@@ -19,7 +20,7 @@ pytestmark = pytest.mark.django_db
 
 
 def team_template(org: Org, fleet: Fleet, *, name: str = "Team notebook") -> RequestTemplate:
-    return services.create_request_template(
+    return create_request_template(
         actor=org.lead_a,
         team=org.team_a,
         is_shared=True,
@@ -42,10 +43,10 @@ def selected(page: str, field: str) -> str:
 
 def test_the_form_offers_the_team_templates_before_ones_own(org: Org, fleet: Fleet) -> None:
     team_template(org, fleet, name="Zeta team")
-    services.create_request_template(
+    create_request_template(
         actor=org.dev_a, team=org.team_a, name="Alpha mine", image="img:1", flavor=fleet.l4_6g
     )
-    services.create_request_template(
+    create_request_template(
         actor=org.lead_b, team=org.team_b, is_shared=True, name="B's", image="img:1"
     )
     page = login("dev_a").get(reverse("gpu-request-new")).content.decode()
@@ -110,7 +111,7 @@ def test_a_finished_request_offers_clone_and_resubmit(org: Org, fleet: Fleet) ->
     client = login("dev_a")
     page = client.get(reverse("gpu-request-page", args=[request.pk])).content.decode()
     assert 'data-testid="clone"' not in page and 'data-testid="resubmit"' not in page
-    services.cancel_gpu_request(actor=org.dev_a, request=request)
+    cancel_gpu_request(actor=org.dev_a, request=request)
     page = client.get(reverse("gpu-request-page", args=[request.pk])).content.decode()
     assert f"?clone={request.pk}" in page and 'data-testid="resubmit"' in page
 
@@ -129,7 +130,7 @@ def test_a_finished_request_offers_clone_and_resubmit(org: Org, fleet: Fleet) ->
 @covers("gpu-request-resubmit-page")
 def test_another_team_cannot_resubmit_from_the_page(org: Org, fleet: Fleet) -> None:
     request = GpuRequestFactory.create(project=org.project_a, flavor=fleet.l4_12g)
-    services.cancel_gpu_request(actor=org.dev_a, request=request)
+    cancel_gpu_request(actor=org.dev_a, request=request)
     for username in ("dev_b", "lead_b"):
         url = reverse("gpu-request-resubmit-page", args=[request.pk])
         assert login(username).post(url).status_code == 404

@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 from django.urls import reverse
 
-from scheduling import services
 from scheduling.models import RequestTemplate
+from scheduling.services.templates import create_request_template
 from tests.scheduling.conftest import Fleet
 from tests.scheduling.helpers import request_body
 from tests.support.api_contract import ApiContract, World
@@ -39,7 +39,7 @@ def template_body(world: World, **overrides: Any) -> dict[str, Any]:
 def a_team_template_of_team_a(world: World) -> RequestTemplate:
     body = template_body(world)
     body.update(team=world.org.team_a, flavor=world.fleet.l4_6g)
-    return services.create_request_template(actor=world.org.lead_a, **body)
+    return create_request_template(actor=world.org.lead_a, **body)
 
 
 TEMPLATES = ApiContract(

@@ -9,7 +9,7 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from scheduling.models import Tier
-from scheduling.selectors import tier_allowed_for_project
+from scheduling.selectors.catalog import tier_allowed_for_project
 from tests.scheduling.conftest import Fleet
 from tests.scheduling.helpers import request_body
 from tests.support.personas import Org, api_client

@@ -17,7 +17,7 @@ from django.test import Client
 from django.urls import reverse
 
 from tenants.models import AuditEvent
-from tenants.services import record_audit_event
+from tenants.services.organisation import record_audit_event
 from tests.security.isolation import collection_routes
 from tests.support.personas import Org, api_client
 

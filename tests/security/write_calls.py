@@ -18,8 +18,8 @@ from typing import Any
 from django.utils import timezone
 
 from accounting.selectors.usage import current_month
-from scheduling import services
 from scheduling.models import GpuRequest, Tier
+from scheduling.services.project_data import set_storage_quota
 from tests.support.clusters import kubeconfig_text
 from tests.support.factories import (
     GpuRequestFactory,
@@ -144,9 +144,7 @@ def storage_quota_of_team_a(world: World) -> None:
     """Workspaces draw on their team's storage quota."""
     world.once(
         "storage",
-        lambda: services.set_storage_quota(
-            actor=world.org.admin, team=world.org.team_a, limit_gib=500
-        ),
+        lambda: set_storage_quota(actor=world.org.admin, team=world.org.team_a, limit_gib=500),
     )
 
 

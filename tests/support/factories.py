@@ -29,7 +29,6 @@ from django.utils import timezone
 from factory.django import DjangoModelFactory
 
 from accounting.models import Price
-from scheduling import services
 from scheduling.choices import (
     SHARING_MODE_OF_FLAVOR_KIND,
     FlavorKind,
@@ -48,7 +47,7 @@ from scheduling.models import (
     ReclaimPolicy,
     Tier,
 )
-from scheduling.services.requests import GpuRequestSpec
+from scheduling.services.requests import GpuRequestSpec, approve_gpu_request, submit_gpu_request
 from tenants.choices import ORGANISATION_ROLES, Role
 from tenants.models import Membership, Project, Team
 
@@ -294,11 +293,11 @@ class GpuRequestFactory(factory.Factory[GpuRequest]):
         if to not in STAGES:
             raise ValueError(f"to={to!r}: one of {STAGES}")
         actor = kwargs.pop("actor")
-        request = services.submit_gpu_request(actor=actor, spec=GpuRequestSpec(**kwargs))
+        request = submit_gpu_request(actor=actor, spec=GpuRequestSpec(**kwargs))
         stage = STAGES.index(to)
         if stage >= STAGES.index("queued") and request.status == RequestStatus.PENDING_APPROVAL:
             lead = _team_member(request.project, Role.TEAM_LEAD)
-            services.approve_gpu_request(actor=lead, request=request)
+            approve_gpu_request(actor=lead, request=request)
         if stage >= STAGES.index("admitted"):
             admit(request)
         if stage >= STAGES.index("launching"):

@@ -16,7 +16,7 @@ from knox.models import AuthToken
 from accounting.demo import seed_demo_prices
 from scheduling.demo import seed_demo_fleet
 from tenants.models import AuditEvent, OidcIdentity
-from tenants.services import seed_demo_organisation
+from tenants.services.organisation import seed_demo_organisation
 from tests.support.factories import GpuRequestFactory
 from tests.support.personas import Org, make_user
 

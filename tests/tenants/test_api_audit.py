@@ -4,7 +4,7 @@ import pytest
 from django.urls import reverse
 
 from tenants.models import AuditEvent
-from tenants.services import create_project
+from tenants.services.organisation import create_project
 from tests.support.api_contract import ApiContract, World
 from tests.support.cross_tenant import result_ids
 from tests.support.personas import Org, api_client

@@ -8,9 +8,9 @@ import pytest
 from django.urls import reverse
 
 from scheduling.models import Quota
-from tenants import services
 from tenants.errors import DomainError, ForbiddenError
 from tenants.models import AuditEvent, Membership, Project, Team
+from tenants.services.organisation import create_team, update_team
 from tests.scheduling import conftest as scheduling_fixtures
 from tests.scheduling.conftest import Fleet
 from tests.support.factories import GpuRequestFactory
@@ -113,10 +113,10 @@ def test_a_team_quota_split_over_projects_is_409_to_delete(org: Org, fleet: Flee
 
 def test_services_refuse_unknown_fields_and_non_admins(org: Org) -> None:
     with pytest.raises(DomainError) as refused:
-        services.create_team(actor=org.admin, name="X", slug="x", colour="red")
+        create_team(actor=org.admin, name="X", slug="x", colour="red")
     assert refused.value.fields == {"colour": "unknown field"}
     with pytest.raises(ForbiddenError):
-        services.update_team(actor=org.finance, team=org.team_a, name="Y")
+        update_team(actor=org.finance, team=org.team_a, name="Y")
     with pytest.raises(DomainError) as invalid:
-        services.update_team(actor=org.admin, team=org.team_a, slug="no spaces allowed")
+        update_team(actor=org.admin, team=org.team_a, slug="no spaces allowed")
     assert "slug" in invalid.value.fields

@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from tenants.models import AuditEvent
 from tenants.selectors import filter_audit_events
-from tenants.services import create_project, record_audit_event
+from tenants.services.organisation import create_project, record_audit_event
 from tests.support.personas import Org
 
 pytestmark = pytest.mark.django_db

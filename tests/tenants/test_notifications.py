@@ -11,11 +11,11 @@ from django.urls import reverse
 from django.utils import timezone
 
 from accounting.models import Budget
-from accounting.services import meter_usage
 from accounting.services.budgets import check_budget_burn
-from scheduling import services
+from accounting.services.metering import meter_usage
 from scheduling.choices import RequestStatus
 from scheduling.services.notifications import notify
+from scheduling.services.requests import approve_gpu_request
 from tenants.choices import NotificationKind
 from tenants.models import Notification
 from tenants.services.notifications import mark_notifications_read, unread_notification_count
@@ -61,7 +61,7 @@ def test_a_request_waiting_for_approval_tells_the_lead_and_the_answer_tells_the_
     assert asked.url == reverse("approvals-page") + f"#inbox-approval-{request.pk}"
     assert not Notification.objects.filter(recipient__in=[org.lead_b, org.dev_b]).exists()
 
-    services.approve_gpu_request(actor=org.lead_a, request=request)
+    approve_gpu_request(actor=org.lead_a, request=request)
     answer = Notification.objects.get(recipient=org.dev_a)
     assert (answer.kind, answer.event_type) == (NotificationKind.APPROVAL, "request.approved")
     assert answer.url == reverse("gpu-request-page", kwargs={"pk": request.pk})

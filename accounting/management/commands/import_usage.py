@@ -13,7 +13,7 @@ from django.core.management.base import (
     DjangoHelpFormatter,
 )
 
-from accounting.services import IMPORT_BATCH_ROWS, USAGE_COLUMNS, import_usage_file
+from accounting.services.ingest import IMPORT_BATCH_ROWS, USAGE_COLUMNS, import_usage_file
 from tenants.errors import DomainError
 
 HELP = f"""Add usage that the meter did not record (imports, backfills, other clusters) to the

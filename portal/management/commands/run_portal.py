@@ -32,7 +32,7 @@ from django.utils import timezone
 
 from scheduling.choices import RequestStatus
 from scheduling.models import GpuRequest
-from tenants.services import DEMO_USERS
+from tenants.services.organisation import DEMO_USERS
 
 STATUS_INTERVAL_SECONDS = 30
 LOG_TAIL_LINES = 20

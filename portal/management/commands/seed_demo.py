@@ -21,7 +21,7 @@ from runtime.demo import seed_demo_zombie
 from scheduling.demo import seed_demo_fleet, seed_demo_workbench
 from tenants.demo import DemoSeeding
 from tenants.errors import DomainError
-from tenants.services import DEMO_USERS, seed_demo_organisation
+from tenants.services.organisation import DEMO_USERS, seed_demo_organisation
 
 
 class Command(BaseCommand):
