@@ -17,6 +17,8 @@
         options: {
           responsive: true,
           animation: false,
+          // On a phone a wide, flat chart leaves no room below its legend: make it taller.
+          aspectRatio: window.innerWidth < 576 ? 1.3 : undefined,
           // A chart of two units names its own axes (`scales`); others share one y axis.
           scales: spec.scales ||
             { x: { stacked: stacked }, y: { stacked: stacked, beginAtZero: true } },
