@@ -145,6 +145,7 @@ STATIC_ROOT = BASE_DIR / "staticfiles"
 STATICFILES_DIRS = [
     ("vendor/bootstrap", BASE_DIR / "node_modules" / "bootstrap" / "dist"),
     ("vendor/chart.js", BASE_DIR / "node_modules" / "chart.js" / "dist"),
+    ("vendor/chartjs-plugin-zoom", BASE_DIR / "node_modules" / "chartjs-plugin-zoom" / "dist"),
 ]
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},

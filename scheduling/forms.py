@@ -1,9 +1,11 @@
 from __future__ import annotations
 
 import shlex
+from datetime import datetime, timedelta
 from typing import Any
 
 from django import forms
+from django.utils import timezone
 
 from scheduling.choices import Priority, WorkloadKind
 from scheduling.models import Cluster, Flavor
@@ -141,3 +143,82 @@ class DecisionForm(forms.Form):
 class ProjectQuotaForm(forms.Form):
     guaranteed = forms.IntegerField(min_value=0, max_value=100_000)
     limit = forms.IntegerField(min_value=0, max_value=100_000)
+
+
+RANGE_PRESETS = {
+    "6h": ("Last 6 hours", timedelta(hours=6)),
+    "24h": ("Last 24 hours", timedelta(hours=24)),
+    "48h": ("Last 48 hours", timedelta(hours=48)),
+    "7d": ("Last 7 days", timedelta(days=7)),
+    "30d": ("Last 30 days", timedelta(days=30)),
+}
+WHOLE_LIFE = "life"
+CUSTOM_RANGE = "custom"
+LONGEST_CUSTOM_RANGE = timedelta(days=90)
+DATETIME_INPUTS = ["%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M", "%Y-%m-%d"]
+
+
+class TimeRangeForm(forms.Form):
+    """The time range of a page's charts, from the query string so that it works without
+    script and a range is a link: a preset (the last 6 hours to 30 days), the whole life of a
+    request where the page offers it, or a custom from/to of up to 90 days."""
+
+    range = forms.ChoiceField(required=False, label="Time range")
+    start = forms.DateTimeField(
+        required=False,
+        label="From",
+        input_formats=DATETIME_INPUTS,
+        widget=forms.DateTimeInput(attrs={"type": "datetime-local"}, format="%Y-%m-%dT%H:%M"),
+    )
+    end = forms.DateTimeField(
+        required=False,
+        label="To",
+        input_formats=DATETIME_INPUTS,
+        widget=forms.DateTimeInput(attrs={"type": "datetime-local"}, format="%Y-%m-%dT%H:%M"),
+    )
+
+    def __init__(self, data: Any, *, default: str, whole_life: bool = False) -> None:
+        super().__init__(data if any(k in data for k in ("range", "start", "end")) else None)
+        choices = [(WHOLE_LIFE, "Whole life")] if whole_life else []
+        choices += [(key, label) for key, (label, _) in RANGE_PRESETS.items()]
+        choices.append((CUSTOM_RANGE, "Custom from/to"))
+        field = self.fields["range"]
+        assert isinstance(field, forms.ChoiceField)
+        field.choices = choices
+        field.initial = default
+        self.default = default
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean() or {}
+        start, end = cleaned.get("start"), cleaned.get("end")
+        chosen = cleaned.get("range") or (CUSTOM_RANGE if start or end else self.default)
+        cleaned["range"] = chosen
+        if chosen != CUSTOM_RANGE or self.errors:
+            return cleaned
+        if start is None or end is None:
+            raise forms.ValidationError("A custom range needs both a From and a To.")
+        if start >= end:
+            raise forms.ValidationError("From must be before To.")
+        if end - start > LONGEST_CUSTOM_RANGE:
+            raise forms.ValidationError("A custom range is at most 90 days long.")
+        if start > timezone.now():
+            raise forms.ValidationError("From is in the future: there is no activity yet.")
+        return cleaned
+
+    @property
+    def chosen(self) -> str:
+        """The range the page shows: the valid one asked for, else the page's default."""
+        if self.is_bound and self.is_valid():
+            return str(self.cleaned_data["range"])
+        return self.default
+
+    def bounds(
+        self, *, now: datetime, life: tuple[datetime, datetime] | None = None
+    ) -> tuple[datetime, datetime] | None:
+        """The (start, end) to chart; None for a whole life that has not begun."""
+        chosen = self.chosen
+        if chosen == WHOLE_LIFE:
+            return life
+        if chosen == CUSTOM_RANGE:
+            return self.cleaned_data["start"], min(self.cleaned_data["end"], now)
+        return now - RANGE_PRESETS[chosen][1], now

@@ -15,7 +15,6 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db.models import Avg, Q
-from django.db.models.functions import TruncHour
 from django.utils import timezone
 
 from scheduling.choices import FlavorKind, RequestStatus, SharingMode
@@ -30,8 +29,14 @@ from scheduling.models import (
     UtilisationSample,
 )
 from scheduling.selectors.history import recent_admission_waits
+from scheduling.selectors.timeline import Window, activity_by_point, step_words, window_between
 
-WINDOW = timedelta(hours=48)
+DEFAULT_RANGE = timedelta(hours=48)
+SHORTEST_STEP = timedelta(minutes=15)  # allocations and samples change at this pace
+
+
+def fleet_window(*, start: datetime, end: datetime) -> Window:
+    return window_between(start, end, shortest_step=SHORTEST_STEP)
 
 
 def claim_share(claim: dict[str, Any], memory_mib: int) -> float:
@@ -45,11 +50,13 @@ def claim_share(claim: dict[str, Any], memory_mib: int) -> float:
 
 @dataclass(frozen=True, slots=True)
 class Series:
-    """Hourly points over the window: GPU-equivalents allocated and mean activity (%)."""
+    """Points over the window, `step` apart: GPU-equivalents allocated (the peak held at once
+    in the point) and mean activity (%)."""
 
     labels: list[str]
     allocated: list[float]
     activity: list[float | None]
+    step: timedelta
 
     def as_chart(self, title: str, *, capacity: float | None = None) -> dict[str, Any]:
         """Two axes, each with its unit: GPU-equivalents on the left (up to `capacity`, the
@@ -57,7 +64,10 @@ class Series:
         ge_axis: dict[str, Any] = {
             "position": "left",
             "beginAtZero": True,
-            "title": {"display": True, "text": "GPU-equivalents allocated (peak in the hour)"},
+            "title": {
+                "display": True,
+                "text": f"GPU-equivalents allocated (peak per {step_words(self.step)})",
+            },
         }
         if capacity:
             ge_axis["suggestedMax"] = capacity
@@ -89,11 +99,6 @@ class Series:
         }
 
 
-def _hours(now: datetime) -> list[datetime]:
-    first = (now - WINDOW).replace(minute=0, second=0, microsecond=0)
-    return [first + timedelta(hours=i) for i in range(int(WINDOW.total_seconds() // 3600) + 1)]
-
-
 def _held_hours(allocation: Allocation, start: datetime, end: datetime, now: datetime) -> float:
     """How many hours of [start, end) the allocation ran (its end: ended_at, else now)."""
     if allocation.started_at is None:
@@ -121,28 +126,22 @@ def _peak_held(
     return peak
 
 
-def _series(allocations: list[Allocation], share: dict[int, float], now: datetime) -> Series:
-    """1. Allocated per hour: the peak GPU-equivalents held at once during that hour.
-    2. Activity per hour: mean of the samples of those allocations, from one grouped query."""
-    hours = _hours(now)
+def _series(allocations: list[Allocation], share: dict[int, float], window: Window) -> Series:
+    """1. Allocated per point: the peak GPU-equivalents held at once during it.
+    2. Activity per point: mean of the samples of those allocations, from one grouped query."""
+    points = window.points
     allocated = [
-        round(_peak_held(allocations, share, hour, hour + timedelta(hours=1)), 3) for hour in hours
+        round(_peak_held(allocations, share, point, point + window.step), 3) for point in points
     ]
-    means = dict(
-        UtilisationSample.objects.filter(
-            allocation__in=[a.pk for a in allocations], sampled_at__gte=hours[0]
-        )
-        .annotate(hour=TruncHour("sampled_at"))
-        .values("hour")
-        .annotate(mean=Avg("activity_percent"))
-        .values_list("hour", "mean")
+    activity, _ = activity_by_point(
+        UtilisationSample.objects.filter(allocation__in=[a.pk for a in allocations]), window
     )
-    activity = [round(means[hour], 1) if hour in means else None for hour in hours]
-    return Series([f"{hour:%d %H:00}" for hour in hours], allocated, activity)
+    return Series(window.labels(), allocated, activity, window.step)
 
 
-def _allocations_on(node_names: list[str], now: datetime) -> list[Allocation]:
-    """Allocations that held a GPU of these nodes at any time in the window."""
+def _allocations_on(node_names: list[str], window: Window) -> list[Allocation]:
+    """Allocations that held a GPU of these nodes at any time in the window, and those that
+    hold one now."""
     if not node_names:
         return []
     on_node = Q()
@@ -150,7 +149,7 @@ def _allocations_on(node_names: list[str], now: datetime) -> list[Allocation]:
         on_node |= Q(node_name__contains=name)
     return list(
         Allocation.objects.filter(on_node, started_at__isnull=False)
-        .filter(Q(ended_at__isnull=True) | Q(ended_at__gt=now - WINDOW))
+        .filter(Q(ended_at__isnull=True) | Q(started_at__lt=window.end, ended_at__gt=window.start))
         .select_related("request__project__team", "request__flavor")
         .order_by("pk")
     )
@@ -184,8 +183,8 @@ def _latest_activity(allocation_ids: list[int], now: datetime) -> dict[int, floa
     return latest
 
 
-def pool_detail(*, pool: NodePool, now: datetime | None = None) -> PoolDetail:
-    """The pool's nodes with what they hold now and how busy, and the pool over 48 hours."""
+def pool_detail(*, pool: NodePool, window: Window, now: datetime | None = None) -> PoolDetail:
+    """The pool's nodes with what they hold now and how busy, and the pool over the window."""
     now = now or timezone.now()
     nodes = list(Node.objects.filter(pool=pool).order_by("name"))
     memory = {
@@ -195,7 +194,9 @@ def pool_detail(*, pool: NodePool, now: datetime | None = None) -> PoolDetail:
     gpus: dict[str, int] = defaultdict(int)
     for node_name, _ in memory:
         gpus[node_name] += 1
-    allocations = [a for a in _allocations_on([n.name for n in nodes], now) if a.pool_id == pool.pk]
+    allocations = [
+        a for a in _allocations_on([n.name for n in nodes], window) if a.pool_id == pool.pk
+    ]
     share_by_node: dict[int, dict[str, float]] = {}
     for allocation in allocations:
         per_node: dict[str, float] = defaultdict(float)
@@ -219,7 +220,7 @@ def pool_detail(*, pool: NodePool, now: datetime | None = None) -> PoolDetail:
             )
         )
     share = {a.pk: sum(share_by_node[a.pk].values()) for a in allocations}
-    return PoolDetail(pool=pool, nodes=rows, series=_series(allocations, share, now))
+    return PoolDetail(pool=pool, nodes=rows, series=_series(allocations, share, window))
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,6 +230,8 @@ class GpuRow:
     activity_percent: float | None  # latest sample of its holders
     # Mean activity while held in the window, weighted by GPU-hours held (free time not counted)
     window_activity_percent: float | None
+    # GPU-hours held in the window ÷ the window's hours: finance's idle capacity is the rest
+    held_percent: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,16 +239,23 @@ class NodeDetail:
     node: Node
     gpus: list[GpuRow]
     series: Series
+    held_percent: float | None = None  # of all its GPUs' hours in the window
+    activity_while_held_percent: float | None = None  # weighted by GPU-hours held
+
+    @property
+    def idle_percent(self) -> float | None:
+        """Finance's idle capacity on this node over the window: hours no one held a GPU."""
+        return None if self.held_percent is None else round(100 - self.held_percent, 1)
 
 
-def node_detail(*, node: Node, now: datetime | None = None) -> NodeDetail:
-    """The node's GPUs with who holds each now and how busy, and the node over 48 hours."""
+def node_detail(*, node: Node, window: Window, now: datetime | None = None) -> NodeDetail:
+    """The node's GPUs with who holds each now and how busy, and the node over the window."""
     now = now or timezone.now()
     devices = list(GpuDevice.objects.filter(node=node).order_by("index"))
     memory = {d.index: d.memory_mib for d in devices}
     allocations = [
         a
-        for a in _allocations_on([node.name], now)
+        for a in _allocations_on([node.name], window)
         if any(c["node"] == node.name for c in a.claims)
     ]
     on_device: dict[int, list[tuple[Allocation, float]]] = defaultdict(list)
@@ -260,13 +270,17 @@ def node_detail(*, node: Node, now: datetime | None = None) -> NodeDetail:
     latest = _latest_activity([a.pk for a in allocations if a.ended_at is None], now)
     window_means = dict(
         UtilisationSample.objects.filter(
-            allocation__in=[a.pk for a in allocations], sampled_at__gte=now - WINDOW
+            allocation__in=[a.pk for a in allocations],
+            sampled_at__gte=window.start,
+            sampled_at__lt=window.end,
         )
         .values("allocation_id")
         .annotate(mean=Avg("activity_percent"))
         .values_list("allocation_id", "mean")
     )
     rows = []
+    node_weights: list[tuple[float, float]] = []
+    held_hours = 0.0
     for device in devices:
         everyone = on_device.get(device.index, [])
         holders = [(a, s) for a, s in everyone if a.ended_at is None]
@@ -274,11 +288,17 @@ def node_detail(*, node: Node, now: datetime | None = None) -> NodeDetail:
         # As finance's efficiency: each measured allocation weighted by the GPU-hours it held
         # this card in the window; hours the card was free are not counted as idle.
         weights = [
-            (s * _held_hours(a, now - WINDOW, now, now), window_means[a.pk])
+            (s * _held_hours(a, window.start, window.end, now), window_means[a.pk])
             for a, s in everyone
             if a.pk in window_means
         ]
         held = sum(weight for weight, _ in weights)
+        node_weights += weights
+        card_hours = min(
+            sum(s * _held_hours(a, window.start, window.end, now) for a, s in everyone),
+            window.hours,
+        )
+        held_hours += card_hours
         rows.append(
             GpuRow(
                 device=device,
@@ -287,9 +307,23 @@ def node_detail(*, node: Node, now: datetime | None = None) -> NodeDetail:
                 window_activity_percent=(
                     round(sum(w * mean for w, mean in weights) / held, 1) if held else None
                 ),
+                held_percent=round(100 * card_hours / window.hours, 1) if window.hours else 0.0,
             )
         )
-    return NodeDetail(node=node, gpus=rows, series=_series(allocations, share, now))
+    measured = sum(weight for weight, _ in node_weights)
+    return NodeDetail(
+        node=node,
+        gpus=rows,
+        series=_series(allocations, share, window),
+        held_percent=(
+            round(100 * held_hours / (window.hours * len(devices)), 1)
+            if devices and window.hours
+            else None
+        ),
+        activity_while_held_percent=(
+            round(sum(w * mean for w, mean in node_weights) / measured, 1) if measured else None
+        ),
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,6 +13,7 @@ from django.db import models
 from django.db.models import QuerySet
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from scheduling.choices import (
@@ -24,8 +25,14 @@ from scheduling.choices import (
     WorkloadKind,
 )
 from scheduling.filters import RequestListFilter, list_title
-from scheduling.forms import DecisionForm, GpuRequestForm, initial_from_body
-from scheduling.models import Flavor, GpuRequest, RequestTemplate, UtilisationSample
+from scheduling.forms import (
+    WHOLE_LIFE,
+    DecisionForm,
+    GpuRequestForm,
+    TimeRangeForm,
+    initial_from_body,
+)
+from scheduling.models import Flavor, GpuRequest, RequestTemplate
 from scheduling.selectors.approvals import approval_inbox, deferring_lead
 from scheduling.selectors.catalog import flavors_for_project
 from scheduling.selectors.clusters import placed_cluster
@@ -33,6 +40,7 @@ from scheduling.selectors.governance import governance_rules
 from scheduling.selectors.preemptions import last_preemption
 from scheduling.selectors.queue import fill_queue_positions
 from scheduling.selectors.quotas import queue_quota_impacts, quota_impact
+from scheduling.selectors.timeline import request_activity_chart, request_life, window_between
 from scheduling.services.blockers import shown_blocker
 from scheduling.services.estimates import what_if
 from scheduling.services.governance import ask_lead, extend_runtime, grant_idle_exemption
@@ -240,11 +248,7 @@ def request_detail(request: HttpRequest, pk: int) -> HttpResponse:
         .select_related("actor")
         .order_by("occurred_at", "id")
     )
-    samples = list(
-        UtilisationSample.objects.filter(allocation__request=gpu_request)
-        .order_by("-sampled_at")
-        .values_list("sampled_at", "activity_percent", "memory_used_mib")[:240]
-    )[::-1]
+    activity = _request_activity(request, gpu_request)
     scope = scope_of(request.user)
     is_pending = gpu_request.status == RequestStatus.PENDING_APPROVAL
     return render(
@@ -266,13 +270,27 @@ def request_detail(request: HttpRequest, pk: int) -> HttpResponse:
             "is_owner": gpu_request.owner_id == request.user.pk,
             "is_lead": scope.is_lead_of(gpu_request.team_id),
             "governance": governance_rules(gpu_request=gpu_request),
-            "utilisation": {
-                "labels": [moment.isoformat() for moment, _, _ in samples],
-                "activity": [round(activity, 1) for _, activity, _ in samples],
-                "memory": [memory for _, _, memory in samples],
-            },
+            **activity,
         },
+        status=400 if activity["range_form"].errors else 200,
     )
+
+
+def _request_activity(request: HttpRequest, gpu_request: GpuRequest) -> dict[str, Any]:
+    """The activity section: its range (the whole life by default: first start to now, or to
+    its end) and the chart over it; no chart before the request first started."""
+    form = TimeRangeForm(request.GET, default=WHOLE_LIFE, whole_life=True)
+    now = timezone.now()
+    life = request_life(gpu_request=gpu_request, now=now)
+    bounds = form.bounds(now=now, life=life)
+    if bounds is None:
+        return {"range_form": form, "window": None, "activity_chart": None}
+    window = window_between(*bounds)
+    return {
+        "range_form": form,
+        "window": window,
+        "activity_chart": request_activity_chart(gpu_request=gpu_request, window=window),
+    }
 
 
 GOVERNANCE_ACTIONS = {"ask-idle-exemption", "ask-extension", "idle-exemption", "extend", "resume"}

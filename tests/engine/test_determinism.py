@@ -11,7 +11,8 @@ ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = """
 import hashlib
 from tests.engine.builders import fleet, node, req, alloc, whole_claims
-from scheduling.engine import plan, Priority
+from scheduling.engine.planner import plan
+from scheduling.engine.types import Priority
 nodes = [node(f"n{i}", gpus=4) for i in range(6)] + [
     node(f"v{i}", pool="vgpu", gpus=2) for i in range(3)] + [
     node(f"m{i}", pool="mig", gpus=2) for i in range(3)]

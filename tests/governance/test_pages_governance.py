@@ -29,7 +29,7 @@ def test_request_page_shows_the_activity_chart_and_idle_warning(org: Org, runnin
     )
     GpuRequest.objects.filter(pk=request.pk).update(idle_warned_at=timezone.now())
     page = login("dev_a").get(reverse("gpu-request-page", args=[request.pk])).content.decode()
-    assert 'id="utilisation-data"' in page and "1.5" in page
+    assert 'id="request-activity"' in page and "1.5" in page
     assert 'data-testid="idle-warning"' in page
     assert "Ask for more time" in page and "Extend the max runtime" not in page
 

@@ -44,7 +44,7 @@ def test_fleet_drills_down_to_pools_nodes_and_gpus(org: Org, fleet: Fleet) -> No
             r'<script id="pool-activity" type="application/json">(.*?)</script>', pool_page
         ).group(1)  # type: ignore[union-attr]
     )
-    assert len(chart["labels"]) == 49  # hourly over 48 hours
+    assert len(chart["labels"]) == 97  # a point every 30 minutes over the default 48 hours
     assert chart["datasets"][0]["data"][-1] == 1.0  # one whole card allocated now
     assert chart["datasets"][1]["data"][-1] == 64.0
 
