@@ -74,11 +74,19 @@ class RatioBand:
 
     def value(self, which: Which, elapsed: float = 0.0) -> float:
         """The low, typical or high ratio of a run that has already lasted `elapsed` (as a
-        ratio of its declared runtime): among the past runs that lasted at least that long."""
+        ratio of its declared runtime): among the past runs that lasted at least that long.
+
+        Longer than any run seen, the run ends between now and its declared end. Approaching
+        that point, the answer moves there gradually (over the last tenth of the runs and the
+        last tenth of the declared runtime before the longest run), so that an estimate asked a
+        minute later does not jump from "ends now" to hours away."""
+        beyond = {"low": elapsed, "mid": (elapsed + 1.0) / 2, "high": 1.0}[which]
         done = self.share_below(elapsed)
-        if done >= 1.0:  # longer than any run seen: between now and its declared end
-            return {"low": elapsed, "mid": (elapsed + 1.0) / 2, "high": 1.0}[which]
-        return max(elapsed, self.at(done + SHARE[which] * (1.0 - done)))
+        if done >= 1.0:
+            return beyond
+        seen = max(elapsed, self.at(done + SHARE[which] * (1.0 - done)))
+        trust = min(1.0, (1.0 - done) * STEPS, (self.quantiles[-1] - elapsed) * STEPS)
+        return trust * seen + (1.0 - trust) * beyond
 
     @property
     def mid(self) -> float:

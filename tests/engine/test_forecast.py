@@ -223,3 +223,21 @@ def test_the_same_snapshot_gives_the_same_forecast(
 ) -> None:
     snap, bands = case
     assert forecast(snap, now=NOW, bands=bands) == forecast(snap, now=NOW, bands=bands)
+
+
+def test_an_estimate_asked_a_minute_later_does_not_jump_when_work_outlives_its_history() -> None:
+    # Every past run took 40% of its declared 8 h; this one is about to pass 3.2 h.
+    declared = 8 * 3_600.0
+    every_run_alike = ratio_band([0.4] * 20)
+    running = alloc(
+        "busy", whole_claims("n", range(4)), started_at=0.0, max_runtime_seconds=declared
+    )
+    ends = [
+        expected_end(running, every_run_alike, "mid", now)
+        for now in range(int(0.3 * declared), int(0.5 * declared), 60)
+    ]
+    steps = [later - earlier for earlier, later in zip(ends, ends[1:], strict=False)]
+    # From one minute to the next the expected end moves by minutes, never by hours.
+    assert min(steps) >= 0 and max(steps) < 15 * 60
+    # Past every run seen it ends between now and its declared end, as before.
+    assert expected_end(running, every_run_alike, "mid", 0.5 * declared) == 0.75 * declared
