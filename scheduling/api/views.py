@@ -50,12 +50,11 @@ from scheduling.models import (
     Tier,
     UtilisationSample,
 )
-from scheduling.selectors.catalog import flavors_for_project
 from scheduling.selectors.preemptions import PREEMPTION_COLUMNS
 from scheduling.selectors.queue import fill_queue_positions
 from scheduling.selectors.quotas import quota_usage
 from scheduling.services import catalog as catalog_services
-from scheduling.services.estimates import what_if
+from scheduling.services.estimates import what_if_for_project
 from scheduling.services.governance import ask_lead, extend_runtime, grant_idle_exemption
 from scheduling.services.quotas import delete_quota, set_quota
 from scheduling.services.requests import (
@@ -506,18 +505,18 @@ class GpuRequestViewSet(
         filter_backends=[],
     )
     def what_if(self, request: Request) -> Response:
-        """For each flavor the project may use: when a request submitted now would likely
-        start (a forecast of the queue, docs/estimates.md). Another tenant's project is 404."""
+        """For each flavor the project may use for `kind`: when a request submitted now would
+        likely start (a forecast of the queue, docs/estimates.md); the request form shows the
+        same answer. Another tenant's project is 404."""
         query = WhatIfQuerySerializer(data=request.query_params)
         query.is_valid(raise_exception=True)
         project = get_object_or_404(
             Project.objects.visible_to(request.user).select_related("team"),
             pk=query.validated_data["project"],
         )
-        rows = what_if(
+        rows = what_if_for_project(
             project=project,
             owner=request.user,
-            flavors=flavors_for_project(project=project).order_by("name"),
             gpu_count=query.validated_data["gpu_count"],
             max_runtime_seconds=query.validated_data["max_runtime_seconds"],
             kind=query.validated_data["kind"],

@@ -3,8 +3,10 @@
 `refresh_start_estimates` runs after scheduling cycles (a throttled task, see
 scheduling/dispatch.py): (1) read the snapshot and the runtime history, (2) forecast, (3) write
 each queued request's estimate and interval in batched UPDATEs, clearing those of requests that
-left the queue. `what_if` answers "when would it start if I submitted it now?" per flavor, for
-the request form and the API, without writing anything. See docs/estimates.md.
+left the queue. `estimate_queued_request` gives a request that just entered the queue its
+estimate at once, without waiting for the next refresh. `what_if_for_project` answers "when
+would it start if I submitted it now?" per flavor, the one answer the request form and the API
+give, without writing anything. See docs/estimates.md.
 """
 
 from __future__ import annotations
@@ -15,10 +17,13 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
+from django.core.cache import cache
+
 from scheduling.choices import Priority, RequestStatus, WorkloadKind
 from scheduling.engine.forecast import forecast
 from scheduling.engine.types import Snapshot
 from scheduling.models import Flavor, GpuRequest
+from scheduling.selectors.catalog import flavors_for_project
 from scheduling.selectors.history import ratio_bands_by_request, runtime_history
 from scheduling.selectors.scheduler_modes import kueue_cluster_ids
 from scheduling.selectors.snapshot import (
@@ -98,6 +103,50 @@ def refresh_start_estimates(*, now: float | None = None) -> int:
     return len(changed) + cleared
 
 
+#: A request the forecast cannot place is not forecast again for it by the pages sooner than
+#: this; the refresh after cycles comes by as often.
+FIRST_ESTIMATE_RETRY_SECONDS = 30
+
+
+def estimate_queued_request(*, request_id: int, now: float | None = None) -> bool:
+    """Store the estimate of a queued request that has none yet (it just entered the queue),
+    from a forecast of the queue that stops once it starts; the next refresh keeps it current.
+    Returns whether an estimate was stored. Pages call it on each view: one forecast per
+    request per FIRST_ESTIMATE_RETRY_SECONDS at most."""
+    now = now if now is not None else time.time()
+    if not cache.add(f"scheduling:first-estimate:{request_id}", now, FIRST_ESTIMATE_RETRY_SECONDS):
+        return False
+    # 1. Read.
+    kueue = kueue_cluster_ids()
+    snapshot = build_snapshot(kueue_clusters=kueue)
+    rid = str(request_id)
+    if not any(r.id == rid for r in snapshot.pending):
+        return False  # no longer queued, backing off, or Kueue's to decide
+    ids = [int(a.request_id) for a in snapshot.allocations] + [int(r.id) for r in snapshot.pending]
+    bands = ratio_bands_by_request(ids, history=runtime_history())
+    # 2. Forecast, within what a page may spend.
+    got = forecast(
+        snapshot,
+        now=now,
+        bands=bands,
+        policy=POLICY,
+        targets=(rid,),
+        max_steps=steps_for(snapshot, MAX_STEPS, budget=WHAT_IF_BUDGET),
+    ).get(rid)
+    if got is None:
+        return False
+    # 3. Write, unless it left the queue or a refresh wrote one meanwhile.
+    return bool(
+        GpuRequest.objects.filter(
+            pk=request_id, status=RequestStatus.QUEUED, estimated_start_at__isnull=True
+        ).update(
+            estimated_start_at=_at(got.start_at),
+            estimate_low_at=_at(got.low_at),
+            estimate_high_at=_at(got.high_at),
+        )
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class WhatIf:
     """When a request of `flavor` submitted now would likely start; None: not within the
@@ -144,6 +193,8 @@ def what_if(
             "project__slug": project.slug,
             "flavor__slug": flavor.slug,
             "created_at": created,
+            # Its owner's: fair share inside the team places it behind the owner's own queue.
+            "owner_id": owner.pk,
             "gpu_count": gpu_count,
             "kind": kind,
             "priority": Priority.NORMAL,
@@ -175,3 +226,35 @@ def what_if(
             max(0.0, got.start_at - now) if got else None,
         )
     return [answers.get(flavor.pk) or WhatIf(flavor, None, None) for flavor in asked]
+
+
+def what_if_flavors(*, project: Project, kind: str) -> list[Flavor]:
+    """The flavors a what-if answers for: those the project may use whose pool runs `kind`,
+    by name."""
+    return [
+        flavor
+        for flavor in flavors_for_project(project=project).order_by("name")
+        if flavor.pool.allows_kind(kind)
+    ]
+
+
+def what_if_for_project(
+    *,
+    project: Project,
+    owner: Any,
+    gpu_count: int = 1,
+    max_runtime_seconds: int = 7200,
+    kind: str = WorkloadKind.JOB,
+    now: float | None = None,
+) -> list[WhatIf]:
+    """The what-if of the request form and of `GET /api/v1/requests/what-if/`: the same
+    question gets the same flavors, the same forecast horizon and so the same answer."""
+    return what_if(
+        project=project,
+        owner=owner,
+        flavors=what_if_flavors(project=project, kind=kind),
+        gpu_count=gpu_count,
+        max_runtime_seconds=max_runtime_seconds,
+        kind=kind,
+        now=now,
+    )

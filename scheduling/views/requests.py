@@ -42,7 +42,11 @@ from scheduling.selectors.queue import fill_queue_positions
 from scheduling.selectors.quotas import queue_quota_impacts, quota_impact
 from scheduling.selectors.timeline import request_activity_chart, request_life, window_between
 from scheduling.services.blockers import shown_blocker
-from scheduling.services.estimates import what_if
+from scheduling.services.estimates import (
+    ESTIMATE_FIELDS,
+    estimate_queued_request,
+    what_if_for_project,
+)
 from scheduling.services.governance import ask_lead, extend_runtime, grant_idle_exemption
 from scheduling.services.requests import (
     approve_gpu_request,
@@ -218,12 +222,10 @@ def request_what_if(request: HttpRequest) -> HttpResponse:
     gpu_count = int(_what_if_number(request.GET.get("gpu_count"), 1, low=1, high=1024))
     hours = _what_if_number(request.GET.get("max_runtime_hours"), 2, low=1 / 60, high=90 * 24)
     kind = request.GET.get("kind", "")
-    flavors = list(_form_flavors(project, kind).order_by("name"))
     rows = (
-        what_if(
+        what_if_for_project(
             project=project,
             owner=request.user,
-            flavors=flavors,
             gpu_count=gpu_count,
             max_runtime_seconds=int(hours * 3600),
             kind=kind if kind in WorkloadKind.values else WorkloadKind.JOB,
@@ -242,6 +244,13 @@ def request_detail(request: HttpRequest, pk: int) -> HttpResponse:
         ),
         pk=pk,
     )
+    # Just approved: its estimate now rather than after the next refresh.
+    if (
+        gpu_request.status == RequestStatus.QUEUED
+        and gpu_request.estimated_start_at is None
+        and estimate_queued_request(request_id=gpu_request.pk)
+    ):
+        gpu_request.refresh_from_db(fields=ESTIMATE_FIELDS)
     fill_queue_positions([gpu_request])
     history = (
         AuditEvent.objects.filter(target_type="GpuRequest", target_id=str(gpu_request.pk))

@@ -15,7 +15,7 @@ from accounting.choices import OverBudgetPolicy
 from accounting.models import Price
 from scheduling.choices import RequestStatus
 from scheduling.engine.types import Reservation, Waiting
-from scheduling.models import Allocation, GpuRequest
+from scheduling.models import Allocation, GpuRequest, Quota
 from scheduling.services import cycle
 from scheduling.services.lifecycle import NEXT_CYCLE_REASON
 from tests.scheduling.conftest import Fleet
@@ -72,6 +72,8 @@ def test_a_request_without_an_estimate_gives_its_reason_and_no_time(org: Org, fl
     GpuRequest.objects.filter(pk=queued.pk).update(
         waiting_code="quota", waiting_reason="team quota for L4 is in use"
     )
+    # The team's quota was cut meanwhile: no forecast sees it start.
+    Quota.objects.filter(team=org.team_a, flavor=fleet.l4_6g).update(guaranteed=0, limit=0)
     page = login(org.dev_a).get(reverse("gpu-request-page", args=[queued.pk])).content.decode()
     assert "team quota for L4 is in use" in page
     assert 'data-testid="estimated-start"' not in page

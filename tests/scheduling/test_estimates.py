@@ -3,7 +3,9 @@ in the API and on the request form (what-if), with a cross-tenant check of the w
 
 from __future__ import annotations
 
-from datetime import timedelta
+import re
+from datetime import datetime, timedelta
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -14,7 +16,7 @@ from django.utils import timezone
 
 from scheduling import dispatch, tasks
 from scheduling.choices import RequestStatus
-from scheduling.models import Flavor, GpuRequest
+from scheduling.models import Allocation, Flavor, GpuRequest, NodePool
 from scheduling.selectors.history import runtime_history
 from scheduling.services import cycle, estimates
 from scheduling.templatetags.estimate_tags import clock, wait_words
@@ -217,6 +219,80 @@ def test_what_if_api_lists_flavors_and_hides_other_tenants_projects(org: Org) ->
         401,
         403,
     )
+
+
+def page_waits(client: Client, query: dict[str, Any]) -> dict[str, str]:
+    """The form's what-if as {flavor slug: "in about 3 h"}."""
+    page = client.get(reverse("gpu-request-what-if-page"), query).content.decode()
+    rows = re.findall(r'data-flavor="([^"]+)">[^<]*<strong>([^<]+)</strong>', page)
+    return dict(rows)
+
+
+def api_waits(org: Org, query: dict[str, Any]) -> dict[str, str]:
+    """The API's what-if in the same words, by flavor slug."""
+    rows = api_client(org.dev_a).get("/api/v1/requests/what-if/", query).json()
+    slugs = dict(Flavor.objects.values_list("pk", "slug"))
+    return {slugs[row["flavor"]]: wait_words(row["wait_seconds"]) for row in rows}
+
+
+def test_the_form_and_the_api_answer_the_same_question_alike(org: Org) -> None:
+    flavor = whole_pool(org)
+    busy_then_waiting(org, flavor)
+    # A second flavor whose pool runs notebooks only: a job's what-if leaves it out.
+    notebooks = whole_pool(org)
+    NodePool.objects.filter(pk=notebooks.pool_id).update(allowed_kinds=["notebook"])
+    client = Client()
+    client.force_login(org.dev_a)
+    for kind in ("job", "notebook"):
+        asked = {"project": org.project_a.pk, "gpu_count": 4, "kind": kind}
+        page = page_waits(client, {**asked, "max_runtime_hours": 1})
+        api = api_waits(org, {**asked, "max_runtime_seconds": HOUR})
+        assert page == api, kind
+    assert set(page) == {flavor.slug, notebooks.slug}
+    assert notebooks.slug not in api_waits(org, {"project": org.project_a.pk, "gpu_count": 4})
+
+
+def test_a_what_if_asked_a_minute_later_gives_the_same_start(
+    org: Org, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    flavor = whole_pool(org)
+    for _ in range(20):
+        finished(org, flavor, ratio=0.25)
+    running = submit(org, flavor, 4, max_runtime_seconds=8 * HOUR)
+    run_cycle()
+    # The running work has lasted as long as every past run of its owner but 30 s.
+    typical = runtime_history().band_for(owner_id=org.dev_a.pk, flavor_id=flavor.pk).mid
+    asked_at = timezone.now()
+    started = asked_at - timedelta(seconds=8 * HOUR * typical - 30)
+    Allocation.objects.filter(request=running).update(started_at=started, admitted_at=started)
+    query = {"project": org.project_a.pk, "gpu_count": 4}
+    starts = []
+    for later in (0, 60):
+        clock_now = asked_at.timestamp() + later
+        monkeypatch.setattr(estimates, "time", SimpleNamespace(time=lambda at=clock_now: at))
+        rows = api_client(org.dev_a).get("/api/v1/requests/what-if/", query).json()
+        starts.append(datetime.fromisoformat(rows[0]["estimated_start_at"]))
+    # Not "now" and then hours away: about the same start (work that runs on past its
+    # history is expected to end a little later with every minute it runs).
+    assert abs((starts[1] - starts[0]).total_seconds()) <= 5 * 60
+    assert starts[0] > asked_at + timedelta(minutes=30)
+
+
+def test_a_newly_approved_request_shows_its_estimate_before_any_refresh(org: Org) -> None:
+    flavor = whole_pool(org)
+    _, waiting = busy_then_waiting(org, flavor)
+    assert waiting.estimated_start_at is None  # no refresh has run since it was approved
+    client = Client()
+    client.force_login(org.dev_a)
+    page = client.get(reverse("gpu-request-page", args=[waiting.pk])).content.decode()
+    assert "likely to start around" in page
+    waiting.refresh_from_db()
+    assert waiting.estimated_start_at is not None
+    # The running 8 h declared, then this one: as the refresh would say.
+    wait = (waiting.estimated_start_at - timezone.now()).total_seconds()
+    assert abs(wait - 8 * HOUR) < 120
+    body = api_client(org.dev_a).get(f"/api/v1/requests/{waiting.pk}/").json()
+    assert body["estimated_start_at"] is not None
 
 
 @covers("gpu-request-what-if-page", "gpu-request-what-if")
