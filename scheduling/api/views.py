@@ -54,7 +54,11 @@ from scheduling.selectors.preemptions import PREEMPTION_COLUMNS
 from scheduling.selectors.queue import fill_queue_positions
 from scheduling.selectors.quotas import quota_usage
 from scheduling.services import catalog as catalog_services
-from scheduling.services.estimates import what_if_for_project
+from scheduling.services.estimates import (
+    ESTIMATE_FIELDS,
+    estimate_queued_request,
+    what_if_for_project,
+)
 from scheduling.services.governance import ask_lead, extend_runtime, grant_idle_exemption
 from scheduling.services.quotas import delete_quota, set_quota
 from scheduling.services.requests import (
@@ -388,6 +392,18 @@ class GpuRequestViewSet(
         elif isinstance(shown, list | QuerySet):
             fill_queue_positions(shown)
         return super().get_serializer(*args, **kwargs)
+
+    def retrieve(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        """One request; one that just entered the queue gets its estimated start now rather
+        than after the next refresh (docs/estimates.md)."""
+        gpu_request = self.get_object()
+        if (
+            gpu_request.status == RequestStatus.QUEUED
+            and gpu_request.estimated_start_at is None
+            and estimate_queued_request(request_id=gpu_request.pk)
+        ):
+            gpu_request.refresh_from_db(fields=ESTIMATE_FIELDS)
+        return Response(self.get_serializer(gpu_request).data)
 
     def get_throttles(self) -> list[Any]:
         if self.action in ("create", "resubmit"):

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from django.test import Client
+from django.urls import reverse
 
 from gpuctl.cli import start_line
 from scheduling.services import estimates
+from scheduling.templatetags.estimate_tags import wait_words
 from tests.cli.conftest import Gpuctl
 from tests.scheduling.test_estimates import busy_then_waiting, whole_pool
 from tests.support.personas import Org
@@ -81,3 +85,36 @@ def test_gpuctl_what_if_says_per_flavor_when_a_request_would_start(
     )
     waits = {row["flavor_name"]: row["wait_seconds"] for row in as_json}
     assert waits[free.name] == 0.0 and waits[busy.name] > 0
+
+
+@pytest.mark.integration
+def test_gpuctl_what_if_and_the_request_form_give_the_same_answer(
+    logged_in: Callable[[str], Gpuctl], org: Org
+) -> None:
+    busy, free = whole_pool(org), whole_pool(org)
+    busy_then_waiting(org, busy)
+    gpuctl = logged_in("dev_a")
+    asked = gpuctl("what-if", "--project", org.project_a.slug, "--gpus", "4", "-o", "json")
+    from_cli = {
+        row["flavor_name"]: wait_words(row["wait_seconds"]) for row in json.loads(asked.stdout)
+    }
+    client = Client()
+    client.force_login(org.dev_a)
+    page = client.get(
+        reverse("gpu-request-what-if-page"), {"project": org.project_a.pk, "gpu_count": 4}
+    ).content.decode()
+    on_the_form = dict(re.findall(r'data-flavor="[^"]+">([^<]+?) <strong>([^<]+)</strong>', page))
+    assert on_the_form == from_cli
+    assert from_cli[free.name] == "now" and from_cli[busy.name] != "now"
+
+
+@pytest.mark.integration
+def test_gpuctl_get_shows_a_just_approved_request_its_likely_start(
+    logged_in: Callable[[str], Gpuctl], org: Org
+) -> None:
+    _, waiting = busy_then_waiting(org, whole_pool(org))
+    assert waiting.estimated_start_at is None  # no refresh since it entered the queue
+    as_table = logged_in("dev_a")("get", str(waiting.pk))
+    assert as_table.returncode == 0, as_table.stderr
+    line = next(row for row in as_table.stdout.splitlines() if row.startswith("likely_start "))
+    assert line.split(None, 1)[1].startswith("around ")

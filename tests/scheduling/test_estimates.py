@@ -281,7 +281,9 @@ def test_a_what_if_asked_a_minute_later_gives_the_same_start(
 def test_a_newly_approved_request_shows_its_estimate_before_any_refresh(org: Org) -> None:
     flavor = whole_pool(org)
     _, waiting = busy_then_waiting(org, flavor)
-    assert waiting.estimated_start_at is None  # no refresh has run since it was approved
+    behind = submit(org, flavor, 4, max_runtime_seconds=HOUR)
+    # No refresh has run since they were approved.
+    assert waiting.estimated_start_at is None and behind.estimated_start_at is None
     client = Client()
     client.force_login(org.dev_a)
     page = client.get(reverse("gpu-request-page", args=[waiting.pk])).content.decode()
@@ -291,8 +293,12 @@ def test_a_newly_approved_request_shows_its_estimate_before_any_refresh(org: Org
     # The running 8 h declared, then this one: as the refresh would say.
     wait = (waiting.estimated_start_at - timezone.now()).total_seconds()
     assert abs(wait - 8 * HOUR) < 120
-    body = api_client(org.dev_a).get(f"/api/v1/requests/{waiting.pk}/").json()
+    # `gpuctl get` reads the API, which does the same: the 8 h, then the hour of the first.
+    body = api_client(org.dev_a).get(f"/api/v1/requests/{behind.pk}/").json()
     assert body["estimated_start_at"] is not None
+    behind.refresh_from_db()
+    assert behind.estimated_start_at is not None
+    assert abs((behind.estimated_start_at - timezone.now()).total_seconds() - 9 * HOUR) < 120
 
 
 @covers("gpu-request-what-if-page", "gpu-request-what-if")
