@@ -11,6 +11,7 @@ give, without writing anything. See docs/estimates.md.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
@@ -34,6 +35,8 @@ from scheduling.selectors.snapshot import (
 )
 from scheduling.services.cycle import POLICY
 from tenants.models import Project
+
+log = logging.getLogger(__name__)
 
 #: Simulated cycles per forecast: enough for the queues we see, bounded so a refresh stays fast.
 MAX_STEPS = 200
@@ -114,7 +117,14 @@ def estimate_queued_request(*, request_id: int, now: float | None = None) -> boo
     Returns whether an estimate was stored. Pages call it on each view: one forecast per
     request per FIRST_ESTIMATE_RETRY_SECONDS at most."""
     now = now if now is not None else time.time()
-    if not cache.add(f"scheduling:first-estimate:{request_id}", now, FIRST_ESTIMATE_RETRY_SECONDS):
+    try:
+        first = cache.add(
+            f"scheduling:first-estimate:{request_id}", now, FIRST_ESTIMATE_RETRY_SECONDS
+        )
+    except Exception:  # without the cache nothing bounds the retries: leave it to the refresh
+        log.warning("cache unavailable; request %s waits for the refresh", request_id)
+        return False
+    if not first:
         return False
     # 1. Read.
     kueue = kueue_cluster_ids()

@@ -301,6 +301,25 @@ def test_a_newly_approved_request_shows_its_estimate_before_any_refresh(org: Org
     assert abs((behind.estimated_start_at - timezone.now()).total_seconds() - 9 * HOUR) < 120
 
 
+def test_without_the_cache_a_new_request_waits_for_the_refresh(
+    org: Org, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    flavor = whole_pool(org)
+    _, waiting = busy_then_waiting(org, flavor)
+
+    def down(*args: Any, **kwargs: Any) -> bool:
+        raise ConnectionError("cache down")
+
+    monkeypatch.setattr(estimates, "cache", SimpleNamespace(add=down))
+    client = Client()
+    client.force_login(org.dev_a)
+    page = client.get(reverse("gpu-request-page", args=[waiting.pk]))
+    assert page.status_code == 200 and "likely to start around" not in page.content.decode()
+    estimates.refresh_start_estimates()
+    page = client.get(reverse("gpu-request-page", args=[waiting.pk]))
+    assert "likely to start around" in page.content.decode()
+
+
 @covers("gpu-request-what-if-page", "gpu-request-what-if")
 def test_what_if_fragment_shows_nothing_of_another_teams_project(org: Org) -> None:
     flavor = whole_pool(org)
