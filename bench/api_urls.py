@@ -2,17 +2,17 @@
 
 The baseline (`/bench/baseline/requests/`) is what a DRF user writes first for the same rows: a
 stock `ModelViewSet` with a `ModelSerializer` whose `fields` are those the product's request
-list shows, the owner as its username (`CharField(source="owner.username")`), the current
-attempt's workload fields as `SerializerMethodField`s, and the queryset
+list shows, the owner and the approving lead as usernames (`CharField(source="owner.username")`),
+the current attempt's workload fields as `SerializerMethodField`s, and the queryset
 `GpuRequest.objects.visible_to(user)` with nothing added: the tenant filter only, so it serves
-the same rows to the same caller. Each row's owner is therefore read with a query of its own;
-the workload fields read the current attempt's allocation with one query per field, skipped
-for a request that never started (the product's own fallback, `current_allocation`).
+the same rows to the same caller. Each row's owner (and approving lead) is therefore read with a
+query of its own; the workload fields read the current attempt's allocation with one query per
+field, skipped for a request that never started (the product's own fallback, `current_allocation`).
 
 The tuned baseline (`/bench/tuned-baseline/requests/`) is the same viewset with the queryset
 the DRF documentation prescribes for rendered relations:
-`.select_related("owner").prefetch_related("allocations")`, its workload fields read from the
-prefetched allocations. Neither has `only()`, a response cache or a hand-written
+`.select_related("owner", "approved_by").prefetch_related("allocations")`, its workload fields
+read from the prefetched allocations. Neither has `only()`, a response cache or a hand-written
 representation; everything else is the project's defaults: token authentication, pagination
 (pages of 50 with a count), filter backends, model ordering. A create stores the body with the
 serializer's own validation (project and flavor looked up by id, unscoped) and one INSERT: no
@@ -50,6 +50,9 @@ class BaselineRequestSerializer(serializers.ModelSerializer):
     and the current attempt's workload, as the product shows them."""
 
     owner = serializers.CharField(source="owner.username", read_only=True)
+    approved_by_name = serializers.CharField(
+        source="approved_by.username", read_only=True, allow_null=True
+    )
     connect_url = serializers.SerializerMethodField()
     node_names = serializers.SerializerMethodField()
     pod_names = serializers.SerializerMethodField()
@@ -119,7 +122,7 @@ class TunedBaselineRequestViewSet(BaselineRequestViewSet):
     def get_queryset(self) -> QuerySet[Any]:
         return (
             GpuRequest.objects.visible_to(self.request.user)
-            .select_related("owner")
+            .select_related("owner", "approved_by")
             .prefetch_related("allocations")
         )
 

@@ -248,6 +248,10 @@ def get(ctx: click.Context, request_id: int, output: str) -> None:
     request = client.get(f"requests/{request_id}/")
     if output == "table":
         request = {**request, **_names_of(client, request)}
+        # The approving lead by username, where the API gives it (older portals: the id).
+        if request.get("approved_by_name"):
+            request["approved_by"] = request["approved_by_name"]
+        request.pop("approved_by_name", None)
     if output == "table" and isinstance(request.get("blocker"), dict):
         request = {**request, "blocker": blocker_line(request["blocker"])}
     if output == "table" and "cluster" in request and request["cluster"] is None:

@@ -418,6 +418,13 @@ class GpuRequestSerializer(serializers.ModelSerializer):
     blocker = serializers.SerializerMethodField(
         help_text="What most keeps it from starting: {code, message, detail}; {} when nothing."
     )
+    approved_by_name = JsonCharField(
+        source="approved_by.username",
+        read_only=True,
+        allow_null=True,
+        help_text="The username of the lead who approved it (`approved_by` is their id); null "
+        "when no lead did.",
+    )
     preempted_by = serializers.SerializerMethodField(
         help_text="The request its last preemption made room for: {id, team} (the team's name; "
         "nothing more of another team's request); null when never preempted."
@@ -431,6 +438,7 @@ class GpuRequestSerializer(serializers.ModelSerializer):
             *REQUEST_WORKLOAD_FIELDS,
             "blocker",
             "preempted_by",
+            "approved_by_name",
         ]
         read_only_fields = [
             *REQUEST_READ_ONLY_FIELDS,

@@ -85,9 +85,10 @@ REQUEST_COLUMNS_SHOWN = [
     *(
         name
         for name in GpuRequestSerializer.Meta.fields
-        if name != "owner" and name not in REQUEST_WORKLOAD_FIELDS
+        if name not in ("owner", "approved_by_name") and name not in REQUEST_WORKLOAD_FIELDS
     ),
     "owner__username",
+    "approved_by__username",
     "cluster__slug",
     "queue_rank",
     *PREEMPTION_COLUMNS,
@@ -371,7 +372,7 @@ class GpuRequestViewSet(
         if self.action in ("list", "retrieve"):
             queryset = (
                 queryset.select_related(None)
-                .select_related("owner", "cluster", "preempted_by__team")
+                .select_related("owner", "approved_by", "cluster", "preempted_by__team")
                 .only(*REQUEST_COLUMNS_SHOWN)
                 .prefetch_related(
                     Prefetch(

@@ -26,7 +26,7 @@ from scheduling.models import GpuRequest
 from scheduling.services.requests import GpuRequestSpec, submit_gpu_request
 from scheduling.services.templates import create_request_template
 from tests.cli.conftest import GPUCTL_TIMEOUT_SECONDS, Gpuctl, gpuctl_command
-from tests.support.factories import admit, launch, report_running
+from tests.support.factories import GpuRequestFactory, admit, launch, report_running
 from tests.support.fleet import Fleet
 from tests.support.personas import Org
 
@@ -290,3 +290,23 @@ def test_templates_quota_and_a_token_from_the_environment(
     refused = gpuctl("ls")
     assert refused.returncode == 1 and "Invalid token" in refused.stderr
     assert "run `gpuctl login`" in refused.stderr
+
+
+def test_gpuctl_get_names_the_lead_who_approved_it(
+    logged_in: Callable[[str], Gpuctl], org: Org, fleet: Fleet
+) -> None:
+    # Whole A100 cards need a lead's approval: the factory has lead_a approve it.
+    request = GpuRequestFactory.create(project=org.project_a, flavor=fleet.a100, to="queued")
+    assert request.approved_by == org.lead_a
+    gpuctl = logged_in("dev_a")
+    as_table = gpuctl("get", str(request.pk))
+    assert as_table.returncode == 0, as_table.stderr
+    fields = (line.partition(" ") for line in as_table.stdout.splitlines())
+    named = {field: value.strip() for field, _, value in fields}
+    assert named["approved_by"] == org.lead_a.username
+    assert (named["project"], named["flavor"]) == (org.project_a.name, fleet.a100.name)
+    assert "approved_by_name" not in named
+    # The API keeps the id and adds the name beside it.
+    as_json = json.loads(gpuctl("get", str(request.pk), "-o", "json").stdout)
+    assert as_json["approved_by"] == org.lead_a.pk
+    assert as_json["approved_by_name"] == org.lead_a.username
