@@ -81,6 +81,58 @@ class ChargebackQuerySerializer(UsageQuerySerializer):
     default_group_by = ("team", "flavor")
 
 
+def _money() -> serializers.DecimalField:
+    return serializers.DecimalField(max_digits=24, decimal_places=6, read_only=True)
+
+
+class ReportRowSerializer(serializers.Serializer):
+    """One group: its keys (`team_id`, `team`, … as grouped, `month`, `day`), then the sums."""
+
+    gpu_hours = _money()
+    cost = _money()
+    idle_share = _money()
+    cost_with_idle = _money()
+
+
+class IdleSharingTeamSerializer(serializers.Serializer):
+    team_id = serializers.IntegerField(read_only=True)
+    team = serializers.CharField(read_only=True)
+    charged_cost = _money()
+    idle_share = _money()
+    cost_with_idle = _money()
+
+
+class IdleSharingSerializer(serializers.Serializer):
+    """The fleet's idle cost shared back to the teams by `rule` (`IDLE_COST_SHARING`):
+    `allocated_cost + shared_cost + unshared_cost = capacity_cost`."""
+
+    rule = serializers.ChoiceField(choices=["usage", "guarantee"], read_only=True)
+    rule_label = serializers.CharField(read_only=True)
+    allocated_cost = _money()
+    idle_cost = _money()
+    shared_cost = _money()
+    unshared_cost = _money()
+    capacity_cost = _money()
+    teams = IdleSharingTeamSerializer(many=True, read_only=True)
+
+
+class ChargebackResponseSerializer(serializers.Serializer):
+    """A chargeback report. `idle`, `fleet` and `idle_sharing` are null unless the report is
+    fleet-wide (finance or admins, no team, project or flavor filter); `idle_sharing` is also
+    null when `IDLE_COST_SHARING` is off. Rows carry `idle_share` and `cost_with_idle` only
+    when it is set and the grouping has the team but neither month nor day."""
+
+    currency = serializers.CharField(read_only=True)
+    time_zone = serializers.CharField(read_only=True)
+    months = serializers.ListField(child=serializers.CharField(), read_only=True)
+    group_by = serializers.ListField(child=serializers.CharField(), read_only=True)
+    results = ReportRowSerializer(many=True, read_only=True)
+    totals = serializers.DictField(child=_money(), read_only=True)
+    idle = serializers.ListField(child=serializers.DictField(), allow_null=True, read_only=True)
+    fleet = serializers.DictField(child=_money(), allow_null=True, read_only=True)
+    idle_sharing = IdleSharingSerializer(allow_null=True, read_only=True)
+
+
 class BudgetSerializer(serializers.ModelSerializer):
     """A monthly budget and its burn this billing month (read-only figures)."""
 

@@ -9,6 +9,7 @@ from decimal import Decimal
 from typing import Any
 from urllib.parse import urlencode
 
+from accounting.selectors.idle_sharing import IdleSharing
 from accounting.selectors.usage import (
     ALL,
     OWN,
@@ -83,6 +84,8 @@ class Report:
     idle: list[dict[str, Any]] | None
     fleet: dict[str, Decimal] | None
     filters: list[ReportFilter] = field(default_factory=list)
+    idle_sharing: IdleSharing | None = None
+    rows_share_idle: bool = False
     whose: str = ""
     is_own: bool = False
     export_csv: str = ""
@@ -114,11 +117,12 @@ def build_report(
     reach = report_reach(scope)
     if reach == OWN:
         rows = usage_rows(user=user, query=query)
-        idle = fleet = None
+        idle = fleet = sharing = None
         sums = totals(rows)
     else:
         report = chargeback(user=user, query=query)
         rows, sums, idle, fleet = report.rows, report.totals, report.idle, report.fleet
+        sharing = report.idle_sharing
     below = DRILL_DOWN.get(group_by)
     for row in rows:
         row["drill_url"] = (
@@ -155,6 +159,8 @@ def build_report(
         fleet=fleet,
         filters=filters,
         whose=_whose(reach=reach, scope=scope, query=query),
+        idle_sharing=sharing,
+        rows_share_idle=any("idle_share" in row for row in rows),
         is_own=reach == OWN,
         export_csv=f"{api_url}?{urlencode({**api, 'export': 'csv'})}",
         export_xlsx=f"{api_url}?{urlencode({**api, 'export': 'xlsx'})}",

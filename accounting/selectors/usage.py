@@ -20,6 +20,13 @@ from django.utils import timezone
 
 from accounting.models import DailyUsage, MonthlyUsage, Price, TeamMonthlyUsage, UsageRecord
 from accounting.periods import billing_zone, month_bounds, month_of, next_month, seconds_between
+from accounting.selectors.idle_sharing import (
+    OFF,
+    USAGE,
+    IdleSharing,
+    attach_to_rows,
+    share_idle,
+)
 from scheduling.choices import FINISHED_STATUSES
 from scheduling.models import Allocation, Cluster, Flavor, GpuDevice, GpuRequest, NodePool
 from tenants.errors import DomainError, ForbiddenError, invalid_fields
@@ -395,11 +402,18 @@ class Chargeback:
     totals: dict[str, Decimal]
     idle: list[dict[str, Any]] | None
     fleet: dict[str, Decimal] | None
+    idle_sharing: IdleSharing | None = None
+
+
+def sharing_rule() -> str:
+    return str(getattr(settings, "IDLE_COST_SHARING", USAGE))
 
 
 def chargeback(*, user: Any, query: UsageQuery, now: datetime | None = None) -> Chargeback:
     """Cost per group for leads, finance and admins; fleet-wide it adds idle capacity so that
-    the groups' total plus idle cost is the fleet's cost."""
+    the groups' total plus idle cost is the fleet's cost. Unless `IDLE_COST_SHARING` is off,
+    the idle cost is also shared back to the teams (`idle_sharing`), and rows keyed by team
+    (not by month or day) carry their `idle_share` and `cost_with_idle`."""
     scope = scope_of(user)
     if report_reach(scope) == OWN:
         raise ForbiddenError("forbidden", "Chargeback is for team leads, finance and admins.")
@@ -420,4 +434,18 @@ def chargeback(*, user: Any, query: UsageQuery, now: datetime | None = None) -> 
         "idle_cost": idle_cost,
         "fleet_cost": sums["cost"] + idle_cost,
     }
-    return Chargeback(rows, sums, idle, fleet)
+    rule = sharing_rule()
+    if rule == OFF:
+        return Chargeback(rows, sums, idle, fleet)
+    team_usage = TeamMonthlyUsage.objects.filter(
+        period__gte=query.month_from, period__lte=query.month_to
+    )
+    if query.pool_id is not None:
+        team_usage = team_usage.filter(pool_id=query.pool_id)
+    if query.cluster_id is not None:
+        team_usage = team_usage.filter(pool__cluster_id=query.cluster_id)
+    sharing = share_idle(team_usage=team_usage, idle=idle, rule=rule)
+    # A team's idle share spans the report's months: it goes on rows keyed by team, not by time.
+    if "team" in query.group_by and not {"month", "day"} & set(query.group_by):
+        attach_to_rows(rows, sharing=sharing, group_by=query.group_by)
+    return Chargeback(rows, sums, idle, fleet, sharing)
