@@ -121,6 +121,7 @@ def reports(request: HttpRequest) -> HttpResponse:
             pool_id=data["pool"],
             flavor_id=data["flavor"],
             cluster_id=data["cluster"],
+            user_id=data["user"],
             group_by=(data["group_by"] or "team",),
         )
         try:

@@ -32,7 +32,8 @@ def _parse_month(value: str) -> date:
 
 
 class UsageQuerySerializer(serializers.Serializer):
-    """`month` (YYYY-MM, default this billing month), `months` back from it, ids, `group_by`."""
+    """`month` (YYYY-MM, default this billing month), `months` back from it, ids, `group_by`
+    (`request` lists each request's GPU-hours and cost, read from the ledger)."""
 
     month = serializers.RegexField(
         MONTH_PATTERN, required=False, error_messages={"invalid": MONTH_MESSAGE}
@@ -43,6 +44,13 @@ class UsageQuerySerializer(serializers.Serializer):
     pool = serializers.IntegerField(min_value=1, max_value=MAX_ID, required=False)
     flavor = serializers.IntegerField(min_value=1, max_value=MAX_ID, required=False)
     cluster = serializers.IntegerField(min_value=1, max_value=MAX_ID, required=False)
+    user = serializers.IntegerField(
+        min_value=1,
+        max_value=MAX_ID,
+        required=False,
+        help_text="A user's usage only (a lead: a member of their teams; a developer: "
+        "themselves). With group_by=request, the per-request cost list under the user.",
+    )
     group_by = serializers.RegexField(
         GROUP_BY_PATTERN,
         required=False,
@@ -73,6 +81,7 @@ class UsageQuerySerializer(serializers.Serializer):
             pool_id=data.get("pool"),
             flavor_id=data.get("flavor"),
             cluster_id=data.get("cluster"),
+            user_id=data.get("user"),
             group_by=data.get("group_by") or self.default_group_by,
         )
 

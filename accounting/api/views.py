@@ -8,6 +8,7 @@ from decimal import Decimal
 from typing import Any, cast
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.db.models import QuerySet
 from django.http import HttpResponse
 from django.shortcuts import get_object_or_404
@@ -101,6 +102,7 @@ FILENAME_FILTERS: tuple[tuple[str, Any], ...] = (
     ("cluster", Cluster),
     ("pool", NodePool),
     ("flavor", Flavor),
+    ("user", get_user_model()),
 )
 
 
@@ -119,7 +121,8 @@ def export_filename(name: str, query: UsageQuery, asked_group_by: tuple[str, ...
     for key, model in FILENAME_FILTERS:
         chosen = getattr(query, f"{key}_id")
         if chosen is not None:
-            found = model.objects.filter(pk=chosen).values_list("name", flat=True).first()
+            name = "username" if key == "user" else "name"
+            found = model.objects.filter(pk=chosen).values_list(name, flat=True).first()
             parts.append(f"{key}-{slugify(found or '') or chosen}")
     months = f"{query.month_from:%Y-%m}"
     if query.month_to != query.month_from:

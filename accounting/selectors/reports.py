@@ -9,6 +9,8 @@ from decimal import Decimal
 from typing import Any
 from urllib.parse import urlencode
 
+from django.contrib.auth import get_user_model
+
 from accounting.selectors.idle_sharing import IdleSharing
 from accounting.selectors.usage import (
     ALL,
@@ -28,6 +30,7 @@ GROUP_CHOICES = (
     ("team", "Team"),
     ("project", "Project"),
     ("user", "User"),
+    ("request", "Request"),
     ("cluster", "Cluster"),
     ("pool", "Pool"),
     ("flavor", "Flavor"),
@@ -36,6 +39,7 @@ GROUP_CHOICES = (
 DRILL_DOWN = {
     "team": "project",
     "project": "user",
+    "user": "request",
     "cluster": "pool",
     "pool": "flavor",
     "flavor": "project",
@@ -46,6 +50,7 @@ FILTER_MODELS: dict[str, Any] = {
     "cluster": Cluster,
     "pool": NodePool,
     "flavor": Flavor,
+    "user": get_user_model(),
 }
 MAX_MONTHS = 36
 
@@ -102,6 +107,7 @@ def _params(query: UsageQuery, group_by: str, **changes: Any) -> dict[str, Any]:
         "pool": query.pool_id,
         "flavor": query.flavor_id,
         "cluster": query.cluster_id,
+        "user": query.user_id,
     }
     params.update(changes)
     return {key: value for key, value in params.items() if value not in (None, "")}
@@ -140,7 +146,7 @@ def build_report(
             ReportFilter(
                 key=key,
                 label=dict(GROUP_CHOICES)[key],
-                name=str(getattr(found, "name", chosen)),
+                name=str(getattr(found, "username" if key == "user" else "name", chosen)),
                 remove_url=f"{page_url}?{urlencode(_params(query, group_by, **{key: None}))}",
             )
         )
