@@ -10,7 +10,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from accounting.models import Budget, Price, Statement, StatementLine
-from accounting.selectors.budgets import percent_used, spent_of
+from accounting.selectors.budgets import forecast_of, percent_used, spent_of
 from accounting.selectors.efficiency import EFFICIENCY_KEYS
 from accounting.selectors.usage import GROUP_KEYS, UsageQuery, current_month
 from scheduling.models import Flavor
@@ -142,6 +142,21 @@ class ChargebackResponseSerializer(serializers.Serializer):
     idle_sharing = IdleSharingSerializer(allow_null=True, read_only=True)
 
 
+class BudgetForecastSerializer(serializers.Serializer):
+    """The month-end forecast, in the budget's unit: `amount = spent + daily_burn × days_left`,
+    the daily burn being the mean of the last `burn_days` days of this month (at most 7)."""
+
+    amount = serializers.DecimalField(max_digits=24, decimal_places=2, read_only=True)
+    percent = serializers.DecimalField(
+        max_digits=12, decimal_places=1, read_only=True, help_text="Of the budget's amount."
+    )
+    spent = serializers.DecimalField(max_digits=24, decimal_places=2, read_only=True)
+    daily_burn = serializers.DecimalField(max_digits=24, decimal_places=2, read_only=True)
+    burn_days = serializers.DecimalField(max_digits=6, decimal_places=1, read_only=True)
+    days_left = serializers.DecimalField(max_digits=6, decimal_places=1, read_only=True)
+    explanation = serializers.CharField(read_only=True)
+
+
 class BudgetSerializer(serializers.ModelSerializer):
     """A monthly budget and its burn this billing month (read-only figures)."""
 
@@ -156,6 +171,7 @@ class BudgetSerializer(serializers.ModelSerializer):
     spent = serializers.SerializerMethodField()
     percent_used = serializers.SerializerMethodField()
     is_exhausted = serializers.SerializerMethodField()
+    forecast = serializers.SerializerMethodField()
 
     class Meta:
         model = Budget
@@ -170,6 +186,7 @@ class BudgetSerializer(serializers.ModelSerializer):
             "spent",
             "percent_used",
             "is_exhausted",
+            "forecast",
             "created_at",
             "updated_at",
         ]
@@ -187,6 +204,10 @@ class BudgetSerializer(serializers.ModelSerializer):
 
     def get_is_exhausted(self, budget: Budget) -> bool:
         return spent_of(budget) >= budget.amount
+
+    @extend_schema_field(BudgetForecastSerializer)
+    def get_forecast(self, budget: Budget) -> dict[str, Any]:
+        return BudgetForecastSerializer(forecast_of(budget)).data
 
 
 class StatementLineSerializer(serializers.ModelSerializer):
