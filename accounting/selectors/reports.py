@@ -10,6 +10,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 from django.contrib.auth import get_user_model
+from django.urls import reverse
 
 from accounting.selectors.idle_sharing import IdleSharing
 from accounting.selectors.usage import (
@@ -23,7 +24,7 @@ from accounting.selectors.usage import (
     totals,
     usage_rows,
 )
-from scheduling.models import Cluster, Flavor, NodePool
+from scheduling.models import Cluster, Flavor, GpuRequest, NodePool
 from tenants.models import Project, Team, scope_of
 
 GROUP_CHOICES = (
@@ -130,6 +131,8 @@ def build_report(
         rows, sums, idle, fleet = report.rows, report.totals, report.idle, report.fleet
         sharing = report.idle_sharing
     below = DRILL_DOWN.get(group_by)
+    if group_by == "request":
+        _link_requests(rows, user=user)
     for row in rows:
         row["drill_url"] = (
             f"{page_url}?{urlencode(_params(query, below, **{group_by: row[f'{group_by}_id']}))}"
@@ -171,6 +174,21 @@ def build_report(
         export_csv=f"{api_url}?{urlencode({**api, 'export': 'csv'})}",
         export_xlsx=f"{api_url}?{urlencode({**api, 'export': 'xlsx'})}",
     )
+
+
+def _link_requests(rows: list[dict[str, Any]], *, user: Any) -> None:
+    """A request row links to the request's page when the reader may open it (its owner, the
+    team's lead, an admin; finance reads the cost, not the request)."""
+    ids = {row["request_id"] for row in rows if row.get("request_id") is not None}
+    visible = set(
+        GpuRequest.objects.visible_to(user).filter(pk__in=ids).values_list("pk", flat=True)
+    )
+    for row in rows:
+        row["request_url"] = (
+            reverse("gpu-request-page", args=[row["request_id"]])
+            if row.get("request_id") in visible
+            else ""
+        )
 
 
 def _whose(*, reach: str, scope: Any, query: UsageQuery) -> str:

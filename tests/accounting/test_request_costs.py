@@ -163,3 +163,20 @@ def test_usage_of_an_allocation_unknown_here_is_one_row_without_a_request(
     rows = _rows(org.finance, user=org.dev_b.pk).json()["results"]
     assert [(row["request_id"], Decimal(row["cost"])) for row in rows] == [(None, Decimal(8))]
     assert "imported" in rows[0]["request"]
+
+
+def test_a_request_row_links_to_its_page_only_for_who_may_open_it(
+    org: Org, runs: dict[str, GpuRequest]
+) -> None:
+    params = {"group_by": "request", "user": str(org.dev_a.pk)}
+    lead_page = login(org.lead_a).get(reverse("reports-page"), params).content.decode()
+    links = set(re.findall(r'href="([^"]+)" data-testid="request-link"', lead_page))
+    assert links == {
+        reverse("gpu-request-page", args=[runs[name].pk]) for name in ("sweep", "eval")
+    }
+    for link in links:
+        assert login(org.lead_a).get(link).status_code == 200
+    finance_page = login(org.finance).get(reverse("reports-page"), params).content.decode()
+    assert runs["sweep"].label in finance_page
+    opens = login(org.finance).get(reverse("gpu-request-page", args=[runs["sweep"].pk]))
+    assert ('data-testid="request-link"' in finance_page) == (opens.status_code == 200)
