@@ -478,7 +478,9 @@ def sharing_rule() -> str:
     return str(getattr(settings, "IDLE_COST_SHARING", USAGE))
 
 
-def chargeback(*, user: Any, query: UsageQuery, now: datetime | None = None) -> Chargeback:
+def chargeback(
+    *, user: Any, query: UsageQuery, now: datetime | None = None, share_idle_back: bool = True
+) -> Chargeback:
     """Cost per group for leads, finance and admins; fleet-wide it adds idle capacity so that
     the groups' total plus idle cost is the fleet's cost. Unless `IDLE_COST_SHARING` is off,
     the idle cost is also shared back to the teams (`idle_sharing`), and rows keyed by team
@@ -505,7 +507,7 @@ def chargeback(*, user: Any, query: UsageQuery, now: datetime | None = None) -> 
         "fleet_cost": sums["cost"] + idle_cost,
     }
     rule = sharing_rule()
-    if rule == OFF:
+    if rule == OFF or not share_idle_back:
         return Chargeback(rows, sums, idle, fleet)
     team_usage = TeamMonthlyUsage.objects.filter(
         period__gte=query.month_from, period__lte=query.month_to

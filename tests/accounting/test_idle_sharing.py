@@ -235,3 +235,14 @@ def test_the_page_names_the_rule_the_idle_total_and_the_column(org: Org, this_mo
     client.force_login(org.lead_a)
     lead_page = client.get(reverse("reports-page"), {"group_by": "team"}).content.decode()
     assert "Idle share" not in lead_page and "shared back" not in lead_page
+
+
+def test_the_finance_home_names_the_rule_and_links_to_the_shares(
+    org: Org, this_month: None, settings: Any
+) -> None:
+    client = Client()
+    client.force_login(org.finance)
+    home = client.get(reverse("home")).content.decode()
+    assert 'data-testid="idle-rule"' in home and "by usage share" in home
+    settings.IDLE_COST_SHARING = "off"
+    assert 'data-testid="idle-rule"' not in client.get(reverse("home")).content.decode()
