@@ -136,6 +136,9 @@ def test_the_drill_down_goes_from_project_to_user_to_their_requests(
     assert sorted(listed) == sorted([runs["eval"].label, runs["sweep"].label])
     assert "User: dev_a" in page  # the filter badge names the user
     assert 'data-testid="report-cost">10.00<' in page
+    downloads = re.findall(r'href="([^"]+)" data-testid="report-csv"', page)
+    assert downloads and f"user={org.dev_a.pk}" in downloads[0]
+    assert "group_by=request" in downloads[0]
 
 
 def test_the_csv_names_the_request_its_team_project_and_the_user_in_the_file_name(
