@@ -119,6 +119,7 @@ class ReportForm(forms.Form):
     pool = forms.IntegerField(required=False, min_value=1, widget=forms.HiddenInput)
     flavor = forms.IntegerField(required=False, min_value=1, widget=forms.HiddenInput)
     cluster = forms.IntegerField(required=False, min_value=1, widget=forms.HiddenInput)
+    user = forms.IntegerField(required=False, min_value=1, widget=forms.HiddenInput)
 
     def __init__(self, data: Any, *, group_choices: Any, max_months: int) -> None:
         super().__init__(data)

@@ -25,7 +25,13 @@ from accounting.forms import (
     unit_choices,
 )
 from accounting.models import Budget, Statement
-from accounting.selectors.budgets import percent_used, spent_of, with_burn
+from accounting.selectors.budgets import (
+    Forecast,
+    forecast_of,
+    percent_used,
+    spent_of,
+    with_burn,
+)
 from accounting.selectors.efficiency import request_efficiency
 from accounting.selectors.inbox import lead_inbox
 from accounting.selectors.reports import GROUP_CHOICES, MAX_MONTHS, build_report, default_range
@@ -121,6 +127,7 @@ def reports(request: HttpRequest) -> HttpResponse:
             pool_id=data["pool"],
             flavor_id=data["flavor"],
             cluster_id=data["cluster"],
+            user_id=data["user"],
             group_by=(data["group_by"] or "team",),
         )
         try:
@@ -179,6 +186,7 @@ class BudgetLine:
     spent: Decimal
     percent: Decimal
     can_manage: bool
+    forecast: Forecast
 
     @property
     def bar_width(self) -> int:
@@ -221,6 +229,7 @@ def _line(budget: Budget, *, user: Any) -> BudgetLine:
         spent=spent_of(budget).quantize(Decimal("0.01")),
         percent=percent_used(budget),
         can_manage=scope_of(user).is_lead_of(budget.team_id),
+        forecast=forecast_of(budget),
     )
 
 

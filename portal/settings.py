@@ -430,6 +430,12 @@ PORTAL_CURRENCY = env.str("PORTAL_CURRENCY", default="EUR")
 # Billing months and days are cut in this zone (an IANA name; DST-safe through zoneinfo).
 BILLING_TIME_ZONE = env.str("BILLING_TIME_ZONE", default="UTC")
 USAGE_METERING_SECONDS = env.float("USAGE_METERING_SECONDS", default=60.0)
+# How the chargeback report shares the fleet's idle capacity cost back to teams: "usage" (each
+# pool's idle cost by the teams' share of its GPU-hours), "guarantee" (by their guaranteed
+# GPU-equivalents in the pool) or "off" (idle stays a fleet line of its own).
+IDLE_COST_SHARING = env.str("IDLE_COST_SHARING", default="usage")
+if IDLE_COST_SHARING not in {"usage", "guarantee", "off"}:
+    raise environ.ImproperlyConfigured("IDLE_COST_SHARING must be usage, guarantee or off")
 # A webhook from the environment, besides those platform admins register in the portal, and the
 # payload its receiver expects: json (the event as it is), slack or teams.
 NOTIFICATION_WEBHOOK_URL = env.str("NOTIFICATION_WEBHOOK_URL", default="")

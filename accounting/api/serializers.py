@@ -10,7 +10,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from accounting.models import Budget, Price, Statement, StatementLine
-from accounting.selectors.budgets import percent_used, spent_of
+from accounting.selectors.budgets import forecast_of, percent_used, spent_of
 from accounting.selectors.efficiency import EFFICIENCY_KEYS
 from accounting.selectors.usage import GROUP_KEYS, UsageQuery, current_month
 from scheduling.models import Flavor
@@ -32,7 +32,8 @@ def _parse_month(value: str) -> date:
 
 
 class UsageQuerySerializer(serializers.Serializer):
-    """`month` (YYYY-MM, default this billing month), `months` back from it, ids, `group_by`."""
+    """`month` (YYYY-MM, default this billing month), `months` back from it, ids, `group_by`
+    (`request` lists each request's GPU-hours and cost, read from the ledger)."""
 
     month = serializers.RegexField(
         MONTH_PATTERN, required=False, error_messages={"invalid": MONTH_MESSAGE}
@@ -43,6 +44,13 @@ class UsageQuerySerializer(serializers.Serializer):
     pool = serializers.IntegerField(min_value=1, max_value=MAX_ID, required=False)
     flavor = serializers.IntegerField(min_value=1, max_value=MAX_ID, required=False)
     cluster = serializers.IntegerField(min_value=1, max_value=MAX_ID, required=False)
+    user = serializers.IntegerField(
+        min_value=1,
+        max_value=MAX_ID,
+        required=False,
+        help_text="A user's usage only (a lead: a member of their teams; a developer: "
+        "themselves). With group_by=request, the per-request cost list under the user.",
+    )
     group_by = serializers.RegexField(
         GROUP_BY_PATTERN,
         required=False,
@@ -73,12 +81,80 @@ class UsageQuerySerializer(serializers.Serializer):
             pool_id=data.get("pool"),
             flavor_id=data.get("flavor"),
             cluster_id=data.get("cluster"),
+            user_id=data.get("user"),
             group_by=data.get("group_by") or self.default_group_by,
         )
 
 
 class ChargebackQuerySerializer(UsageQuerySerializer):
     default_group_by = ("team", "flavor")
+
+
+def _money() -> serializers.DecimalField:
+    return serializers.DecimalField(max_digits=24, decimal_places=6, read_only=True)
+
+
+class ReportRowSerializer(serializers.Serializer):
+    """One group: its keys (`team_id`, `team`, … as grouped, `month`, `day`), then the sums."""
+
+    gpu_hours = _money()
+    cost = _money()
+    idle_share = _money()
+    cost_with_idle = _money()
+
+
+class IdleSharingTeamSerializer(serializers.Serializer):
+    team_id = serializers.IntegerField(read_only=True)
+    team = serializers.CharField(read_only=True)
+    charged_cost = _money()
+    idle_share = _money()
+    cost_with_idle = _money()
+
+
+class IdleSharingSerializer(serializers.Serializer):
+    """The fleet's idle cost shared back to the teams by `rule` (`IDLE_COST_SHARING`):
+    `allocated_cost + shared_cost + unshared_cost = capacity_cost`."""
+
+    rule = serializers.ChoiceField(choices=["usage", "guarantee"], read_only=True)
+    rule_label = serializers.CharField(read_only=True)
+    allocated_cost = _money()
+    idle_cost = _money()
+    shared_cost = _money()
+    unshared_cost = _money()
+    capacity_cost = _money()
+    teams = IdleSharingTeamSerializer(many=True, read_only=True)
+
+
+class ChargebackResponseSerializer(serializers.Serializer):
+    """A chargeback report. `idle`, `fleet` and `idle_sharing` are null unless the report is
+    fleet-wide (finance or admins, no team, project or flavor filter); `idle_sharing` is also
+    null when `IDLE_COST_SHARING` is off. Rows carry `idle_share` and `cost_with_idle` only
+    when it is set and the grouping has the team but neither month nor day."""
+
+    currency = serializers.CharField(read_only=True)
+    time_zone = serializers.CharField(read_only=True)
+    months = serializers.ListField(child=serializers.CharField(), read_only=True)
+    group_by = serializers.ListField(child=serializers.CharField(), read_only=True)
+    results = ReportRowSerializer(many=True, read_only=True)
+    totals = serializers.DictField(child=_money(), read_only=True)
+    idle = serializers.ListField(child=serializers.DictField(), allow_null=True, read_only=True)
+    fleet = serializers.DictField(child=_money(), allow_null=True, read_only=True)
+    idle_sharing = IdleSharingSerializer(allow_null=True, read_only=True)
+
+
+class BudgetForecastSerializer(serializers.Serializer):
+    """The month-end forecast, in the budget's unit: `amount = spent + daily_burn × days_left`,
+    the daily burn being the mean of the last `burn_days` days of this month (at most 7)."""
+
+    amount = serializers.DecimalField(max_digits=24, decimal_places=2, read_only=True)
+    percent = serializers.DecimalField(
+        max_digits=12, decimal_places=1, read_only=True, help_text="Of the budget's amount."
+    )
+    spent = serializers.DecimalField(max_digits=24, decimal_places=2, read_only=True)
+    daily_burn = serializers.DecimalField(max_digits=24, decimal_places=2, read_only=True)
+    burn_days = serializers.DecimalField(max_digits=6, decimal_places=1, read_only=True)
+    days_left = serializers.DecimalField(max_digits=6, decimal_places=1, read_only=True)
+    explanation = serializers.CharField(read_only=True)
 
 
 class BudgetSerializer(serializers.ModelSerializer):
@@ -95,6 +171,7 @@ class BudgetSerializer(serializers.ModelSerializer):
     spent = serializers.SerializerMethodField()
     percent_used = serializers.SerializerMethodField()
     is_exhausted = serializers.SerializerMethodField()
+    forecast = serializers.SerializerMethodField()
 
     class Meta:
         model = Budget
@@ -109,6 +186,7 @@ class BudgetSerializer(serializers.ModelSerializer):
             "spent",
             "percent_used",
             "is_exhausted",
+            "forecast",
             "created_at",
             "updated_at",
         ]
@@ -126,6 +204,10 @@ class BudgetSerializer(serializers.ModelSerializer):
 
     def get_is_exhausted(self, budget: Budget) -> bool:
         return spent_of(budget) >= budget.amount
+
+    @extend_schema_field(BudgetForecastSerializer)
+    def get_forecast(self, budget: Budget) -> dict[str, Any]:
+        return BudgetForecastSerializer(forecast_of(budget)).data
 
 
 class StatementLineSerializer(serializers.ModelSerializer):

@@ -8,6 +8,7 @@ from decimal import Decimal
 from typing import Any, cast
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.db.models import QuerySet
 from django.http import HttpResponse
 from django.shortcuts import get_object_or_404
@@ -25,6 +26,7 @@ from rest_framework.views import APIView
 from accounting.api.serializers import (
     BudgetSerializer,
     ChargebackQuerySerializer,
+    ChargebackResponseSerializer,
     EfficiencyQuerySerializer,
     ExportSerializer,
     PriceSerializer,
@@ -100,6 +102,7 @@ FILENAME_FILTERS: tuple[tuple[str, Any], ...] = (
     ("cluster", Cluster),
     ("pool", NodePool),
     ("flavor", Flavor),
+    ("user", get_user_model()),
 )
 
 
@@ -118,7 +121,8 @@ def export_filename(name: str, query: UsageQuery, asked_group_by: tuple[str, ...
     for key, model in FILENAME_FILTERS:
         chosen = getattr(query, f"{key}_id")
         if chosen is not None:
-            found = model.objects.filter(pk=chosen).values_list("name", flat=True).first()
+            name = "username" if key == "user" else "name"
+            found = model.objects.filter(pk=chosen).values_list(name, flat=True).first()
             parts.append(f"{key}-{slugify(found or '') or chosen}")
     months = f"{query.month_from:%Y-%m}"
     if query.month_to != query.month_from:
@@ -136,7 +140,10 @@ def _export(
     for row in rows:
         row["currency"] = settings.PORTAL_CURRENCY
     filename = export_filename(name, query, query.group_by)
-    return export_response(rows, columns=_columns(exported), filename=filename, fmt=fmt)
+    columns = _columns(exported)
+    if any("idle_share" in row for row in rows):  # a fleet-wide chargeback sharing idle back
+        columns[-1:-1] = ["idle_share", "cost_with_idle"]
+    return export_response(rows, columns=columns, filename=filename, fmt=fmt)
 
 
 def _plain(value: Any) -> Any:
@@ -180,11 +187,16 @@ class UsageView(APIView):
 
 
 class ChargebackView(APIView):
-    """Cost per team/project/flavor/pool/month; fleet-wide it adds idle capacity cost."""
+    """Cost per team/project/flavor/pool/month; fleet-wide it adds idle capacity cost and, unless
+    `IDLE_COST_SHARING` is off, each team's share of it (`idle_sharing`; rows keyed by team carry
+    `idle_share` and `cost_with_idle`)."""
 
     throttle_classes = [ExportRateThrottle]
 
-    @extend_schema(parameters=[ChargebackQuerySerializer], responses=REPORT_RESPONSES)
+    @extend_schema(
+        parameters=[ChargebackQuerySerializer],
+        responses={(200, "application/json"): ChargebackResponseSerializer, **EXPORT_RESPONSES},
+    )
     def get(self, request: Request) -> Any:
         params = ChargebackQuerySerializer(data=request.query_params)
         params.is_valid(raise_exception=True)
@@ -204,6 +216,7 @@ class ChargebackView(APIView):
             "totals": report.totals,
             "idle": report.idle,
             "fleet": report.fleet,
+            "idle_sharing": report.idle_sharing.as_dict() if report.idle_sharing else None,
         }
         return Response(_plain(body))
 

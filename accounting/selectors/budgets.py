@@ -8,7 +8,9 @@ one metering interval. The writes, the alerts and the submission hook are in
 
 from __future__ import annotations
 
-from datetime import date
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import date, datetime, timedelta
 from decimal import Decimal
 
 from django.db.models import (
@@ -23,13 +25,25 @@ from django.db.models import (
     When,
 )
 from django.db.models.functions import Coalesce
+from django.utils import timezone
 
 from accounting.choices import POLICY_STRICTNESS, BudgetUnit
-from accounting.models import Budget, MonthlyUsage
+from accounting.models import Budget, DailyUsage, MonthlyUsage
+from accounting.periods import (
+    billing_zone,
+    day_of,
+    local_midnight,
+    month_bounds,
+    month_of,
+    seconds_between,
+)
 from accounting.selectors.usage import current_month
 from tenants.models import Project
 
 AMOUNT: DecimalField[Decimal, Decimal] = DecimalField(max_digits=18, decimal_places=6)
+BURN_WINDOW_DAYS = 7  # "current daily burn": the last seven billing days of the month, today in
+SECONDS_A_DAY = Decimal(86400)
+CENTS = Decimal("0.01")
 
 
 def _spent(column: str, *, month: date, by_project: bool) -> Subquery:
@@ -44,20 +58,67 @@ def _spent(column: str, *, month: date, by_project: bool) -> Subquery:
     return Subquery(rows, output_field=AMOUNT)
 
 
-def with_burn(budgets: QuerySet[Budget], *, month: date | None = None) -> QuerySet[Budget]:
-    """Annotate `spent_gpu_hours` and `spent_cost` of the month (one query, no N+1)."""
-    month = month or current_month()
-    zero = Value(Decimal(0), output_field=AMOUNT)
-    annotations = {}
-    for name, column in (("spent_gpu_hours", "gpu_hours"), ("spent_cost", "cost")):
-        annotations[name] = Coalesce(
-            Case(
-                When(project__isnull=True, then=_spent(column, month=month, by_project=False)),
-                default=_spent(column, month=month, by_project=True),
-                output_field=AMOUNT,
-            ),
-            zero,
+def _recent(column: str, *, since: date, by_project: bool) -> Subquery:
+    keys = ("team_id", "project_id") if by_project else ("team_id",)
+    rows = (
+        DailyUsage.objects.filter(day__gte=since, **{key: OuterRef(key) for key in keys})
+        .order_by()
+        .values(keys[0])
+        .annotate(total=Sum(column))
+        .values("total")[:1]
+    )
+    return Subquery(rows, output_field=AMOUNT)
+
+
+def _per_budget(rows: Callable[[str, bool], Subquery], column: str) -> Coalesce:
+    return Coalesce(
+        Case(
+            When(project__isnull=True, then=rows(column, False)),
+            default=rows(column, True),
             output_field=AMOUNT,
+        ),
+        Value(Decimal(0), output_field=AMOUNT),
+        output_field=AMOUNT,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class BurnWindow:
+    """The days the current daily burn is read from: from `since` (a local midnight, never
+    before the month's start) to now."""
+
+    since: date
+    days: Decimal  # elapsed, fractional (today counts the part gone)
+    days_left: Decimal  # to the month's end, fractional
+
+
+def burn_window(now: datetime | None = None) -> BurnWindow:
+    now = now or timezone.now()
+    zone = billing_zone()
+    month_start, month_end = month_bounds(month_of(now, zone), zone)
+    today = day_of(now, zone)
+    start = max(local_midnight(today - timedelta(days=BURN_WINDOW_DAYS - 1), zone), month_start)
+    return BurnWindow(
+        since=day_of(start, zone),
+        days=seconds_between(start, now) / SECONDS_A_DAY,
+        days_left=max(seconds_between(now, month_end), Decimal(0)) / SECONDS_A_DAY,
+    )
+
+
+def with_burn(
+    budgets: QuerySet[Budget], *, month: date | None = None, now: datetime | None = None
+) -> QuerySet[Budget]:
+    """Annotate `spent_gpu_hours` and `spent_cost` of the month and `recent_gpu_hours` and
+    `recent_cost` of the burn window (one query, no N+1)."""
+    month = month or current_month(now)
+    since = burn_window(now).since
+    annotations = {}
+    for column in ("gpu_hours", "cost"):
+        annotations[f"spent_{column}"] = _per_budget(
+            lambda c, by_project: _spent(c, month=month, by_project=by_project), column
+        )
+        annotations[f"recent_{column}"] = _per_budget(
+            lambda c, by_project: _recent(c, since=since, by_project=by_project), column
         )
     return budgets.annotate(**annotations)
 
@@ -74,6 +135,49 @@ def spent_of(budget: Budget) -> Decimal:
 
 def percent_used(budget: Budget) -> Decimal:
     return (spent_of(budget) * 100 / budget.amount).quantize(Decimal("0.1"))
+
+
+@dataclass(frozen=True, slots=True)
+class Forecast:
+    """Month-end forecast of a budget: spent so far + the current daily burn × the days left."""
+
+    spent: Decimal
+    daily_burn: Decimal
+    burn_days: Decimal
+    days_left: Decimal
+    amount: Decimal
+    percent: Decimal
+
+    @property
+    def explanation(self) -> str:
+        return (
+            f"spent so far {self.spent:.2f} + {self.daily_burn:.2f} a day (the mean of the last "
+            f"{self.burn_days:.1f} days) × {self.days_left:.1f} days left"
+        )
+
+
+def forecast_of(budget: Budget, *, now: datetime | None = None) -> Forecast:
+    """The budget's month-end forecast (needs `with_burn` for the same moment)."""
+    window = burn_window(now)
+    recent = Decimal(
+        (
+            budget.recent_gpu_hours  # type: ignore[attr-defined]
+            if budget.unit == BudgetUnit.GPU_HOURS
+            else budget.recent_cost  # type: ignore[attr-defined]
+        )
+        or 0
+    )
+    spent = spent_of(budget)
+    daily = recent / window.days if window.days > 0 else Decimal(0)
+    amount = spent + daily * window.days_left
+    return Forecast(
+        spent=spent.quantize(CENTS),
+        daily_burn=daily.quantize(CENTS),
+        burn_days=window.days.quantize(Decimal("0.1")),
+        days_left=window.days_left.quantize(Decimal("0.1")),
+        amount=amount.quantize(CENTS),
+        percent=(amount * 100 / budget.amount).quantize(Decimal("0.1")),
+    )
 
 
 def budgets_of_project(project: Project) -> QuerySet[Budget]:

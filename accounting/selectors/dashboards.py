@@ -15,7 +15,15 @@ from accounting.models import Budget, DailyUsage
 from accounting.periods import billing_zone, month_bounds, next_month
 from accounting.selectors.budgets import spent_of, with_burn
 from accounting.selectors.efficiency import efficiency_rows
-from accounting.selectors.usage import UsageQuery, chargeback, current_month, totals, usage_rows
+from accounting.selectors.idle_sharing import RULE_LABELS
+from accounting.selectors.usage import (
+    UsageQuery,
+    chargeback,
+    current_month,
+    sharing_rule,
+    totals,
+    usage_rows,
+)
 from scheduling.choices import COMMITTED_STATUSES, RequestStatus
 from scheduling.models import Allocation, GpuDevice, GpuRequest, NodePool, Quota
 from scheduling.selectors.approvals import approval_inbox, open_asks
@@ -235,7 +243,9 @@ def platform_admin(user: Any) -> dict[str, Any]:
 
 
 def finance(user: Any) -> dict[str, Any]:
-    report = chargeback(user=user, query=_month(months=6, group_by=("month", "team")))
+    report = chargeback(
+        user=user, query=_month(months=6, group_by=("month", "team")), share_idle_back=False
+    )
     months = sorted({r["month"] for r in report.rows})
     teams = sorted({r["team"] for r in report.rows})
     cost = {(r["month"], r["team"]): float(r["cost"]) for r in report.rows}
@@ -248,7 +258,10 @@ def finance(user: Any) -> dict[str, Any]:
         ],
     )
     now = timezone.now()
-    this_month = chargeback(user=user, query=_month(group_by=("team", "project")), now=now)
+    # The home table is the month's usage; the idle shares are on the report grouped by team.
+    this_month = chargeback(
+        user=user, query=_month(group_by=("team", "project")), now=now, share_idle_back=False
+    )
     # "Fleet cost" is one thing everywhere: what the teams ran plus the idle capacity, as in
     # the figure above the chart, whose value is the chart's last point.
     fleet_by_month = fleet_costs(user=user, months=6, now=now)
@@ -268,6 +281,7 @@ def finance(user: Any) -> dict[str, Any]:
         "this_month": this_month,
         "chart": chart,
         "currency": settings.PORTAL_CURRENCY,
+        "idle_rule_label": RULE_LABELS.get(sharing_rule(), ""),
     }
 
 
@@ -277,7 +291,7 @@ def fleet_costs(*, user: Any, months: int, now: Any = None) -> list[tuple[str, D
     out = []
     for month in last.months:
         query = UsageQuery(month_from=month, month_to=month)
-        report = chargeback(user=user, query=query, now=now)
+        report = chargeback(user=user, query=query, now=now, share_idle_back=False)
         fleet = report.fleet or {}
         out.append((f"{month:%Y-%m}", fleet.get("fleet_cost", report.totals["cost"])))
     return out

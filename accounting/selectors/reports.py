@@ -9,6 +9,10 @@ from decimal import Decimal
 from typing import Any
 from urllib.parse import urlencode
 
+from django.contrib.auth import get_user_model
+from django.urls import reverse
+
+from accounting.selectors.idle_sharing import IdleSharing
 from accounting.selectors.usage import (
     ALL,
     OWN,
@@ -20,13 +24,14 @@ from accounting.selectors.usage import (
     totals,
     usage_rows,
 )
-from scheduling.models import Cluster, Flavor, NodePool
+from scheduling.models import Cluster, Flavor, GpuRequest, NodePool
 from tenants.models import Project, Team, scope_of
 
 GROUP_CHOICES = (
     ("team", "Team"),
     ("project", "Project"),
     ("user", "User"),
+    ("request", "Request"),
     ("cluster", "Cluster"),
     ("pool", "Pool"),
     ("flavor", "Flavor"),
@@ -35,6 +40,7 @@ GROUP_CHOICES = (
 DRILL_DOWN = {
     "team": "project",
     "project": "user",
+    "user": "request",
     "cluster": "pool",
     "pool": "flavor",
     "flavor": "project",
@@ -45,6 +51,7 @@ FILTER_MODELS: dict[str, Any] = {
     "cluster": Cluster,
     "pool": NodePool,
     "flavor": Flavor,
+    "user": get_user_model(),
 }
 MAX_MONTHS = 36
 
@@ -83,6 +90,8 @@ class Report:
     idle: list[dict[str, Any]] | None
     fleet: dict[str, Decimal] | None
     filters: list[ReportFilter] = field(default_factory=list)
+    idle_sharing: IdleSharing | None = None
+    rows_share_idle: bool = False
     whose: str = ""
     is_own: bool = False
     export_csv: str = ""
@@ -99,6 +108,7 @@ def _params(query: UsageQuery, group_by: str, **changes: Any) -> dict[str, Any]:
         "pool": query.pool_id,
         "flavor": query.flavor_id,
         "cluster": query.cluster_id,
+        "user": query.user_id,
     }
     params.update(changes)
     return {key: value for key, value in params.items() if value not in (None, "")}
@@ -114,12 +124,15 @@ def build_report(
     reach = report_reach(scope)
     if reach == OWN:
         rows = usage_rows(user=user, query=query)
-        idle = fleet = None
+        idle = fleet = sharing = None
         sums = totals(rows)
     else:
         report = chargeback(user=user, query=query)
         rows, sums, idle, fleet = report.rows, report.totals, report.idle, report.fleet
+        sharing = report.idle_sharing
     below = DRILL_DOWN.get(group_by)
+    if group_by == "request":
+        _link_requests(rows, user=user)
     for row in rows:
         row["drill_url"] = (
             f"{page_url}?{urlencode(_params(query, below, **{group_by: row[f'{group_by}_id']}))}"
@@ -136,7 +149,7 @@ def build_report(
             ReportFilter(
                 key=key,
                 label=dict(GROUP_CHOICES)[key],
-                name=str(getattr(found, "name", chosen)),
+                name=str(getattr(found, "username" if key == "user" else "name", chosen)),
                 remove_url=f"{page_url}?{urlencode(_params(query, group_by, **{key: None}))}",
             )
         )
@@ -155,10 +168,27 @@ def build_report(
         fleet=fleet,
         filters=filters,
         whose=_whose(reach=reach, scope=scope, query=query),
+        idle_sharing=sharing,
+        rows_share_idle=any("idle_share" in row for row in rows),
         is_own=reach == OWN,
         export_csv=f"{api_url}?{urlencode({**api, 'export': 'csv'})}",
         export_xlsx=f"{api_url}?{urlencode({**api, 'export': 'xlsx'})}",
     )
+
+
+def _link_requests(rows: list[dict[str, Any]], *, user: Any) -> None:
+    """A request row links to the request's page when the reader may open it (its owner, the
+    team's lead, an admin; finance reads the cost, not the request)."""
+    ids = {row["request_id"] for row in rows if row.get("request_id") is not None}
+    visible = set(
+        GpuRequest.objects.visible_to(user).filter(pk__in=ids).values_list("pk", flat=True)
+    )
+    for row in rows:
+        row["request_url"] = (
+            reverse("gpu-request-page", args=[row["request_id"]])
+            if row.get("request_id") in visible
+            else ""
+        )
 
 
 def _whose(*, reach: str, scope: Any, query: UsageQuery) -> str:

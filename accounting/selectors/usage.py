@@ -20,6 +20,13 @@ from django.utils import timezone
 
 from accounting.models import DailyUsage, MonthlyUsage, Price, TeamMonthlyUsage, UsageRecord
 from accounting.periods import billing_zone, month_bounds, month_of, next_month, seconds_between
+from accounting.selectors.idle_sharing import (
+    OFF,
+    USAGE,
+    IdleSharing,
+    attach_to_rows,
+    share_idle,
+)
 from scheduling.choices import FINISHED_STATUSES
 from scheduling.models import Allocation, Cluster, Flavor, GpuDevice, GpuRequest, NodePool
 from tenants.errors import DomainError, ForbiddenError, invalid_fields
@@ -27,7 +34,17 @@ from tenants.models import Project, Team, scope_of
 from tenants.scope import Scope
 
 SIX_PLACES = Decimal("0.000001")
-GROUP_KEYS = ("team", "project", "flavor", "pool", "cluster", "user", "month", "day")
+GROUP_KEYS = (
+    "team",
+    "project",
+    "flavor",
+    "pool",
+    "cluster",
+    "user",
+    "request",
+    "month",
+    "day",
+)
 _COLUMN = {
     "team": "team_id",
     "project": "project_id",
@@ -36,7 +53,11 @@ _COLUMN = {
     # A request's cluster is its allocation's pool's: usage is keyed by that pool.
     "cluster": "pool__cluster_id",
     "user": "owner_id",
+    # Grouped by allocation in SQL, then merged per request (`_per_request`): the ledger's
+    # allocation has no constraint, and a join would drop usage imported from other clusters.
+    "request": "allocation_id",
 }
+LEDGER_KEYS = {"user", "request"}  # the rollups have neither: these read the ledger
 
 
 def price_in_force(*, flavor: Flavor, at: datetime | None = None) -> Price | None:
@@ -138,6 +159,7 @@ class UsageQuery:
     pool_id: int | None = None
     flavor_id: int | None = None
     cluster_id: int | None = None
+    user_id: int | None = None
     group_by: tuple[str, ...] = ("team",)
     months: list[date] = field(default_factory=list)
 
@@ -174,19 +196,35 @@ def check_filters(*, user: Any, query: UsageQuery) -> None:
         errors["flavor"] = "No such flavor."
     if query.cluster_id is not None and not Cluster.objects.filter(pk=query.cluster_id).exists():
         errors["cluster"] = "No such cluster."
+    if query.user_id is not None and not _users_in_reach(scope, reach, teams, query.user_id):
+        errors["user"] = "No such user."
     if errors:
         raise invalid_fields(errors)
+
+
+def _users_in_reach(scope: Scope, reach: str, teams: QuerySet[Team], user_id: int) -> bool:
+    """A developer reports on themselves; a lead on the members of their teams; finance and
+    admins on anyone."""
+    if reach == OWN:
+        return user_id == scope.user_id
+    users = get_user_model().objects.filter(pk=user_id)
+    if reach == TEAMS:
+        users = users.filter(memberships__team__in=teams)
+    return users.exists()
 
 
 def _source(*, scope: Scope, query: UsageQuery) -> tuple[QuerySet[Any], str]:
     """The cheapest table that answers the query, restricted to the caller, and its month column."""
     reach = report_reach(scope)
-    wants_user = "user" in query.group_by
+    wants_user = bool(LEDGER_KEYS & set(query.group_by)) or query.user_id is not None
     if "day" in query.group_by and (wants_user or reach == OWN):
         raise DomainError(
             "invalid",
-            "Daily series are per team and project, not per user.",
-            fields={"group_by": "'day' cannot be combined with 'user' or your own usage."},
+            "Daily series are per team and project, not per user or request.",
+            fields={
+                "group_by": "'day' cannot be combined with 'user', 'request', a user or your "
+                "own usage."
+            },
         )
     if reach == OWN:
         rows: QuerySet[Any] = UsageRecord.objects.filter(
@@ -220,6 +258,7 @@ def _narrow(rows: QuerySet[Any], *, scope: Scope, query: UsageQuery) -> QuerySet
         ("pool_id", query.pool_id),
         ("flavor_id", query.flavor_id),
         ("pool__cluster_id", query.cluster_id),
+        ("owner_id", query.user_id),
     ):
         if value is not None:
             rows = rows.filter(**{name: value})
@@ -261,6 +300,39 @@ def _fetch(
     }
 
 
+IMPORTED_USAGE = "Usage of allocations unknown here (imported)"
+
+
+def _per_request(
+    result: list[dict[str, Any]], columns: list[str]
+) -> tuple[list[dict[str, Any]], dict[int, str]]:
+    """Rows grouped by allocation merged into rows per request (its attempts add up), with the
+    requests' labels; usage of allocations this portal does not know (imported from another
+    cluster) is one row with no request."""
+    allocation_ids = {row["allocation_id"] for row in result}
+    request_of = dict(
+        Allocation.objects.filter(pk__in=allocation_ids).values_list("pk", "request_id")
+    )
+    merged: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for row in result:
+        row = {**row, "allocation_id": request_of.get(row["allocation_id"])}
+        key = tuple(row[column] for column in columns)
+        if key in merged:
+            merged[key]["gpu_hours"] += row["gpu_hours"]
+            merged[key]["cost"] += row["cost"]
+        else:
+            merged[key] = row
+    rows = sorted(
+        merged.values(),
+        key=lambda row: tuple((row[c] is None, row[c] or 0) for c in columns),
+    )
+    labels = {
+        request.pk: request.label
+        for request in GpuRequest.objects.filter(pk__in=set(request_of.values())).only("name")
+    }
+    return rows, labels
+
+
 def usage_rows(*, user: Any, query: UsageQuery) -> list[dict[str, Any]]:
     """GPU-equivalent hours and cost grouped by `query.group_by`, ordered by the keys."""
     scope = scope_of(user)
@@ -281,6 +353,8 @@ def usage_rows(*, user: Any, query: UsageQuery) -> list[dict[str, Any]]:
         .order_by(*columns)
     )
     result, names = _fetch(grouped, columns)
+    if "request" in query.group_by:
+        result, names["allocation_id"] = _per_request(result, columns)
     # PostgreSQL sums of numeric(18, 6) keep exactly 6 places: quantizing them changes nothing
     money = _money if connections[grouped.db].vendor != "postgresql" else _keep
     out = []
@@ -291,6 +365,8 @@ def usage_rows(*, user: Any, query: UsageQuery) -> list[dict[str, Any]]:
                 item["month"] = f"{row[column]:%Y-%m}"
             elif key == "day":
                 item["day"] = row[column].isoformat()
+            elif key == "request" and row[column] is None:
+                item["request_id"], item["request"] = None, IMPORTED_USAGE
             else:
                 item[f"{key}_id"] = row[column]
                 item[key] = names[column].get(row[column], "")
@@ -395,11 +471,20 @@ class Chargeback:
     totals: dict[str, Decimal]
     idle: list[dict[str, Any]] | None
     fleet: dict[str, Decimal] | None
+    idle_sharing: IdleSharing | None = None
 
 
-def chargeback(*, user: Any, query: UsageQuery, now: datetime | None = None) -> Chargeback:
+def sharing_rule() -> str:
+    return str(getattr(settings, "IDLE_COST_SHARING", USAGE))
+
+
+def chargeback(
+    *, user: Any, query: UsageQuery, now: datetime | None = None, share_idle_back: bool = True
+) -> Chargeback:
     """Cost per group for leads, finance and admins; fleet-wide it adds idle capacity so that
-    the groups' total plus idle cost is the fleet's cost."""
+    the groups' total plus idle cost is the fleet's cost. Unless `IDLE_COST_SHARING` is off,
+    the idle cost is also shared back to the teams (`idle_sharing`), and rows keyed by team
+    (not by month or day) carry their `idle_share` and `cost_with_idle`."""
     scope = scope_of(user)
     if report_reach(scope) == OWN:
         raise ForbiddenError("forbidden", "Chargeback is for team leads, finance and admins.")
@@ -410,6 +495,7 @@ def chargeback(*, user: Any, query: UsageQuery, now: datetime | None = None) -> 
         and query.team_id is None
         and query.project_id is None
         and query.flavor_id is None
+        and query.user_id is None
     )
     if not fleet_wide:
         return Chargeback(rows, sums, None, None)
@@ -420,4 +506,18 @@ def chargeback(*, user: Any, query: UsageQuery, now: datetime | None = None) -> 
         "idle_cost": idle_cost,
         "fleet_cost": sums["cost"] + idle_cost,
     }
-    return Chargeback(rows, sums, idle, fleet)
+    rule = sharing_rule()
+    if rule == OFF or not share_idle_back:
+        return Chargeback(rows, sums, idle, fleet)
+    team_usage = TeamMonthlyUsage.objects.filter(
+        period__gte=query.month_from, period__lte=query.month_to
+    )
+    if query.pool_id is not None:
+        team_usage = team_usage.filter(pool_id=query.pool_id)
+    if query.cluster_id is not None:
+        team_usage = team_usage.filter(pool__cluster_id=query.cluster_id)
+    sharing = share_idle(team_usage=team_usage, idle=idle, rule=rule)
+    # A team's idle share spans the report's months: it goes on rows keyed by team, not by time.
+    if "team" in query.group_by and not {"month", "day"} & set(query.group_by):
+        attach_to_rows(rows, sharing=sharing, group_by=query.group_by)
+    return Chargeback(rows, sums, idle, fleet, sharing)
