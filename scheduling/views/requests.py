@@ -33,10 +33,12 @@ from scheduling.forms import (
     initial_from_body,
 )
 from scheduling.models import Flavor, GpuRequest, RequestTemplate
+from scheduling.models.catalog import NotebookProfile
 from scheduling.selectors.approvals import approval_inbox, deferring_lead
 from scheduling.selectors.catalog import flavors_for_project
 from scheduling.selectors.clusters import placed_cluster
 from scheduling.selectors.governance import governance_rules
+from scheduling.selectors.notebooks import profile_body, profiles_for_project
 from scheduling.selectors.preemptions import last_preemption
 from scheduling.selectors.queue import fill_queue_positions
 from scheduling.selectors.quotas import queue_quota_impacts, quota_impact
@@ -97,12 +99,22 @@ def _chosen_project(
     return projects.first()
 
 
-def _starting_point(request: HttpRequest, templates: QuerySet[RequestTemplate]) -> dict[str, Any]:
-    """The form's initial values: a chosen template's (?template=), or a request's to clone
-    (?clone=); either must be visible to the user, else the form starts empty."""
+def _starting_point(
+    request: HttpRequest,
+    templates: QuerySet[RequestTemplate],
+    profiles: list[NotebookProfile],
+) -> dict[str, Any]:
+    """The form's initial values: a chosen notebook profile's (?profile=), a template's
+    (?template=), or a request's to clone (?clone=); each must be one the user may use, else
+    the form starts empty."""
     body: dict[str, Any] = {}
     template_id, clone_id = request.GET.get("template", ""), request.GET.get("clone", "")
-    if template_id.isdigit():
+    profile_id = request.GET.get("profile", "")
+    if profile_id.isdigit():
+        profile = next((p for p in profiles if p.pk == int(profile_id)), None)
+        if profile is not None:
+            body = profile_body(profile)
+    elif template_id.isdigit():
         template = templates.filter(pk=template_id).first()
         if template is not None:
             body = template_body_of(template)
@@ -156,7 +168,9 @@ def request_new(request: HttpRequest) -> HttpResponse:
     """The request form; the team's templates first, then one's own, fill it in."""
     projects = _member_projects(request.user)
     templates = RequestTemplate.objects.visible_to(request.user).select_related("team")
-    initial = _starting_point(request, templates)
+    # The profiles follow the project named in the query (or the first): a profile holds none.
+    profiles = profiles_for_project(project=_chosen_project(request, projects))
+    initial = _starting_point(request, templates, profiles)
     project = _chosen_project(request, projects, initial.get("project"))
     kind = request.POST.get("kind") or initial.get("kind") or WorkloadKind.JOB
     form = GpuRequestForm(
@@ -181,6 +195,8 @@ def request_new(request: HttpRequest) -> HttpResponse:
             "project": project,
             "templates": templates,
             "chosen_template": request.GET.get("template", ""),
+            "profiles": profiles,
+            "chosen_profile": request.GET.get("profile", ""),
             "flavor_kinds": FlavorKind.choices,
         },
     )
