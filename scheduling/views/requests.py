@@ -45,7 +45,12 @@ from scheduling.selectors.quotas import queue_quota_impacts, quota_impact
 from scheduling.selectors.timeline import request_activity_chart, request_life, window_between
 from scheduling.services.blockers import shown_blocker
 from scheduling.services.estimates import what_if
-from scheduling.services.governance import ask_lead, extend_runtime, grant_idle_exemption
+from scheduling.services.governance import (
+    ask_lead,
+    extend_runtime,
+    grant_idle_exemption,
+    keep_notebook_alive,
+)
 from scheduling.services.requests import (
     approve_gpu_request,
     approve_when_quota_frees,
@@ -352,16 +357,44 @@ def request_govern(request: HttpRequest, pk: int, action: str) -> HttpResponse:
     return redirect("gpu-request-page", pk=pk)
 
 
+def _back(request: HttpRequest, pk: int) -> HttpResponse:
+    """Back to the home page when the action came from there, else to the request's page."""
+    if request.POST.get("next") == "home":
+        return redirect("home")
+    return redirect("gpu-request-page", pk=pk)
+
+
 @login_required
 @require_POST
 def request_cancel(request: HttpRequest, pk: int) -> HttpResponse:
+    """Cancel a request; a running one is stopped (a notebook: "Stop my server")."""
     gpu_request = get_object_or_404(GpuRequest.objects.visible_to(request.user), pk=pk)
+    was_running = gpu_request.status in (RequestStatus.RUNNING, RequestStatus.LAUNCHING)
     try:
         cancel_gpu_request(actor=request.user, request=gpu_request)
-        messages.success(request, f"Request {pk} cancelled.")
     except DomainError as error:
         messages.error(request, error.message)
-    return redirect("gpu-request-page", pk=pk)
+    else:
+        what = gpu_request.name or f"Request {pk}"
+        messages.success(request, f"{what} stopped." if was_running else f"{what} cancelled.")
+    return _back(request, pk)
+
+
+@login_required
+@require_POST
+def request_keep_alive(request: HttpRequest, pk: int) -> HttpResponse:
+    """The owner of a running notebook pushes its idle deadline as far as the tier allows."""
+    gpu_request = get_object_or_404(
+        GpuRequest.objects.visible_to(request.user).select_related("flavor__pool__tier"), pk=pk
+    )
+    try:
+        kept = keep_notebook_alive(actor=request.user, request=gpu_request)
+    except DomainError as error:
+        messages.error(request, error.message)
+    else:
+        until = timezone.localtime(kept.idle_exempt_until).strftime("%Y-%m-%d %H:%M %Z")
+        messages.success(request, f"Kept alive: not reclaimed for idling before {until}.")
+    return _back(request, pk)
 
 
 @login_required
