@@ -68,8 +68,12 @@ def test_the_owner_keeps_a_notebook_alive_and_sees_until_when(running: Runner, o
     page = response.content.decode()
     assert "Kept alive: not reclaimed for idling before" in page
     assert AuditEvent.objects.filter(action="request.kept_alive", target_id=str(notebook.pk))
-    history = client.get(reverse("gpu-request-page", args=[notebook.pk])).content.decode()
-    assert "Kept alive by its owner" in history
+    request_page = client.get(reverse("gpu-request-page", args=[notebook.pk])).content.decode()
+    assert "Kept alive by its owner" in request_page  # its history
+    assert "Exempt from idle reclamation until" in request_page
+    assert reverse("gpu-request-keep-alive-page", args=[notebook.pk]) in request_page
+    back = client.post(reverse("gpu-request-keep-alive-page", args=[notebook.pk]))
+    assert back.url == reverse("gpu-request-page", args=[notebook.pk])
 
 
 def test_keep_alive_never_shortens_the_leads_longer_exemption(running: Runner, org: Org) -> None:
