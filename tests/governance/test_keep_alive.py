@@ -19,7 +19,7 @@ from tenants.models import AuditEvent
 from tests.governance.conftest import Runner
 from tests.governance.test_reclaim import add_samples, enforce
 from tests.support.cross_tenant import covers
-from tests.support.personas import Org
+from tests.support.personas import Org, api_client
 
 pytestmark = pytest.mark.django_db
 
@@ -74,6 +74,22 @@ def test_the_owner_keeps_a_notebook_alive_and_sees_until_when(running: Runner, o
     assert reverse("gpu-request-keep-alive-page", args=[notebook.pk]) in request_page
     back = client.post(reverse("gpu-request-keep-alive-page", args=[notebook.pk]))
     assert back.url == reverse("gpu-request-page", args=[notebook.pk])
+
+
+def test_the_api_keeps_a_notebook_alive_for_its_owner_only(running: Runner, org: Org) -> None:
+    _keep_alive_span(1800)
+    notebook = running(kind="notebook")
+    url = reverse("gpu-request-keep-alive", kwargs={"pk": notebook.pk})
+    assert api_client(org.dev_b).post(url).status_code == 404
+    assert api_client(org.lead_a).post(url).status_code == 403
+    answer = api_client(org.dev_a).post(url)
+    assert answer.status_code == 200
+    notebook.refresh_from_db()
+    assert answer.json()["idle_exempt_until"] is not None
+    assert notebook.idle_exempt_until is not None
+    assert (
+        timedelta(minutes=29) < notebook.idle_exempt_until - timezone.now() <= timedelta(minutes=30)
+    )
 
 
 def test_keep_alive_never_shortens_the_leads_longer_exemption(running: Runner, org: Org) -> None:
