@@ -73,7 +73,7 @@ def test_the_owner_keeps_a_notebook_alive_and_sees_until_when(running: Runner, o
     assert "Exempt from idle reclamation until" in request_page
     assert reverse("gpu-request-keep-alive-page", args=[notebook.pk]) in request_page
     back = client.post(reverse("gpu-request-keep-alive-page", args=[notebook.pk]))
-    assert back.url == reverse("gpu-request-page", args=[notebook.pk])
+    assert back["Location"] == reverse("gpu-request-page", args=[notebook.pk])
 
 
 def test_the_api_keeps_a_notebook_alive_for_its_owner_only(running: Runner, org: Org) -> None:
