@@ -1,9 +1,9 @@
 """Fleet settings: the pages where platform admins manage the catalogue and the organisation.
 
-One list page per kind of object (tiers, node pools, flavors, approval rules, reclaim policies,
-team quotas, prices, teams, projects, memberships, webhooks) with its create form, an edit page
-and a delete confirmation. The pages hold no rules: every write goes through the owning app's
-service, which checks the role again and records the audit event.
+One list page per kind of object (tiers, node pools, flavors, notebook profiles, approval rules,
+reclaim policies, team quotas, prices, teams, projects, memberships, webhooks) with its create
+form, an edit page and a delete confirmation. The pages hold no rules: every write goes through
+the owning app's service, which checks the role again and records the audit event.
 
 Who sees what: an object outside the user's `visible_to()` is 404, as everywhere; a page or an
 object the user sees but may not manage is 403. A service's refusal comes back on the page:
@@ -34,6 +34,7 @@ from portal.manage_forms import (
     ManageForm,
     MembershipForm,
     NodePoolForm,
+    NotebookProfileForm,
     PriceForm,
     ProjectForm,
     ReclaimPolicyForm,
@@ -55,8 +56,10 @@ from scheduling.models import (
     StorageQuota,
     Tier,
 )
+from scheduling.models.catalog import NotebookProfile
 from scheduling.services import catalog as catalog_services
 from scheduling.services import clusters as cluster_services
+from scheduling.services import notebook_profiles as profile_services
 from scheduling.services import project_data as data_services
 from tenants.errors import ConflictError, DomainError, ForbiddenError
 from tenants.models import Membership, Project, ScopedQuerySet, Team, Webhook, scope_of
@@ -264,6 +267,36 @@ SECTIONS: dict[str, Section] = {
             create=catalog_services.create_flavor,
             update=catalog_services.update_flavor,
             delete=catalog_services.delete_flavor,
+        ),
+        Section(
+            slug="notebook-profiles",
+            title="Notebook profiles",
+            noun="notebook profile",
+            intro="Curated notebook servers developers pick on the request form: an image, the "
+            "tiers it may run on and the GPUs it starts with. Once a tier has active profiles, "
+            "its notebooks run only their images; a tier without any runs any image.",
+            form=NotebookProfileForm,
+            queryset=lambda: NotebookProfile.objects.select_related("flavor").prefetch_related(
+                "tiers"
+            ),
+            columns=(
+                ("Name", lambda profile: profile.name),
+                ("Image", lambda profile: profile.image),
+                ("Tiers", lambda profile: _names(profile.tiers)),
+                (
+                    "Starts with",
+                    lambda profile: (
+                        f"{profile.flavor} × {profile.gpu_count}"
+                        if profile.flavor
+                        else f"{profile.gpu_count} GPU(s), flavor of the developer's choice"
+                    ),
+                ),
+                ("Active", lambda profile: _yes_no(profile.is_active)),
+            ),
+            instance_arg="notebook_profile",
+            create=profile_services.create_notebook_profile,
+            update=profile_services.update_notebook_profile,
+            delete=profile_services.delete_notebook_profile,
         ),
         Section(
             slug="approval-rules",
@@ -571,7 +604,12 @@ RECLAIM_COLUMNS: tuple[tuple[str, Cell], ...] = (
     ("Reclaims idle", lambda policy: _yes_no(policy.reclaim_idle)),
     ("Pending timeout", lambda policy: format_duration(policy.pending_timeout_seconds)),
     ("Attempts", lambda policy: policy.max_attempts),
+    ("Notebook keep alive", lambda policy: _keep_alive_label(policy.notebook_keep_alive_seconds)),
 )
+
+
+def _keep_alive_label(seconds: int) -> str:
+    return format_duration(seconds) if seconds else "off"
 
 
 def _tiers() -> ScopedQuerySet:

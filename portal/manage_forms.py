@@ -25,6 +25,7 @@ from scheduling.models import (
     Tier,
     local_cluster_id,
 )
+from scheduling.models.catalog import DEFAULT_KEEP_ALIVE_SECONDS, NotebookProfile
 from tenants.errors import DomainError, show_on_form
 from tenants.models import FAIR_SHARE_WEIGHT_MAX, Membership, Project, Team, Webhook
 
@@ -199,7 +200,35 @@ class ReclaimPolicyForm(ManageForm):
             "timeout_warning_seconds",
             "pending_timeout_seconds",
             "max_attempts",
+            "notebook_keep_alive_seconds",
         ]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["notebook_keep_alive_seconds"].required = False
+
+    def clean_notebook_keep_alive_seconds(self) -> int:
+        """Left empty: the built-in span (an hour), as for a policy made through the API."""
+        value: int | None = self.cleaned_data["notebook_keep_alive_seconds"]
+        if value is None:
+            return DEFAULT_KEEP_ALIVE_SECONDS
+        return value
+
+
+class NotebookProfileForm(ManageForm):
+    """A curated notebook server: its image, the tiers it may run on and its starting shape."""
+
+    class Meta:
+        model = NotebookProfile
+        fields = ["name", "image", "description", "tiers", "flavor", "gpu_count", "is_active"]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        flavors = self.fields["flavor"]
+        flavors.queryset = Flavor.objects.filter(is_active=True).select_related(  # type: ignore[attr-defined]
+            "pool__tier"
+        )
+        flavors.label_from_instance = lambda flavor: f"{flavor.name} ({flavor.pool.tier})"  # type: ignore[attr-defined]
 
 
 class TeamQuotaForm(ManageForm):

@@ -15,6 +15,7 @@ from django_htmx.middleware import HtmxDetails
 from knox.models import AuthToken
 
 from accounting.selectors.dashboards import dashboard_context
+from scheduling.selectors.notebooks import running_servers
 from tenants.models import Membership, Project, Team, scope_of
 from tenants.selectors import primary_role
 from tenants.services.organisation import record_audit_event
@@ -43,6 +44,8 @@ def home(request: HttpRequest) -> HttpResponse:
         "scope": scope_of(request.user),
     }
     context.update(dashboard_context(user=request.user, role=role))
+    if role == "developer":
+        context["running_servers"] = running_servers(user=request.user)
     template = HOME_TEMPLATES.get(role or "", "portal/home_no_role.html")
     return render(request, template, context)
 

@@ -23,6 +23,7 @@ from scheduling.models import (
     StorageQuota,
     Tier,
 )
+from scheduling.models.catalog import NotebookProfile
 from tenants.demo import DemoSeeding
 from tenants.models import Team
 
@@ -42,6 +43,8 @@ DEMO_RECLAIM = {
     "idle_warning_seconds": 90,
     "timeout_warning_seconds": 60,
     "pending_timeout_seconds": 300,
+    # One Keep alive press holds the four-minute idle rule off for ten minutes.
+    "notebook_keep_alive_seconds": 600,
 }
 
 POOLS: list[dict[str, Any]] = [
@@ -296,6 +299,38 @@ TEMPLATES = {
 }
 
 
+# The curated notebook servers on the request form: (name, image, description, tiers, flavor).
+# The development and inference tiers then run only these images as notebooks.
+NOTEBOOK_PROFILES = [
+    (
+        "PyTorch on an L4 share",
+        "jupyter/pytorch-notebook:2024-10-07",
+        "JupyterLab with PyTorch on half an L4 (12 GiB).",
+        ["dev", "inference"],
+        "l4-12g",
+    ),
+    (
+        "TensorFlow on an L4 share",
+        "jupyter/tensorflow-notebook:2024-10-07",
+        "JupyterLab with TensorFlow on a quarter of an L4 (6 GiB).",
+        ["dev"],
+        "l4-6g",
+    ),
+    (
+        "PyTorch on an H100 slice",
+        "jupyter/pytorch-notebook:2024-10-07",
+        "JupyterLab with PyTorch on an H100 1g.10gb MIG slice.",
+        ["inference"],
+        "h100-1g10gb",
+    ),
+]
+
+
+def _profile_tiers(profile: NotebookProfile, tiers: list[Tier]) -> NotebookProfile:
+    profile.tiers.set(tiers)
+    return profile
+
+
 @transaction.atomic
 def seed_demo_workbench(*, teams: dict[str, Team], seeding: DemoSeeding) -> None:
     """Make the demo teams' storage quotas and shared request templates that were never
@@ -328,3 +363,18 @@ def seed_demo_workbench(*, teams: dict[str, Team], seeding: DemoSeeding) -> None
                     "is_shared": True,
                 },
             )
+    for name, image, description, tier_slugs, flavor_slug in NOTEBOOK_PROFILES:
+        key = f"notebook-profile:{name}"
+        flavor = Flavor.objects.filter(slug=flavor_slug).first()
+        tiers = list(Tier.objects.filter(slug__in=tier_slugs))
+        if flavor is None or len(tiers) != len(tier_slugs):
+            seeding.could_not(key, f"flavor {flavor_slug} or a tier of {tier_slugs} is gone")
+            continue
+        profile = seeding.get_or_create(
+            key,
+            NotebookProfile,
+            name=name,
+            defaults={"image": image, "description": description, "flavor": flavor},
+        )
+        if profile is not None:
+            seeding.once(f"{key}/tiers", NotebookProfile, partial(_profile_tiers, profile, tiers))

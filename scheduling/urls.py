@@ -12,6 +12,11 @@ urlpatterns = [
     path("requests/<int:pk>/", requests.request_detail, name="gpu-request-page"),
     path("requests/<int:pk>/cancel/", requests.request_cancel, name="gpu-request-cancel-page"),
     path(
+        "requests/<int:pk>/keep-alive/",
+        requests.request_keep_alive,
+        name="gpu-request-keep-alive-page",
+    ),
+    path(
         "requests/<int:pk>/resubmit/", requests.request_resubmit, name="gpu-request-resubmit-page"
     ),
     path(

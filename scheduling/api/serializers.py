@@ -200,6 +200,7 @@ class ReclaimPolicySerializer(TierRuleSerializer):
             "timeout_warning_seconds",
             "pending_timeout_seconds",
             "max_attempts",
+            "notebook_keep_alive_seconds",
         ]
         read_only_fields = ["id"]
 

@@ -59,7 +59,12 @@ from scheduling.services.estimates import (
     estimate_queued_request,
     what_if_for_project,
 )
-from scheduling.services.governance import ask_lead, extend_runtime, grant_idle_exemption
+from scheduling.services.governance import (
+    ask_lead,
+    extend_runtime,
+    grant_idle_exemption,
+    keep_notebook_alive,
+)
 from scheduling.services.quotas import delete_quota, set_quota
 from scheduling.services.requests import (
     approve_gpu_request,
@@ -462,6 +467,13 @@ class GpuRequestViewSet(
     @action(detail=True, methods=["post"], url_path="idle-exemption")
     def idle_exemption(self, request: Request, pk: str | None = None) -> Response:
         return self._act(request, grant_idle_exemption, ExemptionSerializer)
+
+    @extend_schema(request=None, responses=GpuRequestSerializer)
+    @action(detail=True, methods=["post"], url_path="keep-alive")
+    def keep_alive(self, request: Request, pk: str | None = None) -> Response:
+        """The owner of a running notebook holds its idle rule off for the tier's keep-alive
+        span from now; `idle_exempt_until` says until when."""
+        return self._act(request, keep_notebook_alive)
 
     @extend_schema(request=ExtensionSerializer, responses=GpuRequestSerializer)
     @action(detail=True, methods=["post"])

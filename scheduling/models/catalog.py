@@ -516,6 +516,10 @@ class ApprovalRule(models.Model):
         return f"approval rule for {self.tier}"
 
 
+#: How far one Keep alive press pushes a notebook's idle deadline unless the policy says.
+DEFAULT_KEEP_ALIVE_SECONDS = 60 * 60
+
+
 class ReclaimPolicy(models.Model):
     """How a tier keeps shared GPUs from going to waste: idle, timeout and stuck-work rules.
 
@@ -535,6 +539,12 @@ class ReclaimPolicy(models.Model):
     max_attempts = models.PositiveSmallIntegerField(
         default=3, help_text="Work lost to preemption, node failure or stuck starts is retried."
     )
+    notebook_keep_alive_seconds = models.PositiveIntegerField(
+        default=DEFAULT_KEEP_ALIVE_SECONDS,
+        validators=[MaxValueValidator(24 * 3600)],
+        help_text="How far ahead a notebook's owner may push its idle deadline with Keep alive "
+        "(each press counts from that moment); 0: owners cannot, only the team lead exempts.",
+    )
 
     objects = CatalogQuerySet.as_manager()
 
@@ -549,3 +559,41 @@ class ReclaimPolicy(models.Model):
 
     def __str__(self) -> str:
         return f"reclaim policy for {self.tier}"
+
+
+class NotebookProfile(models.Model):
+    """A curated notebook server (like a JupyterHub profile): an image, the tiers it may run on,
+    and the GPU shape it starts with.
+
+    Once a tier has active profiles, notebooks in that tier run only their images; a tier
+    without any lets notebooks run any image.
+    """
+
+    name = models.CharField(max_length=60, unique=True)
+    image = models.CharField(max_length=255, help_text="The image reference, with its tag.")
+    description = models.CharField(max_length=255, blank=True)
+    tiers = models.ManyToManyField(
+        Tier, related_name="notebook_profiles", help_text="The tiers it may run on."
+    )
+    flavor = models.ForeignKey(
+        Flavor,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="notebook_profiles",
+        help_text="The flavor it starts with, in one of its tiers; empty: the developer picks.",
+    )
+    gpu_count = models.PositiveSmallIntegerField(
+        default=1, validators=[MinValueValidator(1), MaxValueValidator(64)], verbose_name="GPUs"
+    )
+    is_active = models.BooleanField(
+        default=True, help_text="Offered on the request form and counted in the curated list."
+    )
+
+    objects = CatalogQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name

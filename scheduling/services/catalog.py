@@ -95,6 +95,7 @@ RECLAIM_POLICY_FIELDS = frozenset(
         "timeout_warning_seconds",
         "pending_timeout_seconds",
         "max_attempts",
+        "notebook_keep_alive_seconds",
     }
 )
 

@@ -1,4 +1,5 @@
-"""Writes of the lead's oversight of running work: asks, idle exemptions, longer runtimes."""
+"""Writes of the oversight of running work: asks, idle exemptions, longer runtimes, and the
+owner's own Keep alive for a notebook."""
 
 from __future__ import annotations
 
@@ -8,9 +9,11 @@ from django.db import transaction
 from django.utils import timezone
 
 from scheduling import dispatch
-from scheduling.choices import RequestStatus
-from scheduling.models import GpuRequest
+from scheduling.choices import RequestStatus, WorkloadKind
+from scheduling.models.catalog import ReclaimPolicy
+from scheduling.models.requests import GpuRequest
 from scheduling.selectors.approvals import team_leads
+from scheduling.selectors.notebooks import keep_alive_until
 from scheduling.services.common import invalid_field, require_decider
 from scheduling.services.lifecycle import record_request_event
 from scheduling.services.notifications import notify
@@ -107,5 +110,37 @@ def extend_runtime(
         subject=f"GPU request {request.pk} may run longer",
         body=f"Its max runtime is now {new_total} seconds. {comment}",
         event={"type": "request.extended", "request": request.pk},
+    )
+    return request
+
+
+@transaction.atomic
+def keep_notebook_alive(*, actor: Actor, request: GpuRequest) -> GpuRequest:
+    """The owner says they are still at their notebook: its idle rule waits for the tier's
+    keep-alive span from now. A longer exemption the lead gave is kept, never shortened."""
+    if request.owner_id != actor.pk:
+        raise ForbiddenError("forbidden", "Only the notebook's owner keeps it alive.")
+    if request.kind != WorkloadKind.NOTEBOOK:
+        raise invalid_field("kind", "Keep alive is for notebooks.")
+    _require_live(request, "be kept alive")
+    tier_id = request.flavor.pool.tier_id
+    policy = ReclaimPolicy.objects.filter(tier_id=tier_id).first() or ReclaimPolicy()
+    if policy.notebook_keep_alive_seconds == 0:
+        raise ForbiddenError(
+            "keep_alive_off",
+            f"The {request.flavor.pool.tier} tier has no Keep alive: ask your team lead for "
+            "an idle exemption.",
+        )
+    until = keep_alive_until(policy=policy, now=timezone.now())
+    if request.idle_exempt_until is not None and request.idle_exempt_until >= until:
+        return request
+    GpuRequest.objects.filter(pk=request.pk).update(idle_exempt_until=until, idle_warned_at=None)
+    request.refresh_from_db()
+    record_request_event(
+        request,
+        actor=actor,
+        action="request.kept_alive",
+        message=f"Kept alive until {until:%H:%M} UTC.",
+        data={"until": until.isoformat()},
     )
     return request

@@ -27,6 +27,7 @@ from scheduling.choices import (
     WorkloadKind,
 )
 from scheduling.models import ApprovalRule, Cluster, Flavor, GpuRequest, gpu_equivalent_of
+from scheduling.models.catalog import Tier
 from scheduling.selectors.approvals import (
     DEFERRED_APPROVAL_ACTION,
     deferred_approvals,
@@ -34,6 +35,7 @@ from scheduling.selectors.approvals import (
     team_leads,
 )
 from scheduling.selectors.catalog import PoolCapacity, pool_capacity, tier_allowed_for_project
+from scheduling.selectors.notebooks import curated_images
 from scheduling.selectors.pilots import pilot_refusal
 from scheduling.selectors.quotas import quota_standing
 from scheduling.selectors.scheduler_modes import request_scheduler_mode
@@ -97,6 +99,20 @@ def _validate_workload(
             "kind",
             f"This portal runs batch jobs only under SCHEDULER=kueue: cluster {where} admits "
             "through Kueue (docs/kueue.md).",
+        )
+
+
+def _validate_curated_image(*, tier: Tier, kind: str, image: str) -> None:
+    """A notebook in a tier with curated profiles runs one of their images (400 otherwise)."""
+    if kind != WorkloadKind.NOTEBOOK:
+        return
+    allowed = curated_images(tier=tier)
+    if allowed and image.strip() not in allowed:
+        raise invalid_field(
+            "image",
+            f"Notebooks in the {tier} tier run a curated image: pick a notebook profile "
+            f"({', '.join(sorted(allowed))}).",
+            "image_not_curated",
         )
 
 
@@ -347,6 +363,7 @@ def check_submission(*, actor: Actor, spec: GpuRequestSpec) -> CheckedSubmission
     _validate_workload(
         image=spec.image, command=command, env=env, kind=kind, flavor=flavor, cluster=spec.cluster
     )
+    _validate_curated_image(tier=tier, kind=kind, image=spec.image)
     host = resolve_host_resources(
         flavor=flavor,
         cpu_millicores=spec.cpu_millicores,

@@ -17,6 +17,7 @@ EVENT_WORDS: dict[str, str] = {
     "request.asked_idle_exemption": "Asked the team lead for an idle exemption",
     "request.extended": "Max runtime extended",
     "request.idle_exemption": "Exempted from idle reclamation",
+    "request.kept_alive": "Kept alive by its owner",
     "reclaim.idle": "Reclaimed: idle",
     "reclaim.idle_warning": "Warned: idle, will be reclaimed",
     "reclaim.timeout": "Stopped at its max runtime",

@@ -33,10 +33,12 @@ from scheduling.forms import (
     initial_from_body,
 )
 from scheduling.models import Flavor, GpuRequest, RequestTemplate
+from scheduling.models.catalog import NotebookProfile
 from scheduling.selectors.approvals import approval_inbox, deferring_lead
 from scheduling.selectors.catalog import flavors_for_project
 from scheduling.selectors.clusters import placed_cluster
 from scheduling.selectors.governance import governance_rules
+from scheduling.selectors.notebooks import profile_body, profiles_for_project
 from scheduling.selectors.preemptions import last_preemption
 from scheduling.selectors.queue import fill_queue_positions
 from scheduling.selectors.quotas import queue_quota_impacts, quota_impact
@@ -47,7 +49,12 @@ from scheduling.services.estimates import (
     estimate_queued_request,
     what_if_for_project,
 )
-from scheduling.services.governance import ask_lead, extend_runtime, grant_idle_exemption
+from scheduling.services.governance import (
+    ask_lead,
+    extend_runtime,
+    grant_idle_exemption,
+    keep_notebook_alive,
+)
 from scheduling.services.requests import (
     approve_gpu_request,
     approve_when_quota_frees,
@@ -101,12 +108,22 @@ def _chosen_project(
     return projects.first()
 
 
-def _starting_point(request: HttpRequest, templates: QuerySet[RequestTemplate]) -> dict[str, Any]:
-    """The form's initial values: a chosen template's (?template=), or a request's to clone
-    (?clone=); either must be visible to the user, else the form starts empty."""
+def _starting_point(
+    request: HttpRequest,
+    templates: QuerySet[RequestTemplate],
+    profiles: list[NotebookProfile],
+) -> dict[str, Any]:
+    """The form's initial values: a chosen notebook profile's (?profile=), a template's
+    (?template=), or a request's to clone (?clone=); each must be one the user may use, else
+    the form starts empty."""
     body: dict[str, Any] = {}
     template_id, clone_id = request.GET.get("template", ""), request.GET.get("clone", "")
-    if template_id.isdigit():
+    profile_id = request.GET.get("profile", "")
+    if profile_id.isdigit():
+        profile = next((p for p in profiles if p.pk == int(profile_id)), None)
+        if profile is not None:
+            body = profile_body(profile)
+    elif template_id.isdigit():
         template = templates.filter(pk=template_id).first()
         if template is not None:
             body = template_body_of(template)
@@ -160,7 +177,9 @@ def request_new(request: HttpRequest) -> HttpResponse:
     """The request form; the team's templates first, then one's own, fill it in."""
     projects = _member_projects(request.user)
     templates = RequestTemplate.objects.visible_to(request.user).select_related("team")
-    initial = _starting_point(request, templates)
+    # The profiles follow the project named in the query (or the first): a profile holds none.
+    profiles = profiles_for_project(project=_chosen_project(request, projects))
+    initial = _starting_point(request, templates, profiles)
     project = _chosen_project(request, projects, initial.get("project"))
     kind = request.POST.get("kind") or initial.get("kind") or WorkloadKind.JOB
     form = GpuRequestForm(
@@ -185,6 +204,8 @@ def request_new(request: HttpRequest) -> HttpResponse:
             "project": project,
             "templates": templates,
             "chosen_template": request.GET.get("template", ""),
+            "profiles": profiles,
+            "chosen_profile": request.GET.get("profile", ""),
             "flavor_kinds": FlavorKind.choices,
         },
     )
@@ -345,16 +366,44 @@ def request_govern(request: HttpRequest, pk: int, action: str) -> HttpResponse:
     return redirect("gpu-request-page", pk=pk)
 
 
+def _back(request: HttpRequest, pk: int) -> HttpResponse:
+    """Back to the home page when the action came from there, else to the request's page."""
+    if request.POST.get("next") == "home":
+        return redirect("home")
+    return redirect("gpu-request-page", pk=pk)
+
+
 @login_required
 @require_POST
 def request_cancel(request: HttpRequest, pk: int) -> HttpResponse:
+    """Cancel a request; a running one is stopped (a notebook: "Stop my server")."""
     gpu_request = get_object_or_404(GpuRequest.objects.visible_to(request.user), pk=pk)
+    was_running = gpu_request.status in (RequestStatus.RUNNING, RequestStatus.LAUNCHING)
     try:
         cancel_gpu_request(actor=request.user, request=gpu_request)
-        messages.success(request, f"Request {pk} cancelled.")
     except DomainError as error:
         messages.error(request, error.message)
-    return redirect("gpu-request-page", pk=pk)
+    else:
+        what = gpu_request.name or f"Request {pk}"
+        messages.success(request, f"{what} stopped." if was_running else f"{what} cancelled.")
+    return _back(request, pk)
+
+
+@login_required
+@require_POST
+def request_keep_alive(request: HttpRequest, pk: int) -> HttpResponse:
+    """The owner of a running notebook pushes its idle deadline as far as the tier allows."""
+    gpu_request = get_object_or_404(
+        GpuRequest.objects.visible_to(request.user).select_related("flavor__pool__tier"), pk=pk
+    )
+    try:
+        kept = keep_notebook_alive(actor=request.user, request=gpu_request)
+    except DomainError as error:
+        messages.error(request, error.message)
+    else:
+        until = timezone.localtime(kept.idle_exempt_until).strftime("%Y-%m-%d %H:%M %Z")
+        messages.success(request, f"Kept alive: not reclaimed for idling before {until}.")
+    return _back(request, pk)
 
 
 @login_required

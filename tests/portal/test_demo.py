@@ -53,7 +53,12 @@ def test_demo_story_auto_approval_lead_approval_and_isolation(
     }
     vgpu = alice.post(
         reverse("gpu-request-list"),
-        {**body, "flavor": Flavor.objects.get(slug="l4-12g").pk, "kind": "notebook"},
+        {
+            **body,
+            "flavor": Flavor.objects.get(slug="l4-12g").pk,
+            "kind": "notebook",
+            "image": "jupyter/pytorch-notebook:2024-10-07",  # the demo's curated notebooks
+        },
         format="json",
     )
     assert vgpu.json()["status"] == "queued"

@@ -36,7 +36,7 @@ REQUESTS = ApiContract(
     create_body=lambda world: request_body(world.org.project_a, world.fleet.l4_6g),
     actions=(
         *("approve", "reject", "cancel", "resume", "resubmit", "utilisation"),
-        *("ask-idle-exemption", "ask-extension", "idle-exemption", "extend"),
+        *("ask-idle-exemption", "ask-extension", "idle-exemption", "extend", "keep-alive"),
     ),
     list_filters=lambda world: [{"team": world.org.team_a.pk}, {"project": world.org.project_a.pk}],
 )

@@ -175,6 +175,7 @@ SHARED_CATALOG = {
     "scheduling.Tier",
     "scheduling.ApprovalRule",
     "scheduling.ReclaimPolicy",
+    "scheduling.NotebookProfile",
     "accounting.Price",
 }
 

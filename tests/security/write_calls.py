@@ -117,6 +117,10 @@ def running(world: World) -> int:
     return world.once("running", lambda: start(world, max_runtime_seconds=4 * 3600))
 
 
+def running_notebook(world: World) -> int:
+    return world.once("running notebook", lambda: start(world, kind="notebook"))
+
+
 def reclaimed_notebook(world: World) -> int:
     from runtime.services.reclaim import reclaim_request
 
@@ -246,6 +250,7 @@ WRITES: list[Write] = [
     _request_action("ask-idle-exemption", "dev_a", running,
                     lambda w: {"reason": "a long data load"}),
     _request_action("resume", "dev_a", reclaimed_notebook),
+    _request_action("keep-alive", "dev_a", running_notebook),
     Write("POST", f"{PREFIX}/notifications/{{id}}/read/", "dev_a", None, notification),
     Write("POST", f"{PREFIX}/notifications/read-all/", "dev_a"),
     Write("PUT", f"{PREFIX}/me/notification-settings/", "dev_a",
