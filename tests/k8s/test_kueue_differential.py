@@ -100,9 +100,10 @@ EXPECTED_DIFFERENCES = {
     # leaves b3 waiting.
     ("b3", "b3"): QUOTA_PREEMPTION,
     ("b3", "b2"): QUOTA_PREEMPTION,
-    # a1 ends: Kueue readmits b2 and admits a2 on quota; the engine starts b3 on n0 beside b2
-    # (placed there at its arrival), leaving one free card on each node for a2.
-    ("a1 ends", "a2"): NODE_SHAPES,
+    # a1 ends: Kueue readmits b2 and admits a2 and b3 on quota. The engine decides borrowers
+    # after work within its guarantee: a2 (within A's guarantee once a1 ended) starts first, and
+    # b3 (over B's guarantee) then finds no node with its 2 cards free.
+    ("a1 ends", "b3"): NODE_SHAPES,
 }
 
 
