@@ -12,6 +12,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from tenants.models import NotificationSettings
+from tenants.scope import Actor
 from tenants.services.organisation import apply_changes, known_fields, save_valid
 from tenants.services.webhooks import post_to_public_address, webhook_payload
 from tenants.validators import UnsafeWebhookAddress
@@ -31,7 +32,7 @@ NOTIFICATION_SETTINGS_FIELDS = frozenset(
 
 
 @transaction.atomic
-def update_notification_settings(*, actor: Any, **fields: Any) -> NotificationSettings:
+def update_notification_settings(*, actor: Actor, **fields: Any) -> NotificationSettings:
     """Change the actor's own settings (only theirs: there is no way to name another user's);
     a URL that is not https to a public address is a 400 naming `webhook_url`."""
     row, _ = NotificationSettings.objects.select_for_update().get_or_create(user_id=actor.pk)
