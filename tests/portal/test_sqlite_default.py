@@ -183,7 +183,7 @@ def test_fifty_concurrent_submissions_get_no_server_error(portal: Portal) -> Non
                         "flavor": flavors[number % len(flavors)]["id"],
                         "kind": "notebook",
                         "gpu_count": 1,
-                        "image": "pytorch/pytorch:2.4.0",
+                        "image": "jupyter/pytorch-notebook:2024-10-07",  # curated
                         "max_runtime_seconds": 3600,
                     },
                 )
