@@ -554,12 +554,20 @@ def portal_side(
     call_command("migrate", verbosity=0)
     ids = seed(options.requests + options.open_requests)
     from runtime.cluster.kubernetes import KubernetesClusterBackend
+    from runtime.services.execution import prepare_projects
     from runtime.services.inventory import apply_inventory
+    from tenants.models import Project
 
-    counts = apply_inventory(
-        KubernetesClusterBackend(kubeconfig=str(bed.portal_kubeconfig)).sync_inventory()
-    )
+    backend = KubernetesClusterBackend(kubeconfig=str(bed.portal_kubeconfig))
+    counts = apply_inventory(backend.sync_inventory())
     log(f"{side}: inventory {counts}")
+    # The projects as the portal leaves them once created and given their quota (the seed
+    # writes rows directly): namespaces, quotas and priority classes ready on the cluster.
+    prepare_projects(
+        project_ids=list(Project.objects.values_list("pk", flat=True)),
+        backend=backend,
+        cluster=None,
+    )
     connections.close_all()
 
     # 2. The server and the workers, one per queue.

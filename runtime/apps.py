@@ -11,9 +11,11 @@ class RuntimeConfig(AppConfig):
         from django.core import checks
 
         from runtime.checks import check_workload_origin, configured_problems
-        from runtime.signals import record_task_failure
+        from runtime.signals import prepare_saved_project, record_task_failure
+        from tenants.services.organisation import project_saved
 
         task_failure.connect(record_task_failure, weak=False)
+        project_saved.connect(prepare_saved_project, dispatch_uid="runtime.prepare_project")
         checks.register(check_workload_origin, checks.Tags.security)
         # Every process refuses to start with workloads on the portal's site (web, worker, beat).
         problems = configured_problems()

@@ -1,4 +1,5 @@
-"""What the runtime keeps of its own: the simulated cluster's workloads and task failure counts.
+"""What the runtime keeps of its own: the simulated cluster's workloads, task failure counts and
+what was made ready on each cluster.
 
 Requests, allocations, reclaim policies and utilisation samples belong to `scheduling`: the
 cycle and the request pages read them, and they sit on the floor below this app.
@@ -57,3 +58,25 @@ class TaskFailureCount(models.Model):
 
     def __str__(self) -> str:
         return f"{self.task_name}: {self.failures}"
+
+
+class EnsuredObject(models.Model):
+    """Cluster objects made ready before launches need them (priority classes, a project's
+    namespace and data), with the fingerprint of the spec they were made from and when."""
+
+    cluster = models.CharField(max_length=40)  # "local" or "cluster-<id>"
+    key = models.CharField(max_length=300)  # "priority-classes", "project:<namespace>", …
+    digest = models.CharField(max_length=64)
+    ensured_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["cluster", "key"],
+                name="ensured_object_one_per_cluster_and_key",
+                violation_error_message="This object is already recorded for the cluster.",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.cluster}: {self.key}"

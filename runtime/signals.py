@@ -1,4 +1,5 @@
-"""Counting Celery task failures where the web tier's /metrics can read them."""
+"""Counting Celery task failures where the web tier's /metrics can read them; making a saved
+project's namespace ready on the clusters."""
 
 from __future__ import annotations
 
@@ -7,6 +8,9 @@ from typing import Any
 
 from django.db.models import F
 from django.utils import timezone
+
+from scheduling.dispatch import request_quota_push
+from tenants.models import Project
 
 log = logging.getLogger(__name__)
 
@@ -26,3 +30,9 @@ def record_task_failure(
         )
     except Exception:  # counting must never hide the original failure
         log.exception("could not count the failure of %s", name)
+
+
+def prepare_saved_project(sender: Any, project: Project, **_: Any) -> None:
+    """Receiver of `project_saved`: its namespace, quota and limit range are made ready after
+    the commit (`runtime.tasks.push_project_quotas`), not at its first launch."""
+    request_quota_push(team_id=project.team_id, project_id=project.pk)

@@ -109,12 +109,12 @@ def set_workload_deadline(request_id: int, attempt: int) -> bool:
 
 @shared_task(base=ClusterTask)
 def push_project_quotas(team_id: int, project_id: int | None) -> int:
-    """A quota changed: converge the namespace ResourceQuota of every project it covers, on
-    every cluster."""
+    """A project or a quota was created or changed: make ready the namespace, ResourceQuota
+    and limit range of every project it covers, on every cluster, before a launch needs them."""
     project_ids = propagation.affected_projects(team_id=team_id, project_id=project_id)
     pushed = clusters.on_each_cluster(
-        lambda cluster, backend: propagation.push_project_quotas(
-            project_ids=project_ids, backend=backend
+        lambda cluster, backend: execution.prepare_projects(
+            project_ids=project_ids, backend=backend, cluster=cluster
         )
     )
     return sum(pushed.values())

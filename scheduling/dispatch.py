@@ -206,7 +206,8 @@ def request_deadline_change(request_id: int, attempt: int) -> None:
 
 
 def request_quota_push(*, team_id: int, project_id: int | None) -> None:
-    """A quota changed: the namespace ResourceQuotas of the projects it covers follow."""
+    """A project or quota was created or changed: the namespaces of the projects it covers are
+    made ready (quota, limit range) on every cluster."""
     enqueue_after_commit(PUSH_PROJECT_QUOTAS, team_id, project_id)
 
 

@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import logging
 import time
-import weakref
 from collections import Counter
-from collections.abc import Callable, Collection
+from collections.abc import Collection
 from datetime import timedelta
 from functools import lru_cache
 from typing import Any
@@ -40,6 +39,7 @@ from runtime.cluster.kueue_objects import LOCAL_QUEUE_NAME
 from runtime.selectors.workloads import LIVE_STATUSES, live_requests_on
 from runtime.services import project_data, propagation, verdicts
 from runtime.services.connect import workload_notebook_token, workload_route
+from runtime.services.ensured import EnsuredObjects, ensured_objects
 from runtime.services.inventory import gpu_products
 from runtime.services.kueue_admission import sync_kueue
 from runtime.services.observed import record_observation
@@ -209,64 +209,34 @@ def _live_allocation(request: GpuRequest, attempt: int) -> Allocation | None:
     )
 
 
-# How long a launch trusts that what it ensured (priority classes, a project's namespace, quota
-# and limit range) is still there as ensured; later launches check again, so drift made on the
-# cluster by hand converges within this long.
-ENSURED_TTL_SECONDS = 600.0
-
-
-class EnsuredObjects:
-    """What one backend has ensured, keyed by what was ensured and remembered with the spec it
-    was ensured with, so a steady-state launch makes only its workload's own API calls.
-
-    A spec that changed (a new quota) is ensured again at once; a remembered one after
-    ENSURED_TTL_SECONDS, or when a launch answers 404 (namespace deleted meanwhile).
-    """
-
-    def __init__(self, *, ttl_seconds: float = ENSURED_TTL_SECONDS) -> None:
-        self.ttl_seconds = ttl_seconds
-        self._specs: dict[str, tuple[object, float]] = {}
-
-    def ensure(self, key: str, spec: object, create: Callable[[], None]) -> bool:
-        """Run `create()` unless `spec` was ensured under `key` lately; True if it ran."""
-        remembered = self._specs.get(key)
-        now = time.monotonic()
-        if (
-            remembered is not None
-            and remembered[0] == spec
-            and now - remembered[1] < self.ttl_seconds
-        ):
-            return False
-        self._specs.pop(key, None)
-        create()
-        self._specs[key] = (spec, now)
-        return True
-
-    def forget(self, *keys: str) -> None:
-        for key in keys:
-            self._specs.pop(key, None)
-
-
-_ensured_by_backend: weakref.WeakKeyDictionary[Any, EnsuredObjects] = weakref.WeakKeyDictionary()
-
-
-def ensured_objects(backend: ClusterBackend) -> EnsuredObjects:
-    """The memory of what `backend` ensured, kept as long as the backend itself."""
-    try:
-        return _ensured_by_backend.setdefault(backend, EnsuredObjects())
-    except TypeError:  # a backend that cannot be weakly referenced remembers nothing
-        return EnsuredObjects()
-
-
-def _ensure_launch_prerequisites(backend: ClusterBackend, request: GpuRequest) -> None:
-    """The priority classes and the request's project, each once per spec (`EnsuredObjects`)."""
-    ensured = ensured_objects(backend)
+def ensure_priority_classes(ensured: EnsuredObjects, backend: ClusterBackend) -> None:
     classes = tuple(PRIORITY_CLASSES.values())
     ensured.ensure(
         "priority-classes", classes, lambda: backend.ensure_priority_classes(list(classes))
     )
+
+
+def _ensure_launch_prerequisites(
+    backend: ClusterBackend, ensured: EnsuredObjects, request: GpuRequest
+) -> None:
+    """The priority classes and the request's project, unless made ready lately
+    (`prepare_projects`, or an earlier launch)."""
+    ensure_priority_classes(ensured, backend)
     spec = project_spec(request)
     ensured.ensure(f"project:{spec.namespace}", spec, lambda: backend.ensure_project(spec))
+
+
+def prepare_projects(
+    *, project_ids: Collection[int], backend: ClusterBackend, cluster: Cluster | None
+) -> int:
+    """Make the priority classes and each project's namespace, quota and limit range ready on
+    `cluster` when a project or quota is created or changed, so that no launch waits for
+    them; returns how many projects were pushed."""
+    ensured = ensured_objects(backend, cluster)
+    ensure_priority_classes(ensured, backend)
+    return propagation.push_project_quotas(
+        project_ids=project_ids, backend=backend, ensured=ensured
+    )
 
 
 def launch_request(*, request_id: int, attempt: int, backend: ClusterBackend | None = None) -> str:
@@ -284,8 +254,9 @@ def launch_request(*, request_id: int, attempt: int, backend: ClusterBackend | N
     if allocation is None:
         return "stale"
     backend = backend or backend_for(allocation.pool.cluster)
-    _ensure_launch_prerequisites(backend, request)
-    project_data.ensure_for_launch(request, backend, ensured_objects(backend).ensure)
+    ensured = ensured_objects(backend, allocation.pool.cluster)
+    _ensure_launch_prerequisites(backend, ensured, request)
+    project_data.ensure_for_launch(request, backend, ensured.ensure)
     spec = workload_spec(request, allocation)
     transition(request, RequestStatus.LAUNCHING, actor=None, reason="Creating the workload.")
     try:
@@ -293,10 +264,10 @@ def launch_request(*, request_id: int, attempt: int, backend: ClusterBackend | N
     except ClusterError as error:
         # What was ensured may be gone (a deleted or terminating namespace): the next launch
         # ensures it again; a 404 (no such namespace) does so at once and launches again.
-        ensured_objects(backend).forget("priority-classes", f"project:{spec.namespace}")
+        ensured.forget("priority-classes", f"project:{spec.namespace}")
         if error.status != 404:
             raise
-        _ensure_launch_prerequisites(backend, request)
+        _ensure_launch_prerequisites(backend, ensured, request)
         project_data.ensure_for_launch(request, backend)  # a new namespace has none of it
         name = backend.launch(spec)
     # A repeated launch (it adopts the workload) keeps the first launch's time.

@@ -13,6 +13,7 @@ from django.conf import settings
 from django.db.models import Max, Q
 
 from runtime.cluster.base import ClusterBackend, LimitRangeSpec, ProjectSpec
+from runtime.services.ensured import EnsuredObjects
 from scheduling.choices import FlavorKind, RequestStatus
 from scheduling.models import Allocation, Flavor, GpuDevice, GpuRequest, Quota
 from tenants.models import Project
@@ -78,13 +79,18 @@ def project_spec(project: Project) -> ProjectSpec:
     )
 
 
-def push_project_quotas(*, project_ids: Iterable[int], backend: ClusterBackend) -> int:
-    """Converge each project's namespace and ResourceQuota on its quotas as they are now;
-    returns how many projects were pushed."""
+def push_project_quotas(
+    *, project_ids: Iterable[int], backend: ClusterBackend, ensured: EnsuredObjects | None = None
+) -> int:
+    """Converge each project's namespace and ResourceQuota on its quotas as they are now (and
+    record it in `ensured`, so launches need not); returns how many projects were pushed."""
     projects = Project.objects.filter(pk__in=list(project_ids)).select_related("team")
     pushed = 0
     for project in projects.order_by("pk"):
-        backend.ensure_project(project_spec(project))
+        spec = project_spec(project)
+        backend.ensure_project(spec)
+        if ensured is not None:
+            ensured.record(f"project:{spec.namespace}", spec)
         pushed += 1
     return pushed
 

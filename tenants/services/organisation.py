@@ -9,6 +9,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import User
 from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
 from django.db import IntegrityError, models, transaction
+from django.dispatch import Signal
 
 from tenants.choices import ORGANISATION_ROLES, TEAM_ROLES, Role
 from tenants.demo import DemoSeeding
@@ -189,6 +190,11 @@ def delete_team(*, actor: Actor, team: Team) -> None:
     delete_unused(team, code="team_in_use", message="The team still has usage or statements.")
 
 
+# Sent with `project` when a project was created or changed (inside the transaction): the
+# runtime makes its namespace ready on the clusters after the commit, before any launch.
+project_saved = Signal()
+
+
 @transaction.atomic
 def create_project(*, actor: Actor, team: Team, **fields: Any) -> Project:
     """A new project of `team` (its lead or a platform admin): name, slug and description."""
@@ -203,6 +209,7 @@ def create_project(*, actor: Actor, team: Team, **fields: Any) -> Project:
         project=project,
         data={"fields": audit_value(fields)},
     )
+    project_saved.send(sender=Project, project=project)
     return project
 
 
@@ -224,6 +231,7 @@ def update_project(*, actor: Actor, project: Project, **fields: Any) -> Project:
         project=project,
         data={"changes": changes},
     )
+    project_saved.send(sender=Project, project=project)
     return project
 
 

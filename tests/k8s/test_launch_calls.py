@@ -1,5 +1,6 @@
-"""What a launch asks of the real API server: the first in a project ensures the priority
-classes and the project (namespace, quota, limit range); the next ones create their Job only."""
+"""What a launch asks of the real API server: the first in a project written straight to the
+database ensures the priority classes and the project (namespace, quota, limit range); the next
+ones, and every launch into a project created through the portal, create their Job only."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from django.contrib.auth import get_user_model
 
 from runtime.cluster.kubernetes import KubernetesClusterBackend
 from runtime.selectors.workloads import LIVE_STATUSES
-from runtime.services import execution
+from runtime.services import execution, propagation
 from runtime.services.inventory import apply_inventory
 from scheduling.choices import RequestStatus
 from scheduling.demo import seed_demo_fleet
@@ -20,7 +21,7 @@ from scheduling.models import Flavor, GpuRequest
 from scheduling.services import cycle
 from scheduling.services.requests import GpuRequestSpec, approve_gpu_request, submit_gpu_request
 from tenants.models import Project
-from tenants.services.organisation import seed_demo_organisation
+from tenants.services.organisation import create_project, seed_demo_organisation
 from tests.k8s.conftest import Admin, eventually
 
 pytestmark = [pytest.mark.k8s, pytest.mark.django_db]
@@ -129,3 +130,56 @@ def test_the_periodic_sync_follows_the_watch_between_full_passes(
         assert statuses == {RequestStatus.SUCCEEDED}
     finally:
         k8s_admin.core.delete_namespace(namespace, _preload_content=False)
+
+
+def test_a_new_project_is_ready_before_its_first_launch(
+    k8s_testbed: Any,
+    k8s_admin: Admin,
+    settings: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    # The worker's own backend (CLUSTER_BACKEND) makes the project ready after the commit.
+    settings.CLUSTER_BACKEND = "kubernetes"
+    settings.KUBECONFIG = str(k8s_testbed.portal_kubeconfig)
+    execution.cluster_backend.cache_clear()
+    teams = seed_demo_organisation(password="x")
+    seed_demo_fleet(teams=teams)
+    apply_inventory(execution.cluster_backend().sync_inventory())
+    users = get_user_model().objects
+    alice, bob = users.get(username="alice"), users.get(username="bob")
+    slug = f"p{uuid.uuid4().hex[:8]}"
+    try:
+        # 1. The lead creates a project: its namespace, quota and limit range exist at once.
+        with django_capture_on_commit_callbacks(execute=True):
+            project = create_project(actor=bob, team=teams["vision"], name="Ready", slug=slug)
+        namespace = project.namespace
+        quota = k8s_admin.core.read_namespaced_resource_quota("gpu-portal-quota", namespace)
+        want = propagation.project_spec(project).quota  # Vision's limits, in the cluster's units
+        assert want and {key: int(value) for key, value in quota.spec.hard.items()} == want
+        assert k8s_admin.core.list_namespaced_limit_range(namespace).items
+
+        # 2. A request is admitted; the launch, from a worker process that never launched here
+        #    (a backend of its own, nothing remembered in memory), creates its Job and nothing else.
+        request = submit_gpu_request(
+            actor=alice,
+            spec=GpuRequestSpec(
+                project=project,
+                flavor=Flavor.objects.get(slug="a100-80g"),
+                gpu_count=1,
+                image="registry.example.com/ml/train:1.0",
+                command=["python", "train.py"],
+                max_runtime_seconds=3600,
+            ),
+        )
+        if request.status == RequestStatus.PENDING_APPROVAL:
+            approve_gpu_request(actor=bob, request=request)
+        with django_capture_on_commit_callbacks(execute=False):
+            cycle.run_cycle()
+        backend = KubernetesClusterBackend(kubeconfig=str(k8s_testbed.portal_kubeconfig))
+        calls = counting(backend, monkeypatch)
+        execution.launch_request(request_id=request.pk, attempt=1, backend=backend)
+        assert calls == [f"POST /apis/batch/v1/namespaces/{namespace}/jobs"]
+    finally:
+        execution.cluster_backend.cache_clear()
+        k8s_admin.core.delete_namespace(f"gpu-vision-{slug}", _preload_content=False)
