@@ -59,6 +59,7 @@ CONTROLLERS = (
     "ttl-after-finished-controller",
     "deployment-controller",
     "replicaset-controller",
+    "endpointslice-controller",  # a Service's ready endpoints, what ingress-nginx proxies to
     "resourceclaim-controller",  # ResourceClaims from a pod's ResourceClaimTemplates (DRA)
 )
 
