@@ -17,9 +17,10 @@ import click
 import yaml
 
 from gpuctl import __version__
+from gpuctl import notifications as settings_of
 from gpuctl.client import ApiError, PortalClient
 from gpuctl.config import load_settings, save_settings
-from gpuctl.output import FORMATS, render, table
+from gpuctl.output import FORMATS, key_values, render, table
 
 # Where a request's run is over (as the portal's lifecycle says); `wait` stops there.
 FINISHED = frozenset({"succeeded", "failed", "cancelled", "reclaimed", "rejected", "expired"})
@@ -39,6 +40,12 @@ class PortalGroup(click.Group):
 
 class WaitTimedOut(click.ClickException):
     exit_code = WAIT_TIMEOUT_EXIT
+
+
+class BadInput(click.ClickException):
+    """A flag's value that cannot be carried out: one line, and click's usage status."""
+
+    exit_code = 2
 
 
 def portal(ctx: click.Context) -> PortalClient:
@@ -559,6 +566,149 @@ def _when(row: dict[str, Any]) -> str:
     if minutes < 1:
         return "now"
     return f"in about {minutes} min, around {_clock(row['estimated_start_at'])}"
+
+
+# The states in which a notebook holds its GPUs (and may be kept alive).
+LIVE = ("launching", "running")
+
+
+def _my_notebook(client: PortalClient, wanted: str) -> int:
+    """A request id as given, or the id of the caller's one live notebook of that name."""
+    if wanted.isdigit():
+        return int(wanted)
+    rows = client.list_all(
+        "requests/",
+        owner=client.get("me/")["username"],
+        kind="notebook",
+        status=list(LIVE),
+        page_size=200,
+    )
+    ids = sorted(row["id"] for row in rows if row.get("name") == wanted)
+    if not ids:
+        raise click.ClickException(
+            f"No running notebook of yours named {wanted!r}: see `gpuctl ls --mine -s running`."
+        )
+    if len(ids) > 1:
+        listed = ", ".join(str(pk) for pk in ids)
+        raise click.ClickException(
+            f"{len(ids)} notebooks are named {wanted!r} ({listed}): give the id."
+        )
+    return ids[0]
+
+
+def request_label(request: dict[str, Any]) -> str:
+    """A request as people know it: its name, else "request 12"."""
+    return str(request.get("name") or f"request {request['id']}")
+
+
+@cli.command(name="keep-alive")
+@click.argument("request")
+@output_option()
+@click.pass_context
+def keep_alive(ctx: click.Context, request: str, output: str) -> None:
+    """Hold a running notebook's idle reclaim off for the tier's keep-alive span from now.
+
+    REQUEST is the notebook's id, or the name of your one running notebook so named. Only its
+    owner keeps a notebook alive; a longer exemption your lead gave is kept.
+    """
+    client = portal(ctx)
+    kept = client.post(f"requests/{_my_notebook(client, request)}/keep-alive/")
+    if output != "table":
+        click.echo(render(kept, output))
+        return
+    until = kept.get("idle_exempt_until")
+    when = f"not reclaimed for idling before {_clock(until)}" if until else "kept alive"
+    click.echo(f"{request_label(kept)} kept alive: {when}")
+
+
+@cli.group(cls=PortalGroup)
+def notifications() -> None:
+    """Which notices reach you, and where: the portal's inbox, email, your webhook."""
+
+
+SETTINGS_PATH = "me/notification-settings/"
+
+
+def _print_settings(answer: dict[str, Any], output: str) -> None:
+    if output != "table":
+        click.echo(render(answer, output))
+        return
+    click.echo(key_values(settings_of.channel_lines(answer)))
+    click.echo()
+    click.echo(table(settings_of.TOPIC_COLUMNS, settings_of.topic_rows(answer)))
+
+
+@notifications.command(name="show")
+@output_option()
+@click.pass_context
+def notifications_show(ctx: click.Context, output: str) -> None:
+    """Your notification settings: the channels, then each topic on or off per channel."""
+    _print_settings(portal(ctx).get(SETTINGS_PATH), output)
+
+
+@notifications.command(name="set")
+@click.option(
+    "--channel",
+    "channels",
+    multiple=True,
+    metavar="CHANNEL=on|off",
+    help="email=on|off switches email; webhook=off forgets your webhook (repeatable).",
+)
+@click.option(
+    "--topic",
+    "topics",
+    multiple=True,
+    metavar="[CHANNEL:]TOPIC=on|off",
+    help="A topic on every channel, or on one: preempted=off, email:started=on (repeatable).",
+)
+@click.option("--webhook-url", help='Your webhook: https to a public address; "" for none.')
+@click.option(
+    "--webhook-format",
+    type=click.Choice(["json", "slack", "teams"]),
+    help="What your webhook's receiver expects.",
+)
+@output_option()
+@click.pass_context
+def notifications_set(
+    ctx: click.Context,
+    channels: tuple[str, ...],
+    topics: tuple[str, ...],
+    webhook_url: str | None,
+    webhook_format: str | None,
+    output: str,
+) -> None:
+    """Change your notification settings; what you do not name stays as it is.
+
+    \b
+    Examples:
+      gpuctl notifications set --channel email=off
+      gpuctl notifications set --topic preempted=on --topic email:started=off
+      gpuctl notifications set --webhook-url https://hooks.slack.com/... --webhook-format slack
+    Topics: see `gpuctl notifications show`. Channels: in_app, email, webhook.
+    """
+    if not (channels or topics or webhook_url is not None or webhook_format):
+        raise BadInput("Nothing to change: give --channel, --topic or --webhook-url.")
+    try:
+        channel_switches = [settings_of.parse_channel(text) for text in channels]
+        topic_switches = [settings_of.parse_topic(text) for text in topics]
+    except settings_of.SettingError as error:
+        raise BadInput(str(error)) from error
+    client = portal(ctx)
+    current = client.get(SETTINGS_PATH)
+    try:
+        body = settings_of.changes(
+            current,
+            channels=channel_switches,
+            topics=topic_switches,
+            webhook_url=webhook_url,
+            webhook_format=webhook_format,
+        )
+    except settings_of.SettingError as error:
+        raise BadInput(str(error)) from error
+    answer = client.call("PATCH", SETTINGS_PATH, body=body).json()
+    for topic in settings_of.always_in_inbox(current, topic_switches):
+        click.echo(f"note: {topic} always reaches the portal's inbox.", err=True)
+    _print_settings(answer, output)
 
 
 def main() -> None:

@@ -30,10 +30,14 @@ class ApiError(Exception):
         self.fields = fields or {}
 
     def __str__(self) -> str:
+        """The API's message, one line; a refused field it does not name gets a line of its
+        own (the fields of a conflict are the object's state, which the message says)."""
         lines = [self.message]
         for name, problem in self.fields.items():
             text = " ".join(problem) if isinstance(problem, list) else str(problem)
-            if text and text != self.message:
+            if self.status == 409 or not text or text == self.message:
+                continue
+            if f"{name}: " not in self.message:
                 lines.append(f"  {name}: {text}")
         return "\n".join(lines)
 

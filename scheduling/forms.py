@@ -5,6 +5,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django import forms
+from django.core.exceptions import NON_FIELD_ERRORS
 from django.utils import timezone
 
 from scheduling.choices import Priority, WorkloadKind
@@ -204,6 +205,13 @@ class TimeRangeForm(forms.Form):
         if start > timezone.now():
             raise forms.ValidationError("From is in the future: there is no activity yet.")
         return cleaned
+
+    def error_fields(self) -> dict[str, list[str]]:
+        """The form's errors by field, for the API's 400 (`non_field_errors`: the range's)."""
+        return {
+            "non_field_errors" if name == NON_FIELD_ERRORS else name: [str(m) for m in messages]
+            for name, messages in self.errors.items()
+        }
 
     @property
     def chosen(self) -> str:

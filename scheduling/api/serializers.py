@@ -604,8 +604,11 @@ class ExtensionSerializer(serializers.Serializer):
 
 
 class UtilisationPointSerializer(serializers.Serializer):
+    """A sample, or with a time range one point of the request page's chart: its moment, the
+    mean activity and the peak memory of the samples in it (null: none was taken)."""
+
     sampled_at = serializers.DateTimeField()
-    activity_percent = serializers.FloatField()
+    activity_percent = serializers.FloatField(allow_null=True)
     memory_used_mib = serializers.IntegerField(allow_null=True)
 
 

@@ -6,10 +6,12 @@ from typing import Any, cast
 from django.core.cache import caches
 from django.db.models import Count, Prefetch, QuerySet, Sum
 from django.shortcuts import get_object_or_404
+from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import mixins, permissions, status, viewsets
 from rest_framework.decorators import action
+from rest_framework.exceptions import ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.serializers import BaseSerializer
@@ -38,6 +40,7 @@ from scheduling.api.serializers import (
     WhatIfSerializer,
 )
 from scheduling.choices import COMMITTED_STATUSES, RequestStatus
+from scheduling.forms import CUSTOM_RANGE, RANGE_PRESETS, WHOLE_LIFE, TimeRangeForm
 from scheduling.models import (
     Allocation,
     ApprovalRule,
@@ -53,6 +56,7 @@ from scheduling.models import (
 from scheduling.selectors.preemptions import PREEMPTION_COLUMNS
 from scheduling.selectors.queue import fill_queue_positions
 from scheduling.selectors.quotas import quota_usage
+from scheduling.selectors.timeline import activity_points, request_life, window_between
 from scheduling.services import catalog as catalog_services
 from scheduling.services.estimates import (
     ESTIMATE_FIELDS,
@@ -352,6 +356,24 @@ class RequestTemplateViewSet(ScopedModelViewSet):
         delete_request_template(actor=self.request.user, template=instance)
 
 
+# The request page's time-range picker, as query parameters (docs/governance.md).
+UTILISATION_RANGE_PARAMETERS = [
+    OpenApiParameter(
+        "range",
+        str,
+        enum=[WHOLE_LIFE, *RANGE_PRESETS, CUSTOM_RANGE],
+        description="The last 6 hours to 30 days, the request's whole life, or custom "
+        "(with start and end, at most 90 days). Without it: the newest 500 samples.",
+    ),
+    OpenApiParameter(
+        "start", str, description="A custom range's start, YYYY-MM-DDTHH:MM (portal time)."
+    ),
+    OpenApiParameter(
+        "end", str, description="A custom range's end, YYYY-MM-DDTHH:MM (portal time)."
+    ),
+]
+
+
 class GpuRequestViewSet(
     ScopedViewSetMixin,
     mixins.CreateModelMixin,
@@ -485,17 +507,31 @@ class GpuRequestViewSet(
     def resume(self, request: Request, pk: str | None = None) -> Response:
         return self._act(request, resume_gpu_request)
 
-    @extend_schema(responses=UtilisationPointSerializer(many=True))
+    @extend_schema(
+        parameters=UTILISATION_RANGE_PARAMETERS,
+        responses=UtilisationPointSerializer(many=True),
+    )
     @action(detail=True, methods=["get"], pagination_class=None, filter_backends=[])
     def utilisation(self, request: Request, pk: str | None = None) -> Response:
-        """The GPU activity and memory timeline of the request's attempts (newest 500 points)."""
+        """The GPU activity and memory timeline of the request's attempts: the newest 500
+        samples, or with `range` (or `start` and `end`) the request page's chart points over
+        that range, as its time-range picker takes it; a bad range is a 400."""
         gpu_request = self.get_object()
-        points = (
-            UtilisationSample.objects.filter(allocation__request=gpu_request)
-            .order_by("-sampled_at")
-            .values("sampled_at", "activity_percent", "memory_used_mib")[:500]
-        )
-        return Response(UtilisationPointSerializer(list(points)[::-1], many=True).data)
+        samples = UtilisationSample.objects.filter(allocation__request=gpu_request)
+        form = TimeRangeForm(request.query_params, default=WHOLE_LIFE, whole_life=True)
+        if not form.is_bound:
+            newest = samples.order_by("-sampled_at").values(
+                "sampled_at", "activity_percent", "memory_used_mib"
+            )[:500]
+            return Response(UtilisationPointSerializer(list(newest)[::-1], many=True).data)
+        if not form.is_valid():
+            raise ValidationError(form.error_fields())
+        now = timezone.now()
+        bounds = form.bounds(now=now, life=request_life(gpu_request=gpu_request, now=now))
+        if bounds is None:  # the whole life of a request that never started
+            return Response([])
+        points = activity_points(samples, window_between(*bounds))
+        return Response(UtilisationPointSerializer(points, many=True).data)
 
     @extend_schema(responses=RequestSummarySerializer)
     @action(detail=False, methods=["get"])

@@ -108,6 +108,16 @@ def activity_by_point(
     return activity, memory
 
 
+def activity_points(samples: QuerySet[UtilisationSample], window: Window) -> list[dict[str, Any]]:
+    """The chart's points as records: each point's moment, mean activity % and peak memory
+    (MiB), None where no sample was taken (the API's answer for a time range)."""
+    activity, memory = activity_by_point(samples, window)
+    return [
+        {"sampled_at": moment, "activity_percent": mean, "memory_used_mib": peak}
+        for moment, mean, peak in zip(window.points, activity, memory, strict=True)
+    ]
+
+
 def request_life(*, gpu_request: GpuRequest, now: datetime) -> tuple[datetime, datetime] | None:
     """From the request's first start to now while it holds GPUs, else to its last end; None
     if it never started."""

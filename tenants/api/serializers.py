@@ -4,6 +4,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from django.contrib.auth import authenticate, get_user_model
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from tenants.api.base import (
@@ -14,6 +15,7 @@ from tenants.api.base import (
 )
 from tenants.choices import NotificationTopic, Role
 from tenants.models import (
+    ALWAYS_IN_APP_TOPICS,
     FAIR_SHARE_WEIGHT_MAX,
     AuditEvent,
     Membership,
@@ -201,13 +203,22 @@ def topic_list(help_text: str) -> serializers.ListField:
     )
 
 
+class NotificationTopicSerializer(serializers.Serializer):
+    """One topic a user may switch on or off per channel (for the schema)."""
+
+    topic = serializers.ChoiceField(choices=NotificationTopic.choices)
+    description = serializers.CharField()
+    always_in_app = serializers.BooleanField()
+
+
 class NotificationSettingsSerializer(serializers.ModelSerializer):
     """The caller's own notification settings: the topics each channel carries.
 
     Topics: approval_needed, decided, started, finished, preempted, reclaimed, budget, other.
     `approval_needed` always reaches the portal's inbox; email goes to the account's address
     when `email_enabled`; the webhook gets a POST (in `webhook_format`) when `webhook_url` is set:
-    https to a public address only."""
+    https to a public address only. `topics` lists every topic with its description, in the settings
+    page's order (read-only), so that a client shows the ones switched off everywhere too."""
 
     in_app_topics = topic_list("Topics shown in the portal's inbox.")
     email_topics = topic_list("Topics sent by email, when email is enabled.")
@@ -219,6 +230,9 @@ class NotificationSettingsSerializer(serializers.ModelSerializer):
         help_text="Your webhook (https, a public address); empty: none.",
     )
     email = serializers.SerializerMethodField(help_text="Where email goes: your account's.")
+    topics = serializers.SerializerMethodField(
+        help_text="Every topic: its name, what it is about, whether it always reaches the inbox."
+    )
     updated_at = serializers.DateTimeField(
         read_only=True, allow_null=True, help_text="When last saved; null: never (the defaults)."
     )
@@ -235,12 +249,24 @@ class NotificationSettingsSerializer(serializers.ModelSerializer):
             "webhook_topics",
             "webhook_last_sent_at",
             "webhook_last_result",
+            "topics",
             "updated_at",
         ]
         read_only_fields = ["webhook_last_sent_at", "webhook_last_result", "updated_at"]
 
     def get_email(self, row: NotificationSettings) -> str:
         return str(getattr(row.user, "email", "") or "")
+
+    @extend_schema_field(NotificationTopicSerializer(many=True))
+    def get_topics(self, row: NotificationSettings) -> list[dict[str, Any]]:
+        return [
+            {
+                "topic": value,
+                "description": str(label),
+                "always_in_app": value in ALWAYS_IN_APP_TOPICS,
+            }
+            for value, label in NotificationTopic.choices
+        ]
 
 
 class WebhookSerializer(serializers.ModelSerializer):

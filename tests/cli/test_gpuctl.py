@@ -198,10 +198,9 @@ def test_errors_print_the_api_message_and_exit_non_zero(
     over_api = json.dumps(yaml.safe_load(REQUEST_YAML.replace("3600", str(400 * 24 * 3600))))
     refused = gpuctl("submit", "-f", write(tmp_path / "long.json", over_api))
     assert refused.returncode == 1
-    assert refused.stderr.splitlines() == [
-        "Error: max_runtime_seconds: Ensure this value is less than or equal to 7776000.",
-        "  max_runtime_seconds: Ensure this value is less than or equal to 7776000.",
-    ]
+    assert refused.stderr == (
+        "Error: max_runtime_seconds: Ensure this value is less than or equal to 7776000.\n"
+    )
     assert not GpuRequest.objects.exists()
 
     missing = gpuctl("get", "999999")

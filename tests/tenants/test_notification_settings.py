@@ -315,6 +315,19 @@ def test_the_api_shows_the_defaults_before_a_user_chose(org: Org) -> None:
     assert not NotificationSettings.objects.exists()  # reading stores nothing
 
 
+def test_the_api_lists_every_topic_with_its_description(org: Org) -> None:
+    body = api_client(org.dev_a).get(URL).json()
+
+    assert [row["topic"] for row in body["topics"]] == ALL_TOPICS
+    preempted = next(row for row in body["topics"] if row["topic"] == "preempted")
+    assert preempted == {
+        "topic": "preempted",
+        "description": "My work was preempted",
+        "always_in_app": False,
+    }
+    assert [row["topic"] for row in body["topics"] if row["always_in_app"]] == ["approval_needed"]
+
+
 def test_a_put_replaces_the_callers_settings(org: Org) -> None:
     client = api_client(org.dev_a)
     body = {
