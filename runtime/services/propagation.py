@@ -40,19 +40,25 @@ def flavor_quota(flavor: Flavor, limit: int) -> dict[str, int]:
 
     Whole cards: `nvidia.com/gpu`. MIG: `nvidia.com/mig-<profile>`. vGPU: `nvidia.com/gpu`
     (shares), and `gpumem`/`gpucores` as the most any mix of requests within the quota can
-    hold: the engine charges a share max(memory / card, cores / 100) GPU-equivalents, so the
-    quota's `limit × flavor weight` GPU-equivalents bound the memory to that many cards' worth
-    and the cores to that many times 100 %. So the cluster never refuses what the engine admits.
+    hold: the engine charges a share the flavor's weight for each flavor-sized part it asks
+    (memory or cores, whichever is larger; at most 1 for a whole card's worth), so one
+    GPU-equivalent buys at most the flavor's memory ÷ its weight (or a card's memory) and its
+    cores ÷ its weight (or 100 %). So the cluster never refuses what the engine admits.
     """
     if flavor.kind == FlavorKind.MIG:
         return {f"requests.nvidia.com/mig-{flavor.mig_profile}": limit}
     if flavor.kind != FlavorKind.VGPU:
         return {f"requests.{GPU}": limit}
-    equivalents = Decimal(limit) * Decimal(flavor.gpu_equivalent)
+    weight = Decimal(flavor.gpu_equivalent)
+    equivalents = Decimal(limit) * weight
+    memory_per_equivalent = max(
+        Decimal(flavor.gpu_memory_mib) / weight, Decimal(_card_memory_mib(flavor))
+    )
+    cores_per_equivalent = max(Decimal(flavor.gpu_cores_percent) / weight, Decimal(100))
     return {
         f"requests.{GPU}": limit,
-        f"requests.{GPU_MEMORY}": int(equivalents * _card_memory_mib(flavor)),
-        f"requests.{GPU_CORES}": int(equivalents * 100),
+        f"requests.{GPU_MEMORY}": int(equivalents * memory_per_equivalent),
+        f"requests.{GPU_CORES}": int(equivalents * cores_per_equivalent),
     }
 
 

@@ -10,6 +10,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
+from decimal import Decimal
 from typing import Any
 
 from django.db import transaction
@@ -100,6 +101,25 @@ def _validate_workload(
             f"This portal runs batch jobs only under SCHEDULER=kueue: cluster {where} admits "
             "through Kueue (docs/kueue.md).",
         )
+
+
+def _unit_equivalent(flavor: Flavor, *, memory_mib: int, cores_percent: int) -> Decimal:
+    """GPU-equivalents of one unit of the request. A vGPU share counts as the part of the
+    flavor's own share it asks (memory or cores, whichever is larger), so a quota of N units
+    admits N shares of the flavor's size on any card (an L4 has 23,034 MiB, not 24 GiB)."""
+    if flavor.kind != FlavorKind.VGPU:
+        return gpu_equivalent_of(
+            kind=flavor.kind,
+            card_memory_mib=flavor.gpu_memory_mib,
+            memory_mib=memory_mib,
+            cores_percent=cores_percent,
+            mig_profile=flavor.mig_profile,
+        )
+    part = max(
+        Decimal(memory_mib) / Decimal(flavor.gpu_memory_mib),
+        Decimal(cores_percent) / Decimal(flavor.gpu_cores_percent),
+    )
+    return min(Decimal(1), Decimal(flavor.gpu_equivalent) * part).quantize(Decimal("0.0001"))
 
 
 def _validate_curated_image(*, tier: Tier, kind: str, image: str) -> None:
@@ -401,13 +421,7 @@ def check_submission(*, actor: Actor, spec: GpuRequestSpec) -> CheckedSubmission
         _submission_adjustments(project=project, flavor=flavor, gpu_count=gpu_count, actor=actor)
     )
     rule, approval_ttl = _approval_settings(flavor)
-    unit_equivalent = gpu_equivalent_of(
-        kind=flavor.kind,
-        card_memory_mib=capacity.max_device_memory_mib or flavor.gpu_memory_mib,
-        memory_mib=memory_mib,
-        cores_percent=cores_percent,
-        mig_profile=flavor.mig_profile,
-    )
+    unit_equivalent = _unit_equivalent(flavor, memory_mib=memory_mib, cores_percent=cores_percent)
     request = GpuRequest(
         project=project,
         team=project.team,

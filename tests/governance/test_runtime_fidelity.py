@@ -4,6 +4,7 @@ are retried per the tier, waits say why, quota changes are pushed, nodes are che
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 from datetime import timedelta
 from typing import Any, cast
@@ -13,7 +14,7 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from runtime.cluster.base import NodeInventory, ProjectSpec, WorkloadStatus
+from runtime.cluster.base import NodeInventory, PrioritySpec, ProjectSpec, WorkloadStatus
 from runtime.cluster.simulated import SimulatedCluster
 from runtime.models import SimulatedWorkload
 from runtime.services import execution
@@ -327,6 +328,10 @@ def test_the_clusters_waiting_reason_reaches_the_request_and_clears_once_it_runs
 class Recorder:
     def __init__(self) -> None:
         self.projects: list[ProjectSpec] = []
+        self.priority_classes: list[str] = []
+
+    def ensure_priority_classes(self, specs: Sequence[PrioritySpec]) -> None:
+        self.priority_classes += [spec.name for spec in specs]
 
     def ensure_project(self, spec: ProjectSpec) -> None:
         self.projects.append(spec)
