@@ -30,6 +30,12 @@ fleet and same requests:
     departures; stranded GPU-hours (free GE of a pool while work that could go there waits for
     capacity) of FGD over best-fit, summed over the seeds (target <= 0.7); also the mean
     allocation (`replay.utilisation`) of both, `engine.replay_mean_allocation.<placer>`.
+* engine.waiting_ge_hours_vs_best_fit   the same day seen from the queue: every request's GE
+    times its wait (arrival to first start, or to the end of the window), FGD over best-fit.
+* engine.stranded_gpu_hours_best_fit_jitter   best-fit against itself: the same day with every
+    arrival `JITTER_SECONDS` later (a quarter cycle, so some arrivals fall into the next cycle),
+    over the day as drawn. How far the stranded figure moves when nothing but timing changes:
+    the noise a placer's ratio has to clear.
 
 Each figure is printed as a human-readable line and as one JSON line
 {"metric": ..., "value": ..., "unit": ...}.
@@ -41,6 +47,7 @@ import argparse
 import os
 import statistics
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Literal
 
@@ -49,6 +56,7 @@ import numpy as np
 from bench.figures import emit
 from scheduling.engine.planner import Scheduler
 from scheduling.engine.replay import Submission, Trace, replay
+from scheduling.engine.simulate import Start
 from scheduling.engine.types import (
     MIG_PROFILES,
     Flavor,
@@ -67,6 +75,8 @@ NOW = 1_800_000_000.0
 TEAM = "t"
 PlacerName = Literal["plugins", "best_fit", "fgd"]
 PLACERS: tuple[PlacerName, ...] = ("fgd", "best_fit")
+#: The best-fit control replay's arrivals come this much later (see the module docstring).
+JITTER_SECONDS = 15.0
 #: Also measured in the fill benchmark, for the record: the plugin placer.
 FILL_PLACERS: tuple[PlacerName, ...] = (*PLACERS, "plugins")
 SHARE_MEMORY_MIB = 48 * GIB
@@ -278,6 +288,33 @@ def bursty_day(fleet: Snapshot, seed: int, hours: float, load: float) -> Trace:
     return Trace(fleet, NOW, end, subs)
 
 
+def waiting_ge_hours(trace: Trace, starts: Iterable[Start]) -> float:
+    """GE x wait summed over the trace's requests (arrival to first start, or to the end)."""
+    first: dict[str, float] = {}
+    for s in starts:
+        first.setdefault(s.request_id, s.at)
+    return (
+        sum(
+            demand_ge(sub.request) * (first.get(sub.request.id, trace.end) - sub.queued_at)
+            for sub in trace.submissions
+        )
+        / 3600
+    )
+
+
+def jittered(trace: Trace, seconds: float) -> Trace:
+    """The same trace with every arrival `seconds` later."""
+    subs = tuple(
+        replace(
+            sub,
+            request=replace(sub.request, submitted_at=sub.request.submitted_at + seconds),
+            queued_at=sub.queued_at + seconds,
+        )
+        for sub in trace.submissions
+    )
+    return replace(trace, submissions=subs)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="3 seeds, 40 nodes, 6 hours")
@@ -332,6 +369,8 @@ def main() -> None:
     if args.no_replay:
         return
     stranded = dict.fromkeys(PLACERS, 0.0)
+    waited = dict.fromkeys(PLACERS, 0.0)
+    jitter_stranded = 0.0
     util: dict[str, list[float]] = {p: [] for p in PLACERS}
     for seed in seeds:
         fleet = mixed_fleet(seed, nodes)
@@ -341,12 +380,22 @@ def main() -> None:
             t0 = time.perf_counter()
             day = replay(trace, policy=Policy(placer=placer), cycle_seconds=args.cycle_seconds)
             stranded[placer] += day.stranded_gpu_hours
+            ge_hours = waiting_ge_hours(trace, day.starts)
+            waited[placer] += ge_hours
             util[placer].append(day.utilisation)
             row.append(
-                f"{placer} stranded {day.stranded_gpu_hours:.1f} GPU-h, allocation "
+                f"{placer} stranded {day.stranded_gpu_hours:.1f} GPU-h, waited "
+                f"{ge_hours:.0f} GE-h, allocation "
                 f"{day.utilisation:.3f}, started {day.started}/{day.submitted} "
                 f"({time.perf_counter() - t0:.1f} s)"
             )
+        control = replay(
+            jittered(trace, JITTER_SECONDS),
+            policy=Policy(placer="best_fit"),
+            cycle_seconds=args.cycle_seconds,
+        )
+        jitter_stranded += control.stranded_gpu_hours
+        row.append(f"best_fit {JITTER_SECONDS:g} s later stranded {control.stranded_gpu_hours:.1f}")
         print(f"  replay seed {seed}: " + "; ".join(row))
     for placer in PLACERS:
         mean = statistics.fmean(util[placer])
@@ -363,6 +412,22 @@ def main() -> None:
         "ratio",
         f"stranded GPU-hours over the replay, FGD / best-fit: {stranded['fgd']:.1f} / "
         f"{stranded['best_fit']:.1f} = {s_ratio:.3f} (target <= 0.7)",
+    )
+    w_ratio = waited["fgd"] / waited["best_fit"] if waited["best_fit"] > 0 else 1.0
+    emit(
+        "engine.waiting_ge_hours_vs_best_fit",
+        w_ratio,
+        "ratio",
+        f"GE x wait over the replay, FGD / best-fit: {waited['fgd']:.0f} / "
+        f"{waited['best_fit']:.0f} GE-h = {w_ratio:.3f}",
+    )
+    j_ratio = jitter_stranded / stranded["best_fit"] if stranded["best_fit"] > 0 else 1.0
+    emit(
+        "engine.stranded_gpu_hours_best_fit_jitter",
+        j_ratio,
+        "ratio",
+        f"stranded GPU-hours, best-fit with arrivals {JITTER_SECONDS:g} s later / as drawn: "
+        f"{jitter_stranded:.1f} / {stranded['best_fit']:.1f} = {j_ratio:.3f} (the noise floor)",
     )
 
 
