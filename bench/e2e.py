@@ -296,6 +296,23 @@ def seed(requests: int) -> dict[str, Any]:
     }
 
 
+def ready_cluster(bed: Any) -> dict[str, int]:
+    """The cluster's inventory read into the database, and the seeded projects as the portal
+    leaves them once created and given their quota (the seed writes rows directly): their
+    namespaces, quotas and the priority classes ready on the cluster. Returns the inventory's
+    counts."""
+    from runtime.cluster.kubernetes import KubernetesClusterBackend
+    from runtime.services.execution import prepare_projects
+    from runtime.services.inventory import apply_inventory
+    from tenants.models import Project
+
+    backend = KubernetesClusterBackend(kubeconfig=str(bed.portal_kubeconfig))
+    counts = apply_inventory(backend.sync_inventory())
+    project_ids = list(Project.objects.values_list("pk", flat=True))
+    prepare_projects(project_ids=project_ids, backend=backend, cluster=None)
+    return counts
+
+
 def start_gunicorn(env: dict[str, str], port: int, workers: int) -> subprocess.Popen[bytes]:
     import urllib.request
 
@@ -553,21 +570,7 @@ def portal_side(
     recreate_database(url)
     call_command("migrate", verbosity=0)
     ids = seed(options.requests + options.open_requests)
-    from runtime.cluster.kubernetes import KubernetesClusterBackend
-    from runtime.services.execution import prepare_projects
-    from runtime.services.inventory import apply_inventory
-    from tenants.models import Project
-
-    backend = KubernetesClusterBackend(kubeconfig=str(bed.portal_kubeconfig))
-    counts = apply_inventory(backend.sync_inventory())
-    log(f"{side}: inventory {counts}")
-    # The projects as the portal leaves them once created and given their quota (the seed
-    # writes rows directly): namespaces, quotas and priority classes ready on the cluster.
-    prepare_projects(
-        project_ids=list(Project.objects.values_list("pk", flat=True)),
-        backend=backend,
-        cluster=None,
-    )
+    log(f"{side}: inventory {ready_cluster(bed)}")
     connections.close_all()
 
     # 2. The server and the workers, one per queue.
@@ -1143,13 +1146,7 @@ def notebook_side(bed: Testbed, options: argparse.Namespace, workdir: Path) -> d
     recreate_database(url)
     call_command("migrate", verbosity=0)
     ids = seed_notebook_users(options.notebooks)
-    from runtime.cluster.kubernetes import KubernetesClusterBackend
-    from runtime.services.inventory import apply_inventory
-
-    counts = apply_inventory(
-        KubernetesClusterBackend(kubeconfig=str(bed.portal_kubeconfig)).sync_inventory()
-    )
-    log(f"notebooks: inventory {counts}")
+    log(f"notebooks: inventory {ready_cluster(bed)}")
     connections.close_all()
     server = start_gunicorn(env, port, options.web_workers)
     worker_log = workdir / "worker-notebooks.log"
