@@ -90,7 +90,9 @@ def usage_rows(allocations: list[Allocation]) -> list[tuple[Any, ...]]:
         pieces = priced_pieces(
             allocation, prices[request.flavor_id], allocation.started_at, allocation.ended_at, zone
         )
-        for piece, seconds, gpu_hours, cost in pieces:
+        # The import file has one cost column, read as GPU cost: seeded history is GPU-only.
+        for priced in pieces:
+            piece = priced.piece
             rows.append(
                 (
                     allocation.pk,
@@ -105,9 +107,9 @@ def usage_rows(allocations: list[Allocation]) -> list[tuple[Any, ...]]:
                     allocation.is_preemptible,
                     piece.start.isoformat(),
                     piece.end.isoformat(),
-                    seconds.quantize(SIX_PLACES),
-                    gpu_hours,
-                    cost,
+                    priced.seconds.quantize(SIX_PLACES),
+                    priced.gpu_hours,
+                    priced.cost,
                 )
             )
     return rows
