@@ -239,8 +239,8 @@ def seed_demo_fleet(*, teams: dict[str, Team], seeding: DemoSeeding | None = Non
                 "gpu_cores_percent": cores,
                 "mig_profile": profile,
                 "gpu_equivalent": Decimal(weight),
-                "default_cpu_millicores": HOST_DEFAULTS[slug][0],
-                "default_memory_mib": HOST_DEFAULTS[slug][1],
+                "default_cpu_millicores": HOST_DEFAULTS.get(slug, (None, None))[0],
+                "default_memory_mib": HOST_DEFAULTS.get(slug, (None, None))[1],
             },
         )
         if flavor is not None:
