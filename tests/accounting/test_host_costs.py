@@ -24,8 +24,10 @@ from accounting.models import (
 from accounting.selectors.budgets import spent_of, with_burn
 from accounting.selectors.inbox import lead_inbox
 from accounting.selectors.usage import request_cost
+from accounting.services.ingest import WITH_HOST_COSTS, ingest_usage
 from accounting.services.metering import meter_usage
 from scheduling.models import HomeVolume, ProjectWorkspace
+from tenants.errors import DomainError
 from tests.accounting.factories import make_allocation, make_request, set_price
 from tests.scheduling.conftest import Fleet
 from tests.support.factories import GpuRequestFactory
@@ -296,3 +298,36 @@ def test_the_inbox_prices_a_pending_requests_cores_and_memory(org: Org, fleet: F
     [row] = [row for row in lead_inbox(user=org.lead_a) if row.request.pk == pending.pk]
     # 2 × 3 + 10 cores × 0.05 + 50 GiB × 0.01 = 7 an hour
     assert row.cost_per_hour == Decimal(7)
+
+
+def _piece(org: Org, fleet: Fleet, *amounts: str) -> tuple[Any, ...]:
+    start = datetime(2026, 10, 10, 9, tzinfo=UTC)
+    return (
+        999_001, "2026-10-01", "2026-10-10", org.team_a.pk, org.project_a.pk, fleet.a100.pk,
+        fleet.a100.pool_id, org.dev_a.pk, 1, "f", start.isoformat(),
+        (start + timedelta(hours=1)).isoformat(), "3600", "1", *amounts,
+    )  # fmt: skip
+
+
+def test_imported_usage_may_carry_its_cpu_and_memory_parts(org: Org, fleet: Fleet) -> None:
+    ingest_usage([_piece(org, fleet, "3", "0.2", "0.3")], columns=WITH_HOST_COSTS)
+    ingest_usage([_piece(org, fleet, "2.5")])  # the older file shape: all GPU cost
+    record = UsageRecord.objects.get()
+    assert (record.cost, record.cpu_cost, record.memory_cost) == (
+        Decimal("5.5"),
+        Decimal("0.2"),
+        Decimal("0.3"),
+    )
+    row = TeamMonthlyUsage.objects.get()
+    assert (row.cost, row.cpu_cost, row.memory_cost) == (
+        Decimal("5.5"),
+        Decimal("0.2"),
+        Decimal("0.3"),
+    )
+
+
+def test_an_import_whose_parts_exceed_the_cost_is_refused(org: Org, fleet: Fleet) -> None:
+    with pytest.raises(DomainError) as refused:
+        ingest_usage([_piece(org, fleet, "1", "0.8", "0.3")], columns=WITH_HOST_COSTS)
+    assert refused.value.message.startswith("Line 1: a negative or not-a-number amount")
+    assert not UsageRecord.objects.exists()
