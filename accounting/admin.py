@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.contrib import admin
 
-from accounting.models import Price
+from accounting.models import Price, ResourcePrice
 from tenants.admin import ReadOnlyAdmin
 
 
@@ -19,3 +19,9 @@ class PriceAdmin(ReadOnlyAdmin):
         "priority_multipliers",
     ]
     list_filter = ["flavor", "currency"]
+
+
+@admin.register(ResourcePrice)
+class ResourcePriceAdmin(ReadOnlyAdmin):
+    list_display = ["resource", "price_per_hour", "currency", "effective_from"]
+    list_filter = ["resource", "currency"]

@@ -26,3 +26,11 @@ POLICY_STRICTNESS: dict[str, int] = {
 }
 
 ALERT_THRESHOLDS_PERCENT: tuple[int, ...] = (80, 100)
+
+
+class HostResource(models.TextChoices):
+    """What is priced beside GPUs, each per unit and hour (docs/accounting.md)."""
+
+    CPU = "cpu", "CPU (per core-hour)"
+    MEMORY = "memory", "Memory (per GiB-hour)"
+    STORAGE = "storage", "Storage (per GiB-hour of claimed volume)"

@@ -1,4 +1,4 @@
-"""Demo prices per flavor-hour."""
+"""Demo prices per flavor-hour, and per core-hour, GiB-hour of memory and GiB-hour of storage."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from decimal import Decimal
 from django.conf import settings
 from django.db import transaction
 
-from accounting.models import Price
+from accounting.choices import HostResource
+from accounting.models import Price, ResourcePrice
 from scheduling.models import Flavor
 from tenants.demo import DemoSeeding
 
@@ -20,6 +21,13 @@ PRICES = {
     "l4-6g": "0.25",
 }
 PRICED_FROM = datetime(2026, 1, 1, tzinfo=UTC)
+#: Modest host prices beside the GPUs: a core-hour, a GiB-hour of memory, a GiB-hour of claimed
+#: storage (≈ 0.10 a GiB for a 730-hour month).
+RESOURCE_PRICES = {
+    HostResource.CPU: "0.03",
+    HostResource.MEMORY: "0.004",
+    HostResource.STORAGE: "0.000137",
+}
 
 
 @transaction.atomic
@@ -37,6 +45,14 @@ def seed_demo_prices(*, seeding: DemoSeeding | None = None) -> None:
             key,
             Price,
             flavor=flavor,
+            effective_from=PRICED_FROM,
+            defaults={"price_per_hour": Decimal(amount), "currency": settings.PORTAL_CURRENCY},
+        )
+    for resource, amount in RESOURCE_PRICES.items():
+        record.get_or_create(
+            f"resource-price:{resource}@{PRICED_FROM:%Y-%m-%d}",
+            ResourcePrice,
+            resource=resource,
             effective_from=PRICED_FROM,
             defaults={"price_per_hour": Decimal(amount), "currency": settings.PORTAL_CURRENCY},
         )

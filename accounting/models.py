@@ -7,16 +7,18 @@ reports never scan ledger rows. See docs/accounting.md.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
+from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import Q
 
-from accounting.choices import BudgetUnit, OverBudgetPolicy
+from accounting.choices import BudgetUnit, HostResource, OverBudgetPolicy
 from scheduling.choices import Priority
-from scheduling.models import Allocation, CatalogQuerySet, Flavor, NodePool
+from scheduling.models import Allocation, CatalogQuerySet, Flavor, GpuRequest, NodePool
 from tenants.models import Project, ScopedQuerySet, Team
 from tenants.scope import Scope
 
@@ -98,6 +100,104 @@ class Price(models.Model):
         return rate * self.preemptible_multiplier if preemptible else rate
 
 
+SIX_PLACES = Decimal("0.000001")
+MILLICORES_PER_CORE = Decimal(1000)
+MIB_PER_GIB = Decimal(1024)
+
+
+def cost_of(*, rate_per_hour: Decimal, hours: Decimal) -> Decimal:
+    """The one pricing rule: a rate per hour (already × units) over some hours, rounded to
+    6 places per piece. The meter, the request page and storage all price through it."""
+    return (rate_per_hour * hours).quantize(SIX_PLACES)
+
+
+class ResourcePrice(models.Model):
+    """The hourly price of one unit of CPU (core), memory (GiB) or storage (GiB claimed) from
+    `effective_from` on; never rewritten once in effect, like a flavor's `Price`."""
+
+    resource = models.CharField(max_length=10, choices=HostResource.choices)
+    price_per_hour = models.DecimalField(
+        max_digits=12,
+        decimal_places=8,
+        help_text="Per core-hour (CPU), GiB-hour (memory) or GiB-hour of claimed volume (storage).",
+    )
+    currency = models.CharField(max_length=3, default=settings.PORTAL_CURRENCY)
+    effective_from = models.DateTimeField()
+
+    objects = CatalogQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["resource", "-effective_from"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["resource", "effective_from"],
+                name="resource_price_one_per_start",
+                violation_error_message="This resource already has a price starting at this time.",
+            ),
+            models.CheckConstraint(
+                condition=Q(price_per_hour__gte=0),
+                name="resource_price_not_negative",
+                violation_error_message="A price cannot be negative.",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        unit = {"cpu": "core-h", "memory": "GiB-h", "storage": "GiB-h"}[self.resource]
+        return f"{self.resource} {self.price_per_hour} {self.currency}/{unit} from " + (
+            f"{self.effective_from:%Y-%m-%d}"
+        )
+
+    def hourly_rate(self, *, quantity: Decimal) -> Decimal:
+        """What `quantity` units (cores, GiB) pay an hour at this price."""
+        return self.price_per_hour * quantity
+
+
+@dataclass(frozen=True, slots=True)
+class HourlyRates:
+    """What a request pays an hour, by part, at the prices in force at one moment."""
+
+    gpu: Decimal
+    cpu: Decimal
+    memory: Decimal
+
+    @property
+    def total(self) -> Decimal:
+        return self.gpu + self.cpu + self.memory
+
+
+def hourly_rates(
+    *,
+    request: GpuRequest,
+    preemptible: bool,
+    price: Price | None,
+    cpu_price: ResourcePrice | None,
+    memory_price: ResourcePrice | None,
+) -> HourlyRates:
+    """A request's rates: its flavor units at the flavor's price (with multipliers), its
+    requested cores and GiB of memory at the CPU and memory prices; unpriced parts pay 0."""
+    cores = Decimal(request.cpu_millicores or 0) / MILLICORES_PER_CORE
+    gib = Decimal(request.memory_mib or 0) / MIB_PER_GIB
+    return HourlyRates(
+        gpu=Decimal(0)
+        if price is None
+        else price.hourly_rate(
+            gpu_count=request.gpu_count, priority=request.priority, preemptible=preemptible
+        ),
+        cpu=Decimal(0) if cpu_price is None else cpu_price.hourly_rate(quantity=cores),
+        memory=Decimal(0) if memory_price is None else memory_price.hourly_rate(quantity=gib),
+    )
+
+
+#: The host CPU and memory parts of a ledger or rollup row's `cost` (GPU cost = cost − both).
+#: Zero in the database by default, so imported usage (whose file has one cost) is all GPU.
+PART_OF_COST: dict[str, Any] = {
+    "max_digits": 18,
+    "decimal_places": 6,
+    "default": Decimal(0),
+    "db_default": Decimal(0),
+}
+
+
 class AllocationMeter(models.Model):
     """How far one allocation has been metered; `is_final` once its whole interval is in."""
 
@@ -160,7 +260,11 @@ class UsageRecord(models.Model):
     ended_at = models.DateTimeField()
     seconds = models.DecimalField(max_digits=14, decimal_places=6)
     gpu_hours = models.DecimalField(max_digits=18, decimal_places=6)
-    cost = models.DecimalField(max_digits=18, decimal_places=6)
+    cost = models.DecimalField(
+        max_digits=18, decimal_places=6, help_text="GPU + CPU + memory cost (metered)."
+    )
+    cpu_cost = models.DecimalField(**PART_OF_COST)
+    memory_cost = models.DecimalField(**PART_OF_COST)
 
     objects = UsageQuerySet.as_manager()
 
@@ -210,6 +314,8 @@ class UsageRollup(models.Model):
     pool = models.ForeignKey(NodePool, on_delete=models.PROTECT, related_name="+")
     gpu_hours = models.DecimalField(max_digits=18, decimal_places=6)
     cost = models.DecimalField(max_digits=18, decimal_places=6)
+    cpu_cost = models.DecimalField(**PART_OF_COST)
+    memory_cost = models.DecimalField(**PART_OF_COST)
 
     objects = LeadScopedQuerySet.as_manager()
 
@@ -281,6 +387,8 @@ class TeamMonthlyUsage(models.Model):
     pool = models.ForeignKey(NodePool, on_delete=models.PROTECT, related_name="+")
     gpu_hours = models.DecimalField(max_digits=18, decimal_places=6)
     cost = models.DecimalField(max_digits=18, decimal_places=6)
+    cpu_cost = models.DecimalField(**PART_OF_COST)
+    memory_cost = models.DecimalField(**PART_OF_COST)
 
     objects = LeadScopedQuerySet.as_manager()
 

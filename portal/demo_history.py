@@ -37,7 +37,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from accounting.models import AllocationMeter
-from accounting.services.ingest import ingest_usage
+from accounting.services.ingest import WITH_HOST_COSTS, ingest_usage
 from portal.demo_ledger import close_months, insert_audit_events, usage_rows, write_budgets
 from portal.demo_placement import cards_of_nodes, write_allocations
 from portal.demo_requests import (
@@ -118,7 +118,7 @@ def seed_demo_history(*, days: int, now: datetime | None = None) -> int:
     _write_events(drawn)
     _write_notices(drawn, users)
     # 3. Usage, through the ledger's bulk ingest; the meter leaves these allocations alone.
-    ingest_usage(usage_rows(allocations))
+    ingest_usage(usage_rows(allocations), columns=WITH_HOST_COSTS)
     AllocationMeter.objects.bulk_create(
         [
             AllocationMeter(allocation=a, metered_until=a.ended_at, is_final=True)

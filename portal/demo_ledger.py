@@ -32,7 +32,7 @@ from accounting.periods import (
     month_of,
     next_month,
 )
-from accounting.services.metering import priced_pieces
+from accounting.services.metering import host_prices, priced_pieces
 from accounting.services.statements import write_statement
 from scheduling.models import Allocation
 from tenants.models import AuditEvent, Project, Team
@@ -77,20 +77,28 @@ def insert_audit_events(events: list[tuple[datetime, AuditEvent]]) -> None:
 
 
 def usage_rows(allocations: list[Allocation]) -> list[tuple[Any, ...]]:
-    """The pieces of usage of every run (one per billing day), priced as the meter prices."""
+    """The pieces of usage of every run (one per billing day, `WITH_HOST_COSTS` columns), priced
+    as the meter prices."""
     zone = billing_zone()
     prices: dict[int, list[Price]] = defaultdict(list)
     for price in Price.objects.order_by("effective_from"):
         prices[price.flavor_id].append(price)
+    host = host_prices()
     rows = []
     for allocation in allocations:
         request = allocation.request
         if allocation.started_at is None or allocation.ended_at is None:
             continue
         pieces = priced_pieces(
-            allocation, prices[request.flavor_id], allocation.started_at, allocation.ended_at, zone
+            allocation,
+            prices[request.flavor_id],
+            allocation.started_at,
+            allocation.ended_at,
+            zone,
+            host=host,
         )
-        for piece, seconds, gpu_hours, cost in pieces:
+        for priced in pieces:
+            piece = priced.piece
             rows.append(
                 (
                     allocation.pk,
@@ -105,9 +113,11 @@ def usage_rows(allocations: list[Allocation]) -> list[tuple[Any, ...]]:
                     allocation.is_preemptible,
                     piece.start.isoformat(),
                     piece.end.isoformat(),
-                    seconds.quantize(SIX_PLACES),
-                    gpu_hours,
-                    cost,
+                    priced.seconds.quantize(SIX_PLACES),
+                    priced.gpu_hours,
+                    priced.cost,
+                    priced.cpu_cost,
+                    priced.memory_cost,
                 )
             )
     return rows

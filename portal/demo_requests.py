@@ -152,6 +152,9 @@ def draw_request(
         team=team,
         owner=owner,
         flavor=flavor,
+        # host resources as submit resolves them (the flavor's defaults): what CPU/memory cost
+        cpu_millicores=flavor.default_cpu_millicores,
+        memory_mib=flavor.default_memory_mib,
         name=draw.choice(NAMES[team.slug][kind]),
         gpu_count=gpu_count,
         gpu_memory_mib=memory_mib,
@@ -341,6 +344,9 @@ def waiting_for_leads(
             team=teams[slug],
             owner=users[username],
             flavor=flavor,
+            # host resources as submit resolves them (the flavor's defaults): what CPU/memory cost
+            cpu_millicores=flavor.default_cpu_millicores,
+            memory_mib=flavor.default_memory_mib,
             name=NAMES[slug][WorkloadKind.JOB][0],
             gpu_count=count,
             kind=WorkloadKind.JOB,
@@ -376,6 +382,9 @@ def _benchmark_run(
         team=team,
         owner=owner,
         flavor=flavor,
+        # host resources as submit resolves them (the flavor's defaults): what CPU/memory cost
+        cpu_millicores=flavor.default_cpu_millicores,
+        memory_mib=flavor.default_memory_mib,
         name=name,
         gpu_count=1,
         gpu_memory_mib=flavor.gpu_memory_mib if flavor.kind == FlavorKind.VGPU else None,

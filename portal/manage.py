@@ -25,7 +25,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_http_methods
 
-from accounting.models import Price
+from accounting.models import Price, ResourcePrice
 from accounting.services import prices as price_services
 from portal.manage_forms import (
     ApprovalRuleForm,
@@ -38,6 +38,7 @@ from portal.manage_forms import (
     PriceForm,
     ProjectForm,
     ReclaimPolicyForm,
+    ResourcePriceForm,
     StorageQuotaForm,
     TeamForm,
     TeamQuotaForm,
@@ -381,6 +382,25 @@ SECTIONS: dict[str, Section] = {
             create=price_services.create_price,
             update=price_services.update_price,
             delete=price_services.delete_price,
+        ),
+        Section(
+            slug="resource-prices",
+            title="CPU, memory and storage prices",
+            noun="resource price",
+            intro="The hourly price of a CPU core, a GiB of memory or a GiB of claimed storage "
+            "(workspaces and home volumes) from a moment on; requests pay their requested cores "
+            "and memory beside their GPUs.",
+            form=ResourcePriceForm,
+            queryset=lambda: ResourcePrice.objects.all(),
+            columns=(
+                ("Resource", lambda price: price.get_resource_display()),
+                ("Per hour", lambda price: f"{price.price_per_hour} {price.currency}"),
+                ("From", lambda price: format_when(price.effective_from)),
+            ),
+            instance_arg="price",
+            create=price_services.create_resource_price,
+            update=price_services.update_resource_price,
+            delete=price_services.delete_resource_price,
         ),
         Section(
             slug="teams",

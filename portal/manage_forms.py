@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 from django import forms
 from django.contrib.auth import get_user_model
 
-from accounting.models import Price
+from accounting.models import Price, ResourcePrice
 from scheduling.models import (
     ApprovalRule,
     Cluster,
@@ -255,6 +255,19 @@ class PriceForm(ManageForm):
             "priority_multipliers",
         ]
         # The browser's date-time picker reads and sends ISO local time, which the field parses.
+        widgets = {
+            "effective_from": forms.DateTimeInput(
+                attrs={"type": "datetime-local"}, format="%Y-%m-%dT%H:%M"
+            )
+        }
+
+
+class ResourcePriceForm(ManageForm):
+    fixed_on_edit = ("resource",)
+
+    class Meta:
+        model = ResourcePrice
+        fields = ["resource", "price_per_hour", "currency", "effective_from"]
         widgets = {
             "effective_from": forms.DateTimeInput(
                 attrs={"type": "datetime-local"}, format="%Y-%m-%dT%H:%M"

@@ -110,6 +110,16 @@ FLAVORS = {
     "l4-6g": ("L4 vGPU 6GiB/25%", "l4-vgpu", FlavorKind.VGPU, 6144, 25, "", "0.25"),
 }
 
+# slug: (default CPU millicores, default host memory MiB) of a request that names none: what the
+# demo's CPU and memory prices charge. Small enough that a node full of the flavor still fits.
+HOST_DEFAULTS = {
+    "a100-80g": (8000, 64 * 1024),
+    "h100-1g10gb": (1000, 8 * 1024),
+    "h100-3g40gb": (4000, 32 * 1024),
+    "l4-12g": (2000, 8 * 1024),
+    "l4-6g": (2000, 8 * 1024),
+}
+
 # team: {flavor: (guaranteed, limit)}
 QUOTAS = {
     "vision": {
@@ -229,6 +239,8 @@ def seed_demo_fleet(*, teams: dict[str, Team], seeding: DemoSeeding | None = Non
                 "gpu_cores_percent": cores,
                 "mig_profile": profile,
                 "gpu_equivalent": Decimal(weight),
+                "default_cpu_millicores": HOST_DEFAULTS.get(slug, (None, None))[0],
+                "default_memory_mib": HOST_DEFAULTS.get(slug, (None, None))[1],
             },
         )
         if flavor is not None:

@@ -9,7 +9,7 @@ from typing import Any
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from accounting.models import Budget, Price, Statement, StatementLine
+from accounting.models import Budget, Price, ResourcePrice, Statement, StatementLine
 from accounting.selectors.budgets import forecast_of, percent_used, spent_of
 from accounting.selectors.efficiency import EFFICIENCY_KEYS
 from accounting.selectors.usage import GROUP_KEYS, UsageQuery, current_month
@@ -95,10 +95,19 @@ def _money() -> serializers.DecimalField:
 
 
 class ReportRowSerializer(serializers.Serializer):
-    """One group: its keys (`team_id`, `team`, … as grouped, `month`, `day`), then the sums."""
+    """One group: its keys (`team_id`, `team`, … as grouped, `month`, `day`), then the sums.
+
+    `cost` is the metered cost (GPU + CPU + memory, as before CPU and memory were priced it
+    was GPU only); `gpu_cost`, `cpu_cost` and `memory_cost` are its parts; `storage_cost` the
+    claimed volumes' cost; `total_cost` = `cost` + `storage_cost`."""
 
     gpu_hours = _money()
     cost = _money()
+    gpu_cost = _money()
+    cpu_cost = _money()
+    memory_cost = _money()
+    storage_cost = _money()
+    total_cost = _money()
     idle_share = _money()
     cost_with_idle = _money()
 
@@ -298,4 +307,24 @@ class PriceSerializer(serializers.ModelSerializer):
         ]
         read_only_fields = ["id"]
         # One price per flavor and start: the service checks it with the constraint's message.
+        validators: list[Any] = []
+
+
+class ResourcePriceSerializer(serializers.ModelSerializer):
+    """The hourly price of a CPU core, a GiB of memory or a GiB of claimed storage from
+    `effective_from` on (now when left out); never negative."""
+
+    effective_from = serializers.DateTimeField(required=False, allow_null=True, default=None)
+    price_per_hour = serializers.DecimalField(
+        max_digits=12,
+        decimal_places=8,
+        min_value=Decimal(0),
+        error_messages={"min_value": "A price cannot be negative."},
+    )
+
+    class Meta:
+        model = ResourcePrice
+        fields = ["id", "resource", "price_per_hour", "currency", "effective_from"]
+        read_only_fields = ["id"]
+        # One price per resource and start: the service checks it with the constraint's message.
         validators: list[Any] = []

@@ -9,6 +9,7 @@ from accounting.api.sharing import SharingReportView
 router = SimpleRouter()
 router.register("budgets", views.BudgetViewSet, basename="budget")
 router.register("prices", views.PriceViewSet, basename="price")
+router.register("resource-prices", views.ResourcePriceViewSet, basename="resource-price")
 router.register("statements", views.StatementViewSet, basename="statement")
 
 urlpatterns = [

@@ -30,17 +30,25 @@ from accounting.api.serializers import (
     EfficiencyQuerySerializer,
     ExportSerializer,
     PriceSerializer,
+    ResourcePriceSerializer,
     StatementCloseSerializer,
     StatementSerializer,
     UsageQuerySerializer,
 )
 from accounting.exports import XLSX_CONTENT_TYPE, rows_to_csv, rows_to_xlsx
-from accounting.models import Budget, Price, Statement
+from accounting.models import Budget, Price, ResourcePrice, Statement
 from accounting.selectors.budgets import with_burn
 from accounting.selectors.efficiency import efficiency_rows, request_efficiency
 from accounting.selectors.usage import UsageQuery, chargeback, check_filters, totals, usage_rows
 from accounting.services.budgets import create_budget, delete_budget, update_budget
-from accounting.services.prices import create_price, delete_price, update_price
+from accounting.services.prices import (
+    create_price,
+    create_resource_price,
+    delete_price,
+    delete_resource_price,
+    update_price,
+    update_resource_price,
+)
 from accounting.services.statements import STATEMENT_COLUMNS, close_statement, statement_rows
 from scheduling.models import Cluster, Flavor, GpuRequest, NodePool
 from tenants.api.base import ScopedModelViewSet, ScopedReadOnlyViewSet
@@ -75,7 +83,11 @@ def _columns(query: UsageQuery) -> list[str]:
     columns: list[str] = []
     for key in query.group_by:
         columns += [key] if key in ("month", "day") else [f"{key}_id", key]
-    return [*columns, "gpu_hours", "cost", "currency"]
+    return [*columns, "gpu_hours", "cost", *COST_PARTS, "currency"]
+
+
+#: The cost columns added beside `cost` (which stays first, as files before them had it).
+COST_PARTS = ("gpu_cost", "cpu_cost", "memory_cost", "storage_cost", "total_cost")
 
 
 def export_response(
@@ -272,6 +284,32 @@ class PriceViewSet(ScopedModelViewSet):
 
     def perform_destroy(self, instance: Price) -> None:
         delete_price(actor=self.request.user, price=instance)
+
+
+class ResourcePriceViewSet(ScopedModelViewSet):
+    """CPU, memory and storage prices: everyone with a role reads them; platform admins add
+    them ahead of time."""
+
+    permission_classes = [permissions.IsAuthenticated, PlatformAdminWrites]
+    queryset = ResourcePrice.objects.all()
+    serializer_class = ResourcePriceSerializer
+    filterset_fields = ["resource", "currency"]
+    ordering_fields = ["effective_from"]
+
+    def perform_create(self, serializer: BaseSerializer) -> None:
+        serializer.instance = create_resource_price(
+            actor=self.request.user, **serializer.validated_data
+        )
+
+    def perform_update(self, serializer: BaseSerializer) -> None:
+        serializer.instance = update_resource_price(
+            actor=self.request.user,
+            price=cast(ResourcePrice, serializer.instance),
+            **serializer.validated_data,
+        )
+
+    def perform_destroy(self, instance: ResourcePrice) -> None:
+        delete_resource_price(actor=self.request.user, price=instance)
 
 
 class StatementViewSet(ScopedReadOnlyViewSet):

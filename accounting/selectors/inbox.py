@@ -13,8 +13,9 @@ from typing import Any
 
 from django.conf import settings
 
-from accounting.models import Price
-from accounting.selectors.usage import price_in_force
+from accounting.choices import HostResource
+from accounting.models import Price, ResourcePrice, hourly_rates
+from accounting.selectors.usage import price_in_force, resource_price_in_force
 from scheduling.models import GpuRequest
 from scheduling.selectors.approvals import approval_inbox, deferred_approvals, open_asks
 from scheduling.selectors.quotas import QuotaImpact, queue_quota_impacts
@@ -45,17 +46,31 @@ class InboxRow:
         return f"{self.kind}-{self.request.pk}"
 
 
-def _rate(request: GpuRequest, prices: dict[int, Price | None]) -> tuple[Decimal | None, str]:
+def _rate(
+    request: GpuRequest,
+    prices: dict[int, Price | None],
+    host: dict[str, tuple[ResourcePrice | None, ResourcePrice | None]],
+) -> tuple[Decimal | None, str]:
+    """What the request costs an hour (GPU + its cores and memory), None if its flavor is
+    unpriced."""
     if request.flavor_id not in prices:
         prices[request.flavor_id] = price_in_force(flavor=request.flavor)
     price = prices[request.flavor_id]
     if price is None:
         return None, settings.PORTAL_CURRENCY
-    rate = price.hourly_rate(
-        gpu_count=request.gpu_count,
-        priority=request.priority,
+    if "host" not in host:  # the CPU and memory prices in force, looked up once per inbox
+        host["host"] = (
+            resource_price_in_force(resource=HostResource.CPU),
+            resource_price_in_force(resource=HostResource.MEMORY),
+        )
+    cpu_price, memory_price = host["host"]
+    rate = hourly_rates(
+        request=request,
         preemptible=request.is_preemptible,
-    )
+        price=price,
+        cpu_price=cpu_price,
+        memory_price=memory_price,
+    ).total
     return rate, price.currency
 
 
@@ -63,12 +78,13 @@ def lead_inbox(*, user: Any) -> list[InboxRow]:
     """Approvals first (oldest first, each with its quota impact after those above it),
     then asks (oldest first)."""
     prices: dict[int, Price | None] = {}
+    host: dict[str, tuple[ResourcePrice | None, ResourcePrice | None]] = {}
     rows: list[InboxRow] = []
     deferred = _deferred_ids()
     pending = list(approval_inbox(user=user))
     impacts = queue_quota_impacts(gpu_requests=pending)
     for request in pending:
-        rate, currency = _rate(request, prices)
+        rate, currency = _rate(request, prices, host)
         hours = Decimal(request.max_runtime_seconds) / 3600
         rows.append(
             InboxRow(
@@ -86,7 +102,7 @@ def lead_inbox(*, user: Any) -> list[InboxRow]:
             )
         )
     for ask in open_asks(user=user):
-        rate, currency = _rate(ask.request, prices)
+        rate, currency = _rate(ask.request, prices, host)
         hours = Decimal(HOURS_ASKED[ask.about])
         rows.append(
             InboxRow(

@@ -136,7 +136,7 @@ def build_report(
     for row in rows:
         row["drill_url"] = (
             f"{page_url}?{urlencode(_params(query, below, **{group_by: row[f'{group_by}_id']}))}"
-            if below
+            if below and row.get(f"{group_by}_id") is not None
             else ""
         )
     filters = []

@@ -7,6 +7,9 @@ and per-user breakdowns read the ledger, through its (owner, period) and (team, 
 
 from __future__ import annotations
 
+import itertools
+from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import date, datetime
 from decimal import Decimal
@@ -18,7 +21,17 @@ from django.db import connections
 from django.db.models import Count, Min, QuerySet, Subquery, Sum
 from django.utils import timezone
 
-from accounting.models import DailyUsage, MonthlyUsage, Price, TeamMonthlyUsage, UsageRecord
+from accounting.choices import HostResource
+from accounting.models import (
+    DailyUsage,
+    MonthlyUsage,
+    Price,
+    ResourcePrice,
+    TeamMonthlyUsage,
+    UsageRecord,
+    cost_of,
+    hourly_rates,
+)
 from accounting.periods import billing_zone, month_bounds, month_of, next_month, seconds_between
 from accounting.selectors.idle_sharing import (
     OFF,
@@ -28,12 +41,21 @@ from accounting.selectors.idle_sharing import (
     share_idle,
 )
 from scheduling.choices import FINISHED_STATUSES
-from scheduling.models import Allocation, Cluster, Flavor, GpuDevice, GpuRequest, NodePool
+from scheduling.models import (
+    Allocation,
+    Cluster,
+    Flavor,
+    GpuDevice,
+    GpuRequest,
+    NodePool,
+    ProjectWorkspace,
+)
 from tenants.errors import DomainError, ForbiddenError, invalid_fields
 from tenants.models import Project, Team, scope_of
 from tenants.scope import Scope
 
 SIX_PLACES = Decimal("0.000001")
+SECONDS_PER_HOUR = Decimal(3600)
 GROUP_KEYS = (
     "team",
     "project",
@@ -64,6 +86,15 @@ def price_in_force(*, flavor: Flavor, at: datetime | None = None) -> Price | Non
     """The price of the flavor at a moment (now by default), or None if it was never priced."""
     return (
         Price.objects.filter(flavor=flavor, effective_from__lte=at or timezone.now())
+        .order_by("-effective_from")
+        .first()
+    )
+
+
+def resource_price_in_force(*, resource: str, at: datetime | None = None) -> ResourcePrice | None:
+    """The CPU, memory or storage price at a moment (now by default), or None if unpriced."""
+    return (
+        ResourcePrice.objects.filter(resource=resource, effective_from__lte=at or timezone.now())
         .order_by("-effective_from")
         .first()
     )
@@ -107,11 +138,13 @@ def request_cost(request: GpuRequest, *, now: datetime | None = None) -> Request
     )
     rate: Decimal | None = None
     if price is not None:
-        rate = price.hourly_rate(
-            gpu_count=request.gpu_count,
-            priority=request.priority,
+        rate = hourly_rates(
+            request=request,
             preemptible=live.is_preemptible if live is not None else request.is_preemptible,
-        )
+            price=price,
+            cpu_price=resource_price_in_force(resource=HostResource.CPU, at=now),
+            memory_price=resource_price_in_force(resource=HostResource.MEMORY, at=now),
+        ).total
     ran_seconds = Decimal(0)
     if live is not None and live.started_at is not None:
         metered = getattr(live, "meter", None)
@@ -318,8 +351,8 @@ def _per_request(
         row = {**row, "allocation_id": request_of.get(row["allocation_id"])}
         key = tuple(row[column] for column in columns)
         if key in merged:
-            merged[key]["gpu_hours"] += row["gpu_hours"]
-            merged[key]["cost"] += row["cost"]
+            for name in SUMMED:
+                merged[key][name] += row[name]
         else:
             merged[key] = row
     rows = sorted(
@@ -348,9 +381,7 @@ def usage_rows(*, user: Any, query: UsageQuery) -> list[dict[str, Any]]:
         for key in query.group_by
     ]
     grouped = (
-        rows.values(*columns)
-        .annotate(gpu_hours=Sum("gpu_hours"), cost=Sum("cost"))
-        .order_by(*columns)
+        rows.values(*columns).annotate(**{name: Sum(name) for name in SUMMED}).order_by(*columns)
     )
     result, names = _fetch(grouped, columns)
     if "request" in query.group_by:
@@ -370,17 +401,161 @@ def usage_rows(*, user: Any, query: UsageQuery) -> list[dict[str, Any]]:
             else:
                 item[f"{key}_id"] = row[column]
                 item[key] = names[column].get(row[column], "")
-        item["gpu_hours"] = money(row["gpu_hours"])
-        item["cost"] = money(row["cost"])
+        for name in SUMMED:
+            item[name] = money(row[name])
         out.append(item)
+    if "day" not in query.group_by:
+        storage = storage_cost(scope=scope, query=query)
+        _add_storage(out, storage, query=query, money=money)
+    for item in out:
+        item.setdefault("storage_cost", Decimal(0))
+        _split_costs(item)
     return out
 
 
-def totals(rows: list[dict[str, Any]]) -> dict[str, Decimal]:
-    return {
-        "gpu_hours": sum((r["gpu_hours"] for r in rows), Decimal(0)),
-        "cost": sum((r["cost"] for r in rows), Decimal(0)),
+#: What the grouped queries add up; `cost` = GPU + CPU + memory (the ledger's metered cost).
+SUMMED = ("gpu_hours", "cost", "cpu_cost", "memory_cost")
+#: Every amount a report row carries, beside its keys (docs/accounting.md, "What is priced").
+AMOUNT_FIELDS = (
+    "gpu_hours",
+    "gpu_cost",
+    "cpu_cost",
+    "memory_cost",
+    "storage_cost",
+    "cost",
+    "total_cost",
+)
+
+
+def _split_costs(item: dict[str, Any]) -> None:
+    """A row's parts: GPU = metered cost − CPU − memory; total = metered cost + storage."""
+    item["gpu_cost"] = item["cost"] - item["cpu_cost"] - item["memory_cost"]
+    item["total_cost"] = item["cost"] + item["storage_cost"]
+
+
+STORAGE_ROW = "Workspace storage"
+STORAGE_KEYS = {"team": "team_id", "project": "project_id", "month": "period"}
+
+
+def _add_storage(
+    out: list[dict[str, Any]],
+    storage: dict[tuple[int, int, date], Decimal],
+    *,
+    query: UsageQuery,
+    money: Callable[[Decimal], Decimal],
+) -> None:
+    """Put each team's, project's and month's storage cost on its row (a row of no usage when
+    it ran nothing); grouped by anything else (flavor, pool, user, …), storage is not theirs:
+    it gets rows of its own, those keys empty and named `STORAGE_ROW`."""
+    if not storage:
+        return
+    keys = [key for key in query.group_by if key in STORAGE_KEYS]
+    by_key: dict[tuple[Any, ...], Decimal] = defaultdict(Decimal)
+    for (team_id, project_id, month), amount in storage.items():
+        parts = {"team": team_id, "project": project_id, "month": f"{month:%Y-%m}"}
+        by_key[tuple(parts[key] for key in keys)] += amount
+    only_storage_keys = len(keys) == len(query.group_by)
+
+    def key_of(row: dict[str, Any]) -> tuple[Any, ...]:
+        return tuple(row["month"] if key == "month" else row[f"{key}_id"] for key in keys)
+
+    index = {key_of(row): row for row in out} if only_storage_keys else {}
+    names = {
+        "team": _names(Team, {k[keys.index("team")] for k in by_key}) if "team" in keys else {},
+        "project": (
+            _names(Project, {k[keys.index("project")] for k in by_key}) if "project" in keys else {}
+        ),
     }
+    for key, amount in sorted(by_key.items(), key=lambda pair: pair[0]):
+        amount = money(amount)
+        if key in index:
+            index[key]["storage_cost"] = amount
+            continue
+        row: dict[str, Any] = {}
+        for name in query.group_by:
+            if name in keys:
+                value = key[keys.index(name)]
+                if name == "month":
+                    row["month"] = value
+                else:
+                    row[f"{name}_id"], row[name] = value, names[name].get(value, "")
+            elif name == "day":
+                row["day"] = None
+            else:
+                row[f"{name}_id"], row[name] = None, STORAGE_ROW
+        row.update(dict.fromkeys(SUMMED, Decimal(0)), storage_cost=amount)
+        out.append(row)
+    if only_storage_keys:
+        out.sort(key=lambda row: key_of(row))
+
+
+def storage_cost(*, scope: Scope, query: UsageQuery) -> dict[tuple[int, int, date], Decimal]:
+    """The cost of the claimed volumes (project workspaces and members' home volumes) per team,
+    project and month of the report, within the caller's reach, each volume from its creation
+    to now at the storage price in force (cut at repricings). Empty for a developer's own
+    usage and for reports narrowed to a user, pool, flavor or cluster: storage is none of
+    theirs. Today's sizes: volume history is not kept (docs/accounting.md)."""
+    reach = report_reach(scope)
+    if reach == OWN or any(
+        value is not None
+        for value in (query.user_id, query.pool_id, query.flavor_id, query.cluster_id)
+    ):
+        return {}
+    prices = list(
+        ResourcePrice.objects.filter(resource=HostResource.STORAGE).order_by("effective_from")
+    )
+    if not prices:
+        return {}
+    workspaces = ProjectWorkspace.objects.select_related("project").prefetch_related("home_volumes")
+    if reach == TEAMS:
+        workspaces = workspaces.filter(project__team_id__in=scope.lead_team_ids)
+    if query.team_id is not None:
+        workspaces = workspaces.filter(project__team_id=query.team_id)
+    if query.project_id is not None:
+        workspaces = workspaces.filter(project_id=query.project_id)
+    zone, now = billing_zone(), timezone.now()
+    windows = [(month, *month_bounds(month, zone)) for month in query.months]
+    out: dict[tuple[int, int, date], Decimal] = defaultdict(Decimal)
+    for workspace in workspaces:
+        volumes = [(workspace.size_gib, workspace.created_at)] + [
+            (home.size_gib, home.created_at) for home in workspace.home_volumes.all()
+        ]
+        key = (workspace.project.team_id, workspace.project_id)
+        for size_gib, since in volumes:
+            for month, start, end in windows:
+                cost = priced_span(
+                    prices, quantity=Decimal(size_gib), start=max(start, since), end=min(end, now)
+                )
+                if cost:
+                    out[(*key, month)] += cost
+    return dict(out)
+
+
+def priced_span(
+    prices: list[ResourcePrice], *, quantity: Decimal, start: datetime, end: datetime
+) -> Decimal:
+    """`quantity` units held over [start, end), cut at the repricings (`prices` in force order),
+    priced by the one rule (`cost_of`)."""
+    total = Decimal(0)
+    if end <= start:
+        return total
+    cuts = sorted(
+        {start, end, *(p.effective_from for p in prices if start < p.effective_from < end)}
+    )
+    for piece_start, piece_end in itertools.pairwise(cuts):
+        price = None
+        for candidate in prices:
+            if candidate.effective_from <= piece_start:
+                price = candidate
+        if price is None:
+            continue
+        hours = seconds_between(piece_start, piece_end) / SECONDS_PER_HOUR
+        total += cost_of(rate_per_hour=price.hourly_rate(quantity=quantity), hours=hours)
+    return total
+
+
+def totals(rows: list[dict[str, Any]]) -> dict[str, Decimal]:
+    return {name: sum((r[name] for r in rows), Decimal(0)) for name in AMOUNT_FIELDS}
 
 
 # Idle capacity --------------------------------------------------------------------------------

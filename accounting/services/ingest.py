@@ -22,7 +22,7 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from accounting.models import DailyUsage, MonthlyUsage, TeamMonthlyUsage, UsageRecord
-from accounting.services.metering import _add
+from accounting.services.metering import AMOUNTS, _add
 from tenants.errors import DomainError
 
 #: Column order of the rows `ingest_usage` takes and of `manage.py import_usage` files: one piece
@@ -45,6 +45,10 @@ USAGE_COLUMNS = (
     "gpu_hours",
     "cost",
 )
+#: Optional last columns: the host CPU and memory parts of `cost` (GPU cost = the rest). A file
+#: or rows without them are GPU cost only, as before CPU and memory were priced.
+HOST_COST_COLUMNS = ("cpu_cost", "memory_cost")
+WITH_HOST_COSTS = (*USAGE_COLUMNS, *HOST_COST_COLUMNS)
 
 #: What a refused row is refused for, by the field `DomainError.fields` names.
 _PROBLEMS = {
@@ -52,8 +56,8 @@ _PROBLEMS = {
     "flavor": "unknown flavor",
     "pool": "unknown pool",
     "owner": "unknown owner",
-    "amounts": "a negative or not-a-number amount or GPU count, an end before the start, or a "
-    "period that is not the first day of the day's month",
+    "amounts": "a negative or not-a-number amount or GPU count, CPU and memory costs above the "
+    "cost, an end before the start, or a period that is not the first day of the day's month",
 }
 
 # Raw SQL: the ORM has no temporary tables; COPY fills this one (below). `line` numbers the
@@ -64,12 +68,14 @@ _STAGE = """CREATE TEMP TABLE IF NOT EXISTS accounting_usage_stage (
   pool_id bigint NOT NULL, owner_id integer NOT NULL, gpu_count integer NOT NULL,
   is_preemptible boolean NOT NULL, started_at timestamptz NOT NULL,
   ended_at timestamptz NOT NULL, seconds numeric NOT NULL, gpu_hours numeric NOT NULL,
-  cost numeric NOT NULL, line bigint GENERATED ALWAYS AS IDENTITY
+  cost numeric NOT NULL, cpu_cost numeric NOT NULL DEFAULT 0,
+  memory_cost numeric NOT NULL DEFAULT 0, line bigint GENERATED ALWAYS AS IDENTITY
 )"""
 
 _MALFORMED = """(period <> day - (extract(day FROM day)::integer - 1) OR ended_at < started_at
        OR seconds < 0 OR gpu_hours < 0 OR cost < 0 OR gpu_count < 0
-       OR 'NaN' IN (seconds, gpu_hours, cost))"""
+       OR cpu_cost < 0 OR memory_cost < 0 OR cpu_cost + memory_cost > cost
+       OR 'NaN' IN (seconds, gpu_hours, cost, cpu_cost, memory_cost))"""
 
 # Raw SQL: it reads the temporary staging table, which has no model.
 # The batch's distinct keys (and whether any row is malformed) in one pass over the staging
@@ -110,18 +116,19 @@ _FIRST_BAD = f"""SELECT
 # batch otherwise, and `_LEDGER` sums and upserts it.
 _LEDGER_NEW = """INSERT INTO accounting_usagerecord (allocation_id, period, team_id, project_id,
     flavor_id, pool_id, owner_id, gpu_count, is_preemptible, started_at, ended_at, seconds,
-    gpu_hours, cost)
+    gpu_hours, cost, cpu_cost, memory_cost)
   SELECT allocation_id, period, team_id, project_id, flavor_id, pool_id, owner_id, gpu_count,
-    is_preemptible, started_at, ended_at, seconds, gpu_hours, cost
+    is_preemptible, started_at, ended_at, seconds, gpu_hours, cost, cpu_cost, memory_cost
   FROM accounting_usage_stage"""
 
 # Raw SQL: an upsert that adds to the existing row (ON CONFLICT … DO UPDATE SET x = x + …).
 # Pieces of one allocation and month add up to its ledger row (created or grown).
 _LEDGER = """INSERT INTO accounting_usagerecord AS r (allocation_id, period, team_id, project_id,
     flavor_id, pool_id, owner_id, gpu_count, is_preemptible, started_at, ended_at, seconds,
-    gpu_hours, cost)
+    gpu_hours, cost, cpu_cost, memory_cost)
   SELECT allocation_id, period, team_id, project_id, flavor_id, pool_id, owner_id, gpu_count,
-    is_preemptible, min(started_at), max(ended_at), sum(seconds), sum(gpu_hours), sum(cost)
+    is_preemptible, min(started_at), max(ended_at), sum(seconds), sum(gpu_hours), sum(cost),
+    sum(cpu_cost), sum(memory_cost)
   FROM accounting_usage_stage
   GROUP BY allocation_id, period, team_id, project_id, flavor_id, pool_id, owner_id, gpu_count,
     is_preemptible
@@ -130,38 +137,51 @@ _LEDGER = """INSERT INTO accounting_usagerecord AS r (allocation_id, period, tea
     ended_at = greatest(r.ended_at, excluded.ended_at),
     seconds = r.seconds + excluded.seconds,
     gpu_hours = r.gpu_hours + excluded.gpu_hours,
-    cost = r.cost + excluded.cost"""
+    cost = r.cost + excluded.cost,
+    cpu_cost = r.cpu_cost + excluded.cpu_cost,
+    memory_cost = r.memory_cost + excluded.memory_cost"""
 
 # Raw SQL: data-modifying CTEs with additive upserts, which the ORM cannot express.
 # One statement for the three rollups: the batch is summed per day once, months are summed from
 # the days and team-months from the months, so each level reads the smaller one below it.
 _ROLLUPS = """WITH d AS (
     SELECT day, period, team_id, project_id, flavor_id, pool_id,
-      sum(gpu_hours) AS gpu_hours, sum(cost) AS cost
+      sum(gpu_hours) AS gpu_hours, sum(cost) AS cost, sum(cpu_cost) AS cpu_cost,
+      sum(memory_cost) AS memory_cost
     FROM accounting_usage_stage GROUP BY day, period, team_id, project_id, flavor_id, pool_id
   ), daily AS (
     INSERT INTO accounting_dailyusage AS r (day, team_id, project_id, flavor_id, pool_id,
-      gpu_hours, cost)
-    SELECT day, team_id, project_id, flavor_id, pool_id, gpu_hours, cost FROM d
+      gpu_hours, cost, cpu_cost, memory_cost)
+    SELECT day, team_id, project_id, flavor_id, pool_id, gpu_hours, cost, cpu_cost, memory_cost
+    FROM d
     ON CONFLICT (day, team_id, project_id, flavor_id, pool_id) DO UPDATE SET
-      gpu_hours = r.gpu_hours + excluded.gpu_hours, cost = r.cost + excluded.cost
+      gpu_hours = r.gpu_hours + excluded.gpu_hours, cost = r.cost + excluded.cost,
+      cpu_cost = r.cpu_cost + excluded.cpu_cost,
+      memory_cost = r.memory_cost + excluded.memory_cost
   ), m AS (
     SELECT period, team_id, project_id, flavor_id, pool_id,
-      sum(gpu_hours) AS gpu_hours, sum(cost) AS cost
+      sum(gpu_hours) AS gpu_hours, sum(cost) AS cost, sum(cpu_cost) AS cpu_cost,
+      sum(memory_cost) AS memory_cost
     FROM d GROUP BY period, team_id, project_id, flavor_id, pool_id
   ), monthly AS (
     INSERT INTO accounting_monthlyusage AS r (period, team_id, project_id, flavor_id, pool_id,
-      gpu_hours, cost)
-    SELECT period, team_id, project_id, flavor_id, pool_id, gpu_hours, cost FROM m
+      gpu_hours, cost, cpu_cost, memory_cost)
+    SELECT period, team_id, project_id, flavor_id, pool_id, gpu_hours, cost, cpu_cost,
+      memory_cost FROM m
     ON CONFLICT (period, team_id, project_id, flavor_id, pool_id) DO UPDATE SET
-      gpu_hours = r.gpu_hours + excluded.gpu_hours, cost = r.cost + excluded.cost
+      gpu_hours = r.gpu_hours + excluded.gpu_hours, cost = r.cost + excluded.cost,
+      cpu_cost = r.cpu_cost + excluded.cpu_cost,
+      memory_cost = r.memory_cost + excluded.memory_cost
   )
   INSERT INTO accounting_teammonthlyusage AS r (period, team_id, flavor_id, pool_id, gpu_hours,
-    cost)
-  SELECT period, team_id, flavor_id, pool_id, sum(gpu_hours), sum(cost) FROM m
+    cost, cpu_cost, memory_cost)
+  SELECT period, team_id, flavor_id, pool_id, sum(gpu_hours), sum(cost), sum(cpu_cost),
+    sum(memory_cost) FROM m
   GROUP BY period, team_id, flavor_id, pool_id
   ON CONFLICT (period, team_id, flavor_id, pool_id) DO UPDATE SET
-    gpu_hours = r.gpu_hours + excluded.gpu_hours, cost = r.cost + excluded.cost"""
+    gpu_hours = r.gpu_hours + excluded.gpu_hours, cost = r.cost + excluded.cost,
+    cpu_cost = r.cpu_cost + excluded.cpu_cost,
+    memory_cost = r.memory_cost + excluded.memory_cost"""
 
 
 #: Session memory for temporary tables: a 200,000-row batch (about 30 MB staged) is read four
@@ -195,18 +215,21 @@ def _refused(first_bad: dict[str, int]) -> DomainError:
     )
 
 
-def ingest_usage(rows: Iterable[Sequence[Any]]) -> int:
-    """Add pieces of usage given as Python rows (`USAGE_COLUMNS` order); how many.
+def ingest_usage(rows: Iterable[Sequence[Any]], *, columns: Sequence[str] = USAGE_COLUMNS) -> int:
+    """Add pieces of usage given as Python rows (`columns` order: `USAGE_COLUMNS`, or
+    `WITH_HOST_COSTS`); how many.
 
     Formats them as CSV (C-speed `csv` writer) for `ingest_usage_csv`.
     """
     buffer = io.StringIO()
     csv.writer(buffer, lineterminator="\n").writerows(rows)
     buffer.seek(0)
-    return ingest_usage_csv(buffer)
+    return ingest_usage_csv(buffer, columns=columns)
 
 
-def ingest_usage_csv(source: IO[str], *, first_line: int = 1) -> int:
+def ingest_usage_csv(
+    source: IO[str], *, first_line: int = 1, columns: Sequence[str] = USAGE_COLUMNS
+) -> int:
     """Add pieces of usage from CSV text (no header, `USAGE_COLUMNS` order) to the ledger and
     every rollup in one transaction; how many pieces.
 
@@ -227,8 +250,10 @@ def ingest_usage_csv(source: IO[str], *, first_line: int = 1) -> int:
     """
     from django.db import connection
 
+    if tuple(columns) not in (USAGE_COLUMNS, WITH_HOST_COSTS):
+        raise ValueError(f"unknown usage columns: {columns}")
     if connection.vendor != "postgresql":
-        return _ingest_with_orm(source, first_line=first_line)
+        return _ingest_with_orm(source, first_line=first_line, columns=tuple(columns))
     with transaction.atomic(), connection.cursor() as cursor:
         _keep_stage_in_memory(cursor)
         cursor.execute(_STAGE)
@@ -237,7 +262,7 @@ def ingest_usage_csv(source: IO[str], *, first_line: int = 1) -> int:
         # Raw SQL (a session setting): a 200,000-row batch's per-(allocation, month) sums stay
         # in memory (no spill)
         cursor.execute("SET LOCAL work_mem = '256MB'")
-        count = _copy_to_stage(cursor, source, first_line=first_line)
+        count = _copy_to_stage(cursor, source, first_line=first_line, columns=columns)
         if count:
             cursor.execute(_CHECK)
             if any(cursor.fetchone()):
@@ -256,15 +281,15 @@ def ingest_usage_csv(source: IO[str], *, first_line: int = 1) -> int:
     return count
 
 
-def _copy_to_stage(cursor: Any, source: IO[str], *, first_line: int) -> int:
+def _copy_to_stage(cursor: Any, source: IO[str], *, first_line: int, columns: Sequence[str]) -> int:
     """COPY the CSV text into the staging table; a value PostgreSQL cannot read names its line."""
     import psycopg
 
-    columns = ", ".join(USAGE_COLUMNS)
+    names = ", ".join(columns)
     try:
         # Raw SQL: PostgreSQL COPY, which the ORM cannot issue.
         with cursor.cursor.copy(
-            f"COPY accounting_usage_stage ({columns}) FROM STDIN (FORMAT csv)"
+            f"COPY accounting_usage_stage ({names}) FROM STDIN (FORMAT csv)"
         ) as copy:
             while chunk := source.read(1 << 20):
                 copy.write(chunk)
@@ -283,17 +308,18 @@ def _copy_to_stage(cursor: Any, source: IO[str], *, first_line: int) -> int:
     return max(cursor.cursor.rowcount, 0)
 
 
-def _parse_usage_row(values: list[str], line: int) -> dict[str, Any]:
+def _parse_usage_row(
+    values: list[str], line: int, columns: tuple[str, ...] = USAGE_COLUMNS
+) -> dict[str, Any]:
     """One CSV row as typed values, or a `DomainError` naming the line and the column."""
-    if len(values) != len(USAGE_COLUMNS):
+    if len(values) != len(columns):
         raise DomainError(
             "invalid",
-            f"Line {line}: {len(values)} values, expected {len(USAGE_COLUMNS)}. "
-            "Nothing was imported.",
-            fields={"row": f"line {line}: expected {len(USAGE_COLUMNS)} values"},
+            f"Line {line}: {len(values)} values, expected {len(columns)}. Nothing was imported.",
+            fields={"row": f"line {line}: expected {len(columns)} values"},
         )
-    row: dict[str, Any] = {}
-    for column, text in zip(USAGE_COLUMNS, values, strict=True):
+    row: dict[str, Any] = dict.fromkeys(HOST_COST_COLUMNS, Decimal(0))
+    for column, text in zip(columns, values, strict=True):
         try:
             row[column] = _USAGE_PARSERS[column](text.strip())
         except (ValueError, ArithmeticError) as error:
@@ -331,7 +357,7 @@ _USAGE_PARSERS: dict[str, Callable[[str], Any]] = {
     "is_preemptible": _parse_bool,
     "started_at": _parse_moment,
     "ended_at": _parse_moment,
-    **dict.fromkeys(("seconds", "gpu_hours", "cost"), Decimal),
+    **dict.fromkeys(("seconds", "gpu_hours", "cost", *HOST_COST_COLUMNS), Decimal),
 }
 
 
@@ -357,7 +383,7 @@ def _first_bad_rows(rows: list[tuple[int, dict[str, Any]]]) -> dict[str, int]:
     }
     first: dict[str, int] = {}
     for line, row in rows:
-        amounts = (row["seconds"], row["gpu_hours"], row["cost"])
+        amounts = tuple(row[name] for name in ("seconds", *AMOUNTS))
         bad = {
             "project": project_teams.get(row["project_id"]) != row["team_id"],
             "flavor": row["flavor_id"] not in known["flavor"],
@@ -366,7 +392,8 @@ def _first_bad_rows(rows: list[tuple[int, dict[str, Any]]]) -> dict[str, int]:
             "amounts": row["period"] != row["day"].replace(day=1)
             or row["ended_at"] < row["started_at"]
             or row["gpu_count"] < 0
-            or any(not amount.is_finite() or amount < 0 for amount in amounts),
+            or any(not amount.is_finite() or amount < 0 for amount in amounts)
+            or row["cpu_cost"] + row["memory_cost"] > row["cost"],
         }
         for name, is_bad in bad.items():
             if is_bad:
@@ -374,10 +401,10 @@ def _first_bad_rows(rows: list[tuple[int, dict[str, Any]]]) -> dict[str, int]:
     return first
 
 
-def _ingest_with_orm(source: IO[str], *, first_line: int) -> int:
+def _ingest_with_orm(source: IO[str], *, first_line: int, columns: tuple[str, ...]) -> int:
     """`ingest_usage_csv` without COPY: parse and check in Python, write through the ORM."""
     rows = [
-        (line, _parse_usage_row(values, line))
+        (line, _parse_usage_row(values, line, columns))
         for line, values in enumerate(csv.reader(source), start=first_line)
         if values
     ]
@@ -386,10 +413,10 @@ def _ingest_with_orm(source: IO[str], *, first_line: int) -> int:
     first_bad = _first_bad_rows(rows)
     if first_bad:
         raise _refused(first_bad)
-    amounts = ("seconds", "gpu_hours", "cost")
+    amounts = ("seconds", *AMOUNTS)
     ledger: dict[tuple[int, date], dict[str, Any]] = {}
     days: dict[tuple[Any, ...], dict[str, Decimal]] = defaultdict(
-        lambda: {"gpu_hours": Decimal(0), "cost": Decimal(0)}
+        lambda: dict.fromkeys(AMOUNTS, Decimal(0))
     )
     for _, row in rows:
         record = ledger.get((row["allocation_id"], row["period"]))
@@ -403,8 +430,8 @@ def _ingest_with_orm(source: IO[str], *, first_line: int) -> int:
             record["ended_at"] = max(record["ended_at"], row["ended_at"])
         day_key = (row["day"], row["period"], row["team_id"], row["project_id"])
         sums = days[(*day_key, row["flavor_id"], row["pool_id"])]
-        sums["gpu_hours"] += row["gpu_hours"]
-        sums["cost"] += row["cost"]
+        for name in AMOUNTS:
+            sums[name] += row[name]
     with transaction.atomic():
         existing = set(
             UsageRecord.objects.filter(
@@ -436,23 +463,24 @@ IMPORT_BATCH_ROWS = 200_000
 
 
 def import_usage_file(source: IO[str], *, batch_rows: int = IMPORT_BATCH_ROWS) -> int:
-    """Import a usage CSV file (a header line naming `USAGE_COLUMNS` in order, then one piece of
-    usage per line) in one transaction, `batch_rows` lines per `ingest_usage_csv` call; how many
-    rows. A bad row refuses the whole file with a `DomainError` naming its line: nothing is
-    imported."""
-    header = source.readline()
+    """Import a usage CSV file in one transaction, `batch_rows` lines per `ingest_usage_csv`
+    call; how many rows. The header names `USAGE_COLUMNS` in order, optionally followed by
+    `HOST_COST_COLUMNS`; then one piece of usage per line. A bad row refuses the whole file
+    with a `DomainError` naming its line: nothing is imported."""
+    header = source.readline().lstrip("\ufeff").strip().replace(" ", "")  # a spreadsheet's BOM
     expected = ",".join(USAGE_COLUMNS)
-    if header.lstrip("\ufeff").strip().replace(" ", "") != expected:  # a spreadsheet's BOM
+    columns = {expected: USAGE_COLUMNS, ",".join(WITH_HOST_COSTS): WITH_HOST_COSTS}.get(header)
+    if columns is None:
         raise DomainError(
             "invalid",
-            f"Line 1: the header must name the columns in this order: {expected}. "
-            "Nothing was imported.",
+            f"Line 1: the header must name the columns in this order: {expected} "
+            f"(optionally then {','.join(HOST_COST_COLUMNS)}). Nothing was imported.",
             fields={"header": f"line 1: expected {expected}"},
         )
     count = 0
     line = 2
     with transaction.atomic():
         while lines := list(itertools.islice(source, batch_rows)):
-            count += ingest_usage_csv(io.StringIO("".join(lines)), first_line=line)
+            count += ingest_usage_csv(io.StringIO("".join(lines)), first_line=line, columns=columns)
             line += len(lines)
     return count

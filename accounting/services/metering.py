@@ -5,8 +5,9 @@ interval between the cursor and min(ended_at, now). Each run, per allocation and
 transaction:
 
 1. lock the allocation's meter row (create it at `started_at` the first time);
-2. cut [cursor, end) at billing days, months and repricings;
-3. add each piece's GPU-equivalent hours and cost to the ledger row of its month and to the
+2. cut [cursor, end) at billing days, months and repricings (flavor, CPU and memory prices);
+3. add each piece's GPU-equivalent hours and cost (GPU + CPU + memory, the last two also kept
+   apart) to the ledger row of its month and to the
    monthly, team-monthly and daily rollups;
 4. move the cursor to `end` (final once the allocation has ended).
 
@@ -17,31 +18,39 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
-from typing import Any
+from typing import Any, TypeVar
 from zoneinfo import ZoneInfo
 
 from django.db import IntegrityError, models, transaction
 from django.db.models import F
 from django.utils import timezone
 
+from accounting.choices import HostResource
 from accounting.models import (
+    SIX_PLACES,
     AllocationMeter,
     DailyUsage,
     MonthlyUsage,
     Price,
+    ResourcePrice,
     TeamMonthlyUsage,
     UsageRecord,
+    cost_of,
+    hourly_rates,
 )
 from accounting.periods import Piece, billing_zone, seconds_between, split_by_day
 from scheduling.models import Allocation
 
-SIX_PLACES = Decimal("0.000001")
 SECONDS_PER_HOUR = Decimal(3600)
+_P = TypeVar("_P", Price, ResourcePrice)
+#: What the ledger and every rollup add up (`cost` is the sum of GPU, CPU and memory).
+AMOUNTS = ("gpu_hours", "cost", "cpu_cost", "memory_cost")
 
 
-def _price_at(prices: list[Price], moment: datetime) -> Price | None:
+def _price_at(prices: list[_P], moment: datetime) -> _P | None:
     current = None
     for price in prices:  # ordered by effective_from
         if price.effective_from <= moment:
@@ -51,25 +60,64 @@ def _price_at(prices: list[Price], moment: datetime) -> Price | None:
     return current
 
 
+def host_prices() -> dict[str, list[ResourcePrice]]:
+    """The CPU and memory price lists in force order (storage is priced per team, not here)."""
+    lists: dict[str, list[ResourcePrice]] = {HostResource.CPU: [], HostResource.MEMORY: []}
+    for price in ResourcePrice.objects.filter(resource__in=list(lists)).order_by("effective_from"):
+        lists[price.resource].append(price)
+    return lists
+
+
+@dataclass(frozen=True, slots=True)
+class PricedPiece:
+    """One piece of an allocation's use: `cost` is GPU + CPU + memory, the last two also apart."""
+
+    piece: Piece
+    seconds: Decimal
+    gpu_hours: Decimal
+    cost: Decimal
+    cpu_cost: Decimal
+    memory_cost: Decimal
+
+
 def priced_pieces(
-    allocation: Allocation, prices: list[Price], start: datetime, end: datetime, zone: ZoneInfo
-) -> Iterator[tuple[Piece, Decimal, Decimal, Decimal]]:
-    """The allocation's use over [start, end) cut at days, months and repricings (`prices` in
-    force order): each piece with its seconds, GPU-hours and cost."""
+    allocation: Allocation,
+    prices: list[Price],
+    start: datetime,
+    end: datetime,
+    zone: ZoneInfo,
+    *,
+    host: dict[str, list[ResourcePrice]] | None = None,
+) -> Iterator[PricedPiece]:
+    """The allocation's use over [start, end) cut at days, months and repricings (`prices` of
+    its flavor and `host` CPU/memory prices, each in force order), each piece priced."""
     request = allocation.request
-    for piece in split_by_day(start, end, zone, extra_cuts=[p.effective_from for p in prices]):
+    host = host or {}
+    cpu_prices = host.get(HostResource.CPU, [])
+    memory_prices = host.get(HostResource.MEMORY, [])
+    cuts = [p.effective_from for p in prices]
+    cuts += [p.effective_from for p in [*cpu_prices, *memory_prices]]
+    for piece in split_by_day(start, end, zone, extra_cuts=sorted(cuts)):
         seconds = seconds_between(piece.start, piece.end)
         hours = seconds / SECONDS_PER_HOUR
-        price = _price_at(prices, piece.start)
-        cost = Decimal(0)
-        if price is not None:
-            rate = price.hourly_rate(
-                gpu_count=request.gpu_count,
-                priority=request.priority,
-                preemptible=allocation.is_preemptible,
-            )
-            cost = (rate * hours).quantize(SIX_PLACES)
-        yield piece, seconds, (request.gpu_equivalent * hours).quantize(SIX_PLACES), cost
+        rates = hourly_rates(
+            request=request,
+            preemptible=allocation.is_preemptible,
+            price=_price_at(prices, piece.start),
+            cpu_price=_price_at(cpu_prices, piece.start),
+            memory_price=_price_at(memory_prices, piece.start),
+        )
+        gpu_cost = cost_of(rate_per_hour=rates.gpu, hours=hours)
+        cpu_cost = cost_of(rate_per_hour=rates.cpu, hours=hours)
+        memory_cost = cost_of(rate_per_hour=rates.memory, hours=hours)
+        yield PricedPiece(
+            piece=piece,
+            seconds=seconds,
+            gpu_hours=(request.gpu_equivalent * hours).quantize(SIX_PLACES),
+            cost=gpu_cost + cpu_cost + memory_cost,
+            cpu_cost=cpu_cost,
+            memory_cost=memory_cost,
+        )
 
 
 def _add(model: type[models.Model], key: dict[str, Any], amounts: dict[str, Any]) -> None:
@@ -108,20 +156,21 @@ def meter_allocation(*, allocation_id: int, now: datetime) -> bool:
         # 2. cut at days, months and repricings
         prices = list(Price.objects.filter(flavor_id=request.flavor_id).order_by("effective_from"))
         months: dict[Any, dict[str, Any]] = defaultdict(
-            lambda: {"seconds": Decimal(0), "gpu_hours": Decimal(0), "cost": Decimal(0)}
+            lambda: {"seconds": Decimal(0), **dict.fromkeys(AMOUNTS, Decimal(0))}
         )
         days: dict[Any, dict[str, Decimal]] = defaultdict(
-            lambda: {"gpu_hours": Decimal(0), "cost": Decimal(0)}
+            lambda: dict.fromkeys(AMOUNTS, Decimal(0))
         )
-        for piece, seconds, gpu_hours, cost in priced_pieces(allocation, prices, start, end, zone):
+        pieces = priced_pieces(allocation, prices, start, end, zone, host=host_prices())
+        for priced in pieces:
+            piece = priced.piece
             month = months[piece.month]
-            month["seconds"] += seconds
-            month["gpu_hours"] += gpu_hours
-            month["cost"] += cost
+            month["seconds"] += priced.seconds
+            for name in AMOUNTS:
+                month[name] += getattr(priced, name)
+                days[piece.day][name] += getattr(priced, name)
             month.setdefault("started_at", piece.start)
             month["ended_at"] = piece.end
-            days[piece.day]["gpu_hours"] += gpu_hours
-            days[piece.day]["cost"] += cost
         # 3. ledger rows and rollups
         key = {
             "team_id": request.team_id,
@@ -132,8 +181,7 @@ def meter_allocation(*, allocation_id: int, now: datetime) -> bool:
         for period, sums in months.items():
             updated = UsageRecord.objects.filter(allocation_id=allocation_id, period=period).update(
                 seconds=F("seconds") + sums["seconds"],
-                gpu_hours=F("gpu_hours") + sums["gpu_hours"],
-                cost=F("cost") + sums["cost"],
+                **{name: F(name) + sums[name] for name in AMOUNTS},
                 ended_at=sums["ended_at"],
             )
             if not updated:
@@ -146,7 +194,7 @@ def meter_allocation(*, allocation_id: int, now: datetime) -> bool:
                     **key,
                     **sums,
                 )
-            amounts = {"gpu_hours": sums["gpu_hours"], "cost": sums["cost"]}
+            amounts = {name: sums[name] for name in AMOUNTS}
             _add(MonthlyUsage, {"period": period, **key}, amounts)
             team_key = {k: v for k, v in key.items() if k != "project_id"}
             _add(TeamMonthlyUsage, {"period": period, **team_key}, amounts)

@@ -12,7 +12,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from accounting.models import Price
+from accounting.models import Price, ResourcePrice
 from tenants.errors import ConflictError, DomainError
 from tenants.scope import Actor
 from tenants.services.organisation import (
@@ -45,7 +45,7 @@ def _check_starts_ahead(effective_from: datetime, now: datetime) -> None:
         )
 
 
-def _check_not_in_effect(price: Price, now: datetime, what: str) -> None:
+def _check_not_in_effect(price: Price | ResourcePrice, now: datetime, what: str) -> None:
     if price.effective_from <= now:
         raise ConflictError(
             "price_in_effect",
@@ -98,5 +98,61 @@ def delete_price(*, actor: Actor, price: Price) -> None:
         target=price,
         message=str(price),
         data={"flavor": price.flavor_id, "price_per_hour": str(price.price_per_hour)},
+    )
+    price.delete()
+
+
+RESOURCE_PRICE_FIELDS = frozenset({"resource", "price_per_hour", "currency", "effective_from"})
+
+
+@transaction.atomic
+def create_resource_price(*, actor: Actor, **fields: Any) -> ResourcePrice:
+    """A new CPU, memory or storage price from `effective_from` on (now when left out)."""
+    require_platform_admin(actor, "set prices")
+    now = timezone.now()
+    fields = known_fields(fields, RESOURCE_PRICE_FIELDS)
+    if fields.get("effective_from") is None:
+        fields["effective_from"] = now
+    else:
+        _check_starts_ahead(fields["effective_from"], now)
+    price = ResourcePrice(**fields)
+    save_valid(price)
+    record_audit_event(
+        actor=actor,
+        action="resource_price.created",
+        target=price,
+        data={"fields": audit_value(fields)},
+    )
+    return price
+
+
+@transaction.atomic
+def update_resource_price(*, actor: Actor, price: ResourcePrice, **fields: Any) -> ResourcePrice:
+    """Change a resource price that has not started yet; one in effect is a 409."""
+    require_platform_admin(actor, "change prices")
+    now = timezone.now()
+    _check_not_in_effect(price, now, "changed")
+    fields = known_fields(fields, RESOURCE_PRICE_FIELDS)
+    if "effective_from" in fields:
+        _check_starts_ahead(fields["effective_from"], now)
+    changes = apply_changes(price, fields)
+    save_valid(price)
+    record_audit_event(
+        actor=actor, action="resource_price.updated", target=price, data={"changes": changes}
+    )
+    return price
+
+
+@transaction.atomic
+def delete_resource_price(*, actor: Actor, price: ResourcePrice) -> None:
+    """Withdraw a resource price that has not started yet; one in effect is a 409."""
+    require_platform_admin(actor, "delete prices")
+    _check_not_in_effect(price, timezone.now(), "deleted")
+    record_audit_event(
+        actor=actor,
+        action="resource_price.deleted",
+        target=price,
+        message=str(price),
+        data={"resource": price.resource, "price_per_hour": str(price.price_per_hour)},
     )
     price.delete()

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
+from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -19,7 +20,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from accounting.demo import seed_demo_prices
-from accounting.models import Price
+from accounting.models import Price, ResourcePrice
 from scheduling.models import ApprovalRule, Flavor, NodePool, ReclaimPolicy, Tier
 from tenants.models import AuditEvent
 from tests.scheduling.conftest import Fleet
@@ -181,6 +182,25 @@ ENDPOINTS = [
         in_use=lambda fleet: Price.objects.get(flavor=fleet.a100),  # in effect since January
         in_use_code="price_in_effect",
     ),
+    Endpoint(
+        basename="resource-price",
+        model=ResourcePrice,
+        audit="resource_price",
+        create=lambda fleet: {
+            "resource": "memory",
+            "price_per_hour": "0.00500000",
+            "effective_from": _later(),
+        },
+        change={"price_per_hour": "0.00600000"},
+        invalid=lambda fleet: {
+            "resource": "cpu",
+            "price_per_hour": "-0.01",
+            "effective_from": _later(),
+        },
+        invalid_field="price_per_hour",
+        in_use=lambda fleet: ResourcePrice.objects.get(resource="cpu"),  # the demo's, in effect
+        in_use_code="price_in_effect",
+    ),
 ]
 WITH_A_ROLE = {"admin", "finance", "lead_a", "dev_a", "lead_b", "dev_b"}
 
@@ -202,7 +222,7 @@ def admins_write(
     ).tests()
 
 
-TIER, POOL, FLAVOR, APPROVAL_RULE, RECLAIM_POLICY, PRICE = ENDPOINTS
+TIER, POOL, FLAVOR, APPROVAL_RULE, RECLAIM_POLICY, PRICE, RESOURCE_PRICE = ENDPOINTS
 test_tiers_api_contract = admins_write(
     TIER,
     TierFactory.create,
@@ -250,6 +270,38 @@ test_prices_api_contract = admins_write(
         "effective_from": _later(),
     },
 )
+
+
+test_resource_prices_api_contract = admins_write(
+    RESOURCE_PRICE,
+    lambda: ResourcePrice.objects.create(
+        resource="storage",
+        price_per_hour=Decimal("0.0001"),
+        effective_from=timezone.now() + timedelta(days=7),
+    ),
+    lambda: {"resource": "cpu", "price_per_hour": "0.03", "effective_from": _later()},
+)
+
+
+def test_a_negative_resource_price_is_400_with_a_message(org: Org, priced: Fleet) -> None:
+    response = api_client(org.admin).post(
+        reverse("resource-price-list"),
+        {"resource": "storage", "price_per_hour": "-1", "effective_from": _later()},
+        format="json",
+    )
+    assert response.status_code == 400, response.content
+    assert response.json()["error"]["fields"]["price_per_hour"] == "A price cannot be negative."
+    assert not ResourcePrice.objects.filter(price_per_hour__lt=0).exists()
+
+
+def test_an_unknown_resource_is_400(org: Org, priced: Fleet) -> None:
+    response = api_client(org.admin).post(
+        reverse("resource-price-list"),
+        {"resource": "gpu", "price_per_hour": "1", "effective_from": _later()},
+        format="json",
+    )
+    assert response.status_code == 400, response.content
+    assert "resource" in response.json()["error"]["fields"]
 
 
 @pytest.fixture

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -10,7 +11,7 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from accounting.models import Price
+from accounting.models import Price, ResourcePrice
 from portal.manage import SECTIONS
 from scheduling.models import Flavor, NodePool, Quota, ReclaimPolicy, Tier
 from tenants.models import AuditEvent, Membership
@@ -369,3 +370,29 @@ def test_admin_turns_off_lending_of_a_tiers_unassigned_cards(org: Org, fleet: Fl
     assert not tier.lends_unassigned
     event = AuditEvent.objects.get(action="tier.updated", target_id=str(tier.pk))
     assert event.data["changes"]["lends_unassigned"] == [True, False]
+
+
+def test_cpu_memory_and_storage_prices_are_set_on_their_page(org: Org) -> None:
+    admin = _client(org.admin)
+    future = (timezone.localtime() + timedelta(days=2)).strftime("%Y-%m-%dT%H:%M")
+    body = {
+        "resource": "storage",
+        "price_per_hour": "-0.0001",
+        "currency": "EUR",
+        "effective_from": future,
+    }
+    response = admin.post(reverse("manage-resource-prices"), body)
+    assert response.status_code == 400
+    assert "A price cannot be negative." in response.content.decode()
+    assert not ResourcePrice.objects.exists()
+    body["price_per_hour"] = "0.000137"
+    assert admin.post(reverse("manage-resource-prices"), body).status_code == 302
+    price = ResourcePrice.objects.get(resource="storage")
+    assert price.price_per_hour == Decimal("0.000137")
+    assert _audited("resource_price.created", price)
+    listing = admin.get(reverse("manage-resource-prices")).content.decode()
+    assert "Storage (per GiB-hour of claimed volume)" in listing
+    assert "0.00013700 EUR" in listing
+    refused = _client(org.finance).post(reverse("manage-resource-prices"), body)
+    assert refused.status_code in (403, 404)
+    assert ResourcePrice.objects.count() == 1

@@ -13,7 +13,12 @@ from django.core.management.base import (
     DjangoHelpFormatter,
 )
 
-from accounting.services.ingest import IMPORT_BATCH_ROWS, USAGE_COLUMNS, import_usage_file
+from accounting.services.ingest import (
+    HOST_COST_COLUMNS,
+    IMPORT_BATCH_ROWS,
+    USAGE_COLUMNS,
+    import_usage_file,
+)
 from tenants.errors import DomainError
 
 HELP = f"""Add usage that the meter did not record (imports, backfills, other clusters) to the
@@ -24,7 +29,8 @@ columns, in this order:
 
   {",".join(USAGE_COLUMNS)}
 
-then one piece of usage per line: what one allocation ran within one billing day.
+optionally followed by ,{",".join(HOST_COST_COLUMNS)}, then one piece of usage per line:
+what one allocation ran within one billing day.
 
   allocation_id   the allocation's id (a number; other clusters' ids are fine)
   period          first day of the billing month of `day` (YYYY-MM-01)
@@ -40,7 +46,10 @@ then one piece of usage per line: what one allocation ran within one billing day
   ended_at        end of the piece, not before started_at
   seconds         seconds run (decimal, 0 or more)
   gpu_hours       GPU-equivalent hours (decimal, 0 or more)
-  cost            cost in the portal's currency (decimal, 0 or more)
+  cost            cost in the portal's currency (decimal, 0 or more): GPU + CPU + memory
+  cpu_cost        (optional) the host CPU part of cost (decimal, 0 or more)
+  memory_cost     (optional) the host memory part of cost; cpu_cost + memory_cost <= cost.
+                  Without these two columns the whole cost is GPU cost.
 
 A row with a value that is not of its type, an unknown id, a project outside its team, a
 negative amount or a period that does not match its day refuses the whole file: the error
