@@ -17,8 +17,8 @@ visitor sees:
 
 and within about ten minutes a reservation: alice's two five-card sweeps leave three free A100s
 on each node, so bob's four-card run waits for a whole node, holds a reservation once it waited
-SCHEDULING_RESERVATION_WAIT_SECONDS (two minutes under `make run`), alice's next two-card job
-runs where it does not delay it, and bob's run starts by the reservation's start.
+SCHEDULING_RESERVATION_WAIT_SECONDS (two minutes under `make run`), alice's two-card jobs
+run only where they do not delay it, and bob's run starts by the reservation's start.
 
 A step does three things, in order:
 1. the leads decide: pending requests older than `LEAD_DELAY_SECONDS` are approved, and
@@ -113,7 +113,7 @@ HABITS: tuple[Habit, ...] = (
     ),
     # Reservation and backfilling: two sweeps hold five of the eight A100s on each node, so
     # bob's four-card run waits for a whole node; it holds a reservation once it waited
-    # SCHEDULING_RESERVATION_WAIT_SECONDS, the next detr-finetune runs where it does not delay
+    # SCHEDULING_RESERVATION_WAIT_SECONDS, detr-finetune runs only where it does not delay
     # it, and it starts by the reservation's start (the sweeps end 90 s before their max
     # runtime). One detr-finetune at a time: 10 + 4 + 2 is vision's limit, and with more than
     # 12 A100s busy too few would be left to lend, a quota wait instead of one for capacity.
