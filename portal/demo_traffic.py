@@ -13,13 +13,19 @@ visitor sees:
   guarantee and the scheduler preempts one borrowed fleet, which queues again;
 - an idle warning, then a reclaim: alice leaves an exploration notebook open and walks away;
 - a timeout: carol's quick-check notebook reaches its three-minute max runtime;
-- rejections: dan turns down high-priority fine-tuning that is not urgent.
+- rejections: dan turns down high-priority fine-tuning that is not urgent;
+
+and within about ten minutes a reservation: alice's two five-card sweeps leave three free A100s
+on each node, so bob's four-card run waits for a whole node, holds a reservation once it waited
+SCHEDULING_RESERVATION_WAIT_SECONDS (two minutes under `make run`), alice's two-card jobs
+run only where they do not delay it, and bob's run starts by the reservation's start.
 
 A step does three things, in order:
 1. the leads decide: pending requests older than `LEAD_DELAY_SECONDS` are approved, and
    high-priority ones rejected with a comment;
-2. the people act on their running work: in the simulated cluster a workload's activity is
-   drawn at launch, so a notebook left open goes quiet and a serving fleet stays busy here;
+2. the people act on their running work: in the simulated cluster a workload's activity and a
+   job's run time are drawn at launch, so a notebook left open goes quiet, a serving fleet
+   stays busy and a job of a habit with `runs_seconds` runs that long here;
 3. each habit short of its count submits one request, while the demo people hold fewer than
    DEMO_TRAFFIC_MAX_LIVE live requests: the fleet never fills with demo work for good, as every
    request it submits ends by itself, by timeout or by idle reclaim.
@@ -36,6 +42,7 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
+from django.db.models import F
 from django.utils import timezone
 
 from runtime.models import SimulatedWorkload
@@ -74,6 +81,7 @@ class Habit:
     priority: str = Priority.NORMAL
     activity: str = ""  # "quiet" (walks away), "busy", or "" (as the simulation drew it)
     after: str = ""  # starts only once every request of the habit named here runs
+    runs_seconds: int = 0  # a job runs this long once started (0: as the simulation drew it)
 
 
 HABITS: tuple[Habit, ...] = (
@@ -98,9 +106,24 @@ HABITS: tuple[Habit, ...] = (
         activity="busy", after="asr-serving",
     ),
     # Approval for bob, and lending: whole training cards need the lead; past vision's
-    # guarantee they run on unassigned A100s, borrowed.
+    # guarantee (4 of its limit of 16) they run on unassigned A100s, borrowed.
     Habit(
-        "detr-finetune", "alice", "detection", "a100-80g", WorkloadKind.JOB, 2, 3600, keep=3
+        "detr-finetune", "alice", "detection", "a100-80g", WorkloadKind.JOB, 2, 3600,
+        activity="busy", runs_seconds=180,
+    ),
+    # Reservation and backfilling: two sweeps hold five of the eight A100s on each node, so
+    # bob's four-card run waits for a whole node; it holds a reservation once it waited
+    # SCHEDULING_RESERVATION_WAIT_SECONDS, detr-finetune runs only where it does not delay
+    # it, and it starts by the reservation's start (the sweeps end 90 s before their max
+    # runtime). One detr-finetune at a time: 10 + 4 + 2 is vision's limit, and with more than
+    # 12 A100s busy too few would be left to lend, a quota wait instead of one for capacity.
+    Habit(
+        "coco-pretrain", "alice", "detection", "a100-80g", WorkloadKind.JOB, 5, 8 * 60,
+        keep=2, activity="busy", runs_seconds=390,
+    ),
+    Habit(
+        "segformer-train", "bob", "segmentation", "a100-80g", WorkloadKind.JOB, 4, 3600,
+        activity="busy", after="coco-pretrain",
     ),
     # Rejection: dan turns down high priority that is not urgent.
     Habit(
@@ -166,29 +189,34 @@ def _decide(users: dict[str, Any], now: datetime, done: Counter[str]) -> None:
 
 
 def _act(now: datetime, done: Counter[str]) -> None:
-    """Give each habit's running workloads the activity its person has, and keep notebooks and
+    """Give each habit's running workloads the activity its person has, keep notebooks and
     services running until the portal stops them (the simulation reports no activity for them
-    after their drawn end)."""
+    after their drawn end), and let jobs with `runs_seconds` run that long from their start."""
     activity = {habit.name: habit.activity for habit in HABITS if habit.activity}
+    runs = {habit.name: habit.runs_seconds for habit in HABITS if habit.runs_seconds}
     running = GpuRequest.objects.filter(
         status__in=(RequestStatus.LAUNCHING, RequestStatus.RUNNING),
         owner__username__in=_usernames(),
-        name__in=list(activity),
+        name__in=[*activity, *runs],
     ).values_list("pk", "attempt", "name", "max_runtime_seconds")
     for pk, attempt, name, max_runtime in running:
-        draw = random.Random(f"{pk}/{attempt}")
-        wanted = activity[name]
-        low, high = QUIET_PERCENT if wanted == "quiet" else BUSY_PERCENT
         workloads = SimulatedWorkload.objects.filter(request_key=str(pk), attempt=attempt)
-        if wanted == "quiet":
-            changed = workloads.exclude(utilisation_percent__lte=high)
-        else:
-            changed = workloads.exclude(utilisation_percent__gte=low)
-        if changed.update(utilisation_percent=draw.randint(low, high)):
-            done[f"went {wanted}"] += 1
+        wanted = activity.get(name, "")
+        if wanted:
+            draw = random.Random(f"{pk}/{attempt}")
+            low, high = QUIET_PERCENT if wanted == "quiet" else BUSY_PERCENT
+            if wanted == "quiet":
+                changed = workloads.exclude(utilisation_percent__lte=high)
+            else:
+                changed = workloads.exclude(utilisation_percent__gte=low)
+            if changed.update(utilisation_percent=draw.randint(low, high)):
+                done[f"went {wanted}"] += 1
         workloads.exclude(kind=WorkloadKind.JOB).filter(
             ends_at__lt=now + timedelta(seconds=max_runtime)
         ).update(ends_at=now + timedelta(seconds=max_runtime))
+        if runs.get(name):
+            planned = F("starts_at") + timedelta(seconds=runs[name])
+            workloads.filter(kind=WorkloadKind.JOB).exclude(ends_at=planned).update(ends_at=planned)
 
 
 def _submit(users: dict[str, Any], now: datetime, done: Counter[str]) -> None:

@@ -454,7 +454,7 @@ DEMO_HISTORY_DAYS = env.int("DEMO_HISTORY_DAYS", default=90)
 # one step every DEMO_TRAFFIC_SECONDS, with at most DEMO_TRAFFIC_MAX_LIVE requests of theirs live.
 DEMO_TRAFFIC = env.bool("DEMO_TRAFFIC", default=False)
 DEMO_TRAFFIC_SECONDS = env.float("DEMO_TRAFFIC_SECONDS", default=15.0)
-DEMO_TRAFFIC_MAX_LIVE = env.int("DEMO_TRAFFIC_MAX_LIVE", default=14)
+DEMO_TRAFFIC_MAX_LIVE = env.int("DEMO_TRAFFIC_MAX_LIVE", default=16)
 # Outgoing email. EMAIL_URL names the server in one value (smtp://user:password@host:25,
 # smtp+tls://…:587 for STARTTLS, smtp+ssl://…:465 for TLS from the start; django-environ's
 # syntax); without it the standard Django settings are read one by one, and the default

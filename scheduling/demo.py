@@ -123,7 +123,7 @@ HOST_DEFAULTS = {
 # team: {flavor: (guaranteed, limit)}
 QUOTAS = {
     "vision": {
-        "a100-80g": (4, 8),
+        "a100-80g": (4, 16),
         "h100-1g10gb": (7, 14),
         "h100-3g40gb": (2, 4),
         "l4-12g": (8, 16),

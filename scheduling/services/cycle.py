@@ -233,8 +233,9 @@ def _plan_with_engine(
     # 1. Read.
     snapshot = build_snapshot(kueue_clusters=kueue)
     read_done = time.perf_counter()
-    # 2. Decide.
-    plan = planner.plan(snapshot, now=now if now is not None else time.time(), policy=POLICY)
+    # 2. Decide, on the clock the rows it read were written with (queued_at, started_at).
+    moment = now if now is not None else timezone.now().timestamp()
+    plan = planner.plan(snapshot, now=moment, policy=POLICY)
     plan_done = time.perf_counter()
     # 3. Write.
     result = CycleResult(

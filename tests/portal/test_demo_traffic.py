@@ -1,5 +1,7 @@
 """Demo traffic: within five minutes a visitor sees queueing, an approval waiting for bob, a
-preemption, an idle warning and reclaim, a timeout; and DEMO_TRAFFIC=0 schedules nothing.
+preemption, an idle warning and reclaim, a timeout; within ten, a four-card run reserved and
+started by its reservation while smaller work runs beside it on lent A100s; and DEMO_TRAFFIC=0
+schedules nothing.
 
 Time is passed in: the clock moves 15 s per step (the demo's interval), and each step runs what
 beat runs under `make run` — the traffic step, a scheduling cycle, workload sync, utilisation
@@ -10,12 +12,14 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterator
-from datetime import datetime, timedelta
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
+from django.db.models import Q
 from django.utils import timezone
 
 from portal.celery import app, demo_schedule
@@ -26,6 +30,7 @@ from runtime.tasks import enforce_reclaim_policies, record_utilisation, sync_wor
 from scheduling.choices import RequestStatus
 from scheduling.models import Allocation, GpuRequest
 from scheduling.selectors.approvals import approval_inbox
+from scheduling.services import cycle, estimates
 from scheduling.tasks import run_scheduling_cycle
 from tenants.models import AuditEvent
 
@@ -49,13 +54,18 @@ def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
 
 
 @pytest.fixture
-def demo(settings: Any) -> Iterator[None]:
+def history_days() -> int:
+    return 0
+
+
+@pytest.fixture
+def demo(settings: Any, history_days: int) -> Iterator[None]:
     settings.DEMO_TRAFFIC = True
     settings.CLUSTER_BACKEND = "simulated"
     settings.SIMULATION_SPEED = 1.0
     settings.SAMPLE_INTERVAL_SECONDS = STEP_SECONDS
     settings.DEMO_TRAFFIC_MAX_LIVE = 16
-    call_command("seed_demo", "--history-days", "0")
+    call_command("seed_demo", "--history-days", str(history_days))
     execution.cluster_backend.cache_clear()
     yield
     execution.cluster_backend.cache_clear()
@@ -91,11 +101,95 @@ def test_five_minutes_show_queueing_approval_lending_preemption_idle_reclaim_and
     assert actions["reclaim.idle"] >= 1
     assert actions["reclaim.timeout"] >= 1
     assert actions["request.rejected"] >= 1
-    # Idle A100s nobody is guaranteed are lent past vision's guarantee.
-    assert Allocation.objects.filter(request__name="detr-finetune", is_borrowed=True).exists()
+    # Idle A100s nobody is guaranteed are lent past vision's guarantee: alice's two five-card
+    # sweeps, admitted after her two-card job that fits the guarantee.
+    lent = Allocation.objects.filter(request__flavor__slug="a100-80g").order_by("admitted_at", "pk")
+    assert [(a.request.name, a.is_borrowed) for a in lent.select_related("request")] == [
+        ("detr-finetune", False),
+        ("coco-pretrain", True),
+        ("coco-pretrain", True),
+    ]
     assert did["approved"] >= 1
     # Bounded: never more live demo work than the habits keep.
     assert most_live <= sum(habit.keep for habit in HABITS)
+
+
+@pytest.mark.parametrize("history_days", [90])  # as `make run` seeds it: the estimates read it
+def test_a_four_card_run_is_reserved_and_starts_by_it_while_idle_a100s_are_lent(
+    demo: None,
+    clock: Clock,
+    monkeypatch: pytest.MonkeyPatch,
+    django_capture_on_commit_callbacks: Callable[..., Any],
+) -> None:
+    # The demo's reservation wait, as `make run` sets it.
+    wait = float(demo_environment({}, host="127.0.0.1")["SCHEDULING_RESERVATION_WAIT_SECONDS"])
+    assert wait == 120
+    policy = replace(cycle.POLICY, reservation_wait_seconds=wait)
+    monkeypatch.setattr(cycle, "POLICY", policy)
+    monkeypatch.setattr(estimates, "POLICY", policy)
+    sweep_runtime = next(h.max_runtime_seconds for h in HABITS if h.name == "coco-pretrain")
+    a100 = Allocation.objects.filter(request__flavor__slug="a100-80g").select_related("request")
+    reserved_at: datetime | None = None
+    promised: datetime | None = None
+    shown: tuple[datetime | None, ...] = ()
+    reason = ""
+    lent_while_reserved: list[str] = []
+    sweeps_ends: list[datetime] = []
+    for _ in range(40):  # ten minutes
+        clock.now += timedelta(seconds=STEP_SECONDS)
+        for step in (traffic_step, run_scheduling_cycle, sync_workloads, enforce_reclaim_policies):
+            with django_capture_on_commit_callbacks(execute=True):
+                step()
+        record_utilisation()
+        estimates.refresh_start_estimates(now=clock.now.timestamp())  # what its page shows
+        head = GpuRequest.objects.filter(name="segformer-train").order_by("pk").first()
+        if head is None or head.status != RequestStatus.QUEUED:
+            continue
+        if promised is None and head.reserved_start_at is not None:
+            reserved_at, promised, reason = clock.now, head.reserved_start_at, head.waiting_reason
+            assert head.waiting_code == "reserved"
+            shown = (head.estimate_low_at, head.estimated_start_at, head.estimate_high_at)
+            live = a100.filter(ended_at__isnull=True, is_borrowed=True)
+            lent_while_reserved = sorted(a.request.name for a in live)
+            sweeps_ends = [
+                a.started_at + timedelta(seconds=sweep_runtime)
+                for a in live
+                if a.request.name == "coco-pretrain" and a.started_at is not None
+            ]
+        elif promised is not None:
+            # The reservation is kept: its start never slides.
+            assert head.reserved_start_at == promised
+
+    head = GpuRequest.objects.filter(name="segformer-train").order_by("pk").first()
+    assert head is not None and reserved_at is not None and promised is not None
+    assert head.queued_at is not None and head.started_at is not None
+    # It waited for a whole node for exactly the demo's reservation wait, then was promised the
+    # end of the first sweep's declared runtime.
+    assert reserved_at - head.queued_at == timedelta(seconds=wait)
+    assert f"for request {head.pk}: starts by" in reason
+    assert promised == datetime.fromtimestamp(round(min(sweeps_ends).timestamp()), tz=UTC)
+    # Meanwhile idle A100s were lent: both sweeps ran on borrowed cards.
+    assert Counter(lent_while_reserved)["coco-pretrain"] == 2, lent_while_reserved
+    # Smaller work ran beside it while it was reserved, but only where it did not delay it:
+    # what started after the reservation on its cards ended before the reserved start.
+    mine = a100.get(request=head)
+    cards = {(c["node"], c["device_index"]) for c in mine.claims}
+    beside = (
+        a100.filter(admitted_at__lt=mine.admitted_at)
+        .filter(Q(ended_at__isnull=True) | Q(ended_at__gt=reserved_at))
+        .exclude(request__name__in=["coco-pretrain", "segformer-train"])
+    )
+    assert {a.request.name for a in beside} == {"detr-finetune"}
+    for other in beside:
+        elsewhere = not cards & {(c["node"], c["device_index"]) for c in other.claims}
+        assert elsewhere or (other.ended_at is not None and other.ended_at <= promised)
+    # It started by the reservation's start, within the estimate its page showed when it was
+    # reserved (which ended by the reservation's start too).
+    assert head.started_at <= promised
+    low, estimated, high = shown
+    assert low is not None and estimated is not None and high is not None
+    assert low <= estimated <= high <= promised
+    assert low <= head.started_at <= high
 
 
 def test_traffic_is_off_unless_asked_for(settings: Any) -> None:

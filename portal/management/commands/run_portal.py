@@ -87,6 +87,9 @@ def demo_environment(base: Mapping[str, str], *, host: str, port: int = 8000) ->
     # The demo samples and enforces reclamation often so that it shows within minutes.
     env.setdefault("SAMPLE_INTERVAL_SECONDS", "15")
     env.setdefault("RECLAIM_INTERVAL_SECONDS", "15")
+    # A request blocked for a whole shape holds a reservation after two minutes, not ten, so
+    # that the demo shows backfilling around it (portal.demo_traffic).
+    env.setdefault("SCHEDULING_RESERVATION_WAIT_SECONDS", "120")
     # Its people keep working (portal.demo_traffic); DEMO_TRAFFIC=0 leaves the fleet to the visitor.
     env.setdefault("DEMO_TRAFFIC", "true")
     return env
