@@ -51,7 +51,7 @@ def _policy_field() -> forms.ChoiceField:
 
 class _ProjectChoiceField(forms.ModelChoiceField):
     def label_from_instance(self, obj: Any) -> str:
-        return f"{obj.team.name} / {obj.name}"
+        return str(obj)  # "Team / Project", as everywhere
 
 
 def unit_choices() -> list[tuple[str, str]]:

@@ -66,7 +66,9 @@ class Price(models.Model):
 
     def __str__(self) -> str:
         since = f"{self.effective_from:%Y-%m-%d}"
-        return f"{self.flavor} {self.price_per_hour} {self.currency}/h from {since}"
+        rate = self.price_per_hour
+        amount = f"{rate:.2f}" if rate == round(rate, 2) else f"{rate.normalize():f}"
+        return f"{self.flavor} {amount} {self.currency}/h from {since}"
 
     def clean(self) -> None:
         multipliers = self.priority_multipliers

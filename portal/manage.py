@@ -45,7 +45,7 @@ from portal.manage_forms import (
     TierForm,
     WebhookForm,
 )
-from portal.templatetags.portal_format import format_when
+from portal.templatetags.portal_format import format_money, format_number, format_when
 from scheduling.engine.reserve import format_duration
 from scheduling.models import (
     ApprovalRule,
@@ -261,7 +261,7 @@ SECTIONS: dict[str, Section] = {
                 ("Kind", lambda flavor: flavor.get_kind_display()),
                 ("GPU model", lambda flavor: flavor.gpu_model),
                 ("Memory (MiB)", lambda flavor: flavor.gpu_memory_mib),
-                ("GPU-equivalent", lambda flavor: flavor.gpu_equivalent),
+                ("GPU-equivalent", lambda flavor: format_number(flavor.gpu_equivalent, 4)),
                 ("Active", lambda flavor: _yes_no(flavor.is_active)),
             ),
             instance_arg="flavor",
@@ -373,9 +373,12 @@ SECTIONS: dict[str, Section] = {
             queryset=lambda: Price.objects.select_related("flavor"),
             columns=(
                 ("Flavor", lambda price: price.flavor),
-                ("Per hour", lambda price: f"{price.price_per_hour} {price.currency}"),
+                (
+                    "Per hour",
+                    lambda price: f"{format_money(price.price_per_hour)} {price.currency}",
+                ),
                 ("From", lambda price: format_when(price.effective_from)),
-                ("Preemptible ×", lambda price: price.preemptible_multiplier),
+                ("Preemptible ×", lambda price: format_number(price.preemptible_multiplier, 4)),
                 ("Priority ×", lambda price: price.priority_multipliers or "–"),
             ),
             instance_arg="price",

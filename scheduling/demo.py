@@ -103,11 +103,11 @@ POOLS: list[dict[str, Any]] = [
 
 # slug: (name, pool, kind, memory MiB, cores %, MIG profile, GPU-equivalent)
 FLAVORS = {
-    "a100-80g": ("A100-80G whole", "a100-training", FlavorKind.WHOLE, 81920, 100, "", "1"),
-    "h100-1g10gb": ("H100 mig-1g.10gb", "h100-mig", FlavorKind.MIG, 10240, 14, "1g.10gb", "0.1429"),
-    "h100-3g40gb": ("H100 mig-3g.40gb", "h100-mig", FlavorKind.MIG, 40960, 43, "3g.40gb", "0.4286"),
-    "l4-12g": ("L4 vGPU 12GiB/25%", "l4-vgpu", FlavorKind.VGPU, 12288, 25, "", "0.5"),
-    "l4-6g": ("L4 vGPU 6GiB/25%", "l4-vgpu", FlavorKind.VGPU, 6144, 25, "", "0.25"),
+    "a100-80g": ("A100 80 GB", "a100-training", FlavorKind.WHOLE, 81920, 100, "", "1"),
+    "h100-1g10gb": ("H100 MIG 1g.10gb", "h100-mig", FlavorKind.MIG, 10240, 14, "1g.10gb", "0.1429"),
+    "h100-3g40gb": ("H100 MIG 3g.40gb", "h100-mig", FlavorKind.MIG, 40960, 43, "3g.40gb", "0.4286"),
+    "l4-12g": ("L4 vGPU 12 GiB", "l4-vgpu", FlavorKind.VGPU, 12288, 25, "", "0.5"),
+    "l4-6g": ("L4 vGPU 6 GiB", "l4-vgpu", FlavorKind.VGPU, 6144, 25, "", "0.25"),
 }
 
 # slug: (default CPU millicores, default host memory MiB) of a request that names none: what the

@@ -23,7 +23,11 @@ class GpuRequestForm(forms.Form):
         help_text="A short label for lists, e.g. resnet sweep 3",
     )
     project = forms.ModelChoiceField(queryset=Project.objects.none())
-    flavor = forms.ModelChoiceField(queryset=Flavor.objects.none())
+    flavor = forms.ModelChoiceField(
+        queryset=Flavor.objects.none(),
+        help_text="A share (vGPU or MIG) counts in GPU-equivalents, GPU-eq: the part of one "
+        "whole card it is worth.",
+    )
     cluster = forms.ModelChoiceField(
         queryset=Cluster.objects.filter(is_active=True),
         required=False,

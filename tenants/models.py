@@ -90,7 +90,8 @@ class Project(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.team.slug}/{self.slug}"
+        """The names people know it by: "Vision / Detection" (its slugs make its namespace)."""
+        return f"{self.team.name} / {self.name}"
 
     @property
     def namespace(self) -> str:

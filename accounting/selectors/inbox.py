@@ -45,6 +45,14 @@ class InboxRow:
     def key(self) -> str:
         return f"{self.kind}-{self.request.pk}"
 
+    @property
+    def seconds_at_stake(self) -> float:
+        """The time at stake, for words ("3 min", "8 h"): an approval's whole max runtime,
+        unrounded; an ask's grant."""
+        if self.kind == "approval":
+            return float(self.request.max_runtime_seconds)
+        return float(self.hours_at_stake) * 3600
+
 
 def _rate(
     request: GpuRequest,

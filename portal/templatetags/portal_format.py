@@ -4,6 +4,8 @@ Registered as a template builtin (portal/settings.py), so no page needs to `{% l
 
     {{ event.occurred_at|when }}      2026-12-04 17:08 UTC
     {{ request.gpu_count|gpus }}      1 GPU, 2 GPUs
+    {{ flavor.gpu_equivalent|gpu_eq }}  0.43 GPU-eq, 1 GPU-eq (never "1.0000")
+    {{ flavor|flavor_size }}          1 whole GPU, 0.43 GPU-eq
     {{ seconds|duration }}            90 s, 45 min, 2 h, 3 d
     {{ "team_lead"|label }}           Team lead
     {{ pool.sharing_mode|sharing_mode }}  MIG profiles
@@ -22,7 +24,7 @@ from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.safestring import SafeString, mark_safe
 
-from scheduling.choices import SharingMode
+from scheduling.choices import FlavorKind, SharingMode
 from scheduling.engine.reserve import format_duration
 
 register = template.Library()
@@ -67,6 +69,44 @@ def gpus(count: Any) -> str:
         return str(count)
     text = f"{number:g}"
     return f"{text} GPU" if number <= 1 else f"{text} GPUs"
+
+
+def format_number(value: Any, places: int = 2) -> str:
+    """A figure with at most `places` decimals and no trailing zeros: 1.0000 → "1", 0.4286 →
+    "0.43"; what is not a number comes back as it is."""
+    if value is None or value == "":
+        return NOTHING
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return str(value)
+    text = f"{number:.{places}f}".rstrip("0").rstrip(".")
+    return "0" if text == "-0" else text
+
+
+def format_money(value: Any) -> str:
+    """An amount with two decimals, more only where it has them: 2.5000 → "2.50", 0.0125 →
+    "0.0125"."""
+    text = format_number(value, 4)
+    whole, _, cents = text.partition(".")
+    return f"{whole}.{cents.ljust(2, '0')}" if text != NOTHING else text
+
+
+@register.filter
+def gpu_eq(value: Any) -> str:
+    """GPU-equivalents (a whole card is 1), two decimals at most: "0.43 GPU-eq"."""
+    if value is None or value == "":
+        return NOTHING
+    return f"{format_number(value)} GPU-eq"
+
+
+@register.filter
+def flavor_size(flavor: Any) -> str:
+    """What one GPU of a flavor is: "1 whole GPU" for a whole card, else its GPU-equivalents
+    ("0.5 GPU-eq"), so that a list that mixes them counts shares against whole cards."""
+    if getattr(flavor, "kind", "") == FlavorKind.WHOLE:
+        return "1 whole GPU"
+    return gpu_eq(getattr(flavor, "gpu_equivalent", None))
 
 
 @register.filter

@@ -98,7 +98,7 @@ def access_problem(node: NodeInventory, pool: NodePool, mig_profiles: Sequence[s
     if pool.allocation == DeviceAllocation.DRA:
         if node.dra_gpu_count == 0:
             return (
-                f"Pool {pool.slug} allocates cards through DRA, but no ResourceSlice of "
+                f"Pool {pool.name} allocates cards through DRA, but no ResourceSlice of "
                 "gpu.nvidia.com lists GPUs on the node (is NVIDIA's DRA driver running there?)."
             )
         return ""
@@ -106,7 +106,7 @@ def access_problem(node: NodeInventory, pool: NodePool, mig_profiles: Sequence[s
         missing = [r for r in ("nvidia.com/gpumem", "nvidia.com/gpucores") if r not in have]
         if missing:
             return (
-                f"Pool {pool.slug} shares cards through HAMi, but the node advertises no "
+                f"Pool {pool.name} shares cards through HAMi, but the node advertises no "
                 f"{' or '.join(missing)} (is HAMi's device plugin running there?)."
             )
         return ""
@@ -115,24 +115,24 @@ def access_problem(node: NodeInventory, pool: NodePool, mig_profiles: Sequence[s
         wanted = [p for p in mig_profiles if p in node.mig_devices and node.mig_devices[p] > 0]
         if not any(node.mig_devices.values()):
             return (
-                f"Pool {pool.slug} runs MIG instances, but the node advertises no "
+                f"Pool {pool.name} runs MIG instances, but the node advertises no "
                 "nvidia.com/mig-* resources (MIG mode off, or the device plugin's strategy "
                 "is not mixed?)."
             )
         if mig_profiles and not wanted:
             return (
-                f"Pool {pool.slug} offers {', '.join(mig_profiles)}, but the node advertises "
+                f"Pool {pool.name} offers {', '.join(mig_profiles)}, but the node advertises "
                 f"only {', '.join(offered)}."
             )
         return ""
     if "nvidia.com/gpu" not in have:
         return (
-            f"Pool {pool.slug} gives whole cards, but the node advertises no nvidia.com/gpu "
+            f"Pool {pool.name} gives whole cards, but the node advertises no nvidia.com/gpu "
             "(is the NVIDIA device plugin running there?)."
         )
     if node.hami_devices:
         return (
-            f"Pool {pool.slug} gives whole cards, but the node's nvidia.com/gpu are HAMi's "
+            f"Pool {pool.name} gives whole cards, but the node's nvidia.com/gpu are HAMi's "
             "vGPU shares; move it to a vGPU pool."
         )
     return ""

@@ -14,6 +14,7 @@ from django.db import transaction
 
 from scheduling import dispatch
 from scheduling.choices import RESUMABLE_KINDS, RequestStatus
+from scheduling.engine.reserve import format_duration
 from scheduling.models import GpuRequest
 from scheduling.services.lifecycle import end_allocation, record_request_event, transition
 from scheduling.services.notifications import notify
@@ -137,12 +138,13 @@ def reclaim_timed_out(request: GpuRequest, *, source: str = "") -> bool:
     makes it when its clock says so, sync when the cluster stopped a Job at its deadline
     (`source` says which, in the evidence)."""
     started = request.started_at
-    hours = request.max_runtime_seconds / 3600
     evidence: dict[str, Any] = {
         "started_at": started.isoformat() if started else None,
         "max_runtime_seconds": request.max_runtime_seconds,
     }
     if source:
         evidence["source"] = source
-    reason = f"Stopped: it reached its max runtime of {hours:g} h."
+    reason = (
+        f"Stopped: it reached its max runtime of {format_duration(request.max_runtime_seconds)}."
+    )
     return reclaim_request(request, reason=reason, code="timeout", evidence=evidence)

@@ -331,7 +331,8 @@ def capacity_blocker(fleet: _Fleet, request: Request, flavor: Flavor, wait: Wait
     demand = request.gpu_count * flavor.gpu_equivalent
     nodes = fleet.nodes_for(shape)
     pools = sorted({n.pool for n in nodes})
-    where = ", ".join(pools) if pools else "none"
+    labels = {p.name: p.label for p in fleet.snapshot.pools}
+    where = ", ".join(labels.get(p, p) for p in pools) if pools else "none"
     detail: dict[str, DetailValue] = {
         "reason": wait.reason,
         "pools": pools,
@@ -350,7 +351,7 @@ def capacity_blocker(fleet: _Fleet, request: Request, flavor: Flavor, wait: Wait
         if reserved and reserve_reason(pool) in wait.reason:
             return Blocker(
                 "capacity",
-                f"Pool {pool.name} has no room for long work outside the share it keeps "
+                f"Pool {pool.label} has no room for long work outside the share it keeps "
                 "for short requests.",
                 detail,
             )

@@ -116,6 +116,7 @@ class Scheduler:
             else:
                 w = 1.0
             self.weight[t.name] = max(w, 1e-9)
+        self.team_labels = {t.name: t.label for t in snapshot.teams}
         self._gpu_key: dict[int, int] = {}  # memo key → the memo key of its GPU shape
         self._shapes: dict[Hashable, tuple[Shape, int]] = {}
         self._key_ids: dict[Hashable, int] = {}
@@ -542,8 +543,9 @@ class Scheduler:
             if self._queue is not None:
                 self._queue.touch(v.team)
             # `for_request` names the beneficiary; the reason says why this victim.
+            team = self.team_labels.get(req.team, req.team)
             why = (
-                f"reclaims borrowed capacity for team {req.team}'s guaranteed quota"
+                f"reclaims borrowed capacity for team {team}'s guaranteed quota"
                 if reclaim and v.borrowed and v.priority >= req.priority
                 else f"{_prio(v.priority)} priority work yields to {_prio(req.priority)}"
                 + (" (borrowed capacity)" if v.borrowed else "")

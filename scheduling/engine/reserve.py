@@ -37,7 +37,7 @@ def format_duration(seconds: float) -> str:
 def reserve_reason(pool: Pool) -> str:
     """Why a long request cannot use `pool` (phrased for the request page)."""
     return (
-        f"pool {pool.name} keeps {pool.short_reserve_fraction:.0%} for requests up to "
+        f"pool {pool.label} keeps {pool.short_reserve_fraction:.0%} for requests up to "
         f"{format_duration(pool.short_max_runtime_seconds)}"
     )
 

@@ -197,7 +197,8 @@ class Pool:
     an equally good placement exists in a lower one.  `short_reserve_fraction` of the pool's
     capacity is kept for requests with `max_runtime_seconds <= short_max_runtime_seconds`
     (see reserve.py); 0 turns the reserve off.  `lends_unassigned` (from the pool's tier) lets
-    teams borrow the pool's cards that no team is guaranteed (quota.py).
+    teams borrow the pool's cards that no team is guaranteed (quota.py).  `display_name` is
+    what people call it, for sentences (`name` is its id).
     """
 
     name: str
@@ -210,6 +211,12 @@ class Pool:
     short_reserve_fraction: float = 0.0
     short_max_runtime_seconds: float = 7200.0
     lends_unassigned: bool = True
+    display_name: str = ""
+
+    @property
+    def label(self) -> str:
+        """The name people know it by (its id when it has none)."""
+        return self.display_name or self.name
 
 
 @dataclass(frozen=True, slots=True)
@@ -437,6 +444,11 @@ class Team:
     cohort: str | None = None
     weight: float | None = None
     display_name: str = ""
+
+    @property
+    def label(self) -> str:
+        """The name people know it by (its id when it has none)."""
+        return self.display_name or self.name
 
 
 @dataclass(frozen=True, slots=True)

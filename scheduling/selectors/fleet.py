@@ -328,7 +328,8 @@ def node_detail(*, node: Node, window: Window, now: datetime | None = None) -> N
 
 @dataclass(frozen=True, slots=True)
 class PoolOverview:
-    pool: str
+    pool: str  # its slug, for links
+    name: str
     sharing_mode: str
     gpus: int
     allocated_gpu_equivalents: float
@@ -416,6 +417,7 @@ def fleet_overview(*, since_days: int = 7) -> list[PoolOverview]:
         overview.append(
             PoolOverview(
                 pool=pool.slug,
+                name=pool.name,
                 sharing_mode=pool.sharing_mode,
                 gpus=len(devices),
                 allocated_gpu_equivalents=round(

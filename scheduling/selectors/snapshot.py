@@ -126,12 +126,14 @@ def _pools(kueue: frozenset[int] = frozenset()) -> dict[int, Pool]:
             short_reserve_fraction=row["short_reserve_fraction"],
             short_max_runtime_seconds=float(row["short_max_runtime_seconds"]),
             lends_unassigned=row["tier__lends_unassigned"],
+            display_name=row["name"],
         )
         for row in NodePool.objects.exclude(cluster_id__in=kueue)
         .order_by("slug")
         .values(
             "pk",
             "slug",
+            "name",
             "tier__rank",
             "sharing_mode",
             "scoring",

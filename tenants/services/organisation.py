@@ -355,9 +355,10 @@ def remove_membership(*, actor: Actor, membership: Membership) -> None:
     membership.delete()
 
 
+# team slug: (name, {project slug: name})
 DEMO_TEAMS = {
-    "vision": ("Vision", ["detection", "segmentation"]),
-    "speech": ("Speech", ["asr", "tts"]),
+    "vision": ("Vision", {"detection": "Detection", "segmentation": "Segmentation"}),
+    "speech": ("Speech", {"asr": "ASR", "tts": "TTS"}),
 }
 DEMO_USERS = [
     ("alice", "Alice", "Developer", Role.DEVELOPER, "vision"),
@@ -378,20 +379,20 @@ def seed_demo_organisation(*, password: str, seeding: DemoSeeding | None = None)
     record = seeding or DemoSeeding()
     user_model = get_user_model()
     teams: dict[str, Team] = {}
-    for slug, (name, project_slugs) in DEMO_TEAMS.items():
+    for slug, (name, projects) in DEMO_TEAMS.items():
         team = record.get_or_create(f"team:{slug}", Team, slug=slug, defaults={"name": name})
         if team is None:
-            for project_slug in project_slugs:
+            for project_slug in projects:
                 record.could_not(f"project:{slug}/{project_slug}", f"team {slug} is gone")
             continue
         teams[slug] = team
-        for project_slug in project_slugs:
+        for project_slug, project_name in projects.items():
             record.get_or_create(
                 f"project:{slug}/{project_slug}",
                 Project,
                 team=team,
                 slug=project_slug,
-                defaults={"name": project_slug.upper()},
+                defaults={"name": project_name},
             )
     for username, first, last, role, team_slug in DEMO_USERS:
         user = record.once(

@@ -170,6 +170,6 @@ def test_the_home_page_names_requests_and_their_projects(org: Org, runs: dict[st
     row = table.split("<tbody>")[1].split("</tr>")[0]
     cells = [cell.split("</td>")[0] for cell in row.split("<td")[1:]]
     assert "resnet sweep (#" in cells[0] and cells[1].endswith(f">{org.project_a.name}")
-    assert "×" not in table  # no "request 1025 (A100-80G whole × 4)" in a column of names
+    assert "×" not in table  # no "request 1025 (A100 80 GB × 4)" in a column of names
     chart = page.context["dashboard"]["efficiency_chart"]
     assert chart["labels"] == [f"resnet sweep (#{done.pk})"]

@@ -14,6 +14,7 @@ from django.core.management import call_command
 
 from scheduling.models import GpuRequest
 from scheduling.services.notifications import notify
+from tests.support.demo_work import seed_demo_at_work
 
 CHROMIUM = Path("/usr/bin/chromium")
 LAUNCH_ARGS = [
@@ -59,7 +60,7 @@ def demo(transactional_db: None) -> None:
         ("alice", f"GPU request {pk} is idle and will be reclaimed", "reclaim.idle_warning"),
         ("alice", f"GPU request {pk} approved", "request.approved"),
         ("root", f"GPU request {pk} was reclaimed", "reclaim.idle"),
-        ("fiona", "Budget of vision at 80 %", "budget.alert"),
+        ("fiona", "Budget of Vision at 80 %", "budget.alert"),
     ):
         notify(
             users=[users[username]],
@@ -67,6 +68,12 @@ def demo(transactional_db: None) -> None:
             body="A long explanation-without-spaces-" + "x" * 80 + " that must wrap on a phone.",
             event={"type": event, "request": pk, "budget": 1},
         )
+
+
+@pytest.fixture
+def demo_at_work(transactional_db: None) -> None:
+    """The demo a few minutes into its day: work running, queued and waiting for a lead."""
+    seed_demo_at_work()
 
 
 @pytest.fixture

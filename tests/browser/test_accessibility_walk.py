@@ -1,15 +1,17 @@
-"""Each role walks every portal page it can reach on the seeded demo, at desktop and phone
-width, and axe-core (npm, injected by Playwright) finds no serious or critical violation.
+"""Each demo user walks every portal page they can reach on the seeded demo, at desktop and
+phone width, and axe-core (npm, injected by Playwright) finds no serious or critical violation.
+The demo is a few minutes into its day (tests/support/demo_work.py), so that the home pages'
+tables of running and queued work, waiting reasons and notices have rows.
 
 The walk starts at the role's home page and follows the links the pages offer (the nav, then
 the links inside each page), one page per URL shape (`/requests/12/` and `/requests/13/` are
 one shape), same origin only. It leaves out what is not a portal page: the API itself, the
-Django admin, downloads and sign-out; the API documentation (Swagger UI, /api/docs/) is walked
-once it has rendered. On each page, at 1280 px and at 390 px, it
-checks: no serious or critical axe violation, no sideways scrolling
-(`scrollWidth <= innerWidth`), and every table laid out for the width: a table at 1280 px,
-a stack of cards at 390 px (no table box scrolls sideways there either). At 390 px the
-navigation is collapsed behind its toggler.
+Django admin, downloads, sign-out and the workloads' own hosts (/connect/); the API
+documentation (Swagger UI, /api/docs/) is walked once it has rendered. On each page, at
+1280 px and at 390 px, it checks: no serious or critical axe violation, no sideways scrolling
+(`document.documentElement.scrollWidth <= innerWidth`, whatever sticks out), and every table
+laid out for the width: a table at 1280 px, a stack of cards at 390 px (no table box scrolls
+sideways there either). At 390 px the navigation is collapsed behind its toggler.
 """
 
 from __future__ import annotations
@@ -30,15 +32,18 @@ WIDTHS = {"desktop": 1280, "phone": 390}
 BLOCKING = {"serious", "critical"}
 # Not portal pages, or not pages at all.
 SKIPPED = re.compile(
-    r"^/(api/(?!docs/)|admin/|logout/|static/|healthz|readyz|metrics|oidc/|w/)"
+    r"^/(api/(?!docs/)|admin/|logout/|static/|healthz|readyz|metrics|oidc/|w/|connect/)"
     r"|/(export|download)|[?&](format|export)=|\.(csv|xlsx|json)$"
 )
 MAX_PAGES = 80
 # Pages drawn by script after they load: what shows they are ready to be checked.
 READY = {"/api/docs/": ".swagger-ui .opblock-summary"}
+# Every demo user, by role and team.
 ROLES = {
     "developer": "alice",
     "team lead": "bob",
+    "developer of Speech": "carol",
+    "team lead of Speech": "dan",
     "finance": "fiona",
     "platform admin": "root",
 }
@@ -51,14 +56,18 @@ AXE_RUN = """async () => {
     why: (v.nodes[0].any[0] || v.nodes[0].all[0] || v.nodes[0].none[0] || {}).message || "",
   }));
 }"""
+# The page's width when it scrolls sideways, and the first elements that stick out (outside
+# boxes that scroll on their own, which the table check below judges).
 SIDEWAYS = """() => {
   const width = window.innerWidth;
-  if (document.documentElement.scrollWidth <= width) return [];
-  return Array.from(document.querySelectorAll("body *"))
+  const page = document.documentElement.scrollWidth;
+  if (page <= width) return [];
+  const wide = Array.from(document.querySelectorAll("body *"))
     .filter(e => e.getBoundingClientRect().right > width + 1)
     .filter(e => !e.closest(".table-responsive, .overflow-auto, pre"))
     .slice(0, 3).map(e => e.tagName.toLowerCase() + (e.id ? "#" + e.id : "")
       + (e.className && typeof e.className === "string" ? "." + e.className.split(" ")[0] : ""));
+  return [`page ${page} px wide in ${width} px`, ...wide];
 }"""
 # How each table of the page is laid out: its header row's and first body row's display, and
 # whether the box around it scrolls sideways.
@@ -160,7 +169,7 @@ def walk_role(page: Any, base_url: str, role: str) -> Walk:
 
 @pytest.mark.parametrize("role", list(ROLES))
 def test_every_page_of_each_role_passes_axe_and_fits_a_phone(
-    page_at: Any, live_server: Any, demo: None, role: str
+    page_at: Any, live_server: Any, demo_at_work: None, role: str
 ) -> None:
     walk = walk_role(page_at, live_server.url, role)
     (Path(settings.BASE_DIR) / "var" / f"axe-walk-{role.replace(' ', '-')}.txt").write_text(

@@ -34,7 +34,7 @@ def test_gpuctl_get_shows_the_blocker_of_a_waiting_request(
     assert as_table.returncode == 0, as_table.stderr
     line = next(line for line in as_table.stdout.splitlines() if line.startswith("blocker "))
     assert line.split(None, 1)[1] == (
-        f"capacity: Pool {flavor.pool.slug} has too little free for the 2 GPU-eq it needs; it "
+        f"capacity: Pool {flavor.pool.name} has too little free for the 2 GPU-eq it needs; it "
         "starts as running work ends."
     )
     as_json = json.loads(gpuctl("get", str(waiting.pk), "-o", "json").stdout)

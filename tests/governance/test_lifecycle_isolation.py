@@ -51,7 +51,7 @@ def test_long_request_waits_for_the_reserve_and_a_short_one_runs(
         cycle.run_cycle()
     long.refresh_from_db()
     assert long.status == RequestStatus.QUEUED
-    assert "pool a100-training keeps 25% for requests up to 2 h" in long.waiting_reason
+    assert f"pool {reserved.name} keeps 25% for requests up to 2 h" in long.waiting_reason
 
     short = GpuRequestFactory.create(
         project=org.project_a,

@@ -132,7 +132,7 @@ def test_a_request_in_a_full_pool_is_blocked_by_capacity(org: Org) -> None:
     blocker = blocker_of(second)
     assert blocker["code"] == "capacity"
     assert blocker["message"] == (
-        f"Pool {flavor.pool.slug} has too little free for the 2 GPU-eq it needs; it starts as "
+        f"Pool {flavor.pool.name} has too little free for the 2 GPU-eq it needs; it starts as "
         "running work ends."
     )
 
@@ -145,7 +145,7 @@ def test_enough_free_cards_but_none_together_is_fragmentation(org: Org) -> None:
     blocker = blocker_of(two)
     assert blocker["code"] == "fragmentation"
     assert blocker["message"] == (
-        f"Pool {flavor.pool.slug} has 2 GPU-eq free, enough for the 2 it needs, but no single "
+        f"Pool {flavor.pool.name} has 2 GPU-eq free, enough for the 2 it needs, but no single "
         "node or GPU has room for it."
     )
     assert blocker["detail"]["free_ge"] == 2.0
@@ -167,7 +167,7 @@ def test_free_slices_that_the_mig_layout_does_not_offer_are_a_mig_layout_blocker
     blocker = blocker_of(waiting_one(*requests))
     assert blocker["code"] == "mig_layout"
     assert blocker["message"] == (
-        f"The MIG layout of pool {flavor.pool.slug}'s cards offers 0 free 3g.40gb instances, "
+        f"The MIG layout of pool {flavor.pool.name}'s cards offers 0 free 3g.40gb instances, "
         "1 needed."
     )
 

@@ -74,7 +74,7 @@ def test_the_admin_creates_edits_and_deletes_a_profile_each_audited(org: Org, fl
     assert created.data["fields"]["image"] == "quay.io/jupyter/tensorflow-notebook:2024-10-07"
     listing = admin.get(reverse("manage-notebook-profiles")).content.decode()
     assert "quay.io/jupyter/tensorflow-notebook:2024-10-07" in listing
-    assert "L4 vGPU 6GiB/25% × 1" in listing
+    assert "L4 vGPU 6 GiB × 1" in listing
 
     edit = reverse("manage-notebook-profiles-edit", kwargs={"pk": profile.pk})
     new_image = "quay.io/jupyter/tensorflow-notebook:2025-01-06"
@@ -151,12 +151,12 @@ def test_the_form_offers_the_profiles_the_projects_tiers_allow(org: Org, fleet: 
     dev_profile(org, fleet, name="Retired", is_active=False)
     page = login("dev_a").get(reverse("gpu-request-new")).content.decode()
     picker = page[page.index('data-testid="profile-picker"') :]
-    assert "PyTorch" in picker and CURATED in picker and "L4 vGPU 12GiB/25% × 1" in picker
+    assert "PyTorch" in picker and CURATED in picker and "L4 vGPU 12 GiB × 1" in picker
     assert "Big PyTorch" in picker  # team A may use the training tier
     assert "Retired" not in picker
     theirs = login("dev_b").get(reverse("gpu-request-new")).content.decode()
     assert "Big PyTorch" not in theirs  # team B may not use the training tier
-    assert "L4 vGPU 12GiB/25% × 1" in theirs
+    assert "L4 vGPU 12 GiB × 1" in theirs
 
 
 def test_picking_a_profile_fills_the_form_with_a_notebook_of_its_image(

@@ -47,8 +47,8 @@ def pending_a100(org: Org, fleet: Fleet) -> GpuRequest:
 
 def test_request_form_offers_only_flavors_the_project_may_use(org: Org, fleet: Fleet) -> None:
     page = login("dev_b").get(reverse("gpu-request-new")).content.decode()
-    assert "L4 vGPU 12GiB/25%" in page
-    assert "A100-80G whole" not in page  # Speech's team may not use the training tier
+    assert "L4 vGPU 12 GiB" in page
+    assert "A100 80 GB" not in page  # Speech's team may not use the training tier
     assert "A one" not in page  # another team's project
 
 
@@ -162,7 +162,7 @@ def test_owner_cancels_from_the_request_page(org: Org, fleet: Fleet) -> None:
 def test_lead_splits_quota_on_the_quota_page_but_not_another_team(org: Org, fleet: Fleet) -> None:
     client = login("lead_a")
     page = client.get(reverse("quotas-page")).content.decode()
-    assert "A100-80G whole" in page and "Team B" not in page
+    assert "A100 80 GB" in page and "Team B" not in page
     url = reverse("project-quota-set", args=[org.project_a.pk, fleet.a100.pk])
     client.post(url, {"guaranteed": 2, "limit": 4})
     assert Quota.objects.get(project=org.project_a, flavor=fleet.a100).limit == 4
