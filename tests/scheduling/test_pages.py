@@ -1,10 +1,13 @@
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
+from django.utils import timezone
 
 from scheduling.models import GpuRequest, Quota
 from tenants.models import Project
@@ -135,6 +138,21 @@ def test_lead_approves_from_the_inbox_in_place(org: Org, fleet: Fleet) -> None:
     request.refresh_from_db()
     assert (request.status, request.approved_by) == ("queued", org.lead_a)
     assert 'data-testid="inbox-empty"' in client.get(reverse("approvals-page")).content.decode()
+
+
+def test_the_inbox_says_how_long_ago_in_words(org: Org, fleet: Fleet) -> None:
+    fresh = pending_a100(org, fleet)
+    older = pending_a100(org, fleet)
+    now = timezone.now()
+    GpuRequest.objects.filter(pk=fresh.pk).update(created_at=now - timedelta(seconds=30))
+    GpuRequest.objects.filter(pk=older.pk).update(created_at=now - timedelta(minutes=5, seconds=10))
+    inbox = login("lead_a").get(reverse("approvals-page")).content.decode()
+    rows = {
+        request.pk: inbox.split(f'id="inbox-approval-{request.pk}"')[1].split("</tr>")[0]
+        for request in (fresh, older)
+    }
+    assert "seconds ago" in rows[fresh.pk] and "minutes" not in rows[fresh.pk]
+    assert "5\xa0minutes ago" in rows[older.pk]
 
 
 def test_reject_without_comment_shows_the_error_in_the_row(org: Org, fleet: Fleet) -> None:
