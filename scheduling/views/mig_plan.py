@@ -7,6 +7,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.utils import timezone
 
+from scheduling.models import NodePool
 from scheduling.selectors.mig_plan import DEMAND_WINDOW, mig_plan
 from tenants.models import scope_of
 
@@ -28,9 +29,11 @@ def mig_plan_page(request: HttpRequest) -> HttpResponse:
     if not scope_of(request.user).is_platform_admin:
         raise Http404
     plan = mig_plan(now=timezone.now())
+    pool_names = dict(NodePool.objects.values_list("slug", "name"))
     rows = [
         {
             "suggestion": s,
+            "pool": pool_names.get(s.pool, s.pool),
             "current": _layout(s.current_cards),
             "suggested": _layout(s.cards),
             "serves": ", ".join(f"{n} x {p}" for p, n in s.serves.items()) or "nothing waiting",
@@ -39,8 +42,14 @@ def mig_plan_page(request: HttpRequest) -> HttpResponse:
     ]
     context = {
         "rows": rows,
-        "demand": sorted(plan.demand.items()),
-        "unserved": sorted(plan.unserved.items()),
+        "demand": [
+            (pool_names.get(pool, pool), profile, n)
+            for (pool, profile), n in sorted(plan.demand.items())
+        ],
+        "unserved": [
+            (pool_names.get(pool, pool), profile, n)
+            for (pool, profile), n in sorted(plan.unserved.items())
+        ],
         "window_hours": int(DEMAND_WINDOW.total_seconds() // 3600),
     }
     return render(request, "scheduling/mig_plan.html", context)

@@ -77,7 +77,9 @@ def test_admins_see_the_plan_for_the_days_waiting_mig_requests(org: Org, fleet: 
     assert page.status_code == 200
     html = page.content.decode()
     assert "all-3g.40gb" in html and "8 x (2 x 3g.40gb)" in html
-    assert "h100-mig: 8 x 3g.40gb" in html
+    pool = fleet.mig_3g.pool.name  # the page names pools as people do; the API by slug
+    assert f"{pool}: 8 x 3g.40gb" in html and "h100-mig:" not in html
+    assert f"<td>{pool}</td>" in html
 
 
 @pytest.mark.django_db
