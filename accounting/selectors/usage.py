@@ -101,10 +101,25 @@ def resource_price_in_force(*, resource: str, at: datetime | None = None) -> Res
 
 
 def estimated_cost_per_hour(*, flavor: Flavor, gpu_count: int) -> tuple[Decimal, str] | None:
+    """What a new request of `gpu_count` units of `flavor` with the flavor's default cores and
+    memory will cost an hour, priced as the meter prices it; None when the flavor is unpriced."""
     price = price_in_force(flavor=flavor)
     if price is None:
         return None
-    return price.price_per_hour * gpu_count, price.currency
+    request = GpuRequest(
+        flavor=flavor,
+        gpu_count=gpu_count,
+        cpu_millicores=flavor.default_cpu_millicores,
+        memory_mib=flavor.default_memory_mib,
+    )
+    rates = hourly_rates(
+        request=request,
+        preemptible=False,
+        price=price,
+        cpu_price=resource_price_in_force(resource=HostResource.CPU),
+        memory_price=resource_price_in_force(resource=HostResource.MEMORY),
+    )
+    return rates.total, price.currency
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,6 +9,7 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
+from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
@@ -281,6 +282,24 @@ def test_request_cost_per_hour_adds_cores_and_memory(org: Org, fleet: Fleet) -> 
     )
     # 2.50 + 8 × 0.03 + 32 × 0.004 = 2.868 an hour
     assert request_cost(request).per_hour == Decimal("2.87")
+
+
+def test_the_request_forms_estimate_adds_the_flavors_default_cores_and_memory(
+    org: Org, fleet: Fleet
+) -> None:
+    set_price(fleet.a100, "2.50")
+    set_resource_price(HostResource.CPU, "0.03")
+    set_resource_price(HostResource.MEMORY, "0.004")
+    fleet.a100.default_cpu_millicores, fleet.a100.default_memory_mib = 8000, 64 * 1024
+    fleet.a100.save()
+    client = Client()
+    client.force_login(org.dev_a)
+    page = client.get(
+        reverse("request-estimate"),
+        {"project": org.project_a.pk, "flavor": fleet.a100.pk, "gpu_count": 2},
+    ).content.decode()
+    # 2 × 2.50 + 8 cores × 0.03 + 64 GiB × 0.004 = 5.496 an hour
+    assert '<strong data-testid="cost-per-hour">5.50 EUR</strong>' in page
 
 
 def test_the_inbox_prices_a_pending_requests_cores_and_memory(org: Org, fleet: Fleet) -> None:
