@@ -11,8 +11,10 @@ visitor sees:
 - a preemption: carol's speech team fills the L4 vGPU pool with serving fleets, half of them on
   borrowed quota (dan approves them); once they run, alice opens a notebook within vision's
   guarantee and the scheduler preempts one borrowed fleet, which queues again. A visitor's
-  own L4 notebooks do not stop it: each fleet asks for no more shares than a node has free,
-  and the notebook for one share more than any node has free once the fleets stop growing;
+  own L4 notebooks do not stop it: each fleet asks for no more shares than a node has free
+  (a fleet still waiting for dan or for room when the visitor takes some is asked for again,
+  smaller), and the notebook for one share more than any node has free once the fleets stop
+  growing;
 - an idle warning, then a reclaim: alice leaves an exploration notebook open and walks away;
 - a timeout: carol's quick-check notebook reaches its three-minute max runtime;
 - rejections: dan turns down high-priority fine-tuning that is not urgent;
@@ -57,6 +59,7 @@ from scheduling.selectors.snapshot import build_snapshot
 from scheduling.services.requests import (
     GpuRequestSpec,
     approve_gpu_request,
+    cancel_gpu_request,
     reject_gpu_request,
     submit_gpu_request,
 )
@@ -70,6 +73,7 @@ LIVE_STATUSES = frozenset({*COMMITTED_STATUSES, RequestStatus.PENDING_APPROVAL})
 REJECTION = "Not urgent enough for high priority; submit it again at normal priority."
 QUIET_PERCENT = (0, 2)
 BUSY_PERCENT = (70, 95)
+WAITS_FOR_ROOM = ("capacity", "reserved")  # waiting codes of work that waits for free cards
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,7 +178,9 @@ def traffic_step(*, now: datetime | None = None) -> Counter[str]:
     _decide(users, now, done)
     # 2. The people act on their running work.
     _act(now, done)
-    # 3. Habits short of their count submit, within the cap.
+    # 3. Habits short of their count submit, within the cap (asking again, smaller, for work
+    # that waits for room a visitor's work took).
+    _resize(users, done)
     _submit(users, now, done)
     return done
 
@@ -231,6 +237,37 @@ def _act(now: datetime, done: Counter[str]) -> None:
         if runs.get(name):
             planned = F("starts_at") + timedelta(seconds=runs[name])
             workloads.filter(kind=WorkloadKind.JOB).exclude(ends_at=planned).update(ends_at=planned)
+
+
+def _resize(users: dict[str, Any], done: Counter[str]) -> None:
+    """Cancel the requests of `fits_free` habits that wait for their lead or for room on one
+    node while no node has room for all their shares but one has for some (a visitor's work
+    took it after they were asked for); the habit then asks again at the size that fits.
+    Preempted work waits as it is."""
+    for habit in HABITS:
+        if not habit.fits_free:
+            continue
+        waiting = GpuRequest.objects.filter(
+            Q(status=RequestStatus.PENDING_APPROVAL)
+            | Q(status=RequestStatus.QUEUED, waiting_code__in=WAITS_FOR_ROOM),
+            name=habit.name,
+            owner__username=habit.username,
+            preempted_at__isnull=True,
+        ).select_related("flavor__pool")
+        for request in waiting:
+            free, _ = _most_free(request.flavor)
+            if not 0 < free < request.gpu_count:
+                continue
+            try:
+                cancel_gpu_request(
+                    actor=users[habit.username],
+                    request=request,
+                    reason=f"Asking again for the {free} shares that fit on one node.",
+                )
+            except DomainError as error:  # decided meanwhile
+                log.debug("demo traffic: %s kept request %s: %s", habit.username, request.pk, error)
+                continue
+            done["resized"] += 1
 
 
 def _submit(users: dict[str, Any], now: datetime, done: Counter[str]) -> None:
