@@ -10,7 +10,11 @@ visitor sees:
   beyond the team's guarantee run on borrowed A100s that no team is guaranteed;
 - a preemption: carol's speech team fills the L4 vGPU pool with serving fleets, half of them on
   borrowed quota (dan approves them); once they run, alice opens a notebook within vision's
-  guarantee and the scheduler preempts one borrowed fleet, which queues again;
+  guarantee and the scheduler preempts one borrowed fleet, which queues again. A visitor's
+  own L4 notebooks do not stop it: each fleet asks for no more shares than a node has free
+  (a fleet still waiting for dan or for room when the visitor takes some is asked for again,
+  smaller), and the notebook for one share more than any node has free once the fleets stop
+  growing;
 - an idle warning, then a reclaim: alice leaves an exploration notebook open and walks away;
 - a timeout: carol's quick-check notebook reaches its three-minute max runtime;
 - rejections: dan turns down high-priority fine-tuning that is not urgent;
@@ -27,8 +31,9 @@ A step does three things, in order:
    job's run time are drawn at launch, so a notebook left open goes quiet, a serving fleet
    stays busy and a job of a habit with `runs_seconds` runs that long here;
 3. each habit short of its count submits one request, while the demo people hold fewer than
-   DEMO_TRAFFIC_MAX_LIVE live requests: the fleet never fills with demo work for good, as every
-   request it submits ends by itself, by timeout or by idle reclaim.
+   DEMO_TRAFFIC_MAX_LIVE live requests of the habits: the fleet never fills with demo work for
+   good, as every request it submits ends by itself, by timeout or by idle reclaim. A visitor's
+   requests as a demo user do not count.
 """
 
 from __future__ import annotations
@@ -42,15 +47,19 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.db.models import F
+from django.db.models import F, Q
 from django.utils import timezone
 
 from runtime.models import SimulatedWorkload
 from scheduling.choices import COMMITTED_STATUSES, Priority, RequestStatus, WorkloadKind
-from scheduling.models import Flavor, GpuRequest
+from scheduling.engine.filters import vgpu_fits
+from scheduling.engine.state import FleetState
+from scheduling.models import Allocation, Flavor, GpuRequest
+from scheduling.selectors.snapshot import build_snapshot
 from scheduling.services.requests import (
     GpuRequestSpec,
     approve_gpu_request,
+    cancel_gpu_request,
     reject_gpu_request,
     submit_gpu_request,
 )
@@ -64,6 +73,7 @@ LIVE_STATUSES = frozenset({*COMMITTED_STATUSES, RequestStatus.PENDING_APPROVAL})
 REJECTION = "Not urgent enough for high priority; submit it again at normal priority."
 QUIET_PERCENT = (0, 2)
 BUSY_PERCENT = (70, 95)
+WAITS_FOR_ROOM = ("capacity", "reserved")  # waiting codes of work that waits for free cards
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +92,13 @@ class Habit:
     activity: str = ""  # "quiet" (walks away), "busy", or "" (as the simulation drew it)
     after: str = ""  # starts only once every request of the habit named here runs
     runs_seconds: int = 0  # a job runs this long once started (0: as the simulation drew it)
+    # Takes back the guarantee from the habit named here: starts once that habit's requests
+    # run or wait, some on borrowed quota, and asks one share more than any node of its pool
+    # has free (at least `gpu_count`), so that only a preemption makes room (`_gpu_count`).
+    reclaims: str = ""
+    # Asks for at most as many shares as the node of its pool with the most room has free (at
+    # least one), so that a visitor's notebooks in the pool do not keep it waiting.
+    fits_free: bool = False
 
 
 HABITS: tuple[Habit, ...] = (
@@ -98,12 +115,13 @@ HABITS: tuple[Habit, ...] = (
     # Preemption: the speech team fills the L4 pool, half of it on borrowed quota ...
     Habit(
         "asr-serving", "carol", "asr", "l4-12g", WorkloadKind.SERVICE, 4, 20 * 60,
-        keep=4, activity="busy",
+        keep=4, activity="busy", fits_free=True,
     ),
-    # ... and vision takes back its guarantee once all of it runs.
+    # ... and vision takes back its guarantee once it runs: one share when the fleets fill the
+    # pool, more when a visitor's notebooks left room that no fleet fits.
     Habit(
         "detector-eval", "alice", "detection", "l4-12g", WorkloadKind.NOTEBOOK, 1, 10 * 60,
-        activity="busy", after="asr-serving",
+        activity="busy", reclaims="asr-serving",
     ),
     # Approval for bob, and lending: whole training cards need the lead; past vision's
     # guarantee (4 of its limit of 16) they run on unassigned A100s, borrowed.
@@ -160,7 +178,9 @@ def traffic_step(*, now: datetime | None = None) -> Counter[str]:
     _decide(users, now, done)
     # 2. The people act on their running work.
     _act(now, done)
-    # 3. Habits short of their count submit, within the cap.
+    # 3. Habits short of their count submit, within the cap (asking again, smaller, for work
+    # that waits for room a visitor's work took).
+    _resize(users, done)
     _submit(users, now, done)
     return done
 
@@ -219,10 +239,44 @@ def _act(now: datetime, done: Counter[str]) -> None:
             workloads.filter(kind=WorkloadKind.JOB).exclude(ends_at=planned).update(ends_at=planned)
 
 
+def _resize(users: dict[str, Any], done: Counter[str]) -> None:
+    """Cancel the requests of `fits_free` habits that wait for their lead or for room on one
+    node while no node has room for all their shares but one has for some (a visitor's work
+    took it after they were asked for); the habit then asks again at the size that fits.
+    Preempted work waits as it is."""
+    for habit in HABITS:
+        if not habit.fits_free:
+            continue
+        waiting = GpuRequest.objects.filter(
+            Q(status=RequestStatus.PENDING_APPROVAL)
+            | Q(status=RequestStatus.QUEUED, waiting_code__in=WAITS_FOR_ROOM),
+            name=habit.name,
+            owner__username=habit.username,
+            preempted_at__isnull=True,
+        ).select_related("flavor__pool")
+        for request in waiting:
+            free, _ = _most_free(request.flavor)
+            if not 0 < free < request.gpu_count:
+                continue
+            try:
+                cancel_gpu_request(
+                    actor=users[habit.username],
+                    request=request,
+                    reason=f"Asking again for the {free} shares that fit on one node.",
+                )
+            except DomainError as error:  # decided meanwhile
+                log.debug("demo traffic: %s kept request %s: %s", habit.username, request.pk, error)
+                continue
+            done["resized"] += 1
+
+
 def _submit(users: dict[str, Any], now: datetime, done: Counter[str]) -> None:
+    # Only the habits' own requests count: a visitor's work as a demo user never holds them up.
     live = Counter(
         GpuRequest.objects.filter(
-            status__in=LIVE_STATUSES, owner__username__in=_usernames()
+            status__in=LIVE_STATUSES,
+            owner__username__in=_usernames(),
+            name__in=[habit.name for habit in HABITS],
         ).values_list("name", flat=True)
     )
     room = settings.DEMO_TRAFFIC_MAX_LIVE - sum(live.values())
@@ -236,13 +290,14 @@ def _submit(users: dict[str, Any], now: datetime, done: Counter[str]) -> None:
             continue
         if habit.project not in projects or habit.flavor not in flavors:
             continue
+        flavor = flavors[habit.flavor]
         try:
             submit_gpu_request(
                 actor=users[habit.username],
                 spec=GpuRequestSpec(
                     project=projects[habit.project],
-                    flavor=flavors[habit.flavor],
-                    gpu_count=habit.gpu_count,
+                    flavor=flavor,
+                    gpu_count=_gpu_count(habit, flavor),
                     image=IMAGES[habit.kind],
                     command=["python", "train.py", "--run-id", f"{habit.name}-{now:%Y%m%d-%H%M%S}"]
                     if habit.kind == WorkloadKind.JOB
@@ -262,7 +317,23 @@ def _submit(users: dict[str, Any], now: datetime, done: Counter[str]) -> None:
 
 
 def _ready(habit: Habit, live: Counter[str]) -> bool:
-    """A habit with `after` starts only once every request of that habit runs."""
+    """A habit with `after` starts only once every request of that habit runs; one that
+    `reclaims` once every request of that habit runs or waits after a scheduling cycle, and
+    one of them runs on borrowed quota."""
+    if habit.reclaims:
+        keep = next(h.keep for h in HABITS if h.name == habit.reclaims)
+        theirs = GpuRequest.objects.filter(
+            name=habit.reclaims, status__in=LIVE_STATUSES, owner__username__in=_usernames()
+        )
+        settled = theirs.filter(
+            Q(status=RequestStatus.RUNNING) | Q(status=RequestStatus.QUEUED, waiting_reason__gt="")
+        )
+        borrowed = Allocation.objects.filter(
+            request__in=theirs.filter(status=RequestStatus.RUNNING),
+            ended_at__isnull=True,
+            is_borrowed=True,
+        )
+        return live[habit.reclaims] == keep == settled.count() and borrowed.exists()
     if not habit.after:
         return True
     keep = next(h.keep for h in HABITS if h.name == habit.after)
@@ -270,3 +341,31 @@ def _ready(habit: Habit, live: Counter[str]) -> bool:
         name=habit.after, status=RequestStatus.RUNNING, owner__username__in=_usernames()
     ).count()
     return running >= keep and live[habit.after] == keep
+
+
+def _gpu_count(habit: Habit, flavor: Flavor) -> int:
+    """The habit's size, or with `fits_free` or `reclaims` one set by the room left in the
+    flavor's pool: the most cards on one node that fit one more share of the flavor."""
+    if not (habit.fits_free or habit.reclaims):
+        return habit.gpu_count
+    free, cards = _most_free(flavor)
+    if habit.fits_free:
+        return max(1, min(habit.gpu_count, free))
+    # One share more than fits: only a preemption of borrowed work makes room (when the
+    # fleets fill the pool that is the habit's own size).
+    return max(habit.gpu_count, min(free + 1, cards))
+
+
+def _most_free(flavor: Flavor) -> tuple[int, int]:
+    """(cards of the node of the flavor's pool with the most cards that fit one more share of
+    the flavor, the most cards a node of the pool has)."""
+    state = FleetState(build_snapshot())
+    memory, cores = flavor.gpu_memory_mib or 0, flavor.gpu_cores_percent or 0
+    free = cards = 0
+    for node, pool in enumerate(state.node_pool):
+        if pool != flavor.pool.slug or not state.node_schedulable[node]:
+            continue
+        devices = state.node_devices[node]
+        cards = max(cards, len(devices))
+        free = max(free, sum(1 for d in devices if vgpu_fits(state, d, memory, cores)))
+    return free, cards

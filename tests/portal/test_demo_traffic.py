@@ -1,6 +1,7 @@
 """Demo traffic: within five minutes a visitor sees queueing, an approval waiting for bob, a
 preemption, an idle warning and reclaim, a timeout; within ten, a four-card run reserved and
-started by its reservation while smaller work runs beside it on lent A100s; and DEMO_TRAFFIC=0
+started by its reservation while smaller work runs beside it on lent A100s; a visitor's own L4
+notebooks and A100 jobs as alice leave the five-minute stories showing; and DEMO_TRAFFIC=0
 schedules nothing.
 
 Time is passed in: the clock moves 15 s per step (the demo's interval), and each step runs what
@@ -28,11 +29,12 @@ from portal.management.commands.run_portal import demo_environment
 from runtime.services import execution
 from runtime.tasks import enforce_reclaim_policies, record_utilisation, sync_workloads
 from scheduling.choices import RequestStatus
-from scheduling.models import Allocation, GpuRequest
+from scheduling.models import Allocation, Flavor, GpuRequest
 from scheduling.selectors.approvals import approval_inbox
 from scheduling.services import cycle, estimates
+from scheduling.services.requests import GpuRequestSpec, submit_gpu_request
 from scheduling.tasks import run_scheduling_cycle
-from tenants.models import AuditEvent
+from tenants.models import AuditEvent, Project
 
 pytestmark = pytest.mark.django_db
 STEP_SECONDS = 15
@@ -216,3 +218,83 @@ def test_make_run_turns_traffic_on_and_demo_traffic_0_turns_it_off(settings: Any
     entries = demo_schedule()
     assert [entry["task"] for entry in entries.values()] == ["portal.tasks.demo_traffic_step"]
     assert "portal.tasks.demo_traffic_step" in app.tasks
+
+
+def _visitor_submits(*, notebooks: int, a100_jobs: int) -> list[GpuRequest]:
+    """What a visitor signed in as alice tries first: L4 notebooks from Vision's "PyTorch
+    notebook" template and whole-card A100 training jobs (which wait for bob)."""
+    alice = get_user_model().objects.get(username="alice")
+    detection = Project.objects.get(team__slug="vision", slug="detection")
+    work = [("l4-12g", "notebook", "jupyter/pytorch-notebook:2024-10-07", None)] * notebooks + [
+        ("a100-80g", "job", "pytorch/pytorch:2.4.0-cuda12.1-cudnn9-runtime", ["python", "x.py"])
+    ] * a100_jobs
+    return [
+        submit_gpu_request(
+            actor=alice,
+            spec=GpuRequestSpec(
+                project=detection,
+                flavor=Flavor.objects.get(slug=flavor),
+                gpu_count=1,
+                image=image,
+                command=command,
+                max_runtime_seconds=4 * 3600,
+                kind=kind,
+                name=f"my-{kind}-{number}",
+            ),
+        )
+        for number, (flavor, kind, image, command) in enumerate(work)
+    ]
+
+
+def _events(action: str, habit: str) -> int:
+    """Audit events `action` about the requests of one habit."""
+    mine = GpuRequest.objects.filter(name=habit).values_list("pk", flat=True)
+    return AuditEvent.objects.filter(action=action, target_id__in=[str(pk) for pk in mine]).count()
+
+
+@pytest.mark.parametrize(("notebooks", "at_step"), [(2, 0), (3, 0), (4, 0), (3, 6)])
+def test_the_five_minute_stories_still_show_beside_a_visitors_own_work(
+    demo: None,
+    clock: Clock,
+    notebooks: int,
+    at_step: int,
+    django_capture_on_commit_callbacks: Callable[..., Any],
+) -> None:
+    # The visitor holds L4 shares in Vision's guarantee (which left no room for a fourth
+    # four-share fleet and one share for detector-eval without a preemption) and two of its
+    # four guaranteed A100s: before the demo's people start, or 90 s in, while dan has yet to
+    # approve carol's borrowed fleets.
+    mine: list[GpuRequest] = []
+    for step_number in range(20):  # five minutes
+        if step_number == at_step:
+            with django_capture_on_commit_callbacks(execute=True):
+                mine = _visitor_submits(notebooks=notebooks, a100_jobs=2)
+        clock.now += timedelta(seconds=STEP_SECONDS)
+        for step in (traffic_step, run_scheduling_cycle, sync_workloads, enforce_reclaim_policies):
+            with django_capture_on_commit_callbacks(execute=True):
+                step()
+        record_utilisation()
+    # The preemption: detector-eval took Vision's guarantee back from a borrowed fleet.
+    preempted = GpuRequest.objects.filter(name="asr-serving", preempted_by__name="detector-eval")
+    assert preempted.count() == 1
+    detector_eval = GpuRequest.objects.get(name="detector-eval")
+    assert detector_eval.status == RequestStatus.RUNNING
+    assert not Allocation.objects.get(request=detector_eval).is_borrowed
+    # Idle warning and reclaim, timeout, rejection: the habits' own, not the visitor's.
+    assert _events("reclaim.idle_warning", "explore-coco") == 1
+    assert _events("reclaim.idle", "explore-coco") == 1
+    assert _events("reclaim.timeout", "quick-check") == 1
+    assert _events("request.rejected", "whisper-finetune") >= 1
+    # Approval and lending: bob approved the visitor's jobs and detr-finetune; past Vision's
+    # guarantee alice's sweeps run on lent A100s (the second may wait for five cards on one
+    # node while the visitor's jobs hold some).
+    bob = get_user_model().objects.get(username="bob")
+    approved = AuditEvent.objects.filter(action="request.approved", actor=bob)
+    jobs = [request.pk for request in mine if request.flavor.slug == "a100-80g"]
+    assert {str(pk) for pk in jobs} <= set(approved.values_list("target_id", flat=True))
+    assert _events("request.approved", "detr-finetune") == 1
+    lent = Allocation.objects.filter(request__name__in=["detr-finetune", "coco-pretrain"])
+    assert set(lent.values_list("request__name", "is_borrowed")) == {
+        ("coco-pretrain", True),
+        ("detr-finetune", False),
+    }
