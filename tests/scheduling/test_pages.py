@@ -91,7 +91,8 @@ def test_estimate_shows_quota_left_and_cost(org: Org, fleet: Fleet) -> None:
     )
     page = response.content.decode()
     assert 'data-testid="quota-left-guaranteed">8<' in page
-    assert "0.80 EUR" in page
+    # 2 x 0.40 for the shares + 2 cores x 0.03 + 8 GiB x 0.004 (the flavor's defaults) = 0.892
+    assert '<strong data-testid="cost-per-hour">0.89 EUR</strong>' in page
 
 
 def test_estimate_for_another_team_project_reveals_nothing(org: Org, fleet: Fleet) -> None:
