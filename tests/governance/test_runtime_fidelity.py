@@ -353,10 +353,10 @@ def test_a_quota_change_pushes_every_gpu_resource_to_the_namespace(
         )
     (spec,) = recorder.projects
     assert spec.namespace == org.project_a.namespace
-    # A100 8; L4 12G 4 (the project's split) + L4 6G 16 (the team's): 0.5 x 4 + 0.25 x 16 = 6
+    # A100 16; L4 12G 4 (the project's split) + L4 6G 16 (the team's): 0.5 x 4 + 0.25 x 16 = 6
     # GPU-equivalents of 24 GiB cards; MIG 1g 14 and 3g 4.
     assert spec.quota == {
-        "requests.nvidia.com/gpu": 8 + 4 + 16,
+        "requests.nvidia.com/gpu": 16 + 4 + 16,
         "requests.nvidia.com/gpumem": 6 * 24576,
         "requests.nvidia.com/gpucores": 600,
         "requests.nvidia.com/mig-1g.10gb": 14,
@@ -364,7 +364,7 @@ def test_a_quota_change_pushes_every_gpu_resource_to_the_namespace(
     }
     with django_capture_on_commit_callbacks(execute=True):
         delete_quota(actor=org.lead_a, quota=quota)
-    assert recorder.projects[-1].quota["requests.nvidia.com/gpu"] == 8 + 16 + 16
+    assert recorder.projects[-1].quota["requests.nvidia.com/gpu"] == 16 + 16 + 16
 
 
 def test_a_team_quota_change_pushes_every_project_of_the_team(

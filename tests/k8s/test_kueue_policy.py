@@ -87,8 +87,11 @@ def test_diff_apply_converge_and_name_drift(
 
     applied = kueue_policy("--apply")
     assert applied[-1] == f"applied {len(planned)} changes"
-    # Team A holds the demo's Vision quotas: A100 4 guaranteed of 8; MIG 1g 7 of 14.
-    assert cluster_queue_quota(objects, "team-a", "a100-training", "nvidia.com/gpu") == ("4", "4")
+    # Team A holds the demo's Vision quotas: A100 4 guaranteed of 16; MIG 1g 7 of 14.
+    assert cluster_queue_quota(objects, "team-a", "a100-training", "nvidia.com/gpu") == (
+        "4",
+        "12",
+    )
     assert cluster_queue_quota(objects, "team-a", "h100-mig", "nvidia.com/mig-1g.10gb") == (
         "7",
         "7",

@@ -81,7 +81,7 @@ def test_a_whole_card_request_runs_to_succeeded_through_the_portal_services(
         allocation.refresh_from_db()
         assert allocation.started_at is not None and allocation.ended_at is not None
         quota = k8s_admin.core.read_namespaced_resource_quota("gpu-portal-quota", project.namespace)
-        # Whole A100 cards (limit 8) and L4 vGPU shares (16 + 16) share the resource name.
-        assert quota.spec.hard["requests.nvidia.com/gpu"] == "40"
+        # Whole A100 cards (limit 16) and L4 vGPU shares (16 + 16) share the resource name.
+        assert quota.spec.hard["requests.nvidia.com/gpu"] == "48"
     finally:
         k8s_admin.core.delete_namespace(project.namespace, _preload_content=False)

@@ -276,10 +276,10 @@ def test_a_quota_change_pushes_every_gpu_resource_to_the_namespace_without_a_lau
             limit=4,
         )
     hard = k8s_admin.core.read_namespaced_resource_quota("gpu-portal-quota", namespace).spec.hard
-    # A100 8 + L4 12G 4 (its own split) + L4 6G 16 (the team's); vGPU memory and cores as
+    # A100 16 + L4 12G 4 (its own split) + L4 6G 16 (the team's); vGPU memory and cores as
     # much as the GPU-equivalents can hold (4 x 0.5 + 16 x 0.25 = 6 cards of 24 GiB); MIG.
     assert hard == {
-        "requests.nvidia.com/gpu": "28",
+        "requests.nvidia.com/gpu": "36",
         "requests.nvidia.com/gpumem": str(6 * 24576),
         "requests.nvidia.com/gpucores": "600",
         "requests.nvidia.com/mig-1g.10gb": "14",
@@ -295,7 +295,7 @@ def test_a_quota_change_pushes_every_gpu_resource_to_the_namespace_without_a_lau
             limit=2,
         )
     hard = k8s_admin.core.read_namespaced_resource_quota("gpu-portal-quota", namespace).spec.hard
-    assert hard["requests.nvidia.com/gpu"] == "26"
+    assert hard["requests.nvidia.com/gpu"] == "34"
     assert hard["requests.nvidia.com/gpumem"] == str(5 * 24576)
     assert not k8s_admin.batch.list_namespaced_job(namespace).items  # nothing was launched
 

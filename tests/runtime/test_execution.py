@@ -138,8 +138,8 @@ def test_project_spec_mirrors_quota_limits_and_sets_default_container_limits(
     request = GpuRequestFactory.create(project=org.project_a, flavor=fleet.l4_6g)
     spec = execution.project_spec(request)
     assert spec.namespace == "gpu-team-a-a-one"
-    # Team A's limits: A100 8, L4 12G 16 + L4 6G 16 (both nvidia.com/gpu), MIG 1g 14 and 3g 4.
-    assert spec.quota["requests.nvidia.com/gpu"] == 8 + 16 + 16
+    # Team A's limits: A100 16, L4 12G 16 + L4 6G 16 (both nvidia.com/gpu), MIG 1g 14 and 3g 4.
+    assert spec.quota["requests.nvidia.com/gpu"] == 16 + 16 + 16
     assert spec.quota["requests.nvidia.com/mig-1g.10gb"] == 14
     # vGPU memory and cores: as much as the quota's GPU-equivalents can hold, on 24 GiB cards
     # (L4 12G: 16 x 0.5, L4 6G: 16 x 0.25 GPU-equivalents).

@@ -63,10 +63,10 @@ def test_lead_splits_team_quota_over_projects(org: Org, fleet: Fleet) -> None:
     )
     assert response.status_code == 400
     assert "guaranteed" in response.json()["error"]["fields"]
-    # A project limit above the team's limit of 8.
+    # A project limit above the team's limit of 16.
     response = client.post(
         reverse("quota-list"),
-        {**body, "project": org.project_a2.pk, "guaranteed": 1, "limit": 9},
+        {**body, "project": org.project_a2.pk, "guaranteed": 1, "limit": 17},
     )
     assert response.status_code == 400
     assert "limit" in response.json()["error"]["fields"]
@@ -94,6 +94,6 @@ def test_project_quota_then_bounds_its_requests(org: Org, fleet: Fleet) -> None:
 
 def test_guaranteed_above_limit_is_400(org: Org, fleet: Fleet) -> None:
     url = reverse("quota-detail", kwargs={"pk": team_quota(org, fleet).pk})
-    response = api_client(org.admin).patch(url, {"guaranteed": 9}, format="json")
+    response = api_client(org.admin).patch(url, {"guaranteed": 17}, format="json")  # limit 16
     assert response.status_code == 400
     assert "guaranteed" in response.json()["error"]["fields"]

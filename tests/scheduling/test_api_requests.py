@@ -122,19 +122,19 @@ def test_owner_cancels_and_a_second_cancel_changes_nothing(org: Org, fleet: Flee
 
 
 def test_approval_past_the_quota_limit_is_409(org: Org, fleet: Fleet) -> None:
-    # Team A's A100 limit is 8: two 4-card requests fill it, the third cannot be approved.
+    # Team A's A100 limit is 16: four 4-card requests fill it, the fifth cannot be approved.
     client = api_client(org.lead_a)
     ids = [
         api_submit(org.dev_a, request_body(org.project_a, fleet.a100, gpu_count=4)).json()["id"]
-        for _ in range(3)
+        for _ in range(5)
     ]
-    for pk in ids[:2]:
+    for pk in ids[:4]:
         url = reverse("gpu-request-approve", kwargs={"pk": pk})
         assert client.post(url, {}, format="json").status_code == 200
-    response = client.post(reverse("gpu-request-approve", kwargs={"pk": ids[2]}), {}, format="json")
+    response = client.post(reverse("gpu-request-approve", kwargs={"pk": ids[4]}), {}, format="json")
     assert response.status_code == 409
     assert response.json()["error"]["code"] == "quota_exceeded"
-    assert GpuRequest.objects.get(pk=ids[2]).status == "pending_approval"
+    assert GpuRequest.objects.get(pk=ids[4]).status == "pending_approval"
 
 
 def test_above_guaranteed_vgpu_request_waits_for_the_lead(org: Org, fleet: Fleet) -> None:

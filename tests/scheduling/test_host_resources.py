@@ -95,7 +95,11 @@ def test_a_request_no_node_has_the_cpu_for_waits_with_the_host_resources_blocker
     assert run_cycle(django_capture_on_commit_callbacks) == []
     request.refresh_from_db()
     assert request.status == RequestStatus.QUEUED
-    assert "64 CPU free beside 4 A100-80G GPUs" in request.waiting_reason
+    # The flavor's default 64 GiB of memory is asked too.
+    assert request.waiting_reason.startswith(
+        f"waiting for a node with 64 CPU and 64 GiB free beside 4 {request.flavor.gpu_model} GPUs; "
+        "the nodes with room for the GPUs have at most 16 CPU free"
+    )
     assert request.blocker["code"] == "host_resources"
     assert request.blocker["detail"]["most_cpu_free_millicores"] == 16_000
 

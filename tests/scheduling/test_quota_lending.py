@@ -12,13 +12,19 @@ from django.urls import reverse
 
 from gpuctl.cli import quota_lines
 from scheduling.choices import RequestStatus
-from scheduling.models import Allocation, GpuRequest, Tier
+from scheduling.models import Allocation, GpuRequest, Quota, Tier
 from scheduling.services import cycle
 from tests.scheduling.conftest import Fleet
 from tests.support.factories import GpuRequestFactory
 from tests.support.personas import Org, api_client
 
 pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def a100_limit_of_eight(org: Org, fleet: Fleet) -> None:
+    """Team A's A100 limit as 8 (the demo gives Vision 16): 4 of the 12 unassigned cards."""
+    Quota.objects.filter(team=org.team_a, flavor=fleet.a100, project=None).update(limit=8)
 
 
 def a100s(org: Org, fleet: Fleet, count: int, to: str = "running") -> GpuRequest:

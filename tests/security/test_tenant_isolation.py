@@ -177,6 +177,7 @@ SHARED_CATALOG = {
     "scheduling.ReclaimPolicy",
     "scheduling.NotebookProfile",
     "accounting.Price",
+    "accounting.ResourcePrice",
 }
 
 
