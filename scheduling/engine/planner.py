@@ -542,8 +542,7 @@ class Scheduler:
             self._use(v.team, self.owner.get(v.id, ""), v.model, -v.ge)
             if self._queue is not None:
                 self._queue.touch(v.team)
-            # `for_request` names the beneficiary; the reason says why this victim.
-            team = self.team_labels.get(req.team, req.team)
+            team = self.team_labels.get(req.team, req.team)  # the reason says why this victim
             why = (
                 f"reclaims borrowed capacity for team {team}'s guaranteed quota"
                 if reclaim and v.borrowed and v.priority >= req.priority

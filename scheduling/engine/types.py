@@ -197,8 +197,7 @@ class Pool:
     an equally good placement exists in a lower one.  `short_reserve_fraction` of the pool's
     capacity is kept for requests with `max_runtime_seconds <= short_max_runtime_seconds`
     (see reserve.py); 0 turns the reserve off.  `lends_unassigned` (from the pool's tier) lets
-    teams borrow the pool's cards that no team is guaranteed (quota.py).  `display_name` is
-    what people call it, for sentences (`name` is its id).
+    teams borrow the pool's cards that no team is guaranteed (quota.py).  `label`: its name for people.
     """
 
     name: str
@@ -214,8 +213,7 @@ class Pool:
     display_name: str = ""
 
     @property
-    def label(self) -> str:
-        """The name people know it by (its id when it has none)."""
+    def label(self) -> str:  # the name people know it by (its id when it has none)
         return self.display_name or self.name
 
 
@@ -446,8 +444,7 @@ class Team:
     display_name: str = ""
 
     @property
-    def label(self) -> str:
-        """The name people know it by (its id when it has none)."""
+    def label(self) -> str:  # the name people know it by (its id when it has none)
         return self.display_name or self.name
 
 
