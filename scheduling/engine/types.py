@@ -197,7 +197,7 @@ class Pool:
     an equally good placement exists in a lower one.  `short_reserve_fraction` of the pool's
     capacity is kept for requests with `max_runtime_seconds <= short_max_runtime_seconds`
     (see reserve.py); 0 turns the reserve off.  `lends_unassigned` (from the pool's tier) lets
-    teams borrow the pool's cards that no team is guaranteed (quota.py).  `label`: its name for people.
+    teams borrow the pool's cards that no team is guaranteed (quota.py).  `label`: its name.
     """
 
     name: str
