@@ -54,52 +54,78 @@ def _check_not_in_effect(price: Price | ResourcePrice, now: datetime, what: str)
         )
 
 
-@transaction.atomic
-def create_price(*, actor: Actor, **fields: Any) -> Price:
-    """A new price of a flavor from `effective_from` on (now when left out)."""
+AnyPrice = Price | ResourcePrice
+
+
+def _create(
+    model: type[AnyPrice],
+    allowed: frozenset[str],
+    action: str,
+    actor: Actor,
+    fields: dict[str, Any],
+) -> Any:
+    """A new price from `effective_from` on (now when left out), audited as `<action>.created`."""
     require_platform_admin(actor, "set prices")
     now = timezone.now()
-    fields = known_fields(fields, PRICE_FIELDS)
+    fields = known_fields(fields, allowed)
     if fields.get("effective_from") is None:
         fields["effective_from"] = now
     else:
         _check_starts_ahead(fields["effective_from"], now)
-    price = Price(**fields)
+    price = model(**fields)
     save_valid(price)
     record_audit_event(
-        actor=actor, action="price.created", target=price, data={"fields": audit_value(fields)}
+        actor=actor, action=f"{action}.created", target=price, data={"fields": audit_value(fields)}
     )
+    return price
+
+
+def _update(
+    price: AnyPrice, allowed: frozenset[str], action: str, actor: Actor, fields: dict[str, Any]
+) -> None:
+    """Change a price that has not started yet (409 once in effect), audited with the diff."""
+    require_platform_admin(actor, "change prices")
+    now = timezone.now()
+    _check_not_in_effect(price, now, "changed")
+    fields = known_fields(fields, allowed)
+    if "effective_from" in fields:
+        _check_starts_ahead(fields["effective_from"], now)
+    changes = apply_changes(price, fields)
+    save_valid(price)
+    record_audit_event(
+        actor=actor, action=f"{action}.updated", target=price, data={"changes": changes}
+    )
+
+
+def _delete(price: AnyPrice, action: str, actor: Actor, data: dict[str, Any]) -> None:
+    """Withdraw a price that has not started yet (409 once in effect)."""
+    require_platform_admin(actor, "delete prices")
+    _check_not_in_effect(price, timezone.now(), "deleted")
+    data = {**data, "price_per_hour": str(price.price_per_hour)}
+    record_audit_event(
+        actor=actor, action=f"{action}.deleted", target=price, message=str(price), data=data
+    )
+    price.delete()
+
+
+@transaction.atomic
+def create_price(*, actor: Actor, **fields: Any) -> Price:
+    """A new price of a flavor from `effective_from` on (now when left out)."""
+    price: Price = _create(Price, PRICE_FIELDS, "price", actor, fields)
     return price
 
 
 @transaction.atomic
 def update_price(*, actor: Actor, price: Price, **fields: Any) -> Price:
     """Change a price that has not started yet; one in effect is a 409."""
-    require_platform_admin(actor, "change prices")
-    now = timezone.now()
-    _check_not_in_effect(price, now, "changed")
-    fields = known_fields(fields, PRICE_FIELDS)
-    if "effective_from" in fields:
-        _check_starts_ahead(fields["effective_from"], now)
-    changes = apply_changes(price, fields)
-    save_valid(price)
-    record_audit_event(actor=actor, action="price.updated", target=price, data={"changes": changes})
+    _update(price, PRICE_FIELDS, "price", actor, fields)
     return price
 
 
 @transaction.atomic
 def delete_price(*, actor: Actor, price: Price) -> None:
     """Withdraw a price that has not started yet; one in effect is a 409."""
-    require_platform_admin(actor, "delete prices")
-    _check_not_in_effect(price, timezone.now(), "deleted")
-    record_audit_event(
-        actor=actor,
-        action="price.deleted",
-        target=price,
-        message=str(price),
-        data={"flavor": price.flavor_id, "price_per_hour": str(price.price_per_hour)},
-    )
-    price.delete()
+    _delete(price, "price", actor, {"flavor": price.flavor_id})
 
 
 RESOURCE_PRICE_FIELDS = frozenset({"resource", "price_per_hour", "currency", "effective_from"})
@@ -108,20 +134,8 @@ RESOURCE_PRICE_FIELDS = frozenset({"resource", "price_per_hour", "currency", "ef
 @transaction.atomic
 def create_resource_price(*, actor: Actor, **fields: Any) -> ResourcePrice:
     """A new CPU, memory or storage price from `effective_from` on (now when left out)."""
-    require_platform_admin(actor, "set prices")
-    now = timezone.now()
-    fields = known_fields(fields, RESOURCE_PRICE_FIELDS)
-    if fields.get("effective_from") is None:
-        fields["effective_from"] = now
-    else:
-        _check_starts_ahead(fields["effective_from"], now)
-    price = ResourcePrice(**fields)
-    save_valid(price)
-    record_audit_event(
-        actor=actor,
-        action="resource_price.created",
-        target=price,
-        data={"fields": audit_value(fields)},
+    price: ResourcePrice = _create(
+        ResourcePrice, RESOURCE_PRICE_FIELDS, "resource_price", actor, fields
     )
     return price
 
@@ -129,30 +143,11 @@ def create_resource_price(*, actor: Actor, **fields: Any) -> ResourcePrice:
 @transaction.atomic
 def update_resource_price(*, actor: Actor, price: ResourcePrice, **fields: Any) -> ResourcePrice:
     """Change a resource price that has not started yet; one in effect is a 409."""
-    require_platform_admin(actor, "change prices")
-    now = timezone.now()
-    _check_not_in_effect(price, now, "changed")
-    fields = known_fields(fields, RESOURCE_PRICE_FIELDS)
-    if "effective_from" in fields:
-        _check_starts_ahead(fields["effective_from"], now)
-    changes = apply_changes(price, fields)
-    save_valid(price)
-    record_audit_event(
-        actor=actor, action="resource_price.updated", target=price, data={"changes": changes}
-    )
+    _update(price, RESOURCE_PRICE_FIELDS, "resource_price", actor, fields)
     return price
 
 
 @transaction.atomic
 def delete_resource_price(*, actor: Actor, price: ResourcePrice) -> None:
     """Withdraw a resource price that has not started yet; one in effect is a 409."""
-    require_platform_admin(actor, "delete prices")
-    _check_not_in_effect(price, timezone.now(), "deleted")
-    record_audit_event(
-        actor=actor,
-        action="resource_price.deleted",
-        target=price,
-        message=str(price),
-        data={"resource": price.resource, "price_per_hour": str(price.price_per_hour)},
-    )
-    price.delete()
+    _delete(price, "resource_price", actor, {"resource": price.resource})
