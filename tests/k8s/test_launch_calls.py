@@ -36,23 +36,25 @@ def three_approved_requests(backend: KubernetesClusterBackend) -> list[GpuReques
     )
     users = get_user_model().objects
     alice, bob = users.get(username="alice"), users.get(username="bob")
-    requests = []
-    for _ in range(3):
-        request = submit_gpu_request(
-            actor=alice,
-            spec=GpuRequestSpec(
-                project=project,
-                flavor=Flavor.objects.get(slug="a100-80g"),
-                gpu_count=1,
-                image="registry.example.com/ml/train:1.0",
-                command=["python", "train.py"],
-                max_runtime_seconds=3600,
-            ),
-        )
-        if request.status == RequestStatus.PENDING_APPROVAL:
-            approve_gpu_request(actor=bob, request=request)
-        requests.append(request)
-    return requests
+    return [approved_a100_request(project, alice, bob) for _ in range(3)]
+
+
+def approved_a100_request(project: Project, alice: Any, bob: Any) -> GpuRequest:
+    """One A100 training request of alice's, approved by bob when the tier asks him."""
+    request = submit_gpu_request(
+        actor=alice,
+        spec=GpuRequestSpec(
+            project=project,
+            flavor=Flavor.objects.get(slug="a100-80g"),
+            gpu_count=1,
+            image="registry.example.com/ml/train:1.0",
+            command=["python", "train.py"],
+            max_runtime_seconds=3600,
+        ),
+    )
+    if request.status == RequestStatus.PENDING_APPROVAL:
+        approve_gpu_request(actor=bob, request=request)
+    return request
 
 
 def counting(backend: KubernetesClusterBackend, monkeypatch: pytest.MonkeyPatch) -> list[str]:
@@ -161,19 +163,7 @@ def test_a_new_project_is_ready_before_its_first_launch(
 
         # 2. A request is admitted; the launch, from a worker process that never launched here
         #    (a backend of its own, nothing remembered in memory), creates its Job and nothing else.
-        request = submit_gpu_request(
-            actor=alice,
-            spec=GpuRequestSpec(
-                project=project,
-                flavor=Flavor.objects.get(slug="a100-80g"),
-                gpu_count=1,
-                image="registry.example.com/ml/train:1.0",
-                command=["python", "train.py"],
-                max_runtime_seconds=3600,
-            ),
-        )
-        if request.status == RequestStatus.PENDING_APPROVAL:
-            approve_gpu_request(actor=bob, request=request)
+        request = approved_a100_request(project, alice, bob)
         with django_capture_on_commit_callbacks(execute=False):
             cycle.run_cycle()
         backend = KubernetesClusterBackend(kubeconfig=str(k8s_testbed.portal_kubeconfig))
