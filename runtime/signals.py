@@ -1,9 +1,10 @@
 """Counting Celery task failures where the web tier's /metrics can read them; making a saved
-project's namespace ready on the clusters."""
+project's namespace ready on the clusters; loading the cluster client before a worker forks."""
 
 from __future__ import annotations
 
 import logging
+from importlib import import_module
 from typing import Any
 
 from django.db.models import F
@@ -36,3 +37,12 @@ def prepare_saved_project(sender: Any, project: Project, **_: Any) -> None:
     """Receiver of `project_saved`: its namespace, quota and limit range are made ready after
     the commit (`runtime.tasks.push_project_quotas`), not at its first launch."""
     request_quota_push(team_id=project.team_id, project_id=project.pk)
+
+
+def load_cluster_client(**_: Any) -> None:
+    """Receiver of Celery's `worker_init`, in the worker's main process before it forks its
+    pool: import the Kubernetes backend (the client's API classes and models), so that every
+    pool process starts with it loaded. Loaded in each process instead, it was the first task's
+    cost: 15-20 s per process for the first launch of a burst, four processes importing at once
+    on a busy machine."""
+    import_module("runtime.cluster.kubernetes")

@@ -5,6 +5,10 @@
 makes one call with the request timeout (`_call`), creates or adopts (`_create_or_read`) and
 lists page by page (`_list_all`). It never retries on its own, except that an expired list is
 listed again (410 Gone).
+
+The API classes are imported here by name, not reached through `kubernetes.client`'s lazy
+attributes, so that importing this module loads them and their models (about 2 s of CPU): a
+Celery worker does so once, before it forks its pool (`runtime.signals.load_cluster_client`).
 """
 
 from __future__ import annotations
@@ -20,6 +24,17 @@ import yaml
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes import watch as k8s_watch
+from kubernetes.client import (
+    AppsV1Api,
+    AuthenticationV1Api,
+    AuthorizationV1Api,
+    BatchV1Api,
+    CoreV1Api,
+    CustomObjectsApi,
+    NetworkingV1Api,
+    RbacAuthorizationV1Api,
+    SchedulingV1Api,
+)
 from kubernetes.client.exceptions import ApiException
 
 from runtime.cluster import dra_manifests, pod_manifests
@@ -184,12 +199,12 @@ class KubernetesApi:
         portal_username: str | None = None,
     ) -> None:
         self.api_client = api_client or load_api_client(kubeconfig, context)
-        self.core = k8s.CoreV1Api(self.api_client)
-        self.batch = k8s.BatchV1Api(self.api_client)
-        self.apps = k8s.AppsV1Api(self.api_client)
-        self.scheduling = k8s.SchedulingV1Api(self.api_client)
-        self.networking = k8s.NetworkingV1Api(self.api_client)
-        self.rbac = k8s.RbacAuthorizationV1Api(self.api_client)
+        self.core = CoreV1Api(self.api_client)
+        self.batch = BatchV1Api(self.api_client)
+        self.apps = AppsV1Api(self.api_client)
+        self.scheduling = SchedulingV1Api(self.api_client)
+        self.networking = NetworkingV1Api(self.api_client)
+        self.rbac = RbacAuthorizationV1Api(self.api_client)
         self._timeout = request_timeout_seconds
         self._watch_factory = watch_factory
         # Who the API server knows the portal as; asked once (`portal_username`) when not given.
@@ -201,7 +216,7 @@ class KubernetesApi:
         answers a SelfSubjectReview (which every authenticated identity may create), once."""
         if self._portal_username is None:
             review = self._call(
-                k8s.AuthenticationV1Api(self.api_client).create_self_subject_review,
+                AuthenticationV1Api(self.api_client).create_self_subject_review,
                 {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"},
             )
             user_info = review.status.user_info if review.status is not None else None
@@ -219,7 +234,7 @@ class KubernetesApi:
         """Whether the portal may `verb` `resource` in `namespace` now (SelfSubjectAccessReview,
         which every authenticated identity may create)."""
         review = self._call(
-            k8s.AuthorizationV1Api(self.api_client).create_self_subject_access_review,
+            AuthorizationV1Api(self.api_client).create_self_subject_access_review,
             {
                 "apiVersion": "authorization.k8s.io/v1",
                 "kind": "SelfSubjectAccessReview",
@@ -328,8 +343,8 @@ class KubernetesApi:
         raise AssertionError("unreachable")
 
     @property
-    def custom(self) -> k8s.CustomObjectsApi:
-        return k8s.CustomObjectsApi(self.api_client)
+    def custom(self) -> CustomObjectsApi:
+        return CustomObjectsApi(self.api_client)
 
     @property
     def claim_templates(self) -> NamespacedCustomResource:
