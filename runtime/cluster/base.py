@@ -9,7 +9,7 @@ re-exports them, so `from runtime.cluster.base import WorkloadSpec` reads as the
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from datetime import datetime
 from typing import Protocol, runtime_checkable
 
@@ -256,8 +256,14 @@ class ClusterBackend(Protocol):
         """The status of one workload, `missing` when nothing of it exists."""
         ...
 
-    def list_workloads(self, namespaces: Sequence[str] | None = None) -> list[WorkloadStatus]:
-        """Every workload carrying the portal's labels (all namespaces when `None`)."""
+    def list_workloads(
+        self,
+        namespaces: Sequence[str] | None = None,
+        *,
+        request_ids: Collection[str] | None = None,
+    ) -> list[WorkloadStatus]:
+        """Every workload carrying the portal's labels (all namespaces when `None`), or only
+        those of `request_ids`."""
         ...
 
     def read_logs(

@@ -4,7 +4,7 @@ watch of their pods, mapped by `kubernetes_status`."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -86,7 +86,7 @@ class KubernetesSync(KubernetesApi):
         names = {s.node_name for s in statuses if s.gpu_uuids and s.node_name}
         if not names:
             return statuses
-        # One node by name when a single workload is read (sync reads them one by one).
+        # One node by name when the workloads run on one (a single changed one is read alone).
         only = {"field_selector": f"metadata.name={next(iter(names))}"} if len(names) == 1 else {}
         registered = {
             inventory.name: [card.uuid for card in inventory.hami_devices]
@@ -102,19 +102,31 @@ class KubernetesSync(KubernetesApi):
             out.append(status)
         return out
 
-    def list_workloads(self, namespaces: Sequence[str] | None = None) -> list[WorkloadStatus]:
-        """Every portal workload (Jobs, Deployments and their pods), sorted by key."""
-        selector = pod_manifests.workload_selector()
+    def list_workloads(
+        self,
+        namespaces: Sequence[str] | None = None,
+        *,
+        request_ids: Collection[str] | None = None,
+    ) -> list[WorkloadStatus]:
+        """Every portal workload (Jobs, Deployments and their pods), sorted by key; with
+        `request_ids`, only theirs (a set-based label selector, up to
+        REQUEST_IDS_PER_SELECTOR ids per list)."""
+        selectors = pod_manifests.workload_selectors(request_ids)
         jobs: list[Any] = []
         deployments: list[Any] = []
         pods: list[Any] = []
-        if namespaces is None:
-            jobs = self._list_all(self.batch.list_job_for_all_namespaces, label_selector=selector)
-            deployments = self._list_all(
-                self.apps.list_deployment_for_all_namespaces, label_selector=selector
-            )
-            pods = self._list_all(self.core.list_pod_for_all_namespaces, label_selector=selector)
-        else:
+        for selector in selectors:
+            if namespaces is None:
+                jobs += self._list_all(
+                    self.batch.list_job_for_all_namespaces, label_selector=selector
+                )
+                deployments += self._list_all(
+                    self.apps.list_deployment_for_all_namespaces, label_selector=selector
+                )
+                pods += self._list_all(
+                    self.core.list_pod_for_all_namespaces, label_selector=selector
+                )
+                continue
             for ns in namespaces:
                 jobs += self._list_all(self.batch.list_namespaced_job, ns, label_selector=selector)
                 deployments += self._list_all(

@@ -6,6 +6,7 @@ No client, no I/O, like `kubernetes_manifests`, which puts these into Jobs and D
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
 from runtime.cluster import dra_manifests
@@ -81,6 +82,25 @@ def workload_selector(request_id: str | None = None, attempt: int | None = None)
     if attempt is not None:
         parts.append(f"{ATTEMPT_LABEL}={attempt}")
     return ",".join(parts)
+
+
+# Request ids per set-based selector (`in (...)`): a list's URL stays a few hundred bytes.
+REQUEST_IDS_PER_SELECTOR = 100
+
+
+def workload_selectors(request_ids: Collection[str] | None = None) -> list[str]:
+    """Label selectors that together select all portal workloads, or those of `request_ids`
+    (`<request label> in (...)`, REQUEST_IDS_PER_SELECTOR ids each; none for no ids)."""
+    if request_ids is None:
+        return [workload_selector()]
+    ids = sorted(set(request_ids))
+    return [
+        f"{workload_selector()},{REQUEST_LABEL} in ({','.join(chunk)})"
+        for chunk in (
+            ids[i : i + REQUEST_IDS_PER_SELECTOR]
+            for i in range(0, len(ids), REQUEST_IDS_PER_SELECTOR)
+        )
+    ]
 
 
 def workload_labels(spec: WorkloadSpec) -> dict[str, str]:

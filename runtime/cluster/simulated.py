@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import random
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 
@@ -315,10 +315,17 @@ class SimulatedCluster:
             )
         return self._status(workload)
 
-    def list_workloads(self, namespaces: Sequence[str] | None = None) -> list[WorkloadStatus]:
+    def list_workloads(
+        self,
+        namespaces: Sequence[str] | None = None,
+        *,
+        request_ids: Collection[str] | None = None,
+    ) -> list[WorkloadStatus]:
         workloads = SimulatedWorkload.objects.order_by("created_at", "name")
         if namespaces is not None:
             workloads = workloads.filter(namespace__in=list(namespaces))
+        if request_ids is not None:
+            workloads = workloads.filter(request_key__in=list(request_ids))
         groups: dict[tuple[str, str, int], list[SimulatedWorkload]] = {}
         for workload in workloads:
             key = (workload.namespace, workload.request_key, workload.attempt)

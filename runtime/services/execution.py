@@ -459,8 +459,6 @@ WorkloadKey = tuple[str, str, int]  # (namespace, request id, attempt)
 WATCH_STATE_KEY = "runtime:workload-watch"
 FULL_SYNC_SECONDS = 60.0
 WATCH_SECONDS = 1
-# More changed workloads than this in one pass are listed by namespace rather than read one by one.
-READ_ONE_BY_ONE_MAX = 50
 
 
 def _workload_key(request: GpuRequest) -> WorkloadKey:
@@ -478,8 +476,9 @@ def sync_workloads(
 
     One labelled list per namespace with live requests (`list_workloads`), not reads per
     request; a request the listing lacks, or whose Job has made no pod yet (its events say
-    why), is read on its own (`get_workload`), so the answer is the same as reading each. A few
-    requests (`only`, up to READ_ONE_BY_ONE_MAX) are read one by one.
+    why), is read on its own (`get_workload`), so the answer is the same as reading each. Of
+    `only`, one workload is read on its own; several are listed together, selected by their
+    request ids (a burst of launches is one list per kind, not three reads each).
     """
     backend = backend or backend_for(cluster)
     moved: dict[str, int] = {}
@@ -492,9 +491,14 @@ def sync_workloads(
         live = [request for request in live if _workload_key(request) in only]
     listed: dict[WorkloadKey, WorkloadStatus] = {}
     list_workloads = getattr(backend, "list_workloads", None)
-    if live and list_workloads is not None and (only is None or len(live) > READ_ONE_BY_ONE_MAX):
+    one_changed = only is not None and len(live) == 1
+    if live and list_workloads is not None and not one_changed:
         namespaces = sorted({request.project.namespace for request in live})
-        listed = {(s.namespace, s.request_id, s.attempt): s for s in list_workloads(namespaces)}
+        request_ids = None if only is None else [str(request.pk) for request in live]
+        listed = {
+            (s.namespace, s.request_id, s.attempt): s
+            for s in list_workloads(namespaces, request_ids=request_ids)
+        }
     for request in live:
         key = _workload_key(request)
         status = listed.get(key)

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from kubernetes import client as k8s
 
 from runtime.cluster import kubernetes_manifests as manifests
-from runtime.cluster import project_manifests
+from runtime.cluster import pod_manifests, project_manifests
 from runtime.cluster.base import (
     ATTEMPT_LABEL,
     MANAGED_BY_LABEL,
@@ -417,3 +417,14 @@ def test_the_portal_names_the_notice_file_even_when_the_user_sets_preempt_notice
         e for e in container(manifests.job_manifest(spec))["env"] if e["name"] == "PREEMPT_NOTICE"
     ]
     assert env == [{"name": "PREEMPT_NOTICE", "value": "/etc/gpu-portal/notice/preempt-deadline"}]
+
+
+def test_workload_selectors_select_request_ids_a_hundred_at_a_time() -> None:
+    portal = "app.kubernetes.io/managed-by=gpu-portal"
+    assert pod_manifests.workload_selectors() == [portal]
+    assert pod_manifests.workload_selectors(["12", "3", "12"]) == [
+        f"{portal},gpu-portal/request in (12,3)"
+    ]
+    selectors = pod_manifests.workload_selectors([str(i) for i in range(250)])
+    assert [s.count(",") for s in selectors] == [100, 100, 50]  # ids - 1, plus the portal's
+    assert pod_manifests.workload_selectors([]) == []

@@ -4,9 +4,10 @@ ones, and every launch into a project created through the portal, create their J
 
 from __future__ import annotations
 
+import re
 import uuid
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import unquote_plus, urlsplit
 
 import pytest
 from django.contrib.auth import get_user_model
@@ -57,13 +58,18 @@ def approved_a100_request(project: Project, alice: Any, bob: Any) -> GpuRequest:
     return request
 
 
-def counting(backend: KubernetesClusterBackend, monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Every API request the backend makes from now on, as "METHOD /path"."""
+def counting(
+    backend: KubernetesClusterBackend, monkeypatch: pytest.MonkeyPatch, *, with_query: bool = False
+) -> list[str]:
+    """Every API request the backend makes from now on, as "METHOD /path" (and "?query",
+    unquoted, `with_query`)."""
     calls: list[str] = []
     call_api = backend.api_client.call_api
 
     def counted(method: str, url: str, *args: Any, **kwargs: Any) -> Any:
-        calls.append(f"{method} {urlsplit(url).path}")
+        parts = urlsplit(url)
+        query = f"?{unquote_plus(parts.query)}" if with_query and parts.query else ""
+        calls.append(f"{method} {parts.path}{query}")
         return call_api(method, url, *args, **kwargs)
 
     monkeypatch.setattr(backend.api_client, "call_api", counted)
@@ -110,9 +116,10 @@ def test_the_periodic_sync_follows_the_watch_between_full_passes(
             cycle.run_cycle()
         for request in requests:
             execution.launch_request(request_id=request.pk, attempt=1, backend=backend)
-        calls = counting(backend, monkeypatch)
+        calls = counting(backend, monkeypatch, with_query=True)
+        jobs_list = f"GET /apis/batch/v1/namespaces/{namespace}/jobs?"
         execution.sync_watched_workloads(backend=backend)  # the first pass lists
-        assert f"GET /apis/batch/v1/namespaces/{namespace}/jobs" in calls
+        assert any(call.startswith(jobs_list) for call in calls)
         listed = len(calls)
 
         def finished() -> bool:
@@ -122,8 +129,16 @@ def test_the_periodic_sync_follows_the_watch_between_full_passes(
             ).exists()
 
         eventually(finished, timeout=60, what="every request finished, seen through the watch")
-        # The later passes watched and read the changed workloads; none listed the namespace.
-        assert f"GET /apis/batch/v1/namespaces/{namespace}/jobs" not in calls[listed:]
+        # The later passes watched and read only the changed workloads: a list of Jobs (when
+        # several changed at once) selects them by their request ids, never the namespace.
+        later = [call for call in calls[listed:] if call.startswith(jobs_list)]
+        ids = {str(r.pk) for r in requests}
+        assert all(re.search(r"gpu-portal/request in \(([\d,]+)\)", call) for call in later), later
+        assert {
+            request_id
+            for call in later
+            for request_id in re.findall(r"in \(([\d,]+)\)", call)[0].split(",")
+        } <= ids
         statuses = set(
             GpuRequest.objects.filter(pk__in=[r.pk for r in requests]).values_list(
                 "status", flat=True

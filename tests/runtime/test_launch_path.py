@@ -21,6 +21,7 @@ from runtime.cluster.base import (
     WorkloadStatus,
 )
 from runtime.cluster.simulated import SimulatedCluster
+from runtime.models import SimulatedWorkload
 from runtime.services import execution
 from scheduling import dispatch
 from scheduling import tasks as scheduling_tasks
@@ -61,9 +62,13 @@ class CountingCluster(SimulatedCluster):
         self.calls.append("get_workload")
         return super().get_workload(namespace, request_id, attempt)
 
-    def list_workloads(self, namespaces: Any = None) -> list[WorkloadStatus]:
-        self.calls.append("list_workloads")
-        return super().list_workloads(namespaces)
+    def list_workloads(
+        self, namespaces: Any = None, *, request_ids: Any = None
+    ) -> list[WorkloadStatus]:
+        self.calls.append(
+            "list_workloads" if request_ids is None else f"list_workloads({sorted(request_ids)})"
+        )
+        return super().list_workloads(namespaces, request_ids=request_ids)
 
 
 @pytest.fixture
@@ -388,3 +393,29 @@ def test_the_periodic_sync_reads_only_what_the_watch_saw_change(
     monkeypatch.setattr(execution, "FULL_SYNC_SECONDS", 0.0)
     execution.sync_watched_workloads(backend=backend)
     assert backend.calls == ["watch_workloads(None)", "list_workloads"]
+
+
+def test_the_periodic_sync_lists_several_changed_workloads_together(org: Org, fleet: Fleet) -> None:
+    requests = admitted_requests(org, fleet, 3)
+    backend = WatchingCluster()
+    for request in requests:
+        execution.launch_request(request_id=request.pk, attempt=1, backend=backend)
+    execution.sync_watched_workloads(backend=backend)  # the first, full pass
+    backend.calls.clear()
+    for request in requests[:2]:
+        backend.change(GpuRequest.objects.select_related("project").get(pk=request.pk))
+    # Every pod runs now; the watch reported only the first two.
+    SimulatedWorkload.objects.update(
+        starts_at=timezone.now() - timedelta(seconds=1),
+        ends_at=timezone.now() + timedelta(hours=1),
+    )
+    moved = execution.sync_watched_workloads(backend=backend)
+    # One list selected by the two changed requests' ids, not a read of each.
+    changed = sorted(str(r.pk) for r in requests[:2])
+    assert backend.calls == ["watch_workloads(100)", f"list_workloads({changed})"]
+    assert moved == {RequestStatus.RUNNING: 2}
+    assert list(
+        GpuRequest.objects.filter(pk__in=[r.pk for r in requests])
+        .order_by("pk")
+        .values_list("status", flat=True)
+    ) == [RequestStatus.RUNNING, RequestStatus.RUNNING, RequestStatus.LAUNCHING]
