@@ -470,11 +470,14 @@ class Submitter:
         self.approved[pk] = time.time()
 
 
-def audit_times(ids: list[int]) -> dict[str, dict[int, float]]:
-    """When each request was queued, admitted and began launching, from the audit trail."""
+def audit_times(
+    ids: list[int], states: Sequence[str] = ("queued", "admitted", "launching")
+) -> dict[str, dict[int, float]]:
+    """When each request first reached each of `states` (by default: was queued, admitted and
+    began launching), from the audit trail."""
     from tenants.models import AuditEvent
 
-    times: dict[str, dict[int, float]] = {"queued": {}, "admitted": {}, "launching": {}}
+    times: dict[str, dict[int, float]] = {state: {} for state in states}
     rows = AuditEvent.objects.filter(
         action__in=[f"request.{s}" for s in times],
         target_type="GpuRequest",
@@ -1173,6 +1176,16 @@ def notebook_side(bed: Testbed, options: argparse.Namespace, workdir: Path) -> d
             f"{len(users.routed)} routed)"
         )
     log(split("notebook created -> connect URL offered (API)", users.created, users.offered))
+    # The part before the offer, from the audit trail: the cycle, the launch queue, then the
+    # launch, the pod and the status sync.
+    audit = audit_times(list(users.created), ("admitted", "launching", "running"))
+    log(split("notebook created -> admitted", users.created, audit["admitted"]))
+    log(
+        split(
+            "admitted -> launching (launch task creating it)", audit["admitted"], audit["launching"]
+        )
+    )
+    log(split("launching -> running (status sync)", audit["launching"], audit["running"]))
     log(split("connect URL offered -> route + ready endpoint", users.offered, users.routed))
     log(split("route ready -> forward-auth 200", users.routed, users.opened))
     for task, seconds in sorted(task_durations(worker_log, periodic_log).items()):
