@@ -43,11 +43,12 @@ class KubernetesWorkloads(KubernetesApi):
 
         A retry of the same request and attempt creates nothing new. An object of that name
         that the portal did not make for this attempt is a permanent error, never adopted. A
-        notebook or service first resumes the scaled-to-zero Deployment of an earlier attempt.
+        notebook or service first resumes the scaled-to-zero Deployment of an earlier attempt;
+        a first attempt has none, so its launch skips that lookup (one list call fewer).
         """
         if spec.sharing == "vgpu" and spec.device_indexes and not spec.gpu_uuids:
             spec = self._with_hami_cards(spec)
-        if spec.kind in RESUMABLE_KINDS:
+        if spec.kind in RESUMABLE_KINDS and spec.attempt > 1:
             resumed = self.resume(spec)
             if resumed is not None:
                 return resumed

@@ -97,3 +97,11 @@ def test_without_a_suspended_deployment_a_notebook_is_launched_afresh(
     assert backend.resume(workload("notebook", "vgpu", attempt=2)) is None
     assert backend.launch(workload("notebook", "vgpu", attempt=2)) == "gpr-812-a2"
     assert f"{DEPLOYMENTS}/gpr-812-a2" in server.objects
+
+
+def test_a_first_attempt_launches_without_looking_for_a_deployment_to_resume(
+    backend: KubernetesClusterBackend, server: FakeApiServer
+) -> None:
+    assert backend.launch(workload("notebook", "vgpu", attempt=1)) == "gpr-812-a1"
+    assert ("GET", DEPLOYMENTS) not in server.calls("GET")
+    assert [path for _, path in server.calls("POST")] == [DEPLOYMENTS, f"{NS_PATH}/services"]
