@@ -10,6 +10,13 @@ with the cluster:
 
 A worker started without `-Q` consumes both (they are the app's `task_queues`); production runs
 one worker Deployment per queue (the Helm chart's `templates/workers.yaml`, docs/operations.md).
+
+On the `celery` queue the notices (their fan-out task, emails, webhooks) are sent at the lowest
+priority, so a launch queued after them still starts first: someone waits for the launch, nobody
+for the email. The Redis broker keeps one list per priority step and a worker takes from the
+highest first (on Redis 0 is the highest and the default); each worker process takes one
+message at a time (`CELERY_WORKER_PREFETCH_MULTIPLIER`), so no notice waits in a worker's buffer
+ahead of a launch.
 """
 
 from __future__ import annotations
@@ -32,6 +39,14 @@ PERIODIC_QUEUE = "periodic"
 # Queued on demand as well as by beat (a burst of approvals asks for one cycle): it admits what
 # the launch queue then carries, so it must not wait behind that queue.
 RUN_SCHEDULING_CYCLE = "scheduling.tasks.run_scheduling_cycle"
+# The notice tasks (scheduling.dispatch names them), after everything else on their queue.
+NOTICE_TASKS = (
+    "scheduling.tasks.send_notices",
+    "scheduling.tasks.send_notification",
+    "tenants.tasks.send_webhook",
+    "tenants.tasks.send_personal_webhook",
+)
+NOTICE_PRIORITY = 9
 
 
 def kueue_schedule() -> dict[str, dict[str, object]]:
@@ -123,8 +138,12 @@ app.conf.beat_schedule = {
 app.conf.task_default_queue = DEFAULT_QUEUE
 app.conf.task_queues = (Queue(DEFAULT_QUEUE), Queue(PERIODIC_QUEUE))
 app.conf.task_routes = {
-    name: {"queue": PERIODIC_QUEUE}
-    for name in sorted(
-        {str(entry["task"]) for entry in app.conf.beat_schedule.values()} | {RUN_SCHEDULING_CYCLE}
-    )
+    **{
+        name: {"queue": PERIODIC_QUEUE}
+        for name in sorted(
+            {str(entry["task"]) for entry in app.conf.beat_schedule.values()}
+            | {RUN_SCHEDULING_CYCLE}
+        )
+    },
+    **{name: {"queue": DEFAULT_QUEUE, "priority": NOTICE_PRIORITY} for name in NOTICE_TASKS},
 }
