@@ -26,7 +26,9 @@ Figures (`ReplayResult`):
   in points of the fleet's capacity, averaged over the time work waited;
 * preemptions: evictions the planner made;
 * stranded GPU-hours: free GE of a pool after a cycle that left work waiting for capacity in
-  that pool (it fitted none of it), integrated until the next cycle.
+  that pool (it fitted none of it), integrated until the next cycle. A pool counts for a request
+  only if the request could run there on an empty node (`RollingScheduler.eligible_pools`): the
+  free cards of 4-card nodes are not stranded by an 8-card job that no node of theirs can hold.
 """
 
 from __future__ import annotations

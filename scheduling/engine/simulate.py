@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 
 from .planner import Scheduler
-from .state import MODE_MIG, AllocRecord, victim_order
+from .state import MODE_MIG, AllocRecord, Shape, is_gang, victim_order
 from .types import Allocation, CardUsage, Plan, Policy, Request, Snapshot
 
 #: Kinds of event, in the order they apply at the same instant.
@@ -249,11 +249,14 @@ class RollingScheduler(Scheduler):
         self.st.listener = listener
 
     def eligible_pools(self, request: Request) -> tuple[str, ...]:
+        """The pools where the request could run were they empty: the pool filters and the
+        model pin pass, and a node of the pool holds the request's cards (a gang spreads)."""
         flavor = self.st.flavors.get(request.flavor)
         if flavor is None:
             return ()
-        groups, _ = self.placer.groups_for(self._shape(request, flavor)[0])
-        return tuple(sorted({g.pool.name for g in groups}))
+        shape = self._shape(request, flavor)[0]
+        groups, _ = self.placer.groups_for(shape)
+        return tuple(sorted({g.pool.name for g in groups if _holds(g.max_devices, shape)}))
 
     def finish(self, rec: AllocRecord) -> None:
         """Running work ended: give its capacity, quota and share back."""
@@ -348,6 +351,12 @@ class RollingScheduler(Scheduler):
             else:
                 st.victim_nodes_by_tf.pop(tf, None)
         st.forget_victim_nodes()
+
+
+def _holds(max_devices: int, shape: Shape) -> bool:
+    """Whether a group whose largest node has `max_devices` cards could hold the shape were it
+    empty: all its cards on one node (several MIG instances may share a card), or a gang."""
+    return shape.kind == "mig" or shape.gpu_count <= max_devices or is_gang(shape, max_devices)
 
 
 def _in_order(bucket: dict[int, None], moved: set[int]) -> bool:

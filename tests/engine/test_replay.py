@@ -105,6 +105,10 @@ def reference(
             starts.append((rid, tick, adm.node_ids))
             seq += 1
             heapq.heappush(events, (tick + runtime[rid], 0, seq, rid, attempt[rid]))
+        # The portal stores each reservation's start on its request for the next cycle.
+        held = {r.request_id: r.start_at for r in result.reservations}
+        for rid, waiting in pending.items():
+            pending[rid] = replace(waiting, reserved_start_at=held.get(rid))
     return starts
 
 
@@ -257,3 +261,19 @@ def test_water_fill_caps_teams_at_their_demand() -> None:
     assert math.isclose(fair["a"], 1.0)
     assert math.isclose(fair["b"], 3.0)
     assert math.isclose(fair["c"], 6.0)
+
+
+def test_free_cards_no_node_could_give_the_waiting_job_are_not_stranded() -> None:
+    """An 8-card job waits an hour for the busy 8-card node. The 4 free cards of the vGPU pool's
+    4-card node could never hold it, so they are not stranded; the 2 free cards beside the
+    8-card node are."""
+    snap = fleet(node("big", gpus=8), node("small", pool="vgpu", gpus=4))
+    busy = RunningAtStart(
+        req("run0", gpu_count=6),
+        alloc("run0", whole_claims("big", list(range(6)))),
+        ends_at=3600.0,
+    )
+    waiting = Submission(req("r8", gpu_count=8, submitted_at=0.0), 0.0, 600.0)
+    result = replay(Trace(snap, 0.0, 2 * 3600.0, (waiting,), (busy,)), cycle_seconds=CYCLE)
+    assert [s.request_id for s in result.starts] == ["r8"]
+    assert result.stranded_gpu_hours == 2.0
