@@ -7,7 +7,13 @@ direction accordingly.  Weights come from `Policy.scores` (or `Policy.pool_score
 * pool_affinity  keep shareable hardware for shareable demand: whole-card work prefers
                  exclusive pools, leaving vGPU/MIG-capable cards to requests only they can serve.
 * tier           prefer the cheapest pool tier that fits.
-* node_packing   binpack: fuller nodes first (keeps whole nodes free for gangs); spread: emptier.
+* node_packing   binpack: the node left with the fewest free cards, counted in cards (best-fit's
+                 measure, so a 1-card job fills the 8-card node's last free card before it
+                 breaks an empty node; a share counts the node's free cards as they are);
+                 spread: the most.
+* node_size      binpack: among spots that pack alike, the smaller node, so that large nodes stay
+                 whole for large shapes (an 8-card job needs an empty 8-card node; a 1-card job
+                 runs as well on a 1-card node).
 * device_packing binpack: the tightest device for vGPU/MIG; spread: the loosest (averaged over
                  the GPUs of a multi-share request).
 * fragmentation  do not break a fully free card or node when a partly used one fits; for vGPU,
@@ -18,6 +24,10 @@ direction accordingly.  Weights come from `Policy.scores` (or `Policy.pool_score
 * host_balance   keep a node's CPU, memory and GPUs used in like proportions after the
                  placement (kube-scheduler's NodeResourcesBalancedAllocation), so that CPU-heavy
                  work does not strand a node's free GPUs, nor GPU work its free CPU.
+
+The stock weights (`types.DEFAULT_SCORES`) make the two node-packing rules decide and the others
+break their ties, because on a day of arrivals and departures every other rule given a say left
+large jobs waiting longer for an empty node (docs/benchmarks.md, packing on a mixed fleet).
 
 Adding a rule: write the function, register it in SCORES, list `(name, weight)` in the policy.
 """
@@ -54,13 +64,24 @@ def tier(
 def node_packing(
     st: FleetState, node: int, shape: Shape, claims: tuple[Claim, ...], pool: Pool, pre: bool
 ) -> float:
-    """Share of the node's cards in use after the placement (binpack) or free (spread)."""
-    n = len(st.node_devices[node])
-    if not n:
+    """Free cards the node keeps, over the fleet's largest node: few (binpack) or many
+    (spread) score high. Whole cards count the cards they take; a vGPU or MIG share counts the
+    node as it is, so that it does not break a free card to look tighter (device_packing and
+    fragmentation choose the card)."""
+    if not st.largest_node:
         return 0.0
-    newly = _newly_used(st, shape, claims)
-    used = (n - st.node_free[node] + newly) / n
-    return used if pool.scoring == "binpack" else 1.0 - used
+    taken = _newly_used(st, shape, claims) if shape.kind == "whole" else 0
+    left = (st.node_free[node] - taken) / st.largest_node
+    return 1.0 - left if pool.scoring == "binpack" else left
+
+
+def node_size(
+    st: FleetState, node: int, shape: Shape, claims: tuple[Claim, ...], pool: Pool, pre: bool
+) -> float:
+    """Binpack: 1 minus the node's cards over the fleet's largest node; spread: indifferent."""
+    if pool.scoring != "binpack" or not st.largest_node:
+        return 0.5
+    return 1.0 - len(st.node_devices[node]) / st.largest_node
 
 
 def device_packing(
@@ -179,6 +200,7 @@ SCORES: dict[str, ScoreFn] = {
     "pool_affinity": pool_affinity,
     "tier": tier,
     "node_packing": node_packing,
+    "node_size": node_size,
     "device_packing": device_packing,
     "fragmentation": fragmentation,
     "tenancy_mix": tenancy_mix,

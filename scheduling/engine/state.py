@@ -224,6 +224,8 @@ class FleetState:
         self.node_free: list[int] = [
             sum(1 for d in self.node_devices[n] if self.fully_free(d)) for n in range(len(nodes))
         ]
+        # The card count of the fleet's largest node: the scale of the node scores (scores.py).
+        self.largest_node: int = max((len(devs) for devs in self.node_devices), default=0)
         # Short-request reserve: GE capacity and GE held per pool that has one (reserve.py).
         # Only pools with a reserve are tracked, so fleets without one pay nothing.
         self.pool_capacity: dict[str, float] = {}

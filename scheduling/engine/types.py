@@ -556,13 +556,14 @@ DEFAULT_FILTERS: tuple[str, ...] = (
     "capacity",
 )
 DEFAULT_SCORES: tuple[tuple[str, float], ...] = (
-    ("pool_affinity", 4.0),
-    ("tier", 1.0),
     ("node_packing", 1.0),
-    ("device_packing", 1.0),
-    ("fragmentation", 2.0),
-    ("tenancy_mix", 0.5),
-    ("host_balance", 1.0),
+    ("node_size", 0.5),
+    ("pool_affinity", 0.05),
+    ("tier", 0.05),
+    ("device_packing", 0.05),
+    ("fragmentation", 0.05),
+    ("tenancy_mix", 0.05),
+    ("host_balance", 0.05),
 )
 
 
@@ -573,8 +574,7 @@ class Policy:
     `filters` and `scores` name plugins from `filters.NODE_FILTERS` / `scores.SCORES` in the
     order they run; `pool_scores` overrides the score list for a named pool and
     `pool_queue_order` the queue order for requests that can only run in that pool.
-    `placer` selects the plugin pipeline ("plugins"), the plain best-fit baseline
-    ("best_fit") or fragmentation gradient descent ("fgd", see fgd.py).
+    `placer`: the plugin pipeline ("plugins"), best-fit ("best_fit") or FGD ("fgd", fgd.py).
     `max_candidates` bounds the spots scored per group; `pause_gc` pauses Python's cyclic
     garbage collector during a cycle (see planner.gc_paused).
     `reservation_wait_seconds`: how long a request blocked by capacity waits before it may hold

@@ -140,7 +140,7 @@ def test_unknown_plugin_names_are_rejected() -> None:
 
 
 @pytest.mark.parametrize(
-    "plugin", ["node_packing", "device_packing", "fragmentation", "tenancy_mix"]
+    "plugin", ["node_packing", "node_size", "device_packing", "fragmentation", "tenancy_mix"]
 )
 def test_the_stock_policy_places_by_each_registered_score_plugin(
     plugin: str, monkeypatch: pytest.MonkeyPatch
@@ -168,3 +168,16 @@ def test_the_stock_policy_runs_each_registered_node_filter(monkeypatch: pytest.M
 
     monkeypatch.setitem(NODE_FILTERS, "node_labels", refuses_a)
     assert Scheduler(snap).plan(now=0.0).admissions[0].node_ids == ("b",)
+
+
+def test_the_stock_policy_leaves_the_fewest_free_cards_counted_in_cards() -> None:
+    """Best-fit's measure: the 2-card node keeps 1 free card, the half-used 8-card node 3."""
+    snap = fleet(node("half", whole=(0, 1, 2, 3)), node("pair", gpus=2), pending=[req("r")])
+    assert Scheduler(snap).plan(now=0.0).admissions[0].node_ids == ("pair",)
+
+
+def test_the_stock_policy_puts_small_work_on_the_small_node_among_equals() -> None:
+    """Both spots leave no card free; the 8-card node's last card stays free, so it can empty
+    when its seven jobs end."""
+    snap = fleet(node("big", whole=tuple(range(7))), node("one", gpus=1), pending=[req("r")])
+    assert Scheduler(snap).plan(now=0.0).admissions[0].node_ids == ("one",)
