@@ -392,7 +392,8 @@ class GpuRequestViewSet(
         """Reads load what the serializer shows: the request's columns and the owner's name.
 
         The other relations are rendered as ids from the row, so the list joins only the owner
-        and reads one of its columns. Actions that change a request keep the joins, as their
+        and reads one of its columns. An approval reads the id and team only (its service reads
+        the rest again, locked); other actions that change a request keep the joins, as their
         services read those relations.
         """
         queryset = super().get_queryset()
@@ -409,6 +410,10 @@ class GpuRequestViewSet(
                     )
                 )
             )
+        elif self.action == "approve":
+            # The approval re-reads the request locked, with the relations it reads
+            # (`locked_for_decision`): the lookup only finds it in the caller's scope.
+            queryset = queryset.select_related(None).only("id", "team")
         return queryset
 
     def get_serializer(self, *args: Any, **kwargs: Any) -> BaseSerializer:
