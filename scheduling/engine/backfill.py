@@ -6,7 +6,12 @@ When the first request of the queue that cannot start (the head) is blocked by c
    taints, model), replay the node's allocations ending in order of expected end
    (max(expected_end, now), then id) as a dry run, until the head's per-node part fits.  That
    end time is the node's earliest start T_n.  (Full nodes for gangs; all N shares on the one
-   node for a multi-share vGPU/MIG head.)
+   node for a multi-share vGPU/MIG head.)  The dry run only runs where it can matter: each
+   node's availability timeline (`FleetState.node_ends`: its running work in order of end,
+   with the cards, host CPU and memory given back cumulatively, rebuilt only when the node's
+   work changes) gives a bound no later than T_n (`earliest_bound`); nodes are tried in
+   order of bound, and the search stops once the next bound is later than the best T_n found
+   (for a gang, the k-th best).  The result is the same as dry-running every node.
 2. The reservation is the node with the smallest T_n (ties: node id), or for a gang the
    smallest T_n of enough nodes, T = their maximum.  It holds the devices the head would use.
 3. Every later request may use a reserved device only if it finishes by T
@@ -33,6 +38,7 @@ When a request gets one, and how long it keeps it (planner.py):
 from __future__ import annotations
 
 import math
+from bisect import bisect_left, bisect_right, insort
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -154,24 +160,84 @@ def behind_reason(hold: Hold | None, now: float) -> str:
 _STATIC = (node_schedulable, node_labels, node_taints, gpu_model)
 
 
+def candidates(st: FleetState, group: Group, shape: Shape, count: int) -> list[int]:
+    """Nodes of `group` that could ever hold the head's per-node part: enough cards (or shares,
+    for a multi-share head) and the static filters passed (cached: none of it changes)."""
+    key = (shape, group.key, count)
+    hit = st.backfill_nodes.get(key)
+    if hit is None:
+        hit = st.backfill_nodes[key] = []
+        for node in group.nodes:
+            if shape.kind == "whole":
+                if len(st.node_devices[node]) < count:
+                    continue
+            elif count > 1 and max_shares(st, node, shape) < count:
+                continue  # the node could never hold every share, even empty
+            if any(f(st, node, shape) is not None for f in _STATIC):
+                continue
+            hit.append(node)
+    return hit
+
+
+def earliest_bound(st: FleetState, node: int, shape: Shape, count: int, now: float) -> float:
+    """No earlier than `earliest_fit` (inf: never fits), from the node's timeline alone.
+
+    Each ends-in-order release only gives capacity back, and the head's part needs at least:
+    the node's own host CPU and memory, the node's exclusive holder gone, for whole cards
+    `count` fully free ones (at most the free ones now plus the claims ended), and for a head
+    that wants the node to itself every tenant gone.  The first end by which all hold is the
+    bound; the overdue work (ended by `now`) counts as ending at `now`, whatever its order.
+    """
+    ends = st.node_ends(node)
+    last = len(ends.recs)
+    pos = -1
+    if shape.kind == "whole":
+        if not shape.allow_shared_node:
+            pos = last - 1
+        short = count - st.node_free[node]
+        if short > 0:
+            pos = max(pos, bisect_left(ends.cards, short))
+    short = shape.cpu_millicores - st.node_cpu_free[node]
+    if short > 0:
+        pos = max(pos, bisect_left(ends.cpu_millicores, short))
+    short = shape.host_memory_mib - st.node_mem_free[node]
+    if short > 0:
+        pos = max(pos, bisect_left(ends.memory_mib, short))
+    if st.node_exclusive[node]:
+        pos = max(pos, ends.first_exclusive if ends.first_exclusive >= 0 else last)
+    if pos >= last:
+        return math.inf
+    return now if pos < 0 else max(ends.ends[pos], now)
+
+
 def earliest_fit(
-    st: FleetState, node: int, shape: Shape, count: int, now: float, blocked: frozenset[int]
+    st: FleetState,
+    node: int,
+    shape: Shape,
+    count: int,
+    now: float,
+    blocked: frozenset[int],
+    bound: float | None = None,
 ) -> tuple[float, tuple[Claim, ...]] | None:
-    """Earliest time `count` devices of `shape` fit on `node` as running work ends (dry run)."""
-    recs = sorted(
-        (st.allocs[rid] for rid in st.node_allocs[node]), key=lambda r: (max(r.end, now), r.id)
-    )
+    """Earliest time `count` devices of `shape` fit on `node` as running work ends (dry run).
+
+    The node's work ends in order of (max(expected end, now), id); `bound` (`earliest_bound`)
+    skips the fit checks before it, where none can succeed."""
+    ends = st.node_ends(node)
+    overdue = bisect_right(ends.ends, now)
+    recs = sorted(ends.recs[:overdue], key=lambda r: r.id) + list(ends.recs[overdue:])
+    after = now if bound is None else bound
     released: list[AllocRecord] = []
     found: tuple[float, tuple[Claim, ...]] | None = None
     t = now
-    claims = fit_node(st, node, shape, count, blocked)
+    claims = fit_node(st, node, shape, count, blocked) if after <= now else None
     if claims is None or st.node_exclusive[node]:
         claims = None
         for rec in recs:
             st.release(rec, notify=False)
             released.append(rec)
             t = max(rec.end, now)
-            if not st.node_exclusive[node]:
+            if t >= after and not st.node_exclusive[node]:
                 claims = fit_node(st, node, shape, count, blocked)
                 if claims is not None:
                     break
@@ -192,7 +258,12 @@ def reserve(
     now: float,
     blocked: frozenset[int],
 ) -> Hold | None:
-    """A reservation for the head request, or None if it can never fit."""
+    """A reservation for the head request, or None if it can never fit.
+
+    Steps 1-2 of the module docstring, with the dry run only where it can matter: the nodes go
+    in order of their `earliest_bound`, and once the best (or, for a gang, the `need` best)
+    nodes found start no later than the next node's bound, no further node can change them.
+    """
     if not groups:
         return None
     gang = is_gang(shape, min(g.max_devices for g in groups))
@@ -204,30 +275,24 @@ def reserve(
         count = layout[1] if layout is not None else shape.gpu_count
         if count == 0:
             continue
+        need = layout[0] if layout is not None else 1
+        bounds = sorted(
+            (b, node)
+            for node in candidates(st, g, shape, count)
+            if (b := earliest_bound(st, node, shape, count, now)) < math.inf
+        )
         options: list[tuple[float, int, tuple[Claim, ...]]] = []
-        for node in g.nodes:
-            if shape.kind == "whole":
-                if len(st.node_devices[node]) < count:
-                    continue
-            elif count > 1 and max_shares(st, node, shape) < count:
-                continue  # the node could never hold every share, even empty
-            if any(f(st, node, shape) is not None for f in _STATIC):
-                continue
-            got = earliest_fit(st, node, shape, count, now, blocked)
+        for bound, node in bounds:
+            if len(options) >= need and (bound, node) > options[need - 1][:2]:
+                break
+            got = earliest_fit(st, node, shape, count, now, blocked, bound)
             if got is not None:
-                options.append((got[0], node, got[1]))
-        if not options:
+                insort(options, (got[0], node, got[1]))
+        if len(options) < need:
             continue
-        options.sort(key=lambda x: (x[0], x[1]))
-        if layout is not None:
-            need = layout[0]
-            if len(options) < need:
-                continue
-            picked = options[:need]
-            claims = tuple(c for _, _, cl in picked for c in cl)
-            cand = (max(t for t, _, _ in picked), claims)
-        else:
-            cand = (options[0][0], options[0][2])
+        picked = options[:need]
+        claims = tuple(c for _, _, cl in picked for c in cl)
+        cand = (max(t for t, _, _ in picked), claims)
         if best is None or cand[0] < best[0]:
             best = cand
     if best is None:

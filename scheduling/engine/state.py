@@ -139,6 +139,20 @@ class AllocRecord:
 UNLIMITED = 1 << 62
 
 
+@dataclass(frozen=True, slots=True)
+class NodeEnds:
+    """A node's availability timeline: its running work in order of expected end (then id), and
+    what has been given back on the node once each has ended (cumulative, from the first)."""
+
+    version: int  # FleetState.node_version of the node when built
+    recs: tuple[AllocRecord, ...]
+    ends: tuple[float, ...]
+    cards: tuple[int, ...]  # claims on the node's cards
+    cpu_millicores: tuple[int, ...]
+    memory_mib: tuple[int, ...]
+    first_exclusive: int  # position of the first allocation holding the node exclusively; -1
+
+
 class FleetState:
     """Flattened nodes and devices plus the allocations holding them."""
 
@@ -240,6 +254,10 @@ class FleetState:
                 if self.node_schedulable[ni] and self.node_pool[ni] in self.pool_capacity:
                     self.pool_capacity[self.node_pool[ni]] += 1.0
         self.allocs: dict[str, AllocRecord] = {}
+        # Per node, bumped like `pool_version`; the availability timelines built from it.
+        self.node_version: list[int] = [0] * len(nodes)
+        self._ends: dict[int, NodeEnds] = {}
+        self.backfill_nodes: dict[object, list[int]] = {}  # backfill.candidates
         # Per pool, bumped on every apply/release there that is not a dry run (notify=False:
         # undone before anyone reads), so caches of derived figures know they are stale.
         self.pool_version: dict[str, int] = {p.name: 0 for p in snapshot.pools}
@@ -358,6 +376,42 @@ class FleetState:
         if got is None:
             got = self._victim_nodes[key] = [n for n in nodes if n in self.node_victims]
         return got
+
+    def node_ends(self, node: int) -> NodeEnds:
+        """The node's availability timeline (`NodeEnds`), rebuilt only after its running work
+        changed."""
+        hit = self._ends.get(node)
+        version = self.node_version[node]
+        if hit is not None and hit.version == version:
+            return hit
+        recs = tuple(
+            sorted((self.allocs[i] for i in self.node_allocs[node]), key=lambda r: (r.end, r.id))
+        )
+        cards: list[int] = []
+        cpu: list[int] = []
+        mem: list[int] = []
+        first_exclusive = -1
+        dev_node = self.dev_node
+        n_cards = n_cpu = n_mem = 0
+        for pos, rec in enumerate(recs):
+            n_cards += sum(1 for c in rec.claims if dev_node[c[0]] == node)
+            n_cpu += rec.cpu_millicores
+            n_mem += rec.memory_mib
+            cards.append(n_cards)
+            cpu.append(n_cpu)
+            mem.append(n_mem)
+            if rec.exclusive_node and first_exclusive < 0:
+                first_exclusive = pos
+        hit = self._ends[node] = NodeEnds(
+            version,
+            recs,
+            tuple(r.end for r in recs),
+            tuple(cards),
+            tuple(cpu),
+            tuple(mem),
+            first_exclusive,
+        )
+        return hit
 
     def host_fits(self, node: int, cpu_millicores: int, memory_mib: int) -> bool:
         """The node has `cpu_millicores` and `memory_mib` of host resources free now."""
@@ -487,6 +541,7 @@ class FleetState:
 
     def _bump(self, rec: AllocRecord) -> None:
         for n in rec.nodes:
+            self.node_version[n] += 1
             pool = self.node_pool[n]
             self.pool_version[pool] = self.pool_version.get(pool, 0) + 1
 
