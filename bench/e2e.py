@@ -1258,7 +1258,7 @@ def report(
         "e2e.ratio",
         portal_rate / direct_rate,
         "x",
-        target=0.8,
+        target=0.5,
         rounds=[round(p["rate"] / d["rate"], 3) for p, d in zip(portal, direct, strict=True)],
         **shape,
     )
@@ -1266,6 +1266,7 @@ def report(
         "e2e.submit_pairs_per_second",
         mean(rounds(portal, "submit_pairs_per_second")),
         "pairs/s",
+        target=40,
         clients=options.clients,
         rounds=rounds(portal, "submit_pairs_per_second"),
     )
@@ -1275,7 +1276,7 @@ def report(
         percentile(burst, 0.99),
         "s",
         scenario="burst",
-        target=10,
+        target=5,
         p50=round(statistics.median(burst), 3),
         **shape,
     )
