@@ -4,6 +4,7 @@ record grows old."""
 
 from __future__ import annotations
 
+import weakref
 from datetime import timedelta
 from typing import Any
 
@@ -12,6 +13,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from runtime.models import EnsuredObject
+from runtime.services import ensured
 from runtime.services.ensured import EnsuredObjects, spec_digest
 from runtime.services.propagation import project_spec
 from scheduling.services.quotas import set_quota
@@ -20,6 +22,13 @@ from tests.support.factories import ready_flavor
 from tests.support.personas import Org, api_client
 
 pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def fresh_process_memory(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Start as a new worker process does: what earlier tests' backends ensured is remembered
+    in this process, while their database records were rolled back."""
+    monkeypatch.setattr(ensured, "_ensured_by_backend", weakref.WeakKeyDictionary())
 
 
 class Creations:
