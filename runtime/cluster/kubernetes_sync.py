@@ -4,7 +4,7 @@ watch of their pods, mapped by `kubernetes_status`."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -111,28 +111,37 @@ class KubernetesSync(KubernetesApi):
         """Every portal workload (Jobs, Deployments and their pods), sorted by key; with
         `request_ids`, only theirs (a set-based label selector, up to
         REQUEST_IDS_PER_SELECTOR ids per list)."""
-        selectors = pod_manifests.workload_selectors(request_ids)
+        # (list Jobs, list Deployments, list pods, positional arguments) per namespace scope.
+        scopes: list[
+            tuple[Callable[..., Any], Callable[..., Any], Callable[..., Any], tuple[str, ...]]
+        ]
+        if namespaces is None:
+            scopes = [
+                (
+                    self.batch.list_job_for_all_namespaces,
+                    self.apps.list_deployment_for_all_namespaces,
+                    self.core.list_pod_for_all_namespaces,
+                    (),
+                )
+            ]
+        else:
+            scopes = [
+                (
+                    self.batch.list_namespaced_job,
+                    self.apps.list_namespaced_deployment,
+                    self.core.list_namespaced_pod,
+                    (ns,),
+                )
+                for ns in namespaces
+            ]
         jobs: list[Any] = []
         deployments: list[Any] = []
         pods: list[Any] = []
-        for selector in selectors:
-            if namespaces is None:
-                jobs += self._list_all(
-                    self.batch.list_job_for_all_namespaces, label_selector=selector
-                )
-                deployments += self._list_all(
-                    self.apps.list_deployment_for_all_namespaces, label_selector=selector
-                )
-                pods += self._list_all(
-                    self.core.list_pod_for_all_namespaces, label_selector=selector
-                )
-                continue
-            for ns in namespaces:
-                jobs += self._list_all(self.batch.list_namespaced_job, ns, label_selector=selector)
-                deployments += self._list_all(
-                    self.apps.list_namespaced_deployment, ns, label_selector=selector
-                )
-                pods += self._list_all(self.core.list_namespaced_pod, ns, label_selector=selector)
+        for selector in pod_manifests.workload_selectors(request_ids):
+            for list_jobs, list_deployments, list_pods, args in scopes:
+                jobs += self._list_all(list_jobs, *args, label_selector=selector)
+                deployments += self._list_all(list_deployments, *args, label_selector=selector)
+                pods += self._list_all(list_pods, *args, label_selector=selector)
         groups: dict[tuple[str, str, int], dict[str, Any]] = {}
         for kind, objects in (("job", jobs), ("deployment", deployments), ("pods", pods)):
             for obj in objects:
