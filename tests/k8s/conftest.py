@@ -126,3 +126,30 @@ def k8s_project(k8s_backend: Any, k8s_namespace: str, portal_priorities: None) -
 
     k8s_backend.ensure_project(project(k8s_namespace))
     return k8s_namespace
+
+
+def approved_a100_request(project: Any, alice: Any, bob: Any, gpu_count: int = 1) -> Any:
+    """An A100 training request of alice's in the demo fleet, approved by bob when the tier asks
+    him."""
+    from scheduling.choices import RequestStatus
+    from scheduling.models import Flavor
+    from scheduling.services.requests import (
+        GpuRequestSpec,
+        approve_gpu_request,
+        submit_gpu_request,
+    )
+
+    request = submit_gpu_request(
+        actor=alice,
+        spec=GpuRequestSpec(
+            project=project,
+            flavor=Flavor.objects.get(slug="a100-80g"),
+            gpu_count=gpu_count,
+            image="registry.example.com/ml/train:1.0",
+            command=["python", "train.py"],
+            max_runtime_seconds=3600,
+        ),
+    )
+    if request.status == RequestStatus.PENDING_APPROVAL:
+        approve_gpu_request(actor=bob, request=request)
+    return request

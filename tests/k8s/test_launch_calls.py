@@ -18,12 +18,11 @@ from runtime.services import execution, propagation
 from runtime.services.inventory import apply_inventory
 from scheduling.choices import RequestStatus
 from scheduling.demo import seed_demo_fleet
-from scheduling.models import Flavor, GpuRequest
+from scheduling.models import GpuRequest
 from scheduling.services import cycle
-from scheduling.services.requests import GpuRequestSpec, approve_gpu_request, submit_gpu_request
 from tenants.models import Project
 from tenants.services.organisation import create_project, seed_demo_organisation
-from tests.k8s.conftest import Admin, eventually
+from tests.k8s.conftest import Admin, approved_a100_request, eventually
 
 pytestmark = [pytest.mark.k8s, pytest.mark.django_db]
 
@@ -38,24 +37,6 @@ def three_approved_requests(backend: KubernetesClusterBackend) -> list[GpuReques
     users = get_user_model().objects
     alice, bob = users.get(username="alice"), users.get(username="bob")
     return [approved_a100_request(project, alice, bob) for _ in range(3)]
-
-
-def approved_a100_request(project: Project, alice: Any, bob: Any) -> GpuRequest:
-    """One A100 training request of alice's, approved by bob when the tier asks him."""
-    request = submit_gpu_request(
-        actor=alice,
-        spec=GpuRequestSpec(
-            project=project,
-            flavor=Flavor.objects.get(slug="a100-80g"),
-            gpu_count=1,
-            image="registry.example.com/ml/train:1.0",
-            command=["python", "train.py"],
-            max_runtime_seconds=3600,
-        ),
-    )
-    if request.status == RequestStatus.PENDING_APPROVAL:
-        approve_gpu_request(actor=bob, request=request)
-    return request
 
 
 def counting(

@@ -13,12 +13,11 @@ from runtime.services import execution
 from runtime.services.inventory import apply_inventory
 from scheduling.choices import RequestStatus
 from scheduling.demo import seed_demo_fleet
-from scheduling.models import Allocation, Flavor
+from scheduling.models import Allocation
 from scheduling.services import cycle
-from scheduling.services.requests import GpuRequestSpec, approve_gpu_request, submit_gpu_request
 from tenants.models import Project
 from tenants.services.organisation import seed_demo_organisation
-from tests.k8s.conftest import Admin, eventually
+from tests.k8s.conftest import Admin, approved_a100_request, eventually
 
 pytestmark = [pytest.mark.k8s, pytest.mark.django_db]
 
@@ -35,19 +34,7 @@ def test_a_whole_card_request_runs_to_succeeded_through_the_portal_services(
     )
     users = get_user_model().objects
     alice, bob = users.get(username="alice"), users.get(username="bob")
-    request = submit_gpu_request(
-        actor=alice,
-        spec=GpuRequestSpec(
-            project=project,
-            flavor=Flavor.objects.get(slug="a100-80g"),
-            gpu_count=2,
-            image="registry.example.com/ml/train:1.0",
-            command=["python", "train.py"],
-            max_runtime_seconds=3600,
-        ),
-    )
-    if request.status == RequestStatus.PENDING_APPROVAL:
-        approve_gpu_request(actor=bob, request=request)
+    request = approved_a100_request(project, alice, bob, gpu_count=2)
     admitted: list[tuple[int, int]] = []
     try:
         with django_capture_on_commit_callbacks(execute=True):
