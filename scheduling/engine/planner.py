@@ -112,7 +112,7 @@ class Scheduler:
             if t.weight is not None:
                 w = t.weight
             elif self.policy.fair_share_weighting == "quota":
-                w = self.ledger.team_guaranteed_total(t.name) / total_g
+                w = self.ledger.team_guaranteed[t.name] / total_g
             else:
                 w = 1.0
             self.weight[t.name] = max(w, 1e-9)
@@ -335,7 +335,7 @@ class Scheduler:
                 drop_hold(self.holds, req.id)
                 return got
         # A reservation kept from the previous cycle.
-        own = hold_of(self.holds, req.id)
+        own = hold_of(self.holds, req.id) if self.holds else None
         if own is not None:
             return None, [], f"{memo[0]}; {reserved_reason(self.st, own, now)}", "reserved"
         # Reservation for the head, once it has waited long enough.

@@ -95,6 +95,7 @@ class QuotaLedger:
     ) -> None:
         self.cohort_of: dict[str, str | None] = {t.name: t.cohort for t in teams}
         self.guaranteed: dict[tuple[str, str], float] = {}
+        self.team_guaranteed: defaultdict[str, float] = defaultdict(float)  # over flavors
         self.limit: dict[tuple[str, str], float] = {}
         self.project_limit: dict[tuple[str, str, str], float] = {}
         self.used: defaultdict[tuple[str, str], float] = defaultdict(float)
@@ -113,14 +114,13 @@ class QuotaLedger:
                     self.cohort_guaranteed[(cohort, q.flavor)] += q.guaranteed
             else:
                 self.project_limit[(q.team, q.project, q.flavor)] = q.limit
+        for (team, _), guaranteed in self.guaranteed.items():
+            self.team_guaranteed[team] += guaranteed
 
     @classmethod
     def of(cls, snapshot: Snapshot) -> QuotaLedger:
         """The ledger of a snapshot's teams and quotas, lending its unassigned capacity."""
         return cls(snapshot.teams, snapshot.quotas, lendable_capacity(snapshot))
-
-    def team_guaranteed_total(self, team: str) -> float:
-        return sum(v for (t, _), v in self.guaranteed.items() if t == team)
 
     # ------------------------------------------------------------------ borrowing
 

@@ -151,16 +151,17 @@ def _at_share_limit(placer: Placer, shape: Shape, groups: list[Group]) -> str:
     """The words for the cards that have the share's memory and cores free but already hold
     as many vGPU shares as their split count allows ("" when none)."""
     st, m, c = placer.st, shape.memory_mib, shape.cores_percent
+    keys = {g.key for g in groups}
+    node_group = placer.index.node_group
     full = sum(
         1
-        for g in groups
-        for node in g.nodes
-        for d in st.node_devices[node]
-        if st.dev_mode[d] == MODE_VGPU
+        for d in st.at_share_limit
+        if (g := node_group.get(st.dev_node[d])) is not None
+        and g.key in keys
+        and st.dev_mode[d] == MODE_VGPU
         and not st.whole[d]
         and st.mem_free[d] >= m
         and st.cores_free[d] >= c
-        and not st.share_room(d)
     )
     if not full:
         return ""

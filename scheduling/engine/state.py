@@ -212,6 +212,8 @@ class FleetState:
         # vGPU shares each card holds, and how many it may (0: no limit; HAMi's split count).
         self.shares: list[int] = []
         self.share_limit: list[int] = []
+        # Cards that hold as many vGPU shares as their split count allows.
+        self.at_share_limit: set[int] = set()
         for d in devices:
             i = len(self.dev_node)
             node = self.node_of[d.node_id]
@@ -466,7 +468,15 @@ class FleetState:
         neither a whole card nor a MIG instance."""
         for dev, whole, _, _, bits in rec.claims:
             if not whole and not bits:
-                self.shares[dev] += sign
+                self._add_share(dev, sign)
+
+    def _add_share(self, dev: int, sign: int) -> None:
+        shares = self.shares[dev] = self.shares[dev] + sign
+        limit = self.share_limit[dev]
+        if limit and shares >= limit:
+            self.at_share_limit.add(dev)
+        else:
+            self.at_share_limit.discard(dev)
 
     def share_room(self, dev: int) -> bool:
         """The card may take one more vGPU share (its split count is not reached)."""
@@ -504,7 +514,7 @@ class FleetState:
                 self.cores_free[dev] -= cores
                 self.mig_mask[dev] |= bits
                 if not bits:
-                    self.shares[dev] += 1
+                    self._add_share(dev, 1)
         self.allocs[rec.id] = rec
         self._attach(rec)
         self._take_host(rec, 1)
@@ -526,7 +536,7 @@ class FleetState:
                 self.cores_free[dev] = min(100, self.cores_free[dev] + cores)
                 self.mig_mask[dev] &= ~bits
                 if not bits:
-                    self.shares[dev] -= 1
+                    self._add_share(dev, -1)
             if self.fully_free(dev):
                 node_free[self.dev_node[dev]] += 1
         self.allocs.pop(rec.id, None)

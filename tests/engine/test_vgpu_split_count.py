@@ -91,7 +91,13 @@ def test_a_plan_never_puts_more_shares_on_a_card_than_it_allows(
             req(f"r{i}", "v10", gpu_count=n, submitted_at=float(i)) for i, n in enumerate(asks)
         ],
     )
-    plan = Scheduler(snap).plan(now=0.0)
+    sched = Scheduler(snap)
+    plan = sched.plan(now=0.0)
     admitted = [c for a in plan.admissions for c in a.placement]
-    for card, count in shares_per_card(snap, admitted).items():
+    per_card = shares_per_card(snap, admitted)
+    for card, count in per_card.items():
         assert not allowed[card] or count <= allowed[card], card
+    # The cards the waiting reasons count as at their limit are exactly those.
+    st = sched.st
+    at_limit = {(st.node_ids[st.dev_node[d]], st.dev_index[d]) for d in st.at_share_limit}
+    assert at_limit == {c for c, n in per_card.items() if allowed[c] and n >= allowed[c]}
