@@ -555,6 +555,7 @@ def snapshot(fleet: Fleet) -> Snapshot:
                 taints=_taints(),
                 short_reserve_fraction=0.0,
                 short_max_runtime_seconds=7200.0,
+                display_name=p.slug,  # bench.engine_db names each pool by its slug
             )
             for p in fleet.pools
         ),
