@@ -15,8 +15,9 @@ create the same objects, batch/v1 Jobs of one pod each, so they differ only by t
    sync worker per core) and two Celery workers as the Helm chart runs them, one per queue
    (portal/celery.py): the `celery` queue (launches, notifications; prefork `--concurrency 4`)
    and the `periodic` queue (the cycle, workload and inventory sync, the sweeps;
-   `--concurrency 2`, with embedded beat), with `CLUSTER_BACKEND=kubernetes` and the test bed's
-   least-privilege `portal.kubeconfig`. The burst: 8 client threads each `POST
+   `--concurrency 2`, with embedded beat) and the workload follower (`manage.py
+   follow_workloads`; `--no-follower` leaves it out), with `CLUSTER_BACKEND=kubernetes` and the
+   test bed's least-privilege `portal.kubeconfig`. The burst: 8 client threads each `POST
    /api/v1/requests/` (one whole A100 card, a developer's token) and then, as the team lead,
    `POST /api/v1/requests/<id>/approve/` (whole cards in the training tier need the lead), until N
    are approved. From then on only the worker acts: the approval queues a cycle, the cycle
@@ -373,6 +374,17 @@ def start_worker(
     raise SystemExit(f"the worker did not start:\n{log_path.read_text()[-3000:]}")
 
 
+def start_follower(env: dict[str, str], log_path: Path, enabled: bool) -> subprocess.Popen[bytes]:
+    """The workload follower as the Helm chart runs it (`manage.py follow_workloads`); with
+    `enabled` false (`--no-follower`) a process that does nothing, so the periodic sync moves
+    every request, as before the follower."""
+    command = [sys.executable, "manage.py", "follow_workloads"] if enabled else ["sleep", "86400"]
+    with log_path.open("ab") as out:
+        return subprocess.Popen(  # noqa: S603 - our own argv
+            command, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
+
+
 def stop_process(process: subprocess.Popen[bytes]) -> None:
     if process.poll() is None:
         os.killpg(process.pid, 15)
@@ -586,6 +598,7 @@ def portal_side(
     periodic = start_worker(
         env, periodic_log, options.periodic_concurrency, queue="periodic", beat=True
     )
+    follower = start_follower(env, workdir / f"follower-{round_no}.log", options.follower)
     core: Any = k8s.CoreV1Api(bed.api_client())
     watch = PodWatch(core, namespace=None, selector=MANAGED)
     burst = Submitter(host, ids)
@@ -619,6 +632,7 @@ def portal_side(
             time.sleep(1.0)
         seen_running = GpuRequest.objects.filter(status="running").count()
     finally:
+        stop_process(follower)
         stop_process(periodic)
         stop_process(worker)
         stop_process(server)
@@ -1158,6 +1172,7 @@ def notebook_side(bed: Testbed, options: argparse.Namespace, workdir: Path) -> d
     periodic = start_worker(
         env, periodic_log, options.periodic_concurrency, queue="periodic", beat=True
     )
+    follower = start_follower(env, workdir / "follower-notebooks.log", options.follower)
     users = NotebookUser(
         host, ids, RouteWatch(bed.api_client(), ids["namespace"]), time.time() + options.timeout
     )
@@ -1166,6 +1181,7 @@ def notebook_side(bed: Testbed, options: argparse.Namespace, workdir: Path) -> d
         with ThreadPoolExecutor(max_workers=options.notebooks) as pool:
             list(pool.map(users, range(options.notebooks)))
     finally:
+        stop_process(follower)
         stop_process(periodic)
         stop_process(worker)
         stop_process(server)
@@ -1345,6 +1361,12 @@ def main() -> int:
     parser.add_argument("--no-dra", action="store_true", help="leave out the DRA side")
     parser.add_argument("--cycle-seconds", type=float, default=10.0, help="beat: the cycle")
     parser.add_argument("--sync-seconds", type=float, default=5.0, help="beat: workload sync")
+    parser.add_argument(
+        "--no-follower",
+        dest="follower",
+        action="store_false",
+        help="leave out the workload follower: the periodic sync moves every request",
+    )
     parser.add_argument("--timeout", type=float, default=1200.0, help="per wait, seconds")
     parser.add_argument("--sync-wait", type=float, default=120.0)
     parser.add_argument(

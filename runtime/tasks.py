@@ -24,6 +24,7 @@ from runtime.services import (
     project_data,
     propagation,
     reclaim,
+    workload_follower,
 )
 from scheduling.dispatch import (
     clear_launch_queued,
@@ -142,8 +143,10 @@ def remove_project_data(namespace: str, kind: str, names: list[str]) -> None:
 
 @shared_task(base=ClusterTask)
 def sync_workloads() -> dict[str, int]:
+    """The periodic workload sync, of every cluster no workload follower is following."""
     by_cluster = clusters.on_each_cluster(
-        lambda cluster, backend: execution.sync_watched_workloads(backend=backend, cluster=cluster)
+        lambda cluster, backend: execution.sync_watched_workloads(backend=backend, cluster=cluster),
+        only=lambda cluster: not workload_follower.is_followed(cluster),
     )
     moved: dict[str, int] = {}
     for counts in by_cluster.values():

@@ -34,7 +34,7 @@ WORKLOADS = {"Deployment", "Job", "StatefulSet"}
 # Kinds kubernetes-validate has no schema for (CRDs): the API server checks them.
 CUSTOM_KINDS = {"HTTPRoute"}
 VALUE_SETS = {"default": None, **{path.stem: path for path in CI_VALUES}}
-PORTAL_COMPONENTS = {"web", "worker", "worker-periodic", "beat", "migrate"}
+PORTAL_COMPONENTS = {"web", "worker", "worker-periodic", "follower", "beat", "migrate"}
 
 
 @pytest.fixture(autouse=True)
@@ -93,6 +93,7 @@ def test_the_chart_holds_every_component(value_set: str) -> None:
         ("Service", "gpu-portal-web"),
         ("Deployment", "gpu-portal-worker"),
         ("Deployment", "gpu-portal-worker-periodic"),
+        ("Deployment", "gpu-portal-follower"),
         ("Deployment", "gpu-portal-beat"),
         ("Job", "gpu-portal-migrate"),
         ("ConfigMap", "gpu-portal"),
@@ -215,13 +216,13 @@ def test_web_probes_liveness_on_healthz_and_readiness_on_readyz() -> None:
 
 
 @value_sets
-def test_only_the_worker_pods_carry_a_service_account_token(value_set: str) -> None:
+def test_only_the_worker_and_follower_pods_carry_a_service_account_token(value_set: str) -> None:
     objects = rendered(value_set)
     for obj in objects:
         if obj["kind"] not in WORKLOADS:
             continue
         spec = pod_spec(obj)
-        if component(obj) in {"worker", "worker-periodic"}:
+        if component(obj) in {"worker", "worker-periodic", "follower"}:
             assert spec["serviceAccountName"] == "gpu-portal-worker"
             assert spec["automountServiceAccountToken"] is True
             continue
@@ -277,7 +278,7 @@ def test_network_policies_cover_every_pod_the_chart_makes(value_set: str) -> Non
     overrides = yaml.safe_load(path.read_text()) if path else {}
     expected = {**values["networkPolicy"], **overrides.get("networkPolicy", {})}
     assert sources[0] == expected["ingressControllerNamespace"]
-    for name in ("gpu-portal-worker", "gpu-portal-beat"):
+    for name in ("gpu-portal-worker", "gpu-portal-follower", "gpu-portal-beat"):
         policy = named(objects, "NetworkPolicy", name)
         assert policy["spec"]["policyTypes"] == ["Ingress"]
         assert "ingress" not in policy["spec"]  # no connections in at all
