@@ -9,8 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from django.db.models import Q, Sum
-from django.db.models.functions import Coalesce
+from django.db.models import Sum
 
 from scheduling.choices import COMMITTED_STATUSES, RequestStatus
 from scheduling.engine.quota import quota_unit
@@ -209,19 +208,22 @@ def quota_standing(*, project: Project, flavor: Flavor, lock: bool = False) -> Q
             project_quota = (guaranteed, limit)
     if team_quota is None:
         return None
-    committed = GpuRequest.objects.filter(
-        flavor=flavor, team_id=project.team_id, status__in=COMMITTED_STATUSES
-    ).aggregate(
-        team=Coalesce(Sum("gpu_count"), 0),
-        project=Coalesce(Sum("gpu_count", filter=Q(project=project)), 0),
+    # Summed per project of the team (a grouped query costs less to build than two filtered sums).
+    committed: dict[int, int] = dict(
+        GpuRequest.objects.filter(
+            flavor=flavor, team_id=project.team_id, status__in=COMMITTED_STATUSES
+        )
+        .values_list("project_id")
+        .annotate(units=Sum("gpu_count"))
+        .order_by()
     )
     return QuotaStanding(
         team_guaranteed=team_quota[0],
         team_limit=team_quota[1],
-        team_committed=int(committed["team"]),
+        team_committed=sum(committed.values()),
         project_guaranteed=project_quota[0] if project_quota else None,
         project_limit=project_quota[1] if project_quota else None,
-        project_committed=int(committed["project"]),
+        project_committed=committed.get(project.pk, 0),
     )
 
 
