@@ -81,7 +81,11 @@ class TeamLine:
     def __bool__(self) -> bool:
         return bool(self._lines)
 
-    def _member(self) -> str:
+    def first(self, member: str) -> Request:
+        return self._lines[member][0]
+
+    def next_member(self) -> str:
+        """The member whose request comes next."""
         if len(self._lines) == 1 or self._member_share is None:
             return next(iter(self._lines))
         share = self._member_share
@@ -91,10 +95,12 @@ class TeamLine:
 
     def head(self) -> Request:
         """The request this line would give next (the line must not be empty)."""
-        return self._lines[self._member()][0]
+        return self._lines[self.next_member()][0]
 
-    def popleft(self) -> Request:
-        member = self._member()
+    def popleft(self, member: str | None = None) -> Request:
+        """Take the next request (of `member`, when the caller has just chosen it)."""
+        if member is None:
+            member = self.next_member()
         line = self._lines[member]
         req = line.popleft()
         if not line:
@@ -115,7 +121,7 @@ class FairQueue:
         aging_seconds: float = 0.0,
     ) -> None:
         self._share = share
-        reqs = sorted(requests, key=lambda r: r.id)
+        reqs = list(requests)  # every order below ends in the request id: the input order is moot
         use_priority = "priority" in order
         self._fair = "fair_share" in order
         use_age = "age" in order
@@ -174,10 +180,11 @@ class FairQueue:
             if line:
                 # Fast path: if the last team still sorts before the heap's top, serve it again
                 # without a push/pop (same result: keys differ at least by team name).
-                key = (self._share(last), line.head().submitted_at, last)
+                member = line.next_member()
+                key = (self._share(last), line.first(member).submitted_at, last)
                 if not self._heap or key < self._heap[0][:3]:
                     self._last_team = last
-                    return line.popleft()
+                    return line.popleft(member)
                 self._push(last)  # its share may have changed with the last decision
         while True:
             if self._level < 0 or not self._heap:
