@@ -70,6 +70,16 @@ def redis_url() -> Iterator[str]:
         server.stop()
 
 
+@pytest.fixture
+def clean_redis(redis_url: str) -> Iterator[str]:
+    """The real Redis, emptied before and after the test (a worker process's broker and cache)."""
+    import redis
+
+    redis.Redis.from_url(redis_url).flushdb()
+    yield redis_url
+    redis.Redis.from_url(redis_url).flushdb()
+
+
 def _django_active(request: pytest.FixtureRequest) -> bool:
     """False when the engine tests run alone with -p no:django."""
     return bool(request.config.pluginmanager.hasplugin("django"))

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
 import pytest
-import redis
 from django.urls import reverse
 from django.utils import timezone
 
@@ -22,12 +20,6 @@ from tests.support.personas import Org, api_client
 from tests.support.worker import celery_worker
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
-
-
-@pytest.fixture
-def clean_redis(redis_url: str) -> Iterator[str]:
-    redis.Redis.from_url(redis_url).flushdb()
-    yield redis_url
 
 
 def wait_until(check: Any, timeout: float, output: Any) -> None:

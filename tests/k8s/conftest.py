@@ -153,3 +153,24 @@ def approved_a100_request(project: Any, alice: Any, bob: Any, gpu_count: int = 1
     if request.status == RequestStatus.PENDING_APPROVAL:
         approve_gpu_request(actor=bob, request=request)
     return request
+
+
+def three_approved_requests(backend: Any) -> list[Any]:
+    """The demo organisation and fleet, the test bed's inventory, a fresh project of the vision
+    team and three of alice's A100 requests in it, approved."""
+    from django.contrib.auth import get_user_model
+
+    from runtime.services.inventory import apply_inventory
+    from scheduling.demo import seed_demo_fleet
+    from tenants.models import Project
+    from tenants.services.organisation import seed_demo_organisation
+
+    teams = seed_demo_organisation(password="x")
+    seed_demo_fleet(teams=teams)
+    apply_inventory(backend.sync_inventory())
+    project = Project.objects.create(
+        team=teams["vision"], slug=f"k{uuid.uuid4().hex[:8]}", name="Test bed"
+    )
+    users = get_user_model().objects
+    alice, bob = users.get(username="alice"), users.get(username="bob")
+    return [approved_a100_request(project, alice, bob) for _ in range(3)]

@@ -20,23 +20,10 @@ from scheduling.choices import RequestStatus
 from scheduling.demo import seed_demo_fleet
 from scheduling.models import GpuRequest
 from scheduling.services import cycle
-from tenants.models import Project
 from tenants.services.organisation import create_project, seed_demo_organisation
-from tests.k8s.conftest import Admin, approved_a100_request, eventually
+from tests.k8s.conftest import Admin, approved_a100_request, eventually, three_approved_requests
 
 pytestmark = [pytest.mark.k8s, pytest.mark.django_db]
-
-
-def three_approved_requests(backend: KubernetesClusterBackend) -> list[GpuRequest]:
-    teams = seed_demo_organisation(password="x")
-    seed_demo_fleet(teams=teams)
-    apply_inventory(backend.sync_inventory())
-    project = Project.objects.create(
-        team=teams["vision"], slug=f"k{uuid.uuid4().hex[:8]}", name="Test bed"
-    )
-    users = get_user_model().objects
-    alice, bob = users.get(username="alice"), users.get(username="bob")
-    return [approved_a100_request(project, alice, bob) for _ in range(3)]
 
 
 def counting(

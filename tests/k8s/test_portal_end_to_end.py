@@ -8,13 +8,11 @@ from __future__ import annotations
 import contextlib
 import time
 import uuid
-from collections.abc import Iterator
 from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
 import pytest
-import redis
 from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.utils import timezone
@@ -203,13 +201,6 @@ def test_the_cycle_preempts_low_priority_work_and_the_cluster_follows(
     finally:
         with contextlib.suppress(Exception):  # never created
             k8s_admin.core.delete_namespace(project.namespace, _preload_content=False)
-
-
-@pytest.fixture
-def clean_redis(redis_url: str) -> Iterator[str]:
-    redis.Redis.from_url(redis_url).flushdb()
-    yield redis_url
-    redis.Redis.from_url(redis_url).flushdb()
 
 
 @pytest.mark.integration

@@ -15,7 +15,6 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-import redis
 from django.urls import reverse
 
 from runtime.services.inventory import apply_inventory
@@ -29,13 +28,6 @@ from tests.support.personas import Org, api_client
 from tests.support.worker import WorkerProcess, celery_worker
 
 pytestmark = [pytest.mark.k8s, pytest.mark.integration, pytest.mark.django_db(transaction=True)]
-
-
-@pytest.fixture
-def clean_redis(redis_url: str) -> Iterator[str]:
-    redis.Redis.from_url(redis_url).flushdb()
-    yield redis_url
-    redis.Redis.from_url(redis_url).flushdb()
 
 
 @pytest.fixture

@@ -11,37 +11,23 @@ import signal
 import subprocess
 import sys
 import tempfile
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import redis
 from django.conf import settings as django_settings
-from django.contrib.auth import get_user_model
 from django.core.cache import cache
 
 from runtime import tasks
 from runtime.services import execution, workload_follower
-from runtime.services.inventory import apply_inventory
 from scheduling.choices import RequestStatus
-from scheduling.demo import seed_demo_fleet
 from scheduling.models import Cluster, GpuRequest, local_cluster_id
 from scheduling.services import cycle
 from scripts.testbed.cluster import Testbed
-from tenants.models import Project
-from tenants.services.organisation import seed_demo_organisation
-from tests.k8s.conftest import Admin, approved_a100_request, eventually
+from tests.k8s.conftest import Admin, eventually, three_approved_requests
 from tests.support import worker
 
 pytestmark = [pytest.mark.k8s, pytest.mark.integration, pytest.mark.django_db(transaction=True)]
-
-
-@pytest.fixture
-def clean_redis(redis_url: str) -> Iterator[str]:
-    redis.Redis.from_url(redis_url).flushdb()
-    yield redis_url
-    redis.Redis.from_url(redis_url).flushdb()
 
 
 @contextlib.contextmanager
@@ -83,15 +69,8 @@ def test_the_follower_moves_requests_with_their_pods_and_the_periodic_sync_steps
     settings.CLUSTER_BACKEND = "kubernetes"
     settings.KUBECONFIG = str(k8s_testbed.portal_kubeconfig)
     execution.cluster_backend.cache_clear()
-    teams = seed_demo_organisation(password="x")
-    seed_demo_fleet(teams=teams)
-    apply_inventory(k8s_backend.sync_inventory())
-    project = Project.objects.create(
-        team=teams["vision"], slug=f"f{uuid.uuid4().hex[:8]}", name="Followed"
-    )
-    users = get_user_model().objects
-    alice, bob = users.get(username="alice"), users.get(username="bob")
-    requests = [approved_a100_request(project, alice, bob) for _ in range(3)]
+    requests = three_approved_requests(k8s_backend)
+    project = requests[0].project
     cluster = Cluster.objects.get(pk=local_cluster_id())
     periodic: list[str] = []
 

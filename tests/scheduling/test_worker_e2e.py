@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
-import redis
 from django.urls import reverse
 
 from runtime.models import SimulatedWorkload
@@ -17,13 +16,6 @@ from tests.support.personas import Org, api_client
 from tests.support.worker import WorkerProcess, celery_worker
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
-
-
-@pytest.fixture
-def clean_redis(redis_url: str) -> Iterator[str]:
-    redis.Redis.from_url(redis_url).flushdb()
-    yield redis_url
-    redis.Redis.from_url(redis_url).flushdb()
 
 
 def wait_for(check: Callable[[], Any], *, timeout: float, worker: WorkerProcess, what: str) -> Any:
