@@ -120,6 +120,7 @@ class RequestData:
 
 
 def request_data(request: GpuRequest) -> RequestData:
+    """The request's project data as the database holds it now."""
     workspace = ProjectWorkspace.objects.filter(project=request.project_id).first()
     home = None
     if workspace is not None and request.home_volume:
@@ -138,7 +139,7 @@ def request_data(request: GpuRequest) -> RequestData:
 
 
 def launch_data_spec(request: GpuRequest, data: RequestData) -> ProjectDataSpec:
-    """What one request's pod needs to exist before it starts (`data` as the cluster holds it)."""
+    """What of the request's `data` must exist in its namespace before the pod starts."""
     workspace, home = data.workspace, data.home
     claims = [_workspace_claim(workspace)] if workspace is not None else []
     if home is not None and workspace is not None:
