@@ -71,7 +71,7 @@ bench-streams: install
 clean:
 	rm -rf $(VENV) node_modules staticfiles var .mypy_cache .ruff_cache .pytest_cache
 
-.PHONY: testbed testbed-build bench-e2e
+.PHONY: testbed testbed-build bench-e2e bench-launches
 
 # The real Kubernetes test bed (docs/testbed.md): build the binaries once per version into
 # ~/.cache/gpu-portal-testbed/<version>/bin, then start etcd, the control plane and kwok.
@@ -88,3 +88,7 @@ testbed-build: install
 # db 12, a Celery worker) against the same pods created straight through the API server.
 bench-e2e: testbed-build
 	$(BIN)/python -m bench.e2e $(if $(REQUESTS),--requests $(REQUESTS),) $(if $(RATE),--rate $(RATE),)
+
+# One notebook launch at a time on a test bed of its own: its API calls, SQL and CPU.
+bench-launches: testbed-build
+	$(BIN)/python -m bench.launches $(if $(LAUNCHES),--launches $(LAUNCHES),)

@@ -304,6 +304,24 @@ class KubernetesApi:
             )
         )
 
+    def _list_metadata(
+        self, fn: Callable[..., Any], *args: Any, **kwargs: Any
+    ) -> list[dict[str, Any]]:
+        """The metadata of each object a (one-page) list call selects, as JSON
+        (PartialObjectMetadataList): no spec or status is sent, none deserialised."""
+        response: Any = self._call(
+            fn,
+            *args,
+            _preload_content=False,
+            _headers={"Accept": "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"},
+            **kwargs,
+        )
+        body = json.loads(getattr(response, "data", None) or b"{}")
+        release = getattr(response, "release_conn", None)
+        if callable(release):
+            release()
+        return [item.get("metadata") or {} for item in body.get("items") or []]
+
     def _create_or_read(
         self, create: Callable[..., Any], read: Callable[..., T], body: dict[str, Any]
     ) -> T | None:

@@ -14,7 +14,7 @@ from runtime.cluster import dra_manifests, pod_manifests
 from runtime.cluster import kubernetes_manifests as manifests
 from runtime.cluster.base import ClusterError, PermanentClusterError
 from runtime.cluster.kubernetes_client import KubernetesApi, labels_of, workload_key
-from runtime.cluster.kubernetes_nodes import node_inventory
+from runtime.cluster.kubernetes_nodes import HAMI_REGISTER_ANNOTATION, parse_hami_devices
 from runtime.cluster.kubernetes_status import job_deadline_seconds, suspended_since
 from runtime.cluster.names import (
     ATTEMPT_LABEL,
@@ -94,10 +94,12 @@ class KubernetesWorkloads(KubernetesApi):
         registration for them the spec stays as it is, and HAMi chooses."""
         if spec.node_name is None:
             return spec
-        nodes = self._list_all(
+        # The node's metadata only: its registration is an annotation.
+        nodes = self._list_metadata(
             self.core.list_node, field_selector=f"metadata.name={spec.node_name}"
         )
-        cards = node_inventory(nodes[0]).hami_devices if nodes else ()
+        annotations = (nodes[0].get("annotations") or {}) if nodes else {}
+        cards = parse_hami_devices(annotations.get(HAMI_REGISTER_ANNOTATION, ""))
         if not cards or any(not 0 <= i < len(cards) for i in spec.device_indexes):
             log.warning(
                 "no HAMi registration for cards %s of %s", spec.device_indexes, spec.node_name

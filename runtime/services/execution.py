@@ -141,11 +141,18 @@ def gang_members(request: GpuRequest, allocation: Allocation) -> tuple[GangMembe
 def start_allowance_seconds(pool: NodePool) -> int:
     """How long launched work may wait for a node: its tier's `pending_timeout_seconds`, after
     which the reclaim pass calls it stuck."""
-    policy = ReclaimPolicy.objects.filter(tier_id=pool.tier_id).first() or ReclaimPolicy()
+    try:
+        policy = pool.tier.reclaim_policy  # read with the pool by the launch path
+    except ReclaimPolicy.DoesNotExist:
+        policy = ReclaimPolicy()
     return int(policy.pending_timeout_seconds)
 
 
-def workload_spec(request: GpuRequest, allocation: Allocation) -> WorkloadSpec:
+def workload_spec(
+    request: GpuRequest, allocation: Allocation, data: project_data.RequestData | None = None
+) -> WorkloadSpec:
+    """What the cluster is asked to run for the allocated attempt; `data` is the request's
+    project data when the caller read it already."""
     flavor = request.flavor
     pool = allocation.pool  # the flavor's pool, or the one of its other pools the engine chose
     sharing = SHARING_MODE_OF_FLAVOR_KIND[flavor.kind]
@@ -196,7 +203,7 @@ def workload_spec(request: GpuRequest, allocation: Allocation) -> WorkloadSpec:
         fs_group=settings.WORKLOAD_FS_GROUP,
         run_as_non_root=request.kind in settings.WORKLOAD_NON_ROOT_KINDS,
         termination_grace_seconds=pool.tier.preemption_grace,
-        **project_data.workload_fields(request),
+        **project_data.workload_fields(request, data or project_data.request_data(request)),
     )
 
 
@@ -239,25 +246,42 @@ def prepare_projects(
     )
 
 
+def _launch_allocation(request_id: int, attempt: int) -> Allocation | None:
+    """The attempt's live allocation with its request and all that the workload spec reads
+    of both, in one statement."""
+    return (
+        Allocation.objects.active()
+        .filter(request_id=request_id, attempt=attempt)
+        .select_related(
+            "request__project__team",
+            "request__team",
+            "request__flavor__pool",
+            "request__owner",
+            "pool__cluster",
+            "pool__tier__reclaim_policy",
+        )
+        .first()
+    )
+
+
 def launch_request(*, request_id: int, attempt: int, backend: ClusterBackend | None = None) -> str:
     """Create the workload of one admitted attempt on the cluster of its allocation's pool; a
     repeat adopts the same object."""
-    request = GpuRequest.objects.select_related(
-        "project", "project__team", "team", "flavor", "flavor__pool", "owner"
-    ).get(pk=request_id)
+    allocation = _launch_allocation(request_id, attempt)
+    if allocation is None:
+        return "stale"  # ended (cancelled, preempted) meanwhile: nothing to do
+    request = allocation.request
     if request.attempt != attempt or request.status not in (
         RequestStatus.ADMITTED,
         RequestStatus.LAUNCHING,
     ):
-        return "stale"  # cancelled, preempted or relaunched meanwhile: nothing to do
-    allocation = _live_allocation(request, attempt)
-    if allocation is None:
-        return "stale"
+        return "stale"  # cancelled, preempted or relaunched meanwhile
     backend = backend or backend_for(allocation.pool.cluster)
     ensured = ensured_objects(backend, allocation.pool.cluster)
     _ensure_launch_prerequisites(backend, ensured, request)
-    project_data.ensure_for_launch(request, backend, ensured.ensure)
-    spec = workload_spec(request, allocation)
+    data = project_data.request_data(request)
+    project_data.ensure_for_launch(request, data, backend, ensured.ensure)
+    spec = workload_spec(request, allocation, data)
     transition(request, RequestStatus.LAUNCHING, actor=None, reason="Creating the workload.")
     try:
         name = backend.launch(spec)
@@ -268,7 +292,7 @@ def launch_request(*, request_id: int, attempt: int, backend: ClusterBackend | N
         if error.status != 404:
             raise
         _ensure_launch_prerequisites(backend, ensured, request)
-        project_data.ensure_for_launch(request, backend)  # a new namespace has none of it
+        project_data.ensure_for_launch(request, data, backend)  # a new namespace has none of it
         name = backend.launch(spec)
     # A repeated launch (it adopts the workload) keeps the first launch's time.
     Allocation.objects.filter(pk=allocation.pk).update(

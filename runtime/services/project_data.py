@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from runtime.cluster.base import (
@@ -107,9 +108,19 @@ def sync_project_data(*, project_id: int, backend: ClusterBackend) -> int:
     return len(spec.claims) + len(spec.secrets)
 
 
-def _request_objects(
-    request: GpuRequest,
-) -> tuple[ProjectWorkspace | None, HomeVolume | None, list[ProjectSecret]]:
+@dataclass(frozen=True, slots=True)
+class RequestData:
+    """The project data one request's pod uses: the workspace, the owner's home volume when
+    asked for, the secrets its env reads and the project's registry logins. Read once per
+    launch, for what must exist before the pod starts and for the pod's own fields."""
+
+    workspace: ProjectWorkspace | None
+    home: HomeVolume | None
+    secrets: tuple[ProjectSecret, ...]
+
+
+def request_data(request: GpuRequest) -> RequestData:
+    """The request's project data as the database holds it now."""
     workspace = ProjectWorkspace.objects.filter(project=request.project_id).first()
     home = None
     if workspace is not None and request.home_volume:
@@ -119,18 +130,17 @@ def _request_objects(
             .first()
         )
     referenced = {ref["secret"] for ref in request.secret_env}
-    secrets = [
+    secrets = tuple(
         s
         for s in ProjectSecret.objects.filter(project=request.project_id).order_by("name")
         if s.kind == SecretKind.REGISTRY or s.name in referenced
-    ]
-    return workspace, home, secrets
+    )
+    return RequestData(workspace=workspace, home=home, secrets=secrets)
 
 
-def launch_data_spec(request: GpuRequest) -> ProjectDataSpec:
-    """What one request's pod needs to exist before it starts: the workspace, the owner's
-    home volume when asked for, the secrets its env reads and the project's registry logins."""
-    workspace, home, secrets = _request_objects(request)
+def launch_data_spec(request: GpuRequest, data: RequestData) -> ProjectDataSpec:
+    """What of the request's `data` must exist in its namespace before the pod starts."""
+    workspace, home = data.workspace, data.home
     claims = [_workspace_claim(workspace)] if workspace is not None else []
     if home is not None and workspace is not None:
         claims.append(_home_claim(home, workspace))
@@ -139,19 +149,20 @@ def launch_data_spec(request: GpuRequest) -> ProjectDataSpec:
         project_slug=request.project.slug,
         namespace=request.project.namespace,
         claims=tuple(claims),
-        secrets=tuple(secret_spec(s) for s in secrets),
+        secrets=tuple(secret_spec(s) for s in data.secrets),
     )
 
 
 def ensure_for_launch(
     request: GpuRequest,
+    data: RequestData,
     backend: ClusterBackend,
     ensure: Callable[[str, object, Callable[[], None]], bool] | None = None,
 ) -> None:
     """Make sure the request's claims and Secrets exist (a namespace re-created since the
     lead stored them has none): no call for a request that uses none, and through `ensure`
     (the launch path's memory of what it ensured) none for data ensured a moment ago."""
-    spec = launch_data_spec(request)
+    spec = launch_data_spec(request, data)
     if spec.is_empty:
         return
     names = [c.name for c in spec.claims] + [s.name for s in spec.secrets]
@@ -162,9 +173,9 @@ def ensure_for_launch(
         ensure(key, spec, lambda: backend.ensure_project_data(spec))
 
 
-def workload_fields(request: GpuRequest) -> dict[str, Any]:
+def workload_fields(request: GpuRequest, data: RequestData) -> dict[str, Any]:
     """The `WorkloadSpec` fields of the request's data and host resources."""
-    workspace, home, secrets = _request_objects(request)
+    workspace, home, secrets = data.workspace, data.home, data.secrets
     volumes = []
     if workspace is not None:
         volumes.append(VolumeMount(claim_name=WORKSPACE_CLAIM, mount_path=WORKSPACE_MOUNT_PATH))

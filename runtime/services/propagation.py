@@ -28,14 +28,21 @@ GPU_MEMORY = "nvidia.com/gpumem"
 GPU_CORES = "nvidia.com/gpucores"
 
 
-def _card_memory_mib(flavor: Flavor) -> int:
-    """The largest card of the flavor's pool (what a request's vGPU share is measured
-    against), else the flavor's own memory."""
-    largest = GpuDevice.objects.filter(node__pool=flavor.pool_id).aggregate(m=Max("memory_mib"))
-    return int(largest["m"] or flavor.gpu_memory_mib)
+def card_memory_by_pool(pool_ids: Iterable[int]) -> dict[int, int]:
+    """The largest card of each pool (what a request's vGPU share is measured against); a
+    pool without cards is left out."""
+    rows = (
+        GpuDevice.objects.filter(node__pool__in=list(pool_ids))
+        .values_list("node__pool")
+        .annotate(largest=Max("memory_mib"))
+        .order_by()
+    )
+    return {pool_id: int(largest) for pool_id, largest in rows if largest}
 
 
-def flavor_quota(flavor: Flavor, limit: int) -> dict[str, int]:
+def flavor_quota(
+    flavor: Flavor, limit: int, *, card_memory: dict[int, int] | None = None
+) -> dict[str, int]:
     """The namespace ResourceQuota amounts that `limit` units of `flavor` grant.
 
     Whole cards: `nvidia.com/gpu`. MIG: `nvidia.com/mig-<profile>`. vGPU: `nvidia.com/gpu`
@@ -51,9 +58,10 @@ def flavor_quota(flavor: Flavor, limit: int) -> dict[str, int]:
         return {f"requests.{GPU}": limit}
     weight = Decimal(flavor.gpu_equivalent)
     equivalents = Decimal(limit) * weight
-    memory_per_equivalent = max(
-        Decimal(flavor.gpu_memory_mib) / weight, Decimal(_card_memory_mib(flavor))
-    )
+    if card_memory is None:  # read here: the largest card of the flavor's pool
+        card_memory = card_memory_by_pool([flavor.pool_id])
+    card_memory_mib = card_memory.get(flavor.pool_id, flavor.gpu_memory_mib)
+    memory_per_equivalent = max(Decimal(flavor.gpu_memory_mib) / weight, Decimal(card_memory_mib))
     cores_per_equivalent = max(Decimal(flavor.gpu_cores_percent) / weight, Decimal(100))
     return {
         f"requests.{GPU}": limit,
@@ -70,10 +78,12 @@ def project_spec(project: Project) -> ProjectSpec:
         Q(project__isnull=True) | Q(project=project), team=project.team_id
     ).select_related("flavor")
     own = {q.flavor_id for q in rows if q.project_id == project.pk}
+    vgpu_pools = {q.flavor.pool_id for q in rows if q.flavor.kind == FlavorKind.VGPU}
+    card_memory = card_memory_by_pool(vgpu_pools) if vgpu_pools else {}
     for row in rows:
         if row.project_id is None and row.flavor_id in own:
             continue  # the project's own split is tighter than the team's
-        for key, amount in flavor_quota(row.flavor, row.limit).items():
+        for key, amount in flavor_quota(row.flavor, row.limit, card_memory=card_memory).items():
             quota[key] = quota.get(key, 0) + amount
     return ProjectSpec(
         team_slug=project.team.slug,

@@ -134,7 +134,7 @@ def test_a_request_that_fits_the_gpus_but_not_the_cpu_is_never_pinned_to_that_no
     monkeypatch.setattr(
         execution,
         "workload_spec",
-        lambda r, a: replace(spec_of(r, a), extra_annotations=runs_for("1h")),
+        lambda *args: replace(spec_of(*args), extra_annotations=runs_for("1h")),
     )
     execution.launch_request(request_id=request.pk, attempt=1, backend=k8s_backend)
     namespace = portal["project"].namespace

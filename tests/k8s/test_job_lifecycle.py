@@ -98,8 +98,8 @@ def launch_with(
     monkeypatch.setattr(
         execution,
         "workload_spec",
-        lambda r, a: replace(
-            spec_of(r, a),
+        lambda *args: replace(
+            spec_of(*args),
             extra_labels=labels or {},
             extra_annotations={**runs_for("1h"), **(annotations or {})},
         ),

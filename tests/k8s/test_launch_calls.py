@@ -1,6 +1,7 @@
 """What a launch asks of the real API server: the first in a project written straight to the
 database ensures the priority classes and the project (namespace, quota, limit range); the next
-ones, and every launch into a project created through the portal, create their Job only."""
+ones, and every launch into a project created through the portal, create their Job only, or a
+notebook's objects after reading its node's HAMi registration."""
 
 from __future__ import annotations
 
@@ -18,8 +19,10 @@ from runtime.services import execution, propagation
 from runtime.services.inventory import apply_inventory
 from scheduling.choices import RequestStatus
 from scheduling.demo import seed_demo_fleet
-from scheduling.models import GpuRequest
+from scheduling.models import Flavor, GpuRequest
 from scheduling.services import cycle
+from scheduling.services.requests import GpuRequestSpec, submit_gpu_request
+from tenants.models import Project
 from tenants.services.organisation import create_project, seed_demo_organisation
 from tests.k8s.conftest import Admin, approved_a100_request, eventually, three_approved_requests
 
@@ -156,3 +159,67 @@ def test_a_new_project_is_ready_before_its_first_launch(
     finally:
         execution.cluster_backend.cache_clear()
         k8s_admin.core.delete_namespace(f"gpu-vision-{slug}", _preload_content=False)
+
+
+def test_a_vgpu_notebook_launch_creates_its_six_objects_after_one_metadata_read(
+    k8s_testbed: Any,
+    k8s_admin: Admin,
+    settings: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    # A routed notebook: its token Secret, Deployment, Service, Ingress and the host's
+    # /_portal/ route (an ExternalName Service and an Ingress).
+    settings.PORTAL_URL = "https://gpu.example.com"
+    settings.WORKLOAD_DOMAIN = "workloads.example.org"
+    backend = KubernetesClusterBackend(kubeconfig=str(k8s_testbed.portal_kubeconfig))
+    teams = seed_demo_organisation(password="x")
+    seed_demo_fleet(teams=teams)
+    apply_inventory(backend.sync_inventory())
+    project = Project.objects.create(
+        team=teams["vision"], slug=f"k{uuid.uuid4().hex[:8]}", name="Test bed"
+    )
+    alice = get_user_model().objects.get(username="alice")
+    spec = GpuRequestSpec(
+        project=project,
+        flavor=Flavor.objects.get(slug="l4-6g"),
+        gpu_count=1,
+        kind="notebook",
+        image="registry.example.com/ml/jupyter:2024.10",
+        max_runtime_seconds=3600,
+    )
+    first, second = (submit_gpu_request(actor=alice, spec=spec) for _ in range(2))
+    namespace = project.namespace
+    try:
+        with django_capture_on_commit_callbacks(execute=True):
+            cycle.run_cycle()
+        execution.launch_request(request_id=first.pk, attempt=1, backend=backend)
+        calls = counting(backend, monkeypatch)
+        accepts: list[str] = []
+        counted = backend.api_client.call_api
+
+        def accepted(method: str, url: str, headers: Any = None, *args: Any, **kw: Any) -> Any:
+            if urlsplit(url).path == "/api/v1/nodes":
+                accepts.append((headers or {}).get("Accept", ""))
+            return counted(method, url, headers, *args, **kw)
+
+        monkeypatch.setattr(backend.api_client, "call_api", accepted)
+        execution.launch_request(request_id=second.pk, attempt=1, backend=backend)
+
+        core, networking = f"/api/v1/namespaces/{namespace}", "/apis/networking.k8s.io/v1"
+        assert calls == [
+            "GET /api/v1/nodes",  # the node's HAMi registration: the engine's card's UUID
+            f"POST {core}/secrets",
+            f"POST /apis/apps/v1/namespaces/{namespace}/deployments",
+            f"POST {core}/services",
+            f"POST {networking}/namespaces/{namespace}/ingresses",
+            f"POST {core}/services",
+            f"POST {networking}/namespaces/{namespace}/ingresses",
+        ]
+        # The registration is an annotation: the node's spec and status are not sent.
+        assert accepts == ["application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"]
+        deployment = k8s_admin.apps.read_namespaced_deployment(f"gpr-{second.pk}-a1", namespace)
+        pod_annotations = deployment.spec.template.metadata.annotations
+        assert pod_annotations["nvidia.com/use-gpuuuid"].startswith("GPU-testbed-")
+    finally:
+        k8s_admin.core.delete_namespace(namespace, _preload_content=False)

@@ -150,7 +150,7 @@ def launch_running_for_an_hour(
     monkeypatch.setattr(
         execution,
         "workload_spec",
-        lambda r, a: replace(spec_of(r, a), extra_annotations=runs_for("1h")),
+        lambda *args: replace(spec_of(*args), extra_annotations=runs_for("1h")),
     )
     return execution.launch_request(request_id=request.pk, attempt=1, backend=backend)
 

@@ -105,6 +105,22 @@ def test_a_second_launch_in_a_project_makes_only_the_workload_call(org: Org, fle
     assert backend.calls == ["launch"]
 
 
+def test_a_steady_state_launch_reads_and_writes_the_database_in_eight_statements(
+    org: Org, fleet: Fleet, django_assert_num_queries: Any
+) -> None:
+    first, second = admitted_requests(org, fleet, 2)
+    backend = CountingCluster()
+    execution.launch_request(request_id=first.pk, attempt=1, backend=backend)
+    backend.launch = lambda spec: spec.name  # type: ignore[method-assign]  # no simulated rows
+    # The allocation with its request, pool and tier (one join); the project's quotas and its
+    # pools' largest cards (the namespace spec, compared with what was ensured); its workspace
+    # and secrets (read once for the claims and the pod); the transition to launching and its
+    # audit event; the workload's name on the allocation.
+    with django_assert_num_queries(8):
+        execution.launch_request(request_id=second.pk, attempt=1, backend=backend)
+    assert GpuRequest.objects.get(pk=second.pk).status == RequestStatus.LAUNCHING
+
+
 def test_a_changed_quota_or_a_vanished_namespace_is_ensured_again(org: Org, fleet: Fleet) -> None:
     first, second, third = admitted_requests(org, fleet, 3)
     backend = CountingCluster()
