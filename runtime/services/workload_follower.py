@@ -57,24 +57,24 @@ def _followable(cluster: Cluster) -> bool:
 
 
 def follow_round() -> list[str]:
-    """One watched sync of every cluster that can watch; the slugs of those synced."""
+    """One watched sync of every cluster that can watch; the slugs of those synced. A cluster
+    that fails is recorded on it (`clusters.on_each_cluster`) and left without a heartbeat, so
+    the periodic sync retries it; the others count as followed."""
     followed: list[Cluster] = []
+    moved: dict[str, int] = {}
     started = time.monotonic()
 
-    def sync(cluster: Cluster, backend: ClusterBackend) -> dict[str, int]:
-        moved = execution.sync_watched_workloads(backend=backend, cluster=cluster)
+    def sync(cluster: Cluster, backend: ClusterBackend) -> None:
+        counts = execution.sync_watched_workloads(backend=backend, cluster=cluster)
+        cache.set(heartbeat_key(cluster), time.time(), timeout=HEARTBEAT_SECONDS)
         followed.append(cluster)
-        return moved
-
-    try:
-        by_cluster = clusters.on_each_cluster(sync, only=_followable)
-    finally:
-        for cluster in followed:  # a cluster that failed gets no heartbeat
-            cache.set(heartbeat_key(cluster), time.time(), timeout=HEARTBEAT_SECONDS)
-    moved: dict[str, int] = {}
-    for counts in by_cluster.values():
         for status, count in counts.items():
             moved[status] = moved.get(status, 0) + count
+
+    try:
+        clusters.on_each_cluster(sync, only=_followable)
+    except ClusterError as error:
+        log.warning("workload follower: %s", error)
     if moved:
         log.info("moved %s in %.2f s", moved, time.monotonic() - started)
         request_scheduling_cycle()  # finished work frees capacity
@@ -89,9 +89,6 @@ def follow(stopping: Callable[[], bool], max_rounds: int = 0) -> int:
         close_old_connections()  # as a Celery task would: a restarted database is met anew
         try:
             followed = follow_round()
-        except ClusterError:
-            log.warning("workload follower: a cluster failed; next round in %ss", IDLE_SECONDS)
-            followed = []
         except Exception:
             log.exception("workload follower: the round failed; next round in %ss", IDLE_SECONDS)
             followed = []
