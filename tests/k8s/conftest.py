@@ -155,9 +155,10 @@ def approved_a100_request(project: Any, alice: Any, bob: Any, gpu_count: int = 1
     return request
 
 
-def three_approved_requests(backend: Any) -> list[Any]:
+def approved_requests(backend: Any, count: int = 3, gpu_count: int = 1) -> list[Any]:
     """The demo organisation and fleet, the test bed's inventory, a fresh project of the vision
-    team and three of alice's A100 requests in it, approved."""
+    team (its namespace new to the cluster) and `count` of alice's A100 requests in it, each of
+    `gpu_count` cards, approved."""
     from django.contrib.auth import get_user_model
 
     from runtime.services.inventory import apply_inventory
@@ -173,4 +174,4 @@ def three_approved_requests(backend: Any) -> list[Any]:
     )
     users = get_user_model().objects
     alice, bob = users.get(username="alice"), users.get(username="bob")
-    return [approved_a100_request(project, alice, bob) for _ in range(3)]
+    return [approved_a100_request(project, alice, bob, gpu_count) for _ in range(count)]

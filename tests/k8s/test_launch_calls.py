@@ -24,7 +24,7 @@ from scheduling.services import cycle
 from scheduling.services.requests import GpuRequestSpec, submit_gpu_request
 from tenants.models import Project
 from tenants.services.organisation import create_project, seed_demo_organisation
-from tests.k8s.conftest import Admin, approved_a100_request, eventually, three_approved_requests
+from tests.k8s.conftest import Admin, approved_a100_request, approved_requests, eventually
 
 pytestmark = [pytest.mark.k8s, pytest.mark.django_db]
 
@@ -55,7 +55,7 @@ def test_a_steady_state_launch_makes_one_api_call(
 ) -> None:
     # A backend of its own, so nothing an earlier test ensured is remembered.
     backend = KubernetesClusterBackend(kubeconfig=str(k8s_testbed.portal_kubeconfig))
-    requests = three_approved_requests(backend)
+    requests = approved_requests(backend)
     project = requests[0].project
     calls = counting(backend, monkeypatch)
     try:
@@ -80,7 +80,7 @@ def test_the_periodic_sync_follows_the_watch_between_full_passes(
     django_capture_on_commit_callbacks: Any,
 ) -> None:
     backend = KubernetesClusterBackend(kubeconfig=str(k8s_testbed.portal_kubeconfig))
-    requests = three_approved_requests(backend)
+    requests = approved_requests(backend)
     namespace = requests[0].project.namespace
     try:
         with django_capture_on_commit_callbacks(execute=True):

@@ -3,21 +3,15 @@ places it on an inventory-synced node) → launch_request → sync_workloads →
 
 from __future__ import annotations
 
-import uuid
 from typing import Any
 
 import pytest
-from django.contrib.auth import get_user_model
 
 from runtime.services import execution
-from runtime.services.inventory import apply_inventory
 from scheduling.choices import RequestStatus
-from scheduling.demo import seed_demo_fleet
 from scheduling.models import Allocation
 from scheduling.services import cycle
-from tenants.models import Project
-from tenants.services.organisation import seed_demo_organisation
-from tests.k8s.conftest import Admin, approved_a100_request, eventually
+from tests.k8s.conftest import Admin, approved_requests, eventually
 
 pytestmark = [pytest.mark.k8s, pytest.mark.django_db]
 
@@ -25,16 +19,8 @@ pytestmark = [pytest.mark.k8s, pytest.mark.django_db]
 def test_a_whole_card_request_runs_to_succeeded_through_the_portal_services(
     k8s_backend: Any, k8s_admin: Admin, django_capture_on_commit_callbacks: Any
 ) -> None:
-    teams = seed_demo_organisation(password="x")
-    seed_demo_fleet(teams=teams)
-    apply_inventory(k8s_backend.sync_inventory())
-    # A project of its own, so its namespace (and workload names) are new to the cluster.
-    project = Project.objects.create(
-        team=teams["vision"], slug=f"k{uuid.uuid4().hex[:8]}", name="Test bed"
-    )
-    users = get_user_model().objects
-    alice, bob = users.get(username="alice"), users.get(username="bob")
-    request = approved_a100_request(project, alice, bob, gpu_count=2)
+    (request,) = approved_requests(k8s_backend, count=1, gpu_count=2)
+    project = request.project
     admitted: list[tuple[int, int]] = []
     try:
         with django_capture_on_commit_callbacks(execute=True):

@@ -24,7 +24,7 @@ from scheduling.choices import RequestStatus
 from scheduling.models import Cluster, GpuRequest, local_cluster_id
 from scheduling.services import cycle
 from scripts.testbed.cluster import Testbed
-from tests.k8s.conftest import Admin, eventually, three_approved_requests
+from tests.k8s.conftest import Admin, approved_requests, eventually
 from tests.support import worker
 
 pytestmark = [pytest.mark.k8s, pytest.mark.integration, pytest.mark.django_db(transaction=True)]
@@ -69,7 +69,7 @@ def test_the_follower_moves_requests_with_their_pods_and_the_periodic_sync_steps
     settings.CLUSTER_BACKEND = "kubernetes"
     settings.KUBECONFIG = str(k8s_testbed.portal_kubeconfig)
     execution.cluster_backend.cache_clear()
-    requests = three_approved_requests(k8s_backend)
+    requests = approved_requests(k8s_backend)
     project = requests[0].project
     cluster = Cluster.objects.get(pk=local_cluster_id())
     periodic: list[str] = []
