@@ -374,19 +374,26 @@ def start_worker(
     raise SystemExit(f"the worker did not start:\n{log_path.read_text()[-3000:]}")
 
 
-def start_follower(env: dict[str, str], log_path: Path, enabled: bool) -> subprocess.Popen[bytes]:
-    """The workload follower as the Helm chart runs it (`manage.py follow_workloads`); with
-    `enabled` false (`--no-follower`) a process that does nothing, so the periodic sync moves
-    every request, as before the follower."""
-    command = [sys.executable, "manage.py", "follow_workloads"] if enabled else ["sleep", "86400"]
+def start_follower(
+    env: dict[str, str], log_path: Path, enabled: bool
+) -> subprocess.Popen[bytes] | None:
+    """The workload follower as the Helm chart runs it (`manage.py follow_workloads`); none
+    with `enabled` false (`--no-follower`), so the periodic sync moves every request."""
+    if not enabled:
+        return None
     with log_path.open("ab") as out:
         return subprocess.Popen(  # noqa: S603 - our own argv
-            command, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            [sys.executable, "manage.py", "follow_workloads"],
+            cwd=ROOT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
 
 
-def stop_process(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is None:
+def stop_process(process: subprocess.Popen[bytes] | None) -> None:
+    if process is not None and process.poll() is None:
         os.killpg(process.pid, 15)
         try:
             process.wait(30)
