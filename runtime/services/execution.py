@@ -153,6 +153,8 @@ def workload_spec(
 ) -> WorkloadSpec:
     """What the cluster is asked to run for the allocated attempt; `data` is the request's
     project data when the caller read it already."""
+    if data is None:
+        data = project_data.request_data(request)
     flavor = request.flavor
     pool = allocation.pool  # the flavor's pool, or the one of its other pools the engine chose
     sharing = SHARING_MODE_OF_FLAVOR_KIND[flavor.kind]
@@ -203,7 +205,7 @@ def workload_spec(
         fs_group=settings.WORKLOAD_FS_GROUP,
         run_as_non_root=request.kind in settings.WORKLOAD_NON_ROOT_KINDS,
         termination_grace_seconds=pool.tier.preemption_grace,
-        **project_data.workload_fields(request, data or project_data.request_data(request)),
+        **project_data.workload_fields(request, data),
     )
 
 
