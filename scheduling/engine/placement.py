@@ -6,7 +6,8 @@ Plugin placer, per request:
    shape).
 2. For every group, walk the capacity buckets in the pool's packing direction and keep the first
    `Policy.max_candidates` nodes/devices that pass the node filters and do not touch capacity
-   reserved for a request this one would delay.
+   reserved for a request this one would delay.  The bucket of fully free vGPU/MIG cards is
+   walked node by node, fullest node first (`_by_node_use`).
 3. Score the candidates with the weighted score plugins; highest wins, ties go to the lowest node
    id then device id (deterministic).
 
@@ -32,7 +33,7 @@ the best are ranked by the weighted score plugins, then node and device id.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Iterator
 
 from .fgd import FragmentationMeter, WorkloadMix, queue_mix, request_shape
 from .filters import (
@@ -46,7 +47,7 @@ from .filters import (
 from .index import GIB, CapacityIndex, Group
 from .scores import POOL_LEVEL, SCORES, ScoreFn
 from .state import Claim, FleetState, Shape, gang_layout, is_gang
-from .types import MIG_PROFILES, Policy, Request
+from .types import MIG_PROFILES, MIG_SLICES, Policy, Request
 
 Candidate = tuple[int, tuple[Claim, ...], Group]
 GroupKeyT = tuple[str, str]
@@ -307,9 +308,10 @@ class Placer:
         )
         ok: dict[int, bool] = {}
         mem_free, cores_free, dev_node, buckets = st.mem_free, st.cores_free, st.dev_node, g.vgpu
+        fresh = len(buckets) - 1 if g.pool.scoring == "binpack" else -1
         for b in bs:
             taken = 0
-            for d in buckets[b]:
+            for d in self._by_node_use(g, buckets[b]) if b == fresh else buckets[b]:
                 if mem_free[d] < m or cores_free[d] < c:
                     continue
                 node = dev_node[d]
@@ -350,9 +352,10 @@ class Placer:
             else range(len(buckets) - 1, need - 1, -1)
         )
         ok: dict[int, bool] = {}
+        fresh = MIG_SLICES if g.pool.scoring == "binpack" else -1
         for s in ss:
             taken = 0
-            for d in buckets[s]:
+            for d in self._by_node_use(g, buckets[s]) if s == fresh else buckets[s]:
                 node = st.dev_node[d]
                 good = ok.get(node)
                 if good is None:
@@ -373,6 +376,25 @@ class Placer:
                 if taken == per_bucket:
                     break
         return hit
+
+    def _by_node_use(self, g: Group, bucket: dict[int, None]) -> Iterator[int]:
+        """The devices of a bucket of fully free cards, one per node first, from the node with
+        the fewest fully free cards; then the rest in bucket order.
+
+        A share that has to break a fresh card thus breaks it where the node is already in use,
+        and an empty node stays whole for the large shapes that need one (the bucket's own
+        order is arbitrary). Devices of one node score alike, so one per node is enough to
+        give the score plugins a choice.
+        """
+        node_devices = self.st.node_devices
+        seen: set[int] = set()
+        for by_free in g.whole[1:]:
+            for node in by_free:
+                dev = next((d for d in node_devices[node] if d in bucket), None)
+                if dev is not None:
+                    seen.add(dev)
+                    yield dev
+        yield from (d for d in bucket if d not in seen)
 
     def _share_cands(
         self,

@@ -181,3 +181,23 @@ def test_the_stock_policy_puts_small_work_on_the_small_node_among_equals() -> No
     when its seven jobs end."""
     snap = fleet(node("big", whole=tuple(range(7))), node("one", gpus=1), pending=[req("r")])
     assert Scheduler(snap).plan(now=0.0).admissions[0].node_ids == ("one",)
+
+
+@pytest.mark.parametrize(
+    ("pool", "flavor", "full_card"),
+    [("vgpu", "v20", {"free_mem": [10_240] + [81_920] * 7, "free_cores": [10] + [100] * 7}),
+     ("mig", "m3", {"mig_masks": [0b1111111] + [0] * 7})],
+)  # fmt: skip
+def test_a_share_that_needs_a_fresh_card_takes_it_on_a_node_already_in_use(
+    pool: str, flavor: str, full_card: dict[str, list[int]]
+) -> None:
+    """No used card holds the share, so a fully free card is broken: on the node whose first
+    card is taken, not on the empty node listed before it, which an 8-card job could still take
+    whole."""
+    snap = fleet(
+        node("empty", pool=pool),
+        node("in-use", pool=pool, **full_card),  # type: ignore[arg-type]
+        pending=[req("r", flavor)],
+    )
+    (admission,) = Scheduler(snap).plan(now=0.0).admissions
+    assert admission.node_ids == ("in-use",)
