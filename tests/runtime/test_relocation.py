@@ -55,12 +55,14 @@ def test_claims_moved_to_the_node_kube_scheduler_chose_take_free_instances_there
 ) -> None:
     pool = NodePool.objects.get(slug="h100-mig")
     assert pool.placement == "cluster"
+    requests = admitted_mig_requests(org, fleet, 3, django_capture_on_commit_callbacks)
+    assert {a.node_name for a in Allocation.objects.active()} == {"h100-mig-1"}
+    # A node that joined after the cycle: kube-scheduler puts the pods there.
     other = Node.objects.create(pool=pool, name="h100-mig-2", gpu_model="H100-80G")
     for index in range(2):
         GpuDevice.objects.create(
             node=other, index=index, memory_mib=81920, mig_layout={"1g.10gb": 2}
         )
-    requests = admitted_mig_requests(org, fleet, 3, django_capture_on_commit_callbacks)
     for request in requests:
         status = WorkloadStatus(
             request_id=str(request.pk),
