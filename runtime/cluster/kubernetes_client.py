@@ -183,6 +183,18 @@ def workload_key(obj: Any) -> tuple[str, str, int] | None:
 # The calls ----------------------------------------------------------------------------------
 
 
+def _json_body(response: Any) -> dict[str, Any]:
+    """The JSON body of a raw (`_preload_content=False`) answer; its connection goes back to the
+    pool."""
+    try:
+        body: dict[str, Any] = json.loads(getattr(response, "data", None) or b"{}")
+    finally:
+        release = getattr(response, "release_conn", None)
+        if callable(release):
+            release()
+    return body
+
+
 class KubernetesApi:
     """The client's API handles and the calls every part of the backend makes through them:
     one request with the timeout and classified errors, create-or-adopt, paged lists, and the
@@ -288,11 +300,7 @@ class KubernetesApi:
             _headers={"Accept": "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"},
             **kwargs,
         )
-        try:
-            body = json.loads(response.data or b"{}")
-        finally:
-            response.release_conn()
-        meta = body.get("metadata", {})
+        meta = _json_body(response).get("metadata", {})
         return SimpleNamespace(
             metadata=SimpleNamespace(
                 name=meta.get("name"),
@@ -316,11 +324,7 @@ class KubernetesApi:
             _headers={"Accept": "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"},
             **kwargs,
         )
-        body = json.loads(getattr(response, "data", None) or b"{}")
-        release = getattr(response, "release_conn", None)
-        if callable(release):
-            release()
-        return [item.get("metadata") or {} for item in body.get("items") or []]
+        return [item.get("metadata") or {} for item in _json_body(response).get("items") or []]
 
     def _create_or_read(
         self, create: Callable[..., Any], read: Callable[..., T], body: dict[str, Any]
