@@ -9,8 +9,10 @@ The trace (seeded, drawn before the clock starts): the fleet of bench/product.py
 16,000 GPUs, five pools, 200 teams with their quotas), 60% full at the start with its running
 work (each ends at its start plus its declared runtime x U(0.3, 1)); submissions drawn like the
 product's queue (flavor, count, team, priority, declared runtime), queued uniformly over the
-window, each running for its declared runtime x U(0.3, 1) once started. Their number is set so
-that the offered load (GE x actual runtime) is `--load` of the fleet's capacity over the window.
+window, each running for its declared runtime x U(0.3, 1) once started. Each request names its
+one pool; submissions are drawn pool by pool, from that pool's requests, as many as make its
+offered load (GE x actual runtime) `--load` of its capacity over the window, so no pool is
+overloaded while another idles. A team may still be offered more than its quota lets it run.
 
 Figures:
 
@@ -31,6 +33,7 @@ import argparse
 import gc
 import os
 import time
+from collections import defaultdict
 from dataclasses import replace
 
 import numpy as np
@@ -38,7 +41,7 @@ import numpy as np
 from bench import product
 from bench.figures import emit
 from scheduling.engine.replay import RunningAtStart, Submission, Trace, replay
-from scheduling.engine.types import Policy
+from scheduling.engine.types import Policy, Request
 
 DAY = 86_400.0
 
@@ -57,23 +60,33 @@ def build_trace(*, seed: int, scale: float, days: float, load: float) -> Trace:
         running.append(
             RunningAtStart(request, allocation, ends_at=max(start, allocation.started_at + ran))
         )
-    sample = snap.pending
     ge = {f.id: f.gpu_equivalent for f in snap.flavors}
-    mean_work = float(
-        np.mean([r.gpu_count * ge[r.flavor] * r.max_runtime_seconds * 0.65 for r in sample])
-    )
-    capacity = float(len(snap.devices))
-    count = int(load * capacity * (end - start) / mean_work)
-    picks = rng.integers(0, len(sample), size=count)
-    queued = np.sort(rng.uniform(start, end, size=count))
-    shares = rng.uniform(0.3, 1.0, size=count)
-    submissions = tuple(
-        Submission(
-            replace(sample[int(p)], id=f"s{i:07d}", submitted_at=float(at)),
-            float(at),
-            runtime_seconds=sample[int(p)].max_runtime_seconds * float(u),
+    pool_of_node = {n.id: n.pool for n in snap.nodes}
+    capacity: dict[str, int] = defaultdict(int)
+    for device in snap.devices:
+        capacity[pool_of_node[device.node_id]] += 1
+    # Each request of the product's queue names its one pool; every pool is offered `load`.
+    by_pool: dict[str, list[Request]] = defaultdict(list)
+    for r in snap.pending:
+        by_pool[r.pools[0]].append(r)
+    drawn: list[tuple[float, Request, float]] = []
+    for pool in sorted(by_pool):
+        sample = by_pool[pool]
+        mean_work = float(
+            np.mean([r.gpu_count * ge[r.flavor] * r.max_runtime_seconds * 0.65 for r in sample])
         )
-        for i, (p, at, u) in enumerate(zip(picks, queued, shares, strict=True))
+        count = int(load * capacity[pool] * (end - start) / mean_work)
+        picks = rng.integers(0, len(sample), size=count)
+        queued = rng.uniform(start, end, size=count)
+        shares = rng.uniform(0.3, 1.0, size=count)
+        drawn.extend(
+            (float(at), sample[int(p)], sample[int(p)].max_runtime_seconds * float(u))
+            for p, at, u in zip(picks, queued, shares, strict=True)
+        )
+    drawn.sort(key=lambda d: d[0])
+    submissions = tuple(
+        Submission(replace(r, id=f"s{i:07d}", submitted_at=at), at, runtime_seconds=runtime)
+        for i, (at, r, runtime) in enumerate(drawn)
     )
     return Trace(replace(snap, pending=()), start, end, submissions, tuple(running))
 
