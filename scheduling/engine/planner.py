@@ -50,7 +50,7 @@ from .backfill import (
 from .index import CapacityIndex, Group
 from .placement import Placer
 from .preemption import find_victims, team_rose_above_guarantee
-from .queue import FairQueue, dominant_share
+from .queue import FairQueue, dominant_share, split_by_order
 from .quota import EPS, QuotaLedger
 from .reasons import capacity_reason
 from .reserve import is_long, leaves_reserve, reserve_reason
@@ -184,30 +184,16 @@ class Scheduler:
             return self._plan(now)
 
     def _queues(self) -> list[tuple[tuple[QueueKey, ...], list[Request]]]:
-        """Pending requests split by the queue order that applies to them.
+        """Pending requests split by the queue order that applies to them (`split_by_order`)."""
 
-        A request whose eligible pools all carry the same override in `Policy.pool_queue_order`
-        is queued with that order; everything else uses `Policy.queue_order`.  The default
-        queue runs first, then the overrides in pool-name order.
-        """
-        overrides = dict(self.policy.pool_queue_order)
-        if not overrides:
-            return [(self.policy.queue_order, list(self.snapshot.pending))]
-        default: list[Request] = []
-        by_order: dict[tuple[QueueKey, ...], list[Request]] = {}
-        first_pool: dict[tuple[QueueKey, ...], str] = {}
-        for req in self.snapshot.pending:
+        def pools_of(req: Request) -> list[str]:
             flavor = self.st.flavors.get(req.flavor)
-            groups = self.placer.groups_for(self._shape(req, flavor)[0])[0] if flavor else []
-            orders = {overrides.get(g.pool.name) for g in groups}
-            if len(orders) == 1 and (order := orders.pop()) is not None:
-                by_order.setdefault(order, []).append(req)
-                pool = min(g.pool.name for g in groups)
-                first_pool[order] = min(first_pool.get(order, pool), pool)
-            else:
-                default.append(req)
-        rest = sorted(by_order, key=lambda o: (first_pool[o], o))
-        return [(self.policy.queue_order, default)] + [(o, by_order[o]) for o in rest]
+            shape = self._shape(req, flavor)[0] if flavor else None
+            return [g.pool.name for g in self.placer.groups_for(shape)[0]] if shape else []
+
+        return split_by_order(
+            self.snapshot.pending, self.policy.queue_order, self.policy.pool_queue_order, pools_of
+        )
 
     def _plan(self, now: float) -> Plan:
         admissions: list[Admission] = []
@@ -220,8 +206,16 @@ class Scheduler:
         aging = self.policy.priority_aging_seconds
         queues = [((), due)] + [(o, [r for r in rs if r not in due]) for o, rs in self._queues()]
         # Borrowers go in a second pass: admitted before work within its guarantee, they would
-        # hold capacity that the next cycle could only win back by preempting them.
-        borrowers: list[list[Request]] = [[] for _ in queues]
+        # hold capacity that the next cycle could only win back by preempting them.  Those that
+        # borrow already and stay borrowers through the first pass go there without a turn in
+        # it: a turn that decides nothing leaves the order of the others as it was.
+        borrowers: list[list[Request]] = []
+        for i, (order, requests) in enumerate(queues):
+            split: tuple[list[Request], list[Request]] = ([], [])
+            for pending in requests:
+                split[self._borrows(pending, throughout=True)].append(pending)
+            queues[i] = (order, split[0])
+            borrowers.append(split[1])
         for lending in (False, True):
             for (order, requests), deferred in zip(queues, borrowers, strict=True):
                 queue = FairQueue(
@@ -249,9 +243,13 @@ class Scheduler:
             considered=considered,
         )
 
-    def _borrows(self, req: Request) -> bool:
-        """Whether admitting `req` now would take its team past its guarantee for the flavor."""
+    def _borrows(self, req: Request, *, throughout: bool = False) -> bool:
+        """Whether admitting `req` now would take its team past its guarantee for the flavor;
+        `throughout`: and will still when the first pass reaches it (the team's usage of the
+        flavor only grows in that pass unless some of its running work can be preempted)."""
         flavor = self.st.flavors.get(req.flavor)
+        if throughout and (flavor is None or (req.team, req.flavor) in self.st.victim_nodes_by_tf):
+            return False
         demand = req.gpu_count * flavor.gpu_equivalent if flavor is not None else 0.0
         return not self.ledger.within_guarantee(req.team, req.flavor, demand)
 

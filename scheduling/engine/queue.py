@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from .types import Priority, QueueKey, Request
 
@@ -203,3 +203,33 @@ class FairQueue:
         """Re-key `team` after its share changed outside its own turn (e.g. it lost a victim)."""
         if self._fair and 0 <= self._level < len(self._levels) and team != self._last_team:
             self._push(team)
+
+
+def split_by_order(
+    pending: Sequence[Request],
+    default: tuple[QueueKey, ...],
+    pool_orders: Iterable[tuple[str, tuple[QueueKey, ...]]],
+    pools_of: Callable[[Request], list[str]],
+) -> list[tuple[tuple[QueueKey, ...], list[Request]]]:
+    """Pending requests split by the queue order that applies to them.
+
+    A request whose eligible pools (`pools_of`) all carry the same override in `pool_orders`
+    is queued with that order; everything else uses `default`.  The default queue runs first,
+    then the overrides in pool-name order.
+    """
+    overrides = dict(pool_orders)
+    if not overrides:
+        return [(default, list(pending))]
+    rest: list[Request] = []
+    by_order: dict[tuple[QueueKey, ...], list[Request]] = {}
+    first_pool: dict[tuple[QueueKey, ...], str] = {}
+    for req in pending:
+        pools = pools_of(req)
+        orders = {overrides.get(p) for p in pools}
+        if len(orders) == 1 and (order := orders.pop()) is not None:
+            by_order.setdefault(order, []).append(req)
+            first_pool[order] = min(first_pool.get(order, min(pools)), min(pools))
+        else:
+            rest.append(req)
+    ordered = sorted(by_order, key=lambda o: (first_pool[o], o))
+    return [(default, rest)] + [(o, by_order[o]) for o in ordered]
