@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from bisect import bisect_left, insort
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
@@ -211,7 +212,7 @@ class Simulation:
             rec = sched.st.allocs[rid]
             self.placed[rid] = rec
             self.observer.started(rec)
-            sched.touched(rec)
+            sched.touched(rec, started=True)
             self.starts.append(Start(rid, self.cycles, tick, adm.node_ids, self.attempt[rid]))
             self._push(tick + self.runtime[rid], COMPLETE, rid, self.attempt[rid])
 
@@ -233,7 +234,7 @@ class RollingScheduler(Scheduler):
     def __init__(self, snapshot: Snapshot, policy: Policy) -> None:
         super().__init__(snapshot, policy)
         self._refreshed: dict[int, None] = {}  # nodes re-filed in the index since last cycle
-        self._victims_stale: dict[int, None] = {}  # nodes whose running work changed
+        self._victims_stale: dict[int, None] = {}  # nodes whose preemptible work changed
         self._node_tfs: dict[int, frozenset[tuple[str, str]]] = defaultdict(frozenset)
         self._tf_nodes: dict[tuple[str, str], set[int]] = defaultdict(set)
         for tf, nodes in self.st.victim_nodes_by_tf.items():
@@ -268,11 +269,22 @@ class RollingScheduler(Scheduler):
         for use in (self.usage[rec.team], self.member_usage[(rec.team, owner)]):
             if abs(use[rec.model]) < DRIFT:
                 use[rec.model] = 0.0
-        self.touched(rec)
+        self.touched(rec, started=False)
 
-    def touched(self, rec: AllocRecord) -> None:
-        """`rec` started or stopped: its nodes' preemption candidates need re-sorting."""
+    def touched(self, rec: AllocRecord, *, started: bool) -> None:
+        """`rec` started or stopped: its nodes' preemption candidates, kept in victim order
+        (a total order), take it in or let it go (an eviction the planner let go already)."""
+        if not rec.preemptible:
+            return
+        victims = self.st.node_victims
         for n in rec.nodes:
+            lst = victims.setdefault(n, [])
+            if started:
+                insort(lst, rec, key=victim_order)
+            else:
+                i = bisect_left(lst, victim_order(rec), key=victim_order)
+                if i < len(lst) and lst[i] is rec:
+                    del lst[i]
             self._victims_stale[n] = None
 
     def after_preemption(self, rec: AllocRecord) -> None:
@@ -281,7 +293,7 @@ class RollingScheduler(Scheduler):
         use = self.usage[rec.team]
         if abs(use[rec.model]) < DRIFT:
             use[rec.model] = 0.0
-        self.touched(rec)
+        self.touched(rec, started=False)
 
     def _settle(self, team: str, flavor: str, project: str) -> None:
         led = self.ledger
@@ -324,15 +336,12 @@ class RollingScheduler(Scheduler):
                 bucket.clear()
                 bucket.update(dict.fromkeys(items))
         self._refreshed.clear()
-        # 3. Preemption candidates: per node sorted by victim order, per (team, flavor) the
-        #    nodes in node order; the caches built from them start empty.
+        # 3. Preemption candidates (kept sorted by `touched`): per (team, flavor) the nodes in
+        #    node order; the caches built from them start empty.
         stale_tfs: set[tuple[str, str]] = set()
         for node in self._victims_stale:
-            recs = [st.allocs[i] for i in st.node_allocs[node]]
-            victims = sorted((r for r in recs if r.preemptible), key=victim_order)
-            if victims:
-                st.node_victims[node] = victims
-            else:
+            victims = st.node_victims.get(node, [])
+            if not victims:
                 st.node_victims.pop(node, None)
             tfs = frozenset((r.team, r.flavor) for r in victims)
             old = self._node_tfs[node]
