@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from scheduling.engine.planner import Scheduler, plan
-from scheduling.engine.types import Policy
+from scheduling.engine.types import Policy, Priority, Quota
 
-from .builders import fleet, node, req
+from .builders import alloc, fleet, node, req, whole_claims
 
 
 def test_waiting_reason_for_vgpu_names_model_and_size() -> None:
@@ -108,3 +108,28 @@ def test_plan_restores_the_garbage_collector_state() -> None:
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+def test_a_borrower_whose_team_loses_borrowed_work_in_the_first_pass_is_decided_there() -> None:
+    """Team a runs 3 cards over a guarantee of 2 (2 of them borrowed), so its queued card
+    borrows too. Team b's higher-priority request preempts the borrowed work in the first pass;
+    a's request is then within its guarantee and takes the last free card in that pass, before
+    c's borrower, which the second pass would have served first (c holds nothing)."""
+    quotas = [Quota("a", "gpu", 2.0, 5.0), Quota("b", "gpu", 3.0, 5.0), Quota("c", "gpu", 0.0, 5.0)]
+    snap = fleet(
+        node("n", gpus=5),
+        quotas=quotas,
+        allocations=[
+            alloc("a-keep", whole_claims("n", [0]), team="a"),
+            alloc("a-run", whole_claims("n", [1, 2]), team="a", preemptible=True, borrowed=True),
+        ],
+        pending=[
+            req("b1", team="b", gpu_count=3, priority=Priority.HIGH, submitted_at=3.0),
+            req("a1", team="a", submitted_at=2.0),
+            req("c1", team="c", submitted_at=1.0),
+        ],
+    )
+    out = plan(snap, now=10.0)
+    assert [p.victim_id for p in out.preemptions] == ["a-run"]
+    assert sorted(a.request_id for a in out.admissions) == ["a1", "b1"]
+    assert [(w.request_id, w.code) for w in out.waiting] == [("c1", "quota")]
