@@ -194,7 +194,7 @@ def quota_blocker(
             f"{n(demand)} needed.",
             detail,
         )
-    # Quota freed by the plan's preemptions after the request was considered.
+    # Quota the plan's preemptions gave back after the request was decided.
     return Blocker("team_quota", f"Team {who} was at its {what} quota this cycle.", detail)
 
 

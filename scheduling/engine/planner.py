@@ -11,7 +11,10 @@ borrower admitted first could hold capacity that guaranteed work wins back only 
 1. Validate the request (known flavor, gpu_count >= 1, known MIG profile, positive runtime);
    otherwise wait with code "invalid".  vGPU/MIG requests may ask for N > 1 shares: all on one
    node (N distinct GPUs for vGPU, N instances for MIG), charged N x the flavor's GE.
-2. Quota (quota.py): blocked requests wait with the ledger's reason, code "quota".
+2. Quota (quota.py): blocked requests wait with the ledger's reason, code "quota".  Those over
+   their team's or project's limit (or without quota) when the cycle starts wait so without a
+   turn in the queue: usage only drops within a cycle by preemption, and the quota a
+   preemption gives back is used from the next cycle (the capacity goes to the preemptor).
 3. Failure memo: a shape that already failed in this cycle, with no capacity freed since and the
    same reservations in its way, fails at once with the same reason.
 4. Place now (placement.py), keeping off reserved devices unless the request ends before the
@@ -24,7 +27,8 @@ borrower admitted first could hold capacity that guaranteed work wins back only 
 
 Before the queue runs, the previous cycle's reservations are taken up again (backfill.py).
 
-Waiting requests get 1-based positions in the order considered: borrowers after the rest.
+Waiting requests get 1-based positions in the order considered, borrowers after the rest, and
+quota-blocked requests last (by priority class, then age).
 """
 
 from __future__ import annotations
@@ -52,8 +56,8 @@ from .placement import Placer
 from .preemption import find_victims, team_rose_above_guarantee
 from .queue import FairQueue, dominant_share, split_by_order
 from .quota import EPS, QuotaLedger
-from .reasons import capacity_reason
-from .reserve import is_long, leaves_reserve, reserve_reason
+from .reasons import capacity_reason, preemption_reason
+from .reserve import is_long, leaves_reserve, reserve_kept, reserve_reason
 from .state import AllocRecord, Claim, FleetState, Shape, is_gang, shape_of
 from .types import (
     MIG_PROFILES,
@@ -63,7 +67,6 @@ from .types import (
     Plan,
     Policy,
     Preemption,
-    Priority,
     QueueKey,
     Request,
     Snapshot,
@@ -142,6 +145,7 @@ class Scheduler:
         self._blocked: dict[tuple[int, ...], frozenset[int]] = {}  # reserved devices by holds
         self._share: dict[str, float] = {}  # cached DRF shares, dropped when usage changes
         self._member_share: dict[tuple[str, str], float] = {}
+        self._charged: set[str] = set()  # teams whose usage changed in this cycle
         self._queue: FairQueue | None = None
         self._planned = False
 
@@ -172,6 +176,7 @@ class Scheduler:
         self.member_usage[(team, owner)][model] += ge
         self._share.pop(team, None)
         self._member_share.pop((team, owner), None)
+        self._charged.add(team)
 
     # ------------------------------------------------------------------ entry points
 
@@ -210,10 +215,15 @@ class Scheduler:
         # borrow already and stay borrowers through the first pass go there without a turn in
         # it: a turn that decides nothing leaves the order of the others as it was.
         borrowers: list[list[Request]] = []
+        by_quota: list[tuple[Request, str]] = []
         for i, (order, requests) in enumerate(queues):
             split: tuple[list[Request], list[Request]] = ([], [])
             for pending in requests:
-                split[self._borrows(pending, throughout=True)].append(pending)
+                why = self._over_limit(pending)
+                if why is not None:
+                    by_quota.append((pending, why))
+                else:
+                    split[self._borrows(pending, throughout=True)].append(pending)
             queues[i] = (order, split[0])
             borrowers.append(split[1])
         for lending in (False, True):
@@ -231,17 +241,22 @@ class Scheduler:
                     preemptions.extend(pre)
                     if adm is not None:
                         admissions.append(adm)
+                    elif code == "quota":
+                        assert reason is not None
+                        by_quota.append((req, reason))
                     else:
                         assert reason is not None and code is not None
                         waiting.append(Waiting(req.id, reason, code, len(waiting) + 1))
         self._queue = None
-        return Plan(
-            admissions=tuple(admissions),
-            preemptions=tuple(preemptions),
-            waiting=tuple(waiting),
-            reservations=reservations(self.st, self.holds, self.snapshot.pending),
-            considered=considered,
-        )
+        # Quota-blocked requests come last, so positions count those waiting for capacity; a
+        # limit reason names the usage after this cycle's admissions.
+        by_quota.sort(key=lambda rw: (-rw[0].priority, rw[0].submitted_at, rw[0].id))
+        for req, why in by_quota:
+            if req.team in self._charged:
+                why = self._over_limit(req) or why
+            waiting.append(Waiting(req.id, why, "quota", len(waiting) + 1))
+        held = reservations(self.st, self.holds, self.snapshot.pending)
+        return Plan(tuple(admissions), tuple(preemptions), tuple(waiting), held, considered)
 
     def _borrows(self, req: Request, *, throughout: bool = False) -> bool:
         """Whether admitting `req` now would take its team past its guarantee for the flavor;
@@ -252,6 +267,14 @@ class Scheduler:
             return False
         demand = req.gpu_count * flavor.gpu_equivalent if flavor is not None else 0.0
         return not self.ledger.within_guarantee(req.team, req.flavor, demand)
+
+    def _over_limit(self, req: Request) -> str | None:
+        """The ledger's reason when a valid request would pass its team's or project's limit."""
+        flavor = self.st.flavors.get(req.flavor)
+        if flavor is None or _invalid(req, flavor.kind, req.mig_profile or flavor.mig_profile):
+            return None
+        demand = req.gpu_count * flavor.gpu_equivalent
+        return self.ledger.over_limit(req.team, req.project, req.flavor, demand)
 
     def _keep_holds(self, now: float) -> list[Request]:
         """Take up the previous cycle's reservations again (backfill.py), earliest start first,
@@ -416,18 +439,6 @@ class Scheduler:
             if not leaves_reserve(st.pools[p], st.pool_capacity[p], st.pool_used[p], demand)
         )
 
-    def _reserve_kept(
-        self, victims: list[AllocRecord], claims: tuple[Claim, ...], demand: float
-    ) -> bool:
-        """Whether evicting `victims` to place `demand` leaves the pool's reserve no smaller."""
-        st = self.st
-        pool = st.node_pool[st.dev_node[claims[0][0]]]
-        freed = sum(v.ge for v in victims if st.node_pool[v.nodes[0]] == pool)
-        if freed + EPS >= demand:
-            return True
-        used_after = st.pool_used[pool] - freed
-        return leaves_reserve(st.pools[pool], st.pool_capacity[pool], used_after, demand)
-
     def _admit(
         self,
         req: Request,
@@ -522,7 +533,7 @@ class Scheduler:
                     self.st, self.placer, self.ledger, shape,
                     [g for g in groups if g.pool.name in skip], req.priority, reclaim, blocked,
                 )  # fmt: skip
-                if found is not None and not self._reserve_kept(found[1], found[0], demand):
+                if found is not None and not reserve_kept(self.st, found[1], found[0], demand):
                     found = None
         if found is None:
             self._preempt_fail.add(key)
@@ -540,13 +551,8 @@ class Scheduler:
             self._use(v.team, self.owner.get(v.id, ""), v.model, -v.ge)
             if self._queue is not None:
                 self._queue.touch(v.team)
-            team = self.team_labels.get(req.team, req.team)  # the reason says why this victim
-            why = (
-                f"reclaims borrowed capacity for team {team}'s guaranteed quota"
-                if reclaim and v.borrowed and v.priority >= req.priority
-                else f"{_prio(v.priority)} priority work yields to {_prio(req.priority)}"
-                + (" (borrowed capacity)" if v.borrowed else "")
-            )
+            team = self.team_labels.get(req.team, req.team)
+            why = preemption_reason(team, req.priority, reclaim, v.priority, v.borrowed)
             out.append(Preemption(v.id, req.id, why))
         # Freed capacity may now fit shapes that failed; failed preemptions stay failed (fewer
         # victims remain, and their teams' usage only went down).
@@ -554,13 +560,6 @@ class Scheduler:
         self._by_reserve.clear()
         adm = self._admit(req, demand, borrowed, preemptible, claims, now)
         return adm, out, None, None
-
-
-def _prio(value: int) -> str:
-    try:
-        return Priority(value).name.lower()
-    except ValueError:
-        return str(value)
 
 
 def _invalid(req: Request, kind: str, profile: str | None) -> str | None:

@@ -154,23 +154,11 @@ class QuotaLedger:
         self, team: str, project: str, flavor: str, demand: float
     ) -> tuple[bool, bool, str | None]:
         """(admissible, borrowed, reason-if-not) for `demand` more GE of `flavor`."""
-        key = (team, flavor)
-        limit = self.limit.get(key)
-        if limit is None:
-            return False, False, f"team {team} has no quota for {flavor}"
-        pkey = (team, project, flavor)
-        plimit = self.project_limit.get(pkey)
-        if plimit is not None and self.project_used[pkey] + demand > plimit + EPS:
-            return False, False, f"project {project} of team {team} is at its {flavor} limit"
+        why = self.over_limit(team, project, flavor, demand)
+        if why is not None:
+            return False, False, why
         if self.within_guarantee(team, flavor, demand):
             return True, False, None
-        used = self.used[key]
-        if used + demand > limit + EPS:
-            return (
-                False,
-                False,
-                f"team {team} is at its {flavor} limit ({used:.2f} of {limit:.2f} GPU-eq used)",
-            )
         draw = self.draw_for(team, flavor, demand)
         if draw <= EPS or draw <= self.unassigned_left(flavor) + EPS:
             return True, True, None
@@ -181,6 +169,21 @@ class QuotaLedger:
             f"({self.cohort_idle(team, flavor):.2f} GPU-eq of idle guarantees, "
             f"{self.unassigned_left(flavor):.2f} unassigned)",
         )
+
+    def over_limit(self, team: str, project: str, flavor: str, demand: float) -> str | None:
+        """Why `demand` more GE of `flavor` would pass a limit (rules 1, 2 and 4), else None."""
+        key = (team, flavor)
+        limit = self.limit.get(key)
+        if limit is None:
+            return f"team {team} has no quota for {flavor}"
+        pkey = (team, project, flavor)
+        plimit = self.project_limit.get(pkey)
+        if plimit is not None and self.project_used[pkey] + demand > plimit + EPS:
+            return f"project {project} of team {team} is at its {flavor} limit"
+        used = self.used[key]
+        if used + demand > limit + EPS:
+            return f"team {team} is at its {flavor} limit ({used:.2f} of {limit:.2f} GPU-eq used)"
+        return None
 
     def within_guarantee(self, team: str, flavor: str, demand: float) -> bool:
         """True when `demand` more GE of `flavor` keeps the team within its guaranteed quota."""

@@ -13,7 +13,7 @@ from .filters import cpus_text, fit_gpus, gib_text, max_shares
 from .index import GIB, Group
 from .placement import Placer
 from .state import MODE_VGPU, Shape, gang_layout, is_gang
-from .types import MIG_PROFILES
+from .types import MIG_PROFILES, Priority
 
 
 def capacity_reason(placer: Placer, shape: Shape) -> str:
@@ -197,3 +197,21 @@ def gpu_words(shape: Shape, where: str) -> str:
 def _host_words(cpu: int, mem: int) -> str:
     parts = ([cpus_text(cpu)] if cpu else []) + ([gib_text(mem)] if mem else [])
     return " and ".join(parts)
+
+
+def preemption_reason(
+    team: str, priority: int, reclaim: bool, victim_priority: int, victim_borrowed: bool
+) -> str:
+    """Why work of `victim_priority` yields to a request of `team` at `priority` (`reclaim`:
+    the request wins back its team's guarantee)."""
+    if reclaim and victim_borrowed and victim_priority >= priority:
+        return f"reclaims borrowed capacity for team {team}'s guaranteed quota"
+    why = f"{_prio(victim_priority)} priority work yields to {_prio(priority)}"
+    return why + (" (borrowed capacity)" if victim_borrowed else "")
+
+
+def _prio(value: int) -> str:
+    try:
+        return Priority(value).name.lower()
+    except ValueError:
+        return str(value)

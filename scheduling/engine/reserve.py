@@ -17,6 +17,7 @@ of reserved pools the request counts as long in.
 
 from __future__ import annotations
 
+from .state import AllocRecord, Claim, FleetState
 from .types import Pool
 
 #: Slack for float sums of GE (a 1/7 MIG slice does not add up exactly).
@@ -50,3 +51,16 @@ def is_long(pool: Pool, max_runtime_seconds: float) -> bool:
 def leaves_reserve(pool: Pool, capacity_ge: float, used_ge: float, demand_ge: float) -> bool:
     """Whether taking `demand_ge` more still leaves the pool's reserved share free."""
     return capacity_ge - used_ge - demand_ge >= pool.short_reserve_fraction * capacity_ge - EPS
+
+
+def reserve_kept(
+    st: FleetState, victims: list[AllocRecord], claims: tuple[Claim, ...], demand: float
+) -> bool:
+    """Whether evicting `victims` to place `demand` at `claims` leaves the pool's reserve no
+    smaller."""
+    pool = st.node_pool[st.dev_node[claims[0][0]]]
+    freed = sum(v.ge for v in victims if st.node_pool[v.nodes[0]] == pool)
+    if freed + EPS >= demand:
+        return True
+    used_after = st.pool_used[pool] - freed
+    return leaves_reserve(st.pools[pool], st.pool_capacity[pool], used_after, demand)

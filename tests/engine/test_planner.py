@@ -133,3 +133,31 @@ def test_a_borrower_whose_team_loses_borrowed_work_in_the_first_pass_is_decided_
     assert [p.victim_id for p in out.preemptions] == ["a-run"]
     assert sorted(a.request_id for a in out.admissions) == ["a1", "b1"]
     assert [(w.request_id, w.code) for w in out.waiting] == [("c1", "quota")]
+
+
+def test_quota_blocked_requests_wait_after_those_waiting_for_capacity() -> None:
+    """a-big (high priority) is over team a's limit when the cycle starts: it waits with the
+    quota reason behind b-big, a borrower waiting for capacity, and its reason names a's usage
+    after a-one was admitted in the same cycle."""
+    quotas = [Quota("a", "gpu", 2.0, 2.0), Quota("b", "gpu", 0.0, 8.0), Quota("c", "gpu", 2.0, 2.0)]
+    snap = fleet(
+        node("n", gpus=4),
+        node("m", gpus=4),
+        quotas=quotas,
+        allocations=[
+            alloc("a-run", whole_claims("n", [0]), team="a"),
+            alloc("c-run", whole_claims("m", [0, 1]), team="c"),
+        ],
+        pending=[
+            req("a-big", team="a", gpu_count=2, priority=Priority.HIGH, submitted_at=0.0),
+            req("a-one", team="a", submitted_at=1.0),
+            req("b-big", team="b", gpu_count=4, submitted_at=2.0),
+        ],
+    )
+    out = plan(snap, now=10.0, policy=Policy(enable_backfill=False))
+    assert [a.request_id for a in out.admissions] == ["a-one"]
+    assert [(w.request_id, w.code, w.position) for w in out.waiting] == [
+        ("b-big", "capacity", 1),
+        ("a-big", "quota", 2),
+    ]
+    assert out.waiting[1].reason == "team a is at its gpu limit (2.00 of 2.00 GPU-eq used)"
