@@ -94,7 +94,8 @@ def reservations(
 ) -> tuple[Reservation, ...]:
     """The live holds as the plan reports them; a MIG claim names the profile its request asks
     for (several profiles share a slice count)."""
-    by_id = {r.id: r for r in pending}
+    wanted = {h.request_id for h in holds if h.claims}
+    by_id = {r.id: r for r in pending if r.id in wanted} if wanted else {}
     return tuple(
         Reservation(
             h.request_id,

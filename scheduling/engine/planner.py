@@ -146,6 +146,7 @@ class Scheduler:
         self._share: dict[str, float] = {}  # cached DRF shares, dropped when usage changes
         self._member_share: dict[tuple[str, str], float] = {}
         self._charged: set[str] = set()  # teams whose usage changed in this cycle
+        self._limits: dict[tuple[str, str, str, float], str | None] = {}  # while usage stays
         self._queue: FairQueue | None = None
         self._planned = False
 
@@ -177,6 +178,7 @@ class Scheduler:
         self._share.pop(team, None)
         self._member_share.pop((team, owner), None)
         self._charged.add(team)
+        self._limits.clear()
 
     # ------------------------------------------------------------------ entry points
 
@@ -248,8 +250,7 @@ class Scheduler:
                         assert reason is not None and code is not None
                         waiting.append(Waiting(req.id, reason, code, len(waiting) + 1))
         self._queue = None
-        # Quota-blocked requests come last, so positions count those waiting for capacity; a
-        # limit reason names the usage after this cycle's admissions.
+        # Last, so positions count those waiting for capacity; reasons name usage after the cycle.
         by_quota.sort(key=lambda rw: (-rw[0].priority, rw[0].submitted_at, rw[0].id))
         for req, why in by_quota:
             if req.team in self._charged:
@@ -273,8 +274,10 @@ class Scheduler:
         flavor = self.st.flavors.get(req.flavor)
         if flavor is None or _invalid(req, flavor.kind, req.mig_profile or flavor.mig_profile):
             return None
-        demand = req.gpu_count * flavor.gpu_equivalent
-        return self.ledger.over_limit(req.team, req.project, req.flavor, demand)
+        key = (req.team, req.project, req.flavor, req.gpu_count * flavor.gpu_equivalent)
+        if key not in self._limits:
+            self._limits[key] = self.ledger.over_limit(*key)
+        return self._limits[key]
 
     def _keep_holds(self, now: float) -> list[Request]:
         """Take up the previous cycle's reservations again (backfill.py), earliest start first,
@@ -290,7 +293,7 @@ class Scheduler:
                 wanted.append((req.id, shape, self.placer.groups_for(shape)[0]))
         self.holds = keep_holds(self.st, wanted, now, self.policy.max_reservations)
         due = {h.request_id for h in self.holds if h.start_at <= now}
-        return [r for r in self.snapshot.pending if r.id in due]
+        return [r for r in self.snapshot.pending if r.id in due] if due else []
 
     def place_one(self, request: Request, now: float) -> Decision:
         """Decide one newly arrived request now, against the indexed state and reservations."""
