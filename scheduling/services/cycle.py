@@ -529,7 +529,8 @@ def _record_waiting(
     Only rows where any of these changed are written, so a quiet cycle writes nothing. The rank
     is what keeps that true while the queue moves: a request keeps its rank while the requests
     around it come and go (queue_ranks.py), and pages count its position from the ranks. A
-    queued request the plan no longer lists loses its rank, so it is not counted ahead of others.
+    queued request the plan no longer lists loses its rank, so it is not counted ahead of others;
+    a quota-blocked one has none either: it waits for its team's usage, not for its turn.
     """
     reserved = {
         int(r.request_id): datetime.fromtimestamp(round(r.start_at), tz=UTC) for r in reservations
@@ -544,8 +545,10 @@ def _record_waiting(
     in_order = sorted(
         (wait for wait in waiting if int(wait.request_id) in stored), key=lambda w: w.position
     )
-    rank_of = {pk: values[3] for pk, values in stored.items()}
-    rank_of.update(moved_ranks([int(wait.request_id) for wait in in_order], rank_of))
+    in_line = [int(wait.request_id) for wait in in_order if wait.code != "quota"]
+    rank_of: dict[int, int | None] = dict.fromkeys(stored)
+    rank_of.update((pk, stored[pk][3]) for pk in in_line)
+    rank_of.update(moved_ranks(in_line, rank_of))
     changed: list[tuple[Any, ...]] = []
     for wait in in_order:
         pk = int(wait.request_id)

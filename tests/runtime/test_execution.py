@@ -95,7 +95,8 @@ def test_launch_of_a_cancelled_request_is_stale(org: Org, fleet: Fleet) -> None:
 def test_full_pool_leaves_work_waiting_with_a_reason_and_position(
     org: Org, fleet: Fleet, pipeline: Callable[[], cycle.CycleResult]
 ) -> None:
-    set_quota(actor=org.admin, team=org.team_a, flavor=fleet.a100, guaranteed=16, limit=32)
+    # Guaranteed beyond the pool: the second request waits for cards, not for quota.
+    set_quota(actor=org.admin, team=org.team_a, flavor=fleet.a100, guaranteed=32, limit=32)
     first = GpuRequestFactory.create(project=org.project_a, flavor=fleet.a100, gpu_count=16)
     approve_gpu_request(actor=org.lead_a, request=first)
     second = GpuRequestFactory.create(project=org.project_a, flavor=fleet.a100, gpu_count=8)

@@ -123,3 +123,17 @@ def test_the_request_page_shows_the_counted_position(org: Org, fleet: Fleet) -> 
     page = client.get(reverse("gpu-request-page", args=[second.pk])).content.decode()
     assert "Position 1 in the queue" in page
     assert GpuRequest.objects.get(pk=second.pk).status == RequestStatus.QUEUED
+
+
+def test_a_request_over_its_team_limit_has_no_place_in_the_queue(org: Org, fleet: Fleet) -> None:
+    """It waits for its team's usage to drop, not for its turn: no rank, no position, and the
+    requests waiting for capacity are counted without it."""
+    blocked = GpuRequestFactory.create(
+        project=org.project_b, flavor=fleet.l4_6g, kind="job", to="queued"
+    )
+    Quota.objects.filter(team=org.team_b, flavor=fleet.l4_6g).update(guaranteed=0, limit=0)
+    waiting_queue(org, fleet, count=2)
+    row = GpuRequest.objects.get(pk=blocked.pk)
+    assert row.waiting_code == "quota" and "limit" in row.waiting_reason
+    assert row.queue_rank is None
+    assert sorted(positions(org).values()) == [1, 2]  # type: ignore[type-var]
