@@ -11,10 +11,9 @@ borrower admitted first could hold capacity that guaranteed work wins back only 
 1. Validate the request (known flavor, gpu_count >= 1, known MIG profile, positive runtime);
    otherwise wait with code "invalid".  vGPU/MIG requests may ask for N > 1 shares: all on one
    node (N distinct GPUs for vGPU, N instances for MIG), charged N x the flavor's GE.
-2. Quota (quota.py): blocked requests wait with the ledger's reason, code "quota".  Those over
-   their team's or project's limit (or without quota) when the cycle starts wait so without a
-   turn in the queue: usage only drops within a cycle by preemption, and the quota a
-   preemption gives back is used from the next cycle (the capacity goes to the preemptor).
+2. Quota (quota.py): blocked requests wait with the ledger's reason, code "quota"; those past a
+   limit (or without quota) when the cycle starts get no turn: usage drops within a cycle only
+   by preemption, whose capacity goes to the preemptor (its victims' teams use the quota next).
 3. Failure memo: a shape that already failed in this cycle, with no capacity freed since and the
    same reservations in its way, fails at once with the same reason.
 4. Place now (placement.py), keeping off reserved devices unless the request ends before the
@@ -28,7 +27,7 @@ borrower admitted first could hold capacity that guaranteed work wins back only 
 Before the queue runs, the previous cycle's reservations are taken up again (backfill.py).
 
 Waiting requests get 1-based positions in the order considered, borrowers after the rest, and
-quota-blocked requests last (by priority class, then age).
+quota-blocked requests last (oldest first).
 """
 
 from __future__ import annotations
@@ -124,11 +123,8 @@ class Scheduler:
         self._shapes: dict[Hashable, tuple[Shape, int]] = {}
         self._key_ids: dict[Hashable, int] = {}
         # Pools keeping a share for short requests (reserve.py), by name order.
-        self.reserve_pools = tuple(
-            sorted(
-                (p for p in snapshot.pools if p.short_reserve_fraction > 0), key=lambda p: p.name
-            )
-        )
+        reserved = (p for p in snapshot.pools if p.short_reserve_fraction > 0)
+        self.reserve_pools = tuple(sorted(reserved, key=lambda p: p.name))
         self.reset_cycle(snapshot.pending)
 
     def reset_cycle(self, pending: tuple[Request, ...]) -> None:
@@ -213,17 +209,16 @@ class Scheduler:
         aging = self.policy.priority_aging_seconds
         queues = [((), due)] + [(o, [r for r in rs if r not in due]) for o, rs in self._queues()]
         # Borrowers go in a second pass: admitted before work within its guarantee, they would
-        # hold capacity that the next cycle could only win back by preempting them.  Those that
-        # borrow already and stay borrowers through the first pass go there without a turn in
-        # it: a turn that decides nothing leaves the order of the others as it was.
+        # hold capacity the next cycle wins back only by preemption.  Those that borrow already
+        # and stay borrowers through the first pass skip it: their turn there would decide nothing.
         borrowers: list[list[Request]] = []
-        by_quota: list[tuple[Request, str]] = []
+        by_quota: list[tuple[float, str, Request, str]] = []  # by age: (submitted_at, id, ...)
         for i, (order, requests) in enumerate(queues):
             split: tuple[list[Request], list[Request]] = ([], [])
             for pending in requests:
                 why = self._over_limit(pending)
                 if why is not None:
-                    by_quota.append((pending, why))
+                    by_quota.append((pending.submitted_at, pending.id, pending, why))
                 else:
                     split[self._borrows(pending, throughout=True)].append(pending)
             queues[i] = (order, split[0])
@@ -245,14 +240,14 @@ class Scheduler:
                         admissions.append(adm)
                     elif code == "quota":
                         assert reason is not None
-                        by_quota.append((req, reason))
+                        by_quota.append((req.submitted_at, req.id, req, reason))
                     else:
                         assert reason is not None and code is not None
                         waiting.append(Waiting(req.id, reason, code, len(waiting) + 1))
         self._queue = None
         # Last, so positions count those waiting for capacity; reasons name usage after the cycle.
-        by_quota.sort(key=lambda rw: (-rw[0].priority, rw[0].submitted_at, rw[0].id))
-        for req, why in by_quota:
+        by_quota.sort()
+        for _, _, req, why in by_quota:
             if req.team in self._charged:
                 why = self._over_limit(req) or why
             waiting.append(Waiting(req.id, why, "quota", len(waiting) + 1))
@@ -272,12 +267,15 @@ class Scheduler:
     def _over_limit(self, req: Request) -> str | None:
         """The ledger's reason when a valid request would pass its team's or project's limit."""
         flavor = self.st.flavors.get(req.flavor)
-        if flavor is None or _invalid(req, flavor.kind, req.mig_profile or flavor.mig_profile):
+        if flavor is None:
             return None
         key = (req.team, req.project, req.flavor, req.gpu_count * flavor.gpu_equivalent)
-        if key not in self._limits:
-            self._limits[key] = self.ledger.over_limit(*key)
-        return self._limits[key]
+        why = self._limits.get(key, "")
+        if why == "":
+            why = self._limits[key] = self.ledger.over_limit(*key)
+        if why is None or _invalid(req, flavor.kind, req.mig_profile or flavor.mig_profile):
+            return None
+        return why
 
     def _keep_holds(self, now: float) -> list[Request]:
         """Take up the previous cycle's reservations again (backfill.py), earliest start first,

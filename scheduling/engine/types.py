@@ -514,7 +514,7 @@ WaitCode = Literal["quota", "capacity", "reservation", "reserved", "invalid"]
 @dataclass(frozen=True, slots=True)
 class Waiting:
     """A request left pending. `position` is 1-based among waiting requests in the order the
-    cycle considered them: within guarantee, borrowers, then quota-blocked (class, age)."""
+    cycle considered them: within guarantee, borrowers, then quota-blocked (oldest first)."""
 
     request_id: str
     reason: str
