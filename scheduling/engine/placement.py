@@ -87,12 +87,12 @@ class Placer:
         # Host room of the nodes with room for a GPU shape, per group (reasons.gpu_room).
         self.room_cache: dict[tuple[Shape, GroupKeyT], tuple[int, list[tuple[int, int]]]] = {}
         self._node_sizes: dict[GroupKeyT, frozenset[int]] = {}
-        self._queue: tuple[Request, ...] = ()
+        self._queue: Iterable[Request] = ()
         self._meter: FragmentationMeter | None = None
 
     # ------------------------------------------------------------------ FGD workload mix
 
-    def reset_mix(self, pending: tuple[Request, ...]) -> None:
+    def reset_mix(self, pending: Iterable[Request]) -> None:
         """A new cycle: the FGD mix is rebuilt from `pending` and the running work when needed."""
         self._queue = pending
         self._meter = None

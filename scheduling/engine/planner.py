@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import gc
 from collections import defaultdict
-from collections.abc import Hashable, Iterator
+from collections.abc import Collection, Hashable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 
@@ -127,10 +127,11 @@ class Scheduler:
         self.reserve_pools = tuple(sorted(reserved, key=lambda p: p.name))
         self.reset_cycle(snapshot.pending)
 
-    def reset_cycle(self, pending: tuple[Request, ...]) -> None:
-        """Begin a cycle over `pending`: memos, shares, reservations empty as in a new Scheduler."""
+    def reset_cycle(self, pending: tuple[Request, ...], mix: Collection[Request] = ()) -> None:
+        """Begin a cycle over `pending` (FGD's mix counts `mix`, or `pending` when empty): memos,
+        shares and reservations empty, as in a new Scheduler."""
         self.snapshot = replace(self.snapshot, pending=pending)
-        self.placer.reset_mix(pending)
+        self.placer.reset_mix(mix or pending)
         self.holds: list[Hold] = []
         self._fail: dict[tuple[int, tuple[int, ...]], tuple[str, WaitCode]] = {}
         self._preempt_fail: set[tuple[int, int, bool, tuple[int, ...]]] = set()
@@ -208,9 +209,9 @@ class Scheduler:
         members = self.member_share if self.policy.fair_share_in_team else None
         aging = self.policy.priority_aging_seconds
         queues = [((), due)] + [(o, [r for r in rs if r not in due]) for o, rs in self._queues()]
-        # Borrowers go in a second pass: admitted before work within its guarantee, they would
-        # hold capacity the next cycle wins back only by preemption.  Those that borrow already
-        # and stay borrowers through the first pass skip it: their turn there would decide nothing.
+        # Borrowers go in a second pass: admitted first, they would hold capacity the next cycle
+        # wins back only by preemption.  Those that borrow already and stay borrowers through
+        # the first pass skip it: their turn there would decide nothing.
         borrowers: list[list[Request]] = []
         by_quota: list[tuple[float, str, Request, str]] = []  # by age: (submitted_at, id, ...)
         for i, (order, requests) in enumerate(queues):

@@ -215,20 +215,21 @@ def split_by_order(
 
     A request whose eligible pools (`pools_of`) all carry the same override in `pool_orders`
     is queued with that order; everything else uses `default`.  The default queue runs first,
-    then the overrides in pool-name order.
+    then the overrides, each at the first name of the pools carrying it: an order fixed by the
+    policy, whichever requests wait.
     """
     overrides = dict(pool_orders)
     if not overrides:
         return [(default, list(pending))]
+    first_pool: dict[tuple[QueueKey, ...], str] = {}
+    for pool, override in sorted(overrides.items(), reverse=True):
+        first_pool[override] = pool
     rest: list[Request] = []
     by_order: dict[tuple[QueueKey, ...], list[Request]] = {}
-    first_pool: dict[tuple[QueueKey, ...], str] = {}
     for req in pending:
-        pools = pools_of(req)
-        orders = {overrides.get(p) for p in pools}
+        orders = {overrides.get(p) for p in pools_of(req)}
         if len(orders) == 1 and (order := orders.pop()) is not None:
             by_order.setdefault(order, []).append(req)
-            first_pool[order] = min(first_pool.get(order, min(pools)), min(pools))
         else:
             rest.append(req)
     ordered = sorted(by_order, key=lambda o: (first_pool[o], o))

@@ -10,6 +10,10 @@ events (`arrive`, `withdraw`, `running_until`, `wake`) and calls `run`:
 2. Apply the events up to tick + `resolution_seconds` in time order: ended work gives its
    capacity, quota and share back, withdrawn requests leave the queue, arrivals join it.
 3. One planning cycle over the queue at the tick (`Scheduler.plan`, the live planner and policy).
+   A request left waiting past its team's or project's limit is set aside and planned again only
+   once that limit could let it in: after the team's usage of the flavor fell (work ended or was
+   preempted). The planner would give it no turn meanwhile (planner.py, step 2), so the plans
+   differ only in the quota waits they list, and a week's queue of them costs nothing per cycle.
    Reservations carry over to the next cycle, as the live cycle stores them. A preempted request
    goes back to the queue with its age, considered again at the next tick, until it has started
    `max_attempts` times (or when its request is unknown); then it is dropped. Admitted work
@@ -30,12 +34,14 @@ import heapq
 import math
 from bisect import bisect_left, insort
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, replace
 
 from .planner import Scheduler
 from .state import MODE_MIG, AllocRecord, Shape, is_gang, victim_order
 from .types import Allocation, CardUsage, Plan, Policy, Request, Snapshot
+
+LimitKey = tuple[str, str, str, float]  # (team, project, flavor, demand in GE)
 
 #: Kinds of event, in the order they apply at the same instant.
 COMPLETE, WITHDRAW, ARRIVE, WAKE = 0, 1, 2, 3
@@ -88,7 +94,14 @@ class Simulation:
         self.runtime: dict[str, float] = {}
         self.attempt: dict[str, int] = {}
         self.withdrawn_at: dict[str, float] = {}
-        self.pending: dict[str, Request] = {}
+        self.pending: dict[str, Request] = {}  # everything waiting
+        self._queue: dict[str, Request] = {}  # what the next cycle considers: pending, not parked
+        # Requests past a limit, by team and by what the limit check reads; teams whose usage
+        # fell since the last cycle, whose parked requests are checked again.
+        self._parked: dict[str, dict[LimitKey, dict[str, Request]]] = {}
+        self._parked_key: dict[str, LimitKey] = {}
+        self._freed: set[str] = set()
+        self._lapsing: list[str] = []  # parked in the last cycle while holding a reservation
         self.placed: dict[str, AllocRecord] = dict(self.sched.st.allocs)  # running, by request
         self.starts: list[Start] = []
         self.preempted: list[tuple[str, int]] = []  # (request, cycle)
@@ -171,29 +184,33 @@ class Simulation:
                 elif kind == WITHDRAW:
                     if self.pending.pop(rid, None) is not None:
                         self.withdrawn += 1
+                        if self._queue.pop(rid, None) is None:
+                            self._unpark(rid)
                 elif kind == ARRIVE and (
                     rid not in self.placed
                     and rid not in self.pending
                     and self.withdrawn_at.get(rid, math.inf) > at
                 ):
-                    self.pending[rid] = self.requests[rid]
+                    self.pending[rid] = self._queue[rid] = self.requests[rid]
             seen.advance(tick)
-            # 3. One planning cycle over everything waiting; the planner has already released
-            #    the victims and placed the admitted work.
+            # 3. One planning cycle over the queue; the planner has already released the victims
+            #    and placed the admitted work.
+            self._release_parked()
             self.cycles += 1
-            sched.begin_cycle(tuple(self.pending.values()))
+            sched.begin_cycle(tuple(self._queue.values()), mix=self.pending.values())
             plan = sched.plan(tick)
             self._apply(plan, tick, cycle_seconds)
+            self._park(plan)
             seen.cycled(tick, plan, self.pending)
             if done is not None and done():
                 return
 
     def _apply(self, plan: Plan, tick: float, cycle_seconds: float) -> None:
-        sched, pending = self.sched, self.pending
+        sched, pending, queue = self.sched, self.pending, self._queue
         held = {r.request_id: r.start_at for r in plan.reservations}
-        for rid, waiting in pending.items():
+        for rid, waiting in queue.items():  # parked requests hold no reservation
             if waiting.reserved_start_at != held.get(rid):
-                pending[rid] = replace(waiting, reserved_start_at=held.get(rid))
+                queue[rid] = pending[rid] = replace(waiting, reserved_start_at=held.get(rid))
         for pre in plan.preemptions:
             rid = pre.victim_id
             victim = self.placed[rid]
@@ -203,11 +220,12 @@ class Simulation:
             if rid not in self.requests or self.attempt[rid] >= self.max_attempts:
                 self.failed += 1
             else:
-                pending[rid] = self.requests[rid]
+                pending[rid] = queue[rid] = self.requests[rid]
                 self._push(tick + cycle_seconds, ARRIVE, rid)  # considered again next tick
         for adm in plan.admissions:
             rid = adm.request_id
             pending.pop(rid, None)
+            queue.pop(rid, None)
             self.attempt[rid] += 1
             rec = sched.st.allocs[rid]
             self.placed[rid] = rec
@@ -218,7 +236,53 @@ class Simulation:
 
     def _stop(self, rec: AllocRecord) -> None:
         del self.placed[rec.id]
+        self._freed.add(rec.team)
         self.observer.stopped(rec)
+
+    def _park(self, plan: Plan) -> None:
+        """Set aside the requests `plan` left waiting past a limit (see step 3)."""
+        ledger, limit_key = self.sched.ledger, self.sched.limit_key
+        over: dict[LimitKey, bool] = {}
+        for waiting in reversed(plan.waiting):
+            if waiting.code != "quota":
+                break  # quota waits come last
+            req = self._queue[waiting.request_id]
+            key = limit_key(req)
+            if key not in over:
+                over[key] = ledger.over_limit(*key) is not None
+            if over[key]:
+                del self._queue[req.id]
+                self._parked.setdefault(key[0], {}).setdefault(key, {})[req.id] = req
+                self._parked_key[req.id] = key
+                if req.reserved_start_at is not None:
+                    self._lapsing.append(req.id)
+
+    def _release_parked(self) -> None:
+        """Queue again the parked requests that a fall in their team's usage may let in."""
+        over_limit = self.sched.ledger.over_limit
+        for team in self._freed:
+            by_key = self._parked.get(team, {})
+            for key in [k for k in by_key if over_limit(*k) is None]:
+                for rid, req in by_key.pop(key).items():
+                    self._queue[rid] = req
+                    del self._parked_key[rid]
+        self._freed.clear()
+        # A reservation survives one cycle past its limit: the next cycle drops it (it keeps
+        # holds within quota only), unless the request is let in again for that very cycle.
+        for rid in self._lapsing:
+            if rid in self._parked_key:
+                key = self._parked_key[rid]
+                parked = self._parked[key[0]][key]
+                parked[rid] = self.pending[rid] = replace(parked[rid], reserved_start_at=None)
+        self._lapsing.clear()
+
+    def _unpark(self, rid: str) -> None:
+        """A parked request left the queue (withdrawn)."""
+        key = self._parked_key.pop(rid)
+        by_key = self._parked[key[0]]
+        del by_key[key][rid]
+        if not by_key[key]:
+            del by_key[key]
 
 
 class RollingScheduler(Scheduler):
@@ -248,6 +312,11 @@ class RollingScheduler(Scheduler):
             self._refreshed[node] = None
 
         self.st.listener = listener
+
+    def limit_key(self, request: Request) -> LimitKey:
+        """What the quota ledger's limit check reads for a request of a known flavor."""
+        demand = request.gpu_count * self.st.flavors[request.flavor].gpu_equivalent
+        return (request.team, request.project, request.flavor, demand)
 
     def eligible_pools(self, request: Request) -> tuple[str, ...]:
         """The pools where the request could run were they empty: the pool filters and the
@@ -307,10 +376,10 @@ class RollingScheduler(Scheduler):
         if cohort is not None and abs(led.cohort_used[(cohort, flavor)]) < DRIFT:
             led.cohort_used[(cohort, flavor)] = 0.0
 
-    def begin_cycle(self, pending: tuple[Request, ...]) -> None:
+    def begin_cycle(self, pending: tuple[Request, ...], mix: Collection[Request] = ()) -> None:
         st = self.st
         # 1. Per-cycle planner state, as a new Scheduler starts it.
-        self.reset_cycle(pending)
+        self.reset_cycle(pending, mix)
         # 2. Capacity buckets in the order a fresh index files them (node, then device order).
         index = self.index
         dirty: dict[int, tuple[dict[int, None], set[int]]] = {}

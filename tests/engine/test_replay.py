@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections.abc import Mapping
 from dataclasses import replace
+from typing import Literal
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as hs
 
@@ -19,9 +22,9 @@ from scheduling.engine.replay import (
     replay,
     water_fill,
 )
-from scheduling.engine.simulate import starting_snapshot
-from scheduling.engine.types import Allocation, Policy, Quota, Request, Team
-from tests.engine.builders import FLAVOR, alloc, fleet, node, req, whole_claims
+from scheduling.engine.simulate import Observer, Simulation, starting_snapshot
+from scheduling.engine.types import Allocation, DeviceClaim, Plan, Policy, Quota, Request, Team
+from tests.engine.builders import FLAVOR, MEM, alloc, fleet, node, req, whole_claims
 
 CYCLE = 10.0
 
@@ -113,6 +116,7 @@ def reference(
 
 
 FLAVOR_IDS = ("gpu", "v20", "v40", "m1", "m3")
+PLACERS: tuple[Literal["plugins", "fgd"], ...] = ("plugins", "fgd")
 submission = hs.tuples(
     hs.sampled_from(FLAVOR_IDS),
     hs.integers(0, 2),  # team
@@ -165,13 +169,16 @@ def _trace(subs: list[tuple[str, int, int, bool, int, int, int, bool]], tight: b
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(hs.lists(submission, min_size=1, max_size=40), hs.booleans())
+@given(hs.lists(submission, min_size=1, max_size=40), hs.booleans(), hs.sampled_from(PLACERS))
 def test_replay_starts_what_a_fresh_planner_starts_every_cycle(
-    subs: list[tuple[str, int, int, bool, int, int, int, bool]], tight: bool
+    subs: list[tuple[str, int, int, bool, int, int, int, bool]],
+    tight: bool,
+    placer: Literal["plugins", "fgd"],
 ) -> None:
     trace = _trace(subs, tight)
-    got = replay(trace, cycle_seconds=CYCLE)
-    assert [(s.request_id, s.at, s.node_ids) for s in got.starts] == reference(trace, Policy())
+    policy = Policy(placer=placer)
+    got = replay(trace, policy=policy, cycle_seconds=CYCLE)
+    assert [(s.request_id, s.at, s.node_ids) for s in got.starts] == reference(trace, policy)
 
 
 def _preempting_subs() -> list[tuple[str, int, int, bool, int, int, int, bool]]:
@@ -187,6 +194,131 @@ def test_replay_matches_the_fresh_planner_with_preemptions() -> None:
     got = replay(trace, cycle_seconds=CYCLE)
     assert got.preemptions > 0
     assert [(s.request_id, s.at, s.node_ids) for s in got.starts] == reference(trace, Policy())
+
+
+def _over_limit_trace() -> Trace:
+    """Team a may run two cards and queues twelve ten-minute jobs at once on an idle fleet;
+    team b's work arrives beside it, a job a minute."""
+    teams = (Team("a", "c"), Team("b", "c"))
+    quotas = (Quota("a", "gpu", 2.0, 2.0), Quota("b", "gpu", 4.0, 8.0))
+    snap = fleet(node("n1", gpus=8), node("n2", gpus=8), teams=teams, quotas=quotas)
+    subs = [
+        Submission(req(f"a{i:02d}", submitted_at=0.0, max_runtime_seconds=600.0), 0.0, 600.0)
+        for i in range(12)
+    ]
+    subs += [
+        Submission(
+            req(f"b{i:02d}", team="b", submitted_at=60.0 * i, max_runtime_seconds=900.0),
+            60.0 * i,
+            300.0 + 30 * i,
+        )
+        for i in range(12)
+    ]
+    return Trace(snap, 0.0, 4 * 3600.0, tuple(subs))
+
+
+class _Listed(Observer):
+    """Per cycle: (tick, requests the plan lists as waiting, team a's requests waiting)."""
+
+    def __init__(self) -> None:
+        self.cycles: list[tuple[float, int, int]] = []
+
+    def cycled(self, tick: float, plan: Plan, pending: Mapping[str, Request]) -> None:
+        waiting_a = sum(r.team == "a" for r in pending.values())
+        self.cycles.append((tick, len(plan.waiting), waiting_a))
+
+
+def test_requests_past_their_limit_wait_aside_until_their_team_frees_quota() -> None:
+    trace = _over_limit_trace()
+    got = replay(trace, cycle_seconds=CYCLE)
+    assert [(s.request_id, s.at, s.node_ids) for s in got.starts] == reference(trace, Policy())
+    # Two at a time, each pair as the previous one ends.
+    assert sorted(s.at for s in got.starts if s.request_id[0] == "a") == [
+        600.0 * (i // 2) for i in range(12)
+    ]
+    listed = _Listed()
+    sim = Simulation(trace.fleet, Policy(), observer=listed)
+    for sub in trace.submissions:
+        sim.arrive(sub.request, sub.queued_at, runtime_seconds=sub.runtime_seconds or 0.0)
+    sim.run(origin=0.0, cycle_seconds=CYCLE)
+    # The first cycle lists team a's ten quota waits; while its work runs, the cycles for team
+    # b's arrivals plan without them; when a pair ends, the rest are planned (and listed) again.
+    assert listed.cycles[0] == (0.0, 10, 10)
+    assert (60.0, 0, 10) in listed.cycles
+    assert (600.0, 8, 8) in listed.cycles
+
+
+def _lapsing_reservation_trace(cycle_between: bool) -> Trace:
+    """Team a's 4-card job holds a reservation on n1 from 2000 s, when b's 3-card job ends.
+    At 700 s a's urgent 1-card job takes the free card for 100 s, putting the 4-card job past
+    a's limit until 800 s; then c's long urgent job wants the free card. Kept, the reservation
+    keeps c off it; lapsed (a cycle saw a past its limit in between), c takes it."""
+    teams = (Team("a", "o"), Team("b", "o"), Team("c", "o"))
+    quotas = tuple(Quota(t.name, f, 4.0, 4.0) for t in teams for f in ("gpu", "v20"))
+    snap = fleet(node("n1", gpus=4), node("v0", pool="vgpu", gpus=1), teams=teams, quotas=quotas)
+    busy = RunningAtStart(
+        req("x", team="b", gpu_count=3),
+        alloc("x", whole_claims("n1", [0, 1, 2]), team="b"),
+        ends_at=2000.0,
+    )
+    on_n1 = ("excl",)
+    subs = [
+        Submission(req("a-big", gpu_count=4, pools=on_n1, max_runtime_seconds=3600.0), 0.0, 600.0),
+        Submission(
+            req("a-small", pools=on_n1, submitted_at=700.0, priority=3, max_runtime_seconds=100.0),
+            700.0,
+            100.0,
+        ),
+        Submission(
+            req("c-long", team="c", pools=on_n1, submitted_at=800.0, priority=3),
+            800.0,
+            5000.0,
+        ),
+    ]
+    if cycle_between:
+        subs.append(Submission(req("b-v", "v20", team="b", submitted_at=750.0), 750.0, 60.0))
+    return Trace(snap, 0.0, 4 * 3600.0, tuple(subs), (busy,))
+
+
+@pytest.mark.parametrize("cycle_between", [False, True])
+def test_a_reservation_lapses_when_a_cycle_sees_its_request_past_the_limit(
+    cycle_between: bool,
+) -> None:
+    trace = _lapsing_reservation_trace(cycle_between)
+    got = replay(trace, cycle_seconds=CYCLE)
+    assert [(s.request_id, s.at, s.node_ids) for s in got.starts] == reference(trace, Policy())
+    c_start = next(s.at for s in got.starts if s.request_id == "c-long")
+    assert c_start == (800.0 if cycle_between else 2600.0)
+
+
+def _quarter_share(rid: str, team: str, pct: int, at: float) -> Request:
+    return req(
+        rid, "v20", team=team, vgpu_memory_mib=MEM * pct // 100, vgpu_cores_percent=pct,
+        submitted_at=at,
+    )  # fmt: skip
+
+
+def test_fgd_counts_the_requests_waiting_past_their_limit_in_its_mix() -> None:
+    """Team b has no quota for shares: its twenty quarter shares wait aside for good. They are
+    still the queue FGD packs for, so a's quarter share goes to the card whose half free is
+    left usable by a quarter, not to the card where it leaves a 5 % sliver."""
+    teams = (Team("a", "o"), Team("b", "o"), Team("c", "o"))
+    quotas = (Quota("a", "v20", 4.0, 4.0), Quota("c", "v20", 4.0, 4.0))
+    snap = fleet(node("n1", "vgpu", gpus=1), node("n2", "vgpu", gpus=1), teams=teams, quotas=quotas)
+
+    def held(rid: str, node_id: str, pct: int) -> RunningAtStart:
+        share = DeviceClaim(node_id, 0, False, MEM * pct // 100, pct)
+        return RunningAtStart(
+            _quarter_share(rid, "c", pct, 0.0), alloc(rid, [share], "v20", team="c")
+        )
+
+    subs = [Submission(_quarter_share(f"b{i}", "b", 25, 0.0), 0.0, 600.0) for i in range(20)]
+    subs.append(Submission(_quarter_share("q", "a", 25, 100.0), 100.0, 600.0))
+    trace = Trace(snap, 0.0, 3600.0, tuple(subs), (held("c1", "n1", 70), held("c2", "n2", 50)))
+    policy = Policy(placer="fgd")
+    got = replay(trace, policy=policy, cycle_seconds=CYCLE)
+    assert [(s.request_id, s.at, s.node_ids) for s in got.starts] == [("q", 100.0, ("n2",))]
+    assert reference(trace, policy) == [("q", 100.0, ("n2",))]
 
 
 def _busy_trace() -> Trace:

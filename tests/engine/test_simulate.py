@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Collection
 
 from scheduling.engine.planner import plan
 from scheduling.engine.simulate import RollingScheduler, Simulation
@@ -56,9 +57,9 @@ def test_victim_lists_stay_what_a_rebuild_gives_through_starts_ends_and_eviction
     begin = sched.begin_cycle
     checked = 0
 
-    def begin_and_check(pending: tuple[Request, ...]) -> None:
+    def begin_and_check(pending: tuple[Request, ...], mix: Collection[Request] = ()) -> None:
         nonlocal checked
-        begin(pending)
+        begin(pending, mix)
         st = sched.st
         rebuilt: dict[int, list[AllocRecord]] = {}
         for n, ids in enumerate(st.node_allocs):
