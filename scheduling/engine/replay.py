@@ -328,7 +328,9 @@ def replay(
         ends_at = max(run.ends_at, start) if run.ends_at is not None else None
         sim.running_until(run.request.id, ends_at, request=run.request, runtime_seconds=runtime)
     for sub in trace.submissions:
-        req = replace(sub.request, queued_at=max(sub.queued_at, start), reserved_start_at=None)
+        req, queued_at = sub.request, max(sub.queued_at, start)
+        if req.waiting_since() != queued_at or req.reserved_start_at is not None:
+            req = replace(req, queued_at=queued_at, reserved_start_at=None)
         declared = req.max_runtime_seconds
         runtime = min(sub.runtime_seconds, declared) if sub.runtime_seconds else declared
         sim.arrive(req, req.waiting_since(), runtime_seconds=runtime)

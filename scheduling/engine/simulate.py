@@ -33,7 +33,7 @@ from __future__ import annotations
 import heapq
 import math
 from bisect import bisect_left, insort
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, replace
 
@@ -299,12 +299,15 @@ class RollingScheduler(Scheduler):
         super().__init__(snapshot, policy)
         self._refreshed: dict[int, None] = {}  # nodes re-filed in the index since last cycle
         self._victims_stale: dict[int, None] = {}  # nodes whose preemptible work changed
-        self._node_tfs: dict[int, frozenset[tuple[str, str]]] = defaultdict(frozenset)
+        # Preemptible records per node by (team, flavor), and the nodes holding each pair; the
+        # pairs whose node set changed since the last cycle.
+        self._node_tfs: dict[int, Counter[tuple[str, str]]] = defaultdict(Counter)
         self._tf_nodes: dict[tuple[str, str], set[int]] = defaultdict(set)
-        for tf, nodes in self.st.victim_nodes_by_tf.items():
-            self._tf_nodes[tf] = set(nodes)
-            for n in nodes:
-                self._node_tfs[n] |= {tf}
+        self._stale_tfs: set[tuple[str, str]] = set()
+        for node, victims in self.st.node_victims.items():
+            for rec in victims:
+                self._node_tfs[node][(rec.team, rec.flavor)] += 1
+                self._tf_nodes[(rec.team, rec.flavor)].add(node)
         refresh = self.index.refresh_node
 
         def listener(node: int, devices: tuple[int, ...] | None = None) -> None:
@@ -346,14 +349,25 @@ class RollingScheduler(Scheduler):
         if not rec.preemptible:
             return
         victims = self.st.node_victims
+        tf = (rec.team, rec.flavor)
         for n in rec.nodes:
             lst = victims.setdefault(n, [])
+            counts = self._node_tfs[n]
             if started:
                 insort(lst, rec, key=victim_order)
+                counts[tf] += 1
+                if counts[tf] == 1:
+                    self._tf_nodes[tf].add(n)
+                    self._stale_tfs.add(tf)
             else:
                 i = bisect_left(lst, victim_order(rec), key=victim_order)
                 if i < len(lst) and lst[i] is rec:
                     del lst[i]
+                counts[tf] -= 1
+                if not counts[tf]:
+                    del counts[tf]
+                    self._tf_nodes[tf].discard(n)
+                    self._stale_tfs.add(tf)
             self._victims_stale[n] = None
 
     def after_preemption(self, rec: AllocRecord) -> None:
@@ -391,7 +405,8 @@ class RollingScheduler(Scheduler):
             k = g.node_k.get(node)
             if k:
                 filed.append((g.whole[k], node))
-            for d in st.node_devices[node]:
+            # Only shared cards are filed one by one (none in a group of whole cards).
+            for d in st.node_devices[node] if g.dev_vb or g.dev_mig else ():
                 b = g.dev_vb.get(d)
                 if b is not None:
                     filed.append((g.vgpu[b], d))
@@ -407,27 +422,17 @@ class RollingScheduler(Scheduler):
         self._refreshed.clear()
         # 3. Preemption candidates (kept sorted by `touched`): per (team, flavor) the nodes in
         #    node order; the caches built from them start empty.
-        stale_tfs: set[tuple[str, str]] = set()
         for node in self._victims_stale:
-            victims = st.node_victims.get(node, [])
-            if not victims:
+            if not st.node_victims.get(node):
                 st.node_victims.pop(node, None)
-            tfs = frozenset((r.team, r.flavor) for r in victims)
-            old = self._node_tfs[node]
-            for tf in old - tfs:
-                self._tf_nodes[tf].discard(node)
-                stale_tfs.add(tf)
-            for tf in tfs - old:
-                self._tf_nodes[tf].add(node)
-                stale_tfs.add(tf)
-            self._node_tfs[node] = tfs
         self._victims_stale.clear()
-        for tf in stale_tfs:
+        for tf in self._stale_tfs:
             nodes = self._tf_nodes[tf]
             if nodes:
                 st.victim_nodes_by_tf[tf] = sorted(nodes)
             else:
                 st.victim_nodes_by_tf.pop(tf, None)
+        self._stale_tfs.clear()
         st.forget_victim_nodes()
 
 

@@ -35,7 +35,8 @@ def test_a_cycle_after_work_ended_plans_what_a_fresh_scheduler_plans() -> None:
 
 def test_victim_lists_stay_what_a_rebuild_gives_through_starts_ends_and_evictions() -> None:
     """Preemptible work starts, ends and is evicted by higher priorities on shared nodes; after
-    every cycle's `begin_cycle` each node's victims are its preemptible work in victim order."""
+    every cycle's `begin_cycle` each node's victims are its preemptible work in victim order,
+    and each team and flavor lists the nodes where it has some."""
     rng = random.Random(5)
     quotas = [Quota(team, "gpu", 1.0, 6.0) for team in ("a", "b")]
     sim = Simulation(fleet(node("n1", gpus=4), node("n2", gpus=2), quotas=quotas), Policy())
@@ -69,6 +70,11 @@ def test_victim_lists_stay_what_a_rebuild_gives_through_starts_ends_and_eviction
         assert {n: [r.id for r in v] for n, v in st.node_victims.items()} == {
             n: [r.id for r in v] for n, v in rebuilt.items()
         }
+        by_pair: dict[tuple[str, str], set[int]] = {}
+        for n, recs in rebuilt.items():
+            for r in recs:
+                by_pair.setdefault((r.team, r.flavor), set()).add(n)
+        assert st.victim_nodes_by_tf == {tf: sorted(ns) for tf, ns in by_pair.items()}
         checked += 1
 
     sched.begin_cycle = begin_and_check  # type: ignore[method-assign]
