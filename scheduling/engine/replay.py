@@ -239,6 +239,8 @@ class _Gauges(Observer):
                 self.capacity[st.node_pool[node]] += 1.0
         self.used: dict[str, float] = defaultdict(float)
         self.holding: dict[str, float] = defaultdict(float)  # GE running per team
+        # GE each waiting request asks, per team, in queue order (summed once a minute).
+        self.asking: dict[str, dict[str, float]] = defaultdict(dict)
         for rec in sim.placed.values():
             self.used[st.node_pool[rec.nodes[0]]] += rec.ge
             self.holding[rec.team] += rec.ge
@@ -277,6 +279,12 @@ class _Gauges(Observer):
     def stopped(self, rec: AllocRecord) -> None:
         self._hold(rec, -rec.ge)
 
+    def queued(self, request: Request) -> None:
+        self.asking[request.team][request.id] = self.ge_of[request.id]
+
+    def left_queue(self, request: Request) -> None:
+        del self.asking[request.team][request.id]
+
     def _hold(self, rec: AllocRecord, ge: float) -> None:
         self.used[self.node_pool[rec.nodes[0]]] += ge
         self.used_ge += ge
@@ -296,10 +304,9 @@ class _Gauges(Observer):
         self.hold_gaps(tick)
         self.gap_now.clear()
         if pending:
-            holding, asking = self.holding, defaultdict[str, float](float)  # GE waiting per team
-            for rid, req in pending.items():
-                asking[req.team] += self.ge_of[rid]
-            want = {t: holding[t] + asking[t] for t in holding.keys() | asking.keys()}
+            holding = self.holding
+            asking = {t: sum(waiting.values()) for t, waiting in self.asking.items() if waiting}
+            want = {t: holding[t] + asking.get(t, 0.0) for t in holding.keys() | asking.keys()}
             want = {t: v for t, v in want.items() if v > DRIFT}
             share = {t: self.weight.get(t, 1e-9) for t in want}
             fair = water_fill(want, share, sum(holding.values()))

@@ -72,6 +72,12 @@ class Observer:
     def stopped(self, rec: AllocRecord) -> None:
         """Running work ended or was preempted."""
 
+    def queued(self, request: Request) -> None:
+        """A request joined the queue (arrived, or back after a preemption)."""
+
+    def left_queue(self, request: Request) -> None:
+        """A request left the queue (started or withdrawn)."""
+
     def cycled(self, tick: float, plan: Plan, pending: Mapping[str, Request]) -> None:
         """A cycle at `tick` planned `plan`; `pending` waits after it."""
 
@@ -182,7 +188,8 @@ class Simulation:
                     sched.finish(rec)
                     self.finished += 1
                 elif kind == WITHDRAW:
-                    if self.pending.pop(rid, None) is not None:
+                    if (gone := self.pending.pop(rid, None)) is not None:
+                        seen.left_queue(gone)
                         self.withdrawn += 1
                         if self._queue.pop(rid, None) is None:
                             self._unpark(rid)
@@ -192,6 +199,7 @@ class Simulation:
                     and self.withdrawn_at.get(rid, math.inf) > at
                 ):
                     self.pending[rid] = self._queue[rid] = self.requests[rid]
+                    seen.queued(self.requests[rid])
             seen.advance(tick)
             # 3. One planning cycle over the queue; the planner has already released the victims
             #    and placed the admitted work.
@@ -221,10 +229,11 @@ class Simulation:
                 self.failed += 1
             else:
                 pending[rid] = queue[rid] = self.requests[rid]
+                self.observer.queued(self.requests[rid])
                 self._push(tick + cycle_seconds, ARRIVE, rid)  # considered again next tick
         for adm in plan.admissions:
             rid = adm.request_id
-            pending.pop(rid, None)
+            self.observer.left_queue(pending.pop(rid))
             queue.pop(rid, None)
             self.attempt[rid] += 1
             rec = sched.st.allocs[rid]

@@ -354,6 +354,23 @@ def test_replay_reports_the_figures_of_a_busy_day() -> None:
     assert tier.requests == 40 and 0 < tier.p50_seconds <= tier.p90_seconds
 
 
+def test_the_fair_share_gap_follows_what_the_queue_asks() -> None:
+    """Team a holds all four cards for an hour. Team b asks for four (three of them withdrawn
+    at 30 min), so a fair split of what runs is 2/2 (a 2-card gap, 50 points of the fleet),
+    then 3/1 (25 points); averaged over the hour work waited: 37.5 points."""
+    snap = fleet(node("n1", gpus=4), teams=(Team("a", "c"), Team("b", "c")))
+    busy = RunningAtStart(
+        req("run", gpu_count=4), alloc("run", whole_claims("n1", range(4))), ends_at=3600.0
+    )
+    subs = (
+        Submission(req("b3", team="b", gpu_count=3), 0.0, 600.0, withdrawn_at=1800.0),
+        Submission(req("b1", team="b"), 0.0, 600.0),
+    )
+    result = replay(Trace(snap, 0.0, 7200.0, subs, (busy,)), cycle_seconds=CYCLE)
+    assert [s.request_id for s in result.starts] == ["b1"]
+    assert math.isclose(result.fair_share_gap_points, 37.5)
+
+
 def test_turning_preemption_off_removes_preemptions() -> None:
     trace = _trace(_preempting_subs(), tight=True)
     assert replay(trace).preemptions > 0
