@@ -52,8 +52,9 @@ from scheduling.services.cycle import POLICY
 WITHDRAWN = (RequestStatus.CANCELLED, RequestStatus.EXPIRED, RequestStatus.REJECTED)
 HISTORY_FIELDS = ("status", "queued_at", "approved_at", "started_at", "finished_at", "updated_at")
 #: The admin page replays in the request up to this size; larger windows go to the command.
-#: A day of the 200-node benchmark fleet (13,728 submissions) replays in about 17 s of CPU, and
-#: the page replays twice (current and changed): 2,000 submissions keep both to about 5 s.
+#: A day of the 200-node benchmark fleet (27,901 submissions) replays in about 3 s of CPU
+#: (docs/benchmarks.md, Policy replay); the page reads the window's history and replays it twice
+#: (current and changed), so 2,000 submissions keep the wait to a few seconds.
 PAGE_MAX_SUBMISSIONS = 2_000
 PAGE_MAX_NODES = 200
 
