@@ -6,8 +6,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as hs
 
 from scheduling.engine.planner import Scheduler
-from scheduling.engine.queue import FairQueue
-from scheduling.engine.types import Policy, Pool, Priority, Request, Team
+from scheduling.engine.queue import FairQueue, split_by_order
+from scheduling.engine.types import Policy, Pool, Priority, QueueKey, Request, Team
 
 from .builders import alloc, fleet, node, req, whole_claims
 
@@ -160,3 +160,22 @@ def test_pool_queue_order_override_orders_pool_bound_requests_by_age() -> None:
     assert [a.request_id for a in plan.admissions] == ["old-low"]
     default = Scheduler(snap, Policy(enable_backfill=False)).plan(now=0.0)
     assert [a.request_id for a in default.admissions] == ["new-high"]
+
+
+def test_override_queues_keep_the_order_of_their_first_pool_whichever_requests_wait() -> None:
+    # "age" is carried by pools a and z, "priority" by m: the "age" queue runs first (pool a)
+    # even when only requests for pool z wait, so the order does not hang on who is waiting.
+    overrides: tuple[tuple[str, tuple[QueueKey, ...]], ...] = (
+        ("a", ("age",)),
+        ("m", ("priority",)),
+        ("z", ("age",)),
+    )
+    only_z, only_m = req("r1", pools=("z",)), req("r2", pools=("m",))
+    split = split_by_order(
+        [only_m, only_z], ("priority", "fair_share", "age"), overrides, lambda r: list(r.pools)
+    )
+    assert [(order, [r.id for r in rs]) for order, rs in split] == [
+        (("priority", "fair_share", "age"), []),
+        (("age",), ["r1"]),
+        (("priority",), ["r2"]),
+    ]
