@@ -54,7 +54,7 @@ from .index import CapacityIndex, Group
 from .placement import Placer
 from .preemption import find_victims, team_rose_above_guarantee
 from .queue import FairQueue, dominant_share, split_by_order
-from .quota import EPS, QuotaLedger
+from .quota import EPS, LimitKey, QuotaLedger, limit_key
 from .reasons import capacity_reason, preemption_reason
 from .reserve import is_long, leaves_reserve, reserve_kept, reserve_reason
 from .state import AllocRecord, Claim, FleetState, Shape, is_gang, shape_of
@@ -143,7 +143,7 @@ class Scheduler:
         self._share: dict[str, float] = {}  # cached DRF shares, dropped when usage changes
         self._member_share: dict[tuple[str, str], float] = {}
         self._charged: set[str] = set()  # teams whose usage changed in this cycle
-        self._limits: dict[tuple[str, str, str, float], str | None] = {}  # while usage stays
+        self._limits: dict[LimitKey, str | None] = {}  # while usage stays
         self._queue: FairQueue | None = None
         self._planned = False
 
@@ -270,7 +270,7 @@ class Scheduler:
         flavor = self.st.flavors.get(req.flavor)
         if flavor is None:
             return None
-        key = (req.team, req.project, req.flavor, req.gpu_count * flavor.gpu_equivalent)
+        key = limit_key(req, flavor)
         why = self._limits.get(key, "")
         if why == "":
             why = self._limits[key] = self.ledger.over_limit(*key)

@@ -31,9 +31,20 @@ from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from .types import Flavor, Pool, Quota, Snapshot, Team
+from .types import Flavor, Pool, Quota, Request, Snapshot, Team
 
 EPS = 1e-9
+LimitKey = tuple[str, str, str, float]  # (team, project, flavor, demand in GE)
+
+
+def limit_key(request: Request, flavor: Flavor) -> LimitKey:
+    """What `QuotaLedger.over_limit` reads for `request` of `flavor`."""
+    return (
+        request.team,
+        request.project,
+        request.flavor,
+        request.gpu_count * flavor.gpu_equivalent,
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -38,10 +38,9 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, replace
 
 from .planner import Scheduler
+from .quota import LimitKey, limit_key
 from .state import MODE_MIG, AllocRecord, Shape, is_gang, victim_order
 from .types import Allocation, CardUsage, Plan, Policy, Request, Snapshot
-
-LimitKey = tuple[str, str, str, float]  # (team, project, flavor, demand in GE)
 
 #: Kinds of event, in the order they apply at the same instant.
 COMPLETE, WITHDRAW, ARRIVE, WAKE = 0, 1, 2, 3
@@ -105,7 +104,6 @@ class Simulation:
         # Requests past a limit, by team and by what the limit check reads; teams whose usage
         # fell since the last cycle, whose parked requests are checked again.
         self._parked: dict[str, dict[LimitKey, dict[str, Request]]] = {}
-        self._parked_key: dict[str, LimitKey] = {}
         self._freed: set[str] = set()
         self._lapsing: list[str] = []  # parked in the last cycle while holding a reservation
         self.placed: dict[str, AllocRecord] = dict(self.sched.st.allocs)  # running, by request
@@ -192,7 +190,7 @@ class Simulation:
                         seen.left_queue(gone)
                         self.withdrawn += 1
                         if self._queue.pop(rid, None) is None:
-                            self._unpark(rid)
+                            self._unpark(gone)
                 elif kind == ARRIVE and (
                     rid not in self.placed
                     and rid not in self.pending
@@ -248,21 +246,22 @@ class Simulation:
         self._freed.add(rec.team)
         self.observer.stopped(rec)
 
+    def _limit_key(self, request: Request) -> LimitKey:
+        return limit_key(request, self.sched.st.flavors[request.flavor])  # a quota wait's flavor
+
     def _park(self, plan: Plan) -> None:
         """Set aside the requests `plan` left waiting past a limit (see step 3)."""
-        ledger, limit_key = self.sched.ledger, self.sched.limit_key
         over: dict[LimitKey, bool] = {}
         for waiting in reversed(plan.waiting):
             if waiting.code != "quota":
                 break  # quota waits come last
             req = self._queue[waiting.request_id]
-            key = limit_key(req)
+            key = self._limit_key(req)
             if key not in over:
-                over[key] = ledger.over_limit(*key) is not None
+                over[key] = self.sched.ledger.over_limit(*key) is not None
             if over[key]:
                 del self._queue[req.id]
                 self._parked.setdefault(key[0], {}).setdefault(key, {})[req.id] = req
-                self._parked_key[req.id] = key
                 if req.reserved_start_at is not None:
                     self._lapsing.append(req.id)
 
@@ -272,24 +271,24 @@ class Simulation:
         for team in self._freed:
             by_key = self._parked.get(team, {})
             for key in [k for k in by_key if over_limit(*k) is None]:
-                for rid, req in by_key.pop(key).items():
-                    self._queue[rid] = req
-                    del self._parked_key[rid]
+                self._queue.update(by_key.pop(key))
         self._freed.clear()
         # A reservation survives one cycle past its limit: the next cycle drops it (it keeps
         # holds within quota only), unless the request is let in again for that very cycle.
         for rid in self._lapsing:
-            if rid in self._parked_key:
-                key = self._parked_key[rid]
-                parked = self._parked[key[0]][key]
-                parked[rid] = self.pending[rid] = replace(parked[rid], reserved_start_at=None)
+            req = self.pending.get(rid)
+            if req is not None and rid not in self._queue:  # still parked
+                key = self._limit_key(req)
+                self._parked[key[0]][key][rid] = self.pending[rid] = replace(
+                    req, reserved_start_at=None
+                )
         self._lapsing.clear()
 
-    def _unpark(self, rid: str) -> None:
+    def _unpark(self, request: Request) -> None:
         """A parked request left the queue (withdrawn)."""
-        key = self._parked_key.pop(rid)
+        key = self._limit_key(request)
         by_key = self._parked[key[0]]
-        del by_key[key][rid]
+        del by_key[key][request.id]
         if not by_key[key]:
             del by_key[key]
 
@@ -324,11 +323,6 @@ class RollingScheduler(Scheduler):
             self._refreshed[node] = None
 
         self.st.listener = listener
-
-    def limit_key(self, request: Request) -> LimitKey:
-        """What the quota ledger's limit check reads for a request of a known flavor."""
-        demand = request.gpu_count * self.st.flavors[request.flavor].gpu_equivalent
-        return (request.team, request.project, request.flavor, demand)
 
     def eligible_pools(self, request: Request) -> tuple[str, ...]:
         """The pools where the request could run were they empty: the pool filters and the
