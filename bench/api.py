@@ -41,7 +41,8 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from bench.figures import emit, free_port, recreate_database
+from bench.figures import emit, recreate_database
+from scripts.testbed.ports import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_URL = "postgres://portal:portal@127.0.0.1:5432/portal_benchapi"

@@ -70,7 +70,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urljoin, urlsplit
 
-from bench.figures import emit, free_port, recreate_database
+from bench.figures import emit, recreate_database
 from runtime.cluster.base import WorkloadSpec
 from runtime.cluster.dra_manifests import CLAIM_NAME, resource_claim_template
 from runtime.cluster.gpu_models import gpu_products_for, merged_aliases
@@ -84,6 +84,7 @@ from scripts.testbed.cluster import (
     whole_card_node,
 )
 from scripts.testbed.dra import DraCards
+from scripts.testbed.ports import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_URL = "postgres://portal:portal@127.0.0.1:5432/portal_bench_e2e"

@@ -39,7 +39,8 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 
-from bench.figures import emit, free_port, recreate_database
+from bench.figures import emit, recreate_database
+from scripts.testbed.ports import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_URL = "postgres://portal:portal@127.0.0.1:5432/portal_benchstreams"

@@ -15,7 +15,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
 import tempfile
@@ -30,6 +29,7 @@ from typing import Any
 import yaml
 
 from scripts.testbed.dra import DraCards, publish
+from scripts.testbed.ports import free_port
 
 K8S_VERSION = os.environ.get("K8S_VERSION", "v1.36.3")
 BINARIES = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "etcd", "kwok")
@@ -119,12 +119,6 @@ def build(version: str = K8S_VERSION) -> Path:
     if result.returncode != 0:
         raise TestbedError(f"build.sh failed with exit code {result.returncode}")
     return Path(result.stdout.strip().splitlines()[-1])
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 # Certificates ---------------------------------------------------------------------------------

@@ -18,8 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from scripts.testbed import crds
-from scripts.testbed.cluster import Testbed, TestbedError, cache_root, free_port, wait_until
+from scripts.testbed.cluster import Testbed, TestbedError, cache_root, wait_until
 from scripts.testbed.crds import module_dir
+from scripts.testbed.ports import free_port
 
 KUEUE_VERSION = os.environ.get("KUEUE_VERSION", "v0.17.0")
 MODULE = "sigs.k8s.io/kueue"

@@ -31,12 +31,12 @@ from scheduling.models import (
 )
 from scheduling.models import UtilisationSample as Sample
 from scheduling.selectors.governance import governance_rules
+from scripts.testbed.ports import free_port
 from tenants.models import AuditEvent
 from tests.governance.conftest import Runner
 from tests.support.clusters import make_cluster
 from tests.support.personas import Org
 from tests.support.prometheus import FakePrometheus, serving
-from tests.support.services import free_port
 
 pytestmark = pytest.mark.django_db
 

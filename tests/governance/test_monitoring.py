@@ -16,8 +16,8 @@ from django.urls import reverse
 from runtime.models import SimulatedWorkload
 from runtime.services.monitoring import PrometheusError, PrometheusMetrics, record_samples
 from scheduling.models import Allocation, UtilisationSample
+from scripts.testbed.ports import free_port
 from tests.governance.conftest import Runner
-from tests.support.services import free_port
 from tests.support.worker import use_broker
 
 pytestmark = pytest.mark.django_db

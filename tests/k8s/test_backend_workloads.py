@@ -183,7 +183,8 @@ def test_list_workloads_groups_jobs_and_pods_per_attempt(
 
 def test_an_unreachable_api_server_is_a_transient_error(k8s_testbed: Any, tmp_path: Any) -> None:
     from runtime.cluster.kubernetes import KubernetesClusterBackend
-    from scripts.testbed.cluster import PORTAL_TOKEN, free_port, write_kubeconfig
+    from scripts.testbed.cluster import PORTAL_TOKEN, write_kubeconfig
+    from scripts.testbed.ports import free_port
 
     # The test bed's CA and token, a port nobody listens on.
     kubeconfig = tmp_path / "nowhere.kubeconfig"

@@ -27,7 +27,8 @@ import pytest
 from django.conf import settings
 
 from portal.management.commands.run_portal import demo_environment, web_command
-from tests.support.services import free_port, wait_for_port
+from scripts.testbed.ports import free_port
+from tests.support.services import wait_for_port
 
 pytestmark = pytest.mark.integration
 

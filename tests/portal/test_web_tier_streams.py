@@ -38,10 +38,11 @@ from runtime.services import execution, streams
 from runtime.services.workload_access import COOKIE_NAME, cookie_value
 from scheduling.choices import RequestStatus
 from scheduling.models import GpuRequest
+from scripts.testbed.ports import free_port
 from tests.scheduling.conftest import Fleet
 from tests.support.factories import GpuRequestFactory
 from tests.support.personas import Org
-from tests.support.services import free_port, wait_for_port
+from tests.support.services import wait_for_port
 from tests.support.worker import test_database_url as database_url
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]

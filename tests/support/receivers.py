@@ -4,7 +4,6 @@ that records each webhook call. Both listen on a free loopback port in a thread 
 from __future__ import annotations
 
 import json
-import socket
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -15,11 +14,7 @@ from typing import Any
 
 from aiosmtpd.controller import Controller
 
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+from scripts.testbed.ports import free_port
 
 
 @dataclass

@@ -20,12 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
 
-
-def free_port() -> int:
-    """A loopback port nobody listens on right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+from scripts.testbed.ports import free_port
 
 
 def wait_for_port(port: int, *, timeout: float = 30.0) -> None:
