@@ -250,6 +250,8 @@ class _Fleet:
         self.snapshot = snapshot
         self.devices: dict[str, list[_Device]] = defaultdict(list)
         self.by_key: dict[tuple[str, int], _Device] = {}
+        self._free_ge: dict[tuple[str, str], float] = {}
+        self._nodes_for: dict[Shape, tuple[Node, ...]] = {}
         for d in sorted(snapshot.devices, key=lambda d: (d.node_id, d.index)):
             device = _Device(d.memory_total_mib, d.mig_capable, d.mig_layout, d.usage)
             self.devices[d.node_id].append(device)
@@ -291,8 +293,14 @@ class _Fleet:
             if device is not None:
                 device.take(claim, sign)
 
-    def nodes_for(self, shape: Shape) -> list[Node]:
+    def nodes_for(self, shape: Shape) -> tuple[Node, ...]:
         """Nodes that could run `shape` once healthy: pool, labels, GPU model and taints fit."""
+        found = self._nodes_for.get(shape)
+        if found is None:
+            found = self._nodes_for[shape] = self._find_nodes(shape)
+        return found
+
+    def _find_nodes(self, shape: Shape) -> tuple[Node, ...]:
         pools = {
             p.name: p
             for p in self.snapshot.pools
@@ -317,12 +325,19 @@ class _Fleet:
             ):
                 continue
             out.append(node)
-        return out
+        return tuple(out)
 
     def free_ge(self, node: Node, kind: str) -> float:
-        if node.id in self.exclusive:
-            return 0.0
-        return sum(d.free_ge(kind) for d in self.devices.get(node.id, ()))
+        # The fleet no longer changes once built, and each shape asks about the same nodes.
+        key = (node.id, kind)
+        free = self._free_ge.get(key)
+        if free is None:
+            free = self._free_ge[key] = (
+                0.0
+                if node.id in self.exclusive
+                else sum(d.free_ge(kind) for d in self.devices.get(node.id, ()))
+            )
+        return free
 
 
 def capacity_blocker(fleet: _Fleet, request: Request, flavor: Flavor, wait: Waiting) -> Blocker:
@@ -513,7 +528,25 @@ def explain_waits(snapshot: Snapshot, plan: Plan) -> dict[str, Blocker]:
                 ledger, request, demand, wait.reason, flavor, team_names.get(request.team)
             )
             continue
-        key = (shape_of(request, flavor), flavor.gpu_equivalent, wait.code, wait.reason)
+        # Requests alike in every field that makes their shape share one answer.
+        key = (
+            request.flavor,
+            request.gpu_count,
+            request.kind,
+            request.allow_shared_node,
+            request.pinned_model,
+            request.vgpu_memory_mib,
+            request.vgpu_cores_percent,
+            request.mig_profile,
+            request.node_selector,
+            request.tolerations,
+            request.pools,
+            request.cpu_millicores,
+            request.memory_mib,
+            request.distributed,
+            wait.code,
+            wait.reason,
+        )
         hit = by_shape.get(key)
         if hit is None:
             hit = by_shape[key] = capacity_blocker(fleet, request, flavor, wait)

@@ -10,7 +10,7 @@ from scheduling.engine.blockers import Blocker, explain_waits
 from scheduling.engine.planner import plan
 from scheduling.engine.types import Policy, Quota, Snapshot, Team
 
-from .builders import EXCL, alloc, fleet, mig_claim, node, req, whole_claims
+from .builders import EXCL, MEM, alloc, fleet, mig_claim, node, req, whole_claims
 
 NO_BACKFILL = Policy(enable_backfill=False)
 
@@ -215,4 +215,40 @@ def test_whole_cards_spread_over_nodes_say_how_many_are_free_and_where() -> None
     assert (blocker.code, blocker.message) == (
         "fragmentation",
         "Waiting for 4 A100-80G GPUs on one node; 4 are free in pool excl but spread over 2 nodes.",
+    )
+
+
+def test_each_wait_gets_the_blocker_it_would_get_alone() -> None:
+    # Two vGPU nodes both shapes may use, each with a quarter of one card's memory free and one
+    # free card: whole cards see 2 GPU-eq free there, vGPU shares 2.5. An A100 node in use.
+    l4 = {"pool": "vgpu", "model": "L4", "gpus": 2, "free_mem": [20_480, MEM]}
+    snap = fleet(
+        node("l4-a", **l4),  # type: ignore[arg-type]
+        node("l4-b", **l4),  # type: ignore[arg-type]
+        node("a100", gpus=1),
+        node("h", pool="mig", gpus=1, mig_masks=[0b0010001]),
+        allocations=[alloc("x", whole_claims("a100", [0]))],
+        pending=[
+            req("whole", "gpu", gpu_count=2),
+            req("pinned", "a100", gpu_count=2),
+            # The same size, the second by overriding a smaller flavor's: half the GPU-eq.
+            req("shares", "v40", gpu_count=2, vgpu_memory_mib=40_960, vgpu_cores_percent=50),
+            req("again", "v20", gpu_count=2, vgpu_memory_mib=40_960, vgpu_cores_percent=50),
+            req("slices", "m3"),
+        ],
+    )
+    planned = plan(snap, now=0.0, policy=NO_BACKFILL)
+    together = explain_waits(snap, planned)
+    assert sorted(together) == ["again", "pinned", "shares", "slices", "whole"]
+    for wait in planned.waiting:
+        alone = explain_waits(snap, replace(planned, waiting=(wait,)))
+        assert together[wait.request_id] == alone[wait.request_id], wait.request_id
+    assert (together["whole"].code, together["whole"].detail["free_ge"]) == ("fragmentation", 2)
+    assert (together["shares"].code, together["shares"].detail["free_ge"]) == (
+        "fragmentation",
+        2.5,
+    )
+    assert (together["shares"].detail["demand_ge"], together["again"].detail["demand_ge"]) == (
+        1.0,
+        0.5,
     )
