@@ -369,7 +369,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="10%% fleet, 5,000 pending")
     ap.add_argument("--seed", type=int, default=7)
-    ap.add_argument("--profile", action="store_true", help="print the cycle's top functions")
+    ap.add_argument("--profile", action="store_true", help="print the cycles' top functions")
     ap.add_argument("--no-floor", action="store_true", help="skip the bulk write floor")
     args = ap.parse_args()
 
@@ -488,8 +488,19 @@ def main() -> None:
     launch_admitted(now)
     changed = change_one_percent(now)
     steady_log = StatementLog()
+    steady_profiler = None
+    if args.profile:
+        import cProfile
+
+        steady_profiler = cProfile.Profile()
+        steady_profiler.enable()
     with connection.execute_wrapper(steady_log):
         steady = cycle.run_cycle(now=now + 30)
+    if steady_profiler is not None:
+        import pstats
+
+        steady_profiler.disable()
+        pstats.Stats(steady_profiler).sort_stats("cumulative").print_stats(40)
     assert steady.ran, "the scheduling lease was held"
     emit(
         "engine.db_steady_cycle_seconds",
