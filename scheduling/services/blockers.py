@@ -29,7 +29,7 @@ from scheduling.choices import RequestStatus
 from scheduling.engine.blockers import ENGINE_CODES, Blocker, BlockerCode, explain_waits
 from scheduling.engine.types import Plan, Snapshot
 from scheduling.models import GpuRequest
-from scheduling.services.row_updates import update_rows
+from scheduling.services.row_updates import update_shared_json
 
 # Why a request waits from the moment it is queued until a cycle has looked at it: a queued
 # request always shows a reason, and an earlier cycle's reason is not left over.
@@ -108,8 +108,15 @@ def record_blockers(snapshot: Snapshot, plan: Plan) -> int:
 
     Returns the number of rows written.
     """
-    found = {int(pk): blocker.as_dict() for pk, blocker in explain_waits(snapshot, plan).items()}
-    rows = [*found.items(), *((int(a.request_id), {}) for a in plan.admissions)]
+    # Requests of one shape share one Blocker, and so one stored value.
+    stored_form: dict[int, dict[str, Any]] = {}
+    found: dict[int, dict[str, Any]] = {}
+    for pk, blocker in explain_waits(snapshot, plan).items():
+        if id(blocker) not in stored_form:
+            stored_form[id(blocker)] = blocker.as_dict()
+        found[int(pk)] = stored_form[id(blocker)]
+    cleared: dict[str, Any] = {}
+    rows = [*found.items(), *((int(a.request_id), cleared) for a in plan.admissions)]
     if connection.vendor == "postgresql":
         return _write_changed(rows)
     stored = dict(
@@ -126,5 +133,6 @@ def record_blockers(snapshot: Snapshot, plan: Plan) -> int:
 
 def _write_changed(rows: list[tuple[int, dict[str, Any]]]) -> int:
     """PostgreSQL: one UPDATE that compares in the database, so unchanged rows are neither
-    read back nor written (scheduling/services/row_updates.py)."""
-    return update_rows(GpuRequest, ["blocker"], rows, only_if_different=True)
+    read back nor written, and sends each distinct blocker once
+    (scheduling/services/row_updates.py)."""
+    return update_shared_json(GpuRequest, "blocker", rows, only_if_different=True)

@@ -77,6 +77,52 @@ def update_rows(
     return written
 
 
+def update_shared_json(
+    model: type[Model], field: str, rows: Sequence[tuple[int, Any]], *, only_if_different: bool
+) -> int:
+    """Set the JSON field `field` of each row `(pk, value)` when many rows share few values (a
+    cycle's blockers: one per shape of waiting request); returns the rows written.
+
+    Each distinct value travels once, in a JSON list, and each row as its key and the place of
+    its value in that list, so a cycle that leaves 36,000 requests waiting for 60 reasons sends
+    60 documents, not 36,000:
+
+        UPDATE t AS r SET f = d.shared -> v.at
+        FROM (SELECT %s::jsonb AS shared) AS d,
+             jsonb_to_recordset(%s::jsonb) AS v(id bigint, at integer)
+        WHERE r.id = v.id [AND r.f IS DISTINCT FROM d.shared -> v.at]
+
+    Rows given the same value object share it without comparing; equal values given as
+    different objects share it too.
+    """
+    if not rows:
+        return 0
+    meta = model._meta
+    quote = connection.ops.quote_name
+    key = quote(_column(model, meta.pk.name if meta.pk else "id").column)
+    column = quote(_column(model, field).column)
+    place_of_object: dict[int, int] = {}
+    place_of_text: dict[str, int] = {}
+    refs = []
+    for pk, value in rows:
+        at = place_of_object.get(id(value))
+        if at is None:
+            text = json.dumps(value, sort_keys=True, default=_as_json)
+            at = place_of_object[id(value)] = place_of_text.setdefault(text, len(place_of_text))
+        refs.append({"id": pk, "at": at})
+    sql = (
+        f"UPDATE {quote(meta.db_table)} AS r SET {column} = d.shared -> v.at "  # noqa: S608
+        "FROM (SELECT %s::jsonb AS shared) AS d, "
+        "jsonb_to_recordset(%s::jsonb) AS v(id bigint, at integer) "
+        f"WHERE r.{key} = v.id"
+    )
+    if only_if_different:
+        sql += f" AND r.{column} IS DISTINCT FROM d.shared -> v.at"
+    with connection.cursor() as cursor:
+        cursor.execute(sql, ["[" + ",".join(place_of_text) + "]", json.dumps(refs)])
+        return int(cursor.rowcount)
+
+
 def _column(model: type[Model], name: str) -> Field[Any, Any]:
     field = model._meta.get_field(name)
     if not isinstance(field, Field) or not field.column:

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from django.conf import settings
+from django.db import connection
 from django.test import Client, TestCase
 from django.urls import reverse
 
@@ -24,6 +25,7 @@ from scheduling.models import Allocation, Flavor, GpuRequest, Quota, Tier
 from scheduling.selectors.snapshot import build_snapshot
 from scheduling.services import blockers, cycle
 from scheduling.services.requests import approve_gpu_request
+from scheduling.services.row_updates import update_shared_json
 from tests.accounting.test_api import usage  # noqa: F401  (fixture)
 from tests.scheduling.conftest import Fleet
 from tests.support.factories import (
@@ -286,6 +288,27 @@ def test_a_quiet_cycle_writes_no_blocker_again(
     assert blockers.record_blockers(snapshot, planned) == 1
     assert blocker_of(waiting)["code"] == "capacity"
     assert blockers.record_blockers(snapshot, planned) == 0
+
+
+def test_rows_sharing_few_blockers_each_store_their_own(org: Org) -> None:
+    if connection.vendor != "postgresql":
+        pytest.skip("the shared-value UPDATE is PostgreSQL's")
+    flavor = whole_pool(org, nodes=(4,), guaranteed=16, limit=16)
+    requests = [submit(org, flavor, 1) for _ in range(5)]
+    GpuRequest.objects.filter(pk__in=[r.pk for r in requests]).update(blocker={"code": "old"})
+    full = {"code": "capacity", "message": "Pool ü is full – 0 free", "detail": {"free_ge": 1.5}}
+    quota = {"code": "team_quota", "message": "No quota.", "detail": {"pools": ["a", "b"]}}
+    values = [full, quota, full, dict(quota), {}]  # the fourth equal to the second, not it
+    rows = [(r.pk, value) for r, value in zip(requests, values, strict=True)]
+
+    assert update_shared_json(GpuRequest, "blocker", rows, only_if_different=True) == 5
+    assert [blocker_of(r) for r in requests] == values
+    assert update_shared_json(GpuRequest, "blocker", rows, only_if_different=True) == 0
+
+    rows[2] = (requests[2].pk, quota)
+    assert update_shared_json(GpuRequest, "blocker", rows, only_if_different=True) == 1
+    assert [blocker_of(r) for r in requests] == [full, quota, quota, quota, {}]
+    assert update_shared_json(GpuRequest, "blocker", rows, only_if_different=False) == 5
 
 
 # ----------------------------------------------------------------------------- where it shows
