@@ -42,7 +42,7 @@ from typing import Literal, get_args
 from .filters import POOL_FILTERS
 from .quota import EPS, QuotaLedger, quota_unit, units
 from .reserve import reserve_reason
-from .state import Shape, is_gang, shape_of
+from .state import Shape, is_gang, shape_fields, shape_of
 from .types import (
     MIG_SLICES,
     CardUsage,
@@ -528,25 +528,7 @@ def explain_waits(snapshot: Snapshot, plan: Plan) -> dict[str, Blocker]:
                 ledger, request, demand, wait.reason, flavor, team_names.get(request.team)
             )
             continue
-        # Requests alike in every field that makes their shape share one answer.
-        key = (
-            request.flavor,
-            request.gpu_count,
-            request.kind,
-            request.allow_shared_node,
-            request.pinned_model,
-            request.vgpu_memory_mib,
-            request.vgpu_cores_percent,
-            request.mig_profile,
-            request.node_selector,
-            request.tolerations,
-            request.pools,
-            request.cpu_millicores,
-            request.memory_mib,
-            request.distributed,
-            wait.code,
-            wait.reason,
-        )
+        key = (*shape_fields(request), wait.code, wait.reason)  # one answer per shape and wait
         hit = by_shape.get(key)
         if hit is None:
             hit = by_shape[key] = capacity_blocker(fleet, request, flavor, wait)

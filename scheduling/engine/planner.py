@@ -57,7 +57,7 @@ from .queue import FairQueue, dominant_share, split_by_order
 from .quota import EPS, LimitKey, QuotaLedger, limit_key
 from .reasons import capacity_reason, preemption_reason
 from .reserve import is_long, leaves_reserve, reserve_kept, reserve_reason
-from .state import AllocRecord, Claim, FleetState, Shape, is_gang, shape_of
+from .state import AllocRecord, Claim, FleetState, Shape, is_gang, shape_fields, shape_of
 from .types import (
     MIG_PROFILES,
     Admission,
@@ -388,23 +388,7 @@ class Scheduler:
         that differ only in kind but can go to the same pools share failures (and whether they
         are distributed, unless that makes them a gang).
         """
-        raw = (
-            req.flavor,
-            req.gpu_count,
-            req.kind,
-            req.allow_shared_node,
-            req.pinned_model,
-            req.vgpu_memory_mib,
-            req.vgpu_cores_percent,
-            req.mig_profile,
-            req.node_selector,
-            req.tolerations,
-            req.pools,
-            req.cpu_millicores,
-            req.memory_mib,
-            req.distributed,
-            self._long_in(req) if self.reserve_pools else (),
-        )
+        raw = (*shape_fields(req), self._long_in(req) if self.reserve_pools else ())
         hit = self._shapes.get(raw)
         if hit is None:
             shape = shape_of(req, flavor)

@@ -76,6 +76,27 @@ def gang_layout(gpu_count: int, max_devices: int) -> tuple[int, int] | None:
     return nodes, gpu_count // nodes
 
 
+def shape_fields(request: Request) -> tuple[object, ...]:
+    """The fields of `request` that its shape is made of (with its flavor's): requests equal
+    in them have one shape, without building it."""
+    return (
+        request.flavor,
+        request.gpu_count,
+        request.kind,
+        request.allow_shared_node,
+        request.pinned_model,
+        request.vgpu_memory_mib,
+        request.vgpu_cores_percent,
+        request.mig_profile,
+        request.node_selector,
+        request.tolerations,
+        request.pools,
+        request.cpu_millicores,
+        request.memory_mib,
+        request.distributed,
+    )
+
+
 def shape_of(request: Request, flavor: Flavor) -> Shape:
     """Resolve a request against its flavor (request fields override flavor defaults)."""
     models: tuple[str, ...] | None = None
