@@ -6,6 +6,8 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from scheduling.choices import RequestStatus
@@ -146,3 +148,24 @@ def test_a_quota_wait_names_the_team_and_the_flavor(org: Org, fleet: Fleet) -> N
     cycle.run_cycle()
     reason = GpuRequest.objects.get(status=RequestStatus.QUEUED).waiting_reason
     assert f"team {org.team_b.slug} is over its guaranteed {fleet.l4_6g.slug} quota" in reason
+
+
+def test_admitting_more_requests_sends_no_more_statements(org: Org, fleet: Fleet) -> None:
+    """The admissions read only what they write; a field left out would cost one statement
+    per admitted request."""
+
+    def admit(count: int) -> int:
+        requests = queued(org, fleet, count)
+        with CaptureQueriesContext(connection) as statements:
+            result = cycle.run_cycle()
+        assert sorted(result.admitted) == sorted(r.pk for r in requests)
+        return len(statements)
+
+    admit(1)  # the first cycle also creates the scheduling lease
+    few, more = admit(1), admit(4)
+    assert more == few
+    events = AuditEvent.objects.filter(action="request.admitted")
+    assert events.count() == 6
+    assert set(events.values_list("team", "project")) == {(org.team_a.pk, org.project_a.pk)}
+    allocations = Allocation.objects.filter(request__status=RequestStatus.ADMITTED)
+    assert {a.pool_id for a in allocations} == {fleet.l4_12g.pool_id}
