@@ -88,6 +88,7 @@ testbed-build: install
 # db 12, a Celery worker) against the same pods created straight through the API server.
 bench-e2e: testbed-build
 	$(BIN)/python -m bench.e2e $(if $(REQUESTS),--requests $(REQUESTS),) $(if $(RATE),--rate $(RATE),)
+	$(BIN)/python -m bench.e2e --notebooks $(or $(NOTEBOOKS),50)
 
 # One notebook launch at a time on a test bed of its own: its API calls, SQL and CPU.
 bench-launches: testbed-build

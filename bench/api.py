@@ -46,7 +46,7 @@ from scripts.testbed.ports import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_URL = "postgres://portal:portal@127.0.0.1:5432/portal_benchapi"
-DEFAULT_REDIS = "redis://127.0.0.1:6390/7"
+DEFAULT_REDIS = "redis://127.0.0.1:6379/7"
 EXTRA_TEAMS = 6
 SEEDED_REQUESTS = 6_000
 P99_TARGET_MS = 150

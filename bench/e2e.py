@@ -88,7 +88,7 @@ from scripts.testbed.ports import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_URL = "postgres://portal:portal@127.0.0.1:5432/portal_bench_e2e"
-DEFAULT_REDIS = "redis://127.0.0.1:6390/12"
+DEFAULT_REDIS = "redis://127.0.0.1:6379/12"
 POOL = "a100-training"
 GPUS_PER_NODE = 8
 DRA_POOL = "e2e-dra"

@@ -42,7 +42,7 @@ from bench.figures import emit, recreate_database
 from scripts.testbed.cluster import Testbed, missing_binaries
 
 DEFAULT_URL = "postgres://portal:portal@127.0.0.1:5432/portal_bench_launches"
-DEFAULT_REDIS = "redis://127.0.0.1:6390/13"
+DEFAULT_REDIS = "redis://127.0.0.1:6379/13"
 NOTEBOOKS_PER_NODE = 8
 SETTLE_SECONDS = 5.0
 
