@@ -85,7 +85,8 @@ testbed-build: install
 	bash scripts/testbed/build-helm.sh
 
 # The portal end to end on the test bed (API, PostgreSQL BENCH_E2E_DATABASE_URL recreated, Redis
-# db 12, a Celery worker) against the same pods created straight through the API server.
+# db 12, a Celery worker) against the same pods created straight through the API server, then
+# NOTEBOOKS (50) users opening a notebook at once.
 bench-e2e: testbed-build
 	$(BIN)/python -m bench.e2e $(if $(REQUESTS),--requests $(REQUESTS),) $(if $(RATE),--rate $(RATE),)
 	$(BIN)/python -m bench.e2e --notebooks $(or $(NOTEBOOKS),50)
