@@ -3,6 +3,7 @@ to it."""
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from datetime import timedelta
 
 from django.conf import settings
@@ -18,10 +19,17 @@ LIVE_STATUSES = (RequestStatus.LAUNCHING, RequestStatus.RUNNING)
 KUEUE_WAIT_CODE = "kueue"
 
 
-def live_requests_on(cluster: Cluster | None) -> list[GpuRequest]:
-    """Launching and running requests placed on `cluster` (every one when None). The local
-    cluster also answers for live requests that have no allocation to say where they run."""
-    live = GpuRequest.objects.filter(status__in=LIVE_STATUSES).select_related("project__team")
+def live_requests_on(
+    cluster: Cluster | None, *, ids: Collection[int] | None = None
+) -> list[GpuRequest]:
+    """Launching and running requests placed on `cluster` (every one when None), of `ids` only
+    when given. The local cluster also answers for live requests that have no allocation to
+    say where they run. With the team and owner a move's audit event and notice name."""
+    live = GpuRequest.objects.filter(status__in=LIVE_STATUSES).select_related(
+        "project__team", "team", "owner"
+    )
+    if ids is not None:
+        live = live.filter(pk__in=ids)
     if cluster is not None:
         placed = Allocation.objects.filter(request=OuterRef("pk"), ended_at__isnull=True)
         here = placed.filter(pool__cluster_id=cluster.pk)

@@ -508,8 +508,11 @@ def sync_workloads(
     """
     backend = backend or backend_for(cluster)
     moved: dict[str, int] = {}
-    live = live_requests_on(cluster)
-    if (cluster.scheduler_mode if cluster else settings.SCHEDULER) == "kueue":
+    kueue = (cluster.scheduler_mode if cluster else settings.SCHEDULER) == "kueue"
+    # Kueue's held Jobs have no pods to report a change: the Kueue pass reads every live one.
+    ids = None if only is None or kueue else {int(key[1]) for key in only if key[1].isdigit()}
+    live = live_requests_on(cluster, ids=ids)
+    if kueue:
         # Requests Kueue holds (or just evicted) have no pods to read (runtime/kueue_admission).
         held = sync_kueue(requests=live, backend=backend)
         live = [request for request in live if request.pk not in held]

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from django.core.cache import cache
+from django.db.models.signals import post_init
 from django.utils import timezone
 
 from runtime import tasks as runtime_tasks
@@ -435,3 +436,36 @@ def test_the_periodic_sync_lists_several_changed_workloads_together(org: Org, fl
         .order_by("pk")
         .values_list("status", flat=True)
     ) == [RequestStatus.RUNNING, RequestStatus.RUNNING, RequestStatus.LAUNCHING]
+
+
+def test_a_watched_pass_reads_only_the_requests_whose_pods_changed(
+    org: Org, fleet: Fleet, django_assert_num_queries: Any
+) -> None:
+    requests = admitted_requests(org, fleet, 6)
+    backend = WatchingCluster()
+    for request in requests:
+        execution.launch_request(request_id=request.pk, attempt=1, backend=backend)
+    execution.sync_watched_workloads(backend=backend)  # the first, full pass
+    changed = GpuRequest.objects.select_related("project").get(pk=requests[2].pk)
+    backend.change(changed)
+    SimulatedWorkload.objects.update(
+        starts_at=timezone.now() - timedelta(seconds=1),
+        ends_at=timezone.now() + timedelta(hours=1),
+    )
+    loaded: list[int] = []
+
+    def count(sender: Any, instance: GpuRequest, **kwargs: Any) -> None:
+        loaded.append(instance.pk)
+
+    post_init.connect(count, sender=GpuRequest)
+    try:
+        # The changed request with its project, team and owner (one join); its workload; its
+        # allocation's pods and claims; the move to running (a savepoint here, the transaction
+        # in the follower) with its audit event, the owner's notice and the start time.
+        with django_assert_num_queries(11):
+            moved = execution.sync_watched_workloads(backend=backend)
+    finally:
+        post_init.disconnect(count, sender=GpuRequest)
+    assert moved == {RequestStatus.RUNNING: 1}
+    assert loaded == [changed.pk]  # not the five live requests the watch did not report
+    assert GpuRequest.objects.get(pk=changed.pk).status == RequestStatus.RUNNING
