@@ -16,7 +16,8 @@ create the same objects, batch/v1 Jobs of one pod each, so they differ only by t
    (portal/celery.py): the `celery` queue (launches, notifications; prefork `--concurrency 4`)
    and the `periodic` queue (the cycle, workload and inventory sync, the sweeps;
    `--concurrency 2`, with embedded beat) and the workload follower (`manage.py
-   follow_workloads`; `--no-follower` leaves it out), with `CLUSTER_BACKEND=kubernetes` and the
+   follow_workloads`, past its first round before the clients start; `--no-follower` leaves it
+   out), with `CLUSTER_BACKEND=kubernetes` and the
    test bed's least-privilege `portal.kubeconfig`. The burst: 8 client threads each `POST
    /api/v1/requests/` (one whole A100 card, a developer's token) and then, as the team lead,
    `POST /api/v1/requests/<id>/approve/` (whole cards in the training tier need the lead), until N
@@ -378,12 +379,17 @@ def start_worker(
 def start_follower(
     env: dict[str, str], log_path: Path, enabled: bool
 ) -> subprocess.Popen[bytes] | None:
-    """The workload follower as the Helm chart runs it (`manage.py follow_workloads`); none
-    with `enabled` false (`--no-follower`), so the periodic sync moves every request."""
+    """The workload follower as the Helm chart runs it (`manage.py follow_workloads`), returned
+    once it has followed every cluster for a round (its heartbeat is in the cache): a running
+    portal's follower is past its start, so the users do not wait on it. None with `enabled`
+    false (`--no-follower`), so the periodic sync moves every request."""
     if not enabled:
         return None
+    from runtime.services.workload_follower import is_followed
+    from scheduling.models import Cluster
+
     with log_path.open("ab") as out:
-        return subprocess.Popen(  # noqa: S603 - our own argv
+        follower = subprocess.Popen(  # noqa: S603 - our own argv
             [sys.executable, "manage.py", "follow_workloads"],
             cwd=ROOT,
             env=env,
@@ -391,6 +397,16 @@ def start_follower(
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
+    clusters = list(Cluster.objects.all())
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        if all(is_followed(cluster) for cluster in clusters):
+            return follower
+        if follower.poll() is not None:
+            break
+        time.sleep(0.3)
+    stop_process(follower)
+    raise SystemExit(f"the follower did not follow the cluster:\n{log_path.read_text()[-3000:]}")
 
 
 def stop_process(process: subprocess.Popen[bytes] | None) -> None:
