@@ -12,6 +12,11 @@ urlpatterns = [
     path("requests/<int:pk>/", requests.request_detail, name="gpu-request-page"),
     path("requests/<int:pk>/cancel/", requests.request_cancel, name="gpu-request-cancel-page"),
     path(
+        "requests/<int:pk>/status/",
+        requests.request_status_watch,
+        name="gpu-request-status-page",
+    ),
+    path(
         "requests/<int:pk>/keep-alive/",
         requests.request_keep_alive,
         name="gpu-request-keep-alive-page",

@@ -294,6 +294,7 @@ def request_detail(request: HttpRequest, pk: int) -> HttpResponse:
             "history": history,
             "can_cancel": gpu_request.status in CANCELLABLE_STATUSES,
             "is_live": gpu_request.status in (RequestStatus.RUNNING, RequestStatus.LAUNCHING),
+            "status_watch_seconds": STATUS_WATCH_SECONDS.get(gpu_request.status),
             "is_finished": gpu_request.status in FINISHED_STATUSES,
             "can_resume": gpu_request.status == RequestStatus.RECLAIMED
             and gpu_request.kind in RESUMABLE_KINDS,
@@ -304,6 +305,37 @@ def request_detail(request: HttpRequest, pk: int) -> HttpResponse:
         },
         status=400 if activity["range_form"].errors else 200,
     )
+
+
+# A request on its way to running: its page asks every few seconds whether it moved, and reloads
+# when it did (a notebook's Open button appears without the user reloading). A lead's decision
+# can take hours: asked less often.
+STATUS_WATCH_SECONDS = {
+    RequestStatus.PENDING_APPROVAL: 15,
+    RequestStatus.APPROVED: 3,
+    RequestStatus.QUEUED: 3,
+    RequestStatus.ADMITTED: 2,
+    RequestStatus.LAUNCHING: 2,
+}
+
+
+@login_required
+def request_status_watch(request: HttpRequest, pk: int) -> HttpResponse:
+    """HTMX, polled by the request page: 204 while the request is still in the status the page
+    shows (`seen`), otherwise an empty answer that tells htmx to reload the page."""
+    status = (
+        GpuRequest.objects.visible_to(request.user)
+        .filter(pk=pk)
+        .values_list("status", flat=True)
+        .first()
+    )
+    if status is None:
+        raise Http404("No such request.")
+    if status == request.GET.get("seen"):
+        return HttpResponse(status=204)
+    response = HttpResponse()
+    response["HX-Refresh"] = "true"
+    return response
 
 
 def _request_activity(request: HttpRequest, gpu_request: GpuRequest) -> dict[str, Any]:
