@@ -20,6 +20,8 @@ from typing import Any
 import pytest
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
+from django.core.management.color import no_style
+from django.db import connection
 from django.db.models import Q
 from django.utils import timezone
 
@@ -116,8 +118,22 @@ def test_five_minutes_show_queueing_approval_lending_preemption_idle_reclaim_and
     assert most_live <= sum(habit.keep for habit in HABITS)
 
 
+@pytest.fixture
+def fresh_request_ids() -> None:
+    """Request ids from 1, as a fresh `make run` database gives them. The simulated cluster
+    draws each workload's start delay and runtime from its name (its request's id), and the
+    ids the test database's sequence reached depend on the tests that ran before."""
+    sql = connection.ops.sequence_reset_by_name_sql(
+        no_style(), [{"table": GpuRequest._meta.db_table, "column": "id"}]
+    )
+    with connection.cursor() as cursor:
+        for statement in sql:
+            cursor.execute(statement)
+
+
 @pytest.mark.parametrize("history_days", [90])  # as `make run` seeds it: the estimates read it
 def test_a_four_card_run_is_reserved_and_starts_by_it_while_idle_a100s_are_lent(
+    fresh_request_ids: None,
     demo: None,
     clock: Clock,
     monkeypatch: pytest.MonkeyPatch,

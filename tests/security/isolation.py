@@ -28,6 +28,7 @@ ROUTE_MODELS: dict[str, type[models.Model]] = {
     "gpu-request-efficiency-page": GpuRequest,
     "gpu-request-efficiency": GpuRequest,
     "gpu-request-cancel-page": GpuRequest,
+    "gpu-request-status-page": GpuRequest,
     "gpu-request-keep-alive-page": GpuRequest,
     "gpu-request-resubmit-page": GpuRequest,
     "gpu-request-save-template-page": GpuRequest,
