@@ -365,15 +365,9 @@ def start_worker(
         worker = subprocess.Popen(  # noqa: S603 - our own argv
             command, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
         )
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
-        if " ready." in log_path.read_text(errors="replace"):
-            return worker
-        if worker.poll() is not None:
-            break
-        time.sleep(0.3)
-    stop_process(worker)
-    raise SystemExit(f"the worker did not start:\n{log_path.read_text()[-3000:]}")
+    return started(
+        worker, lambda: " ready." in log_path.read_text(errors="replace"), log_path, "the worker"
+    )
 
 
 def start_follower(
@@ -398,15 +392,25 @@ def start_follower(
             start_new_session=True,
         )
     clusters = list(Cluster.objects.all())
+    return started(
+        follower, lambda: all(is_followed(c) for c in clusters), log_path, "the follower"
+    )
+
+
+def started(
+    process: subprocess.Popen[bytes], ready: Callable[[], bool], log_path: Path, what: str
+) -> subprocess.Popen[bytes]:
+    """`process` once `ready()` says so, within 90 s; otherwise it is stopped and the run ends
+    with the end of its log."""
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline:
-        if all(is_followed(cluster) for cluster in clusters):
-            return follower
-        if follower.poll() is not None:
+        if ready():
+            return process
+        if process.poll() is not None:
             break
         time.sleep(0.3)
-    stop_process(follower)
-    raise SystemExit(f"the follower did not follow the cluster:\n{log_path.read_text()[-3000:]}")
+    stop_process(process)
+    raise SystemExit(f"{what} did not start:\n{log_path.read_text()[-3000:]}")
 
 
 def stop_process(process: subprocess.Popen[bytes] | None) -> None:

@@ -11,7 +11,7 @@ from scheduling.choices import RequestStatus
 from scheduling.models import GpuRequest, ReclaimPolicy, Tier
 from scheduling.services.notebook_profiles import create_notebook_profile
 from tests.browser.test_dashboards import sign_in
-from tests.support.factories import GpuRequestFactory, admit, launch, report_running
+from tests.support.factories import GpuRequestFactory, catch_up
 from tests.support.fleet import make_fleet
 from tests.support.personas import Org, make_org
 
@@ -41,17 +41,7 @@ def servers_org(transactional_db: None) -> tuple[Org, GpuRequest]:
         image=IMAGE,
         name="explore-coco",
     )
-    # The cycle queued on commit may already have taken a step: take each one not yet taken.
-    notebook.refresh_from_db()
-    if notebook.status == RequestStatus.QUEUED:
-        admit(notebook)
-    if notebook.status == RequestStatus.ADMITTED:
-        launch(notebook)
-        notebook.refresh_from_db()
-    if notebook.status != RequestStatus.RUNNING:
-        report_running(notebook)
-    notebook.refresh_from_db()
-    assert notebook.status == RequestStatus.RUNNING
+    catch_up(notebook, "running")
     return org, notebook
 
 

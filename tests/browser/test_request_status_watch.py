@@ -7,10 +7,9 @@ from typing import Any
 
 import pytest
 
-from scheduling.choices import RequestStatus
 from scheduling.models import GpuRequest
 from tests.browser.test_dashboards import sign_in
-from tests.support.factories import GpuRequestFactory, admit, launch, report_running
+from tests.support.factories import GpuRequestFactory, catch_up, report_running
 from tests.support.fleet import make_fleet
 from tests.support.personas import Org, make_org
 
@@ -24,14 +23,7 @@ def launching_notebook(transactional_db: None) -> tuple[Org, GpuRequest]:
     notebook = GpuRequestFactory.create(
         actor=org.dev_a, project=org.project_a, flavor=fleet.l4_12g, kind="notebook"
     )
-    # The cycle queued on commit may already have taken a step: take each one not yet taken.
-    notebook.refresh_from_db()
-    if notebook.status == RequestStatus.QUEUED:
-        admit(notebook)
-    if notebook.status == RequestStatus.ADMITTED:
-        launch(notebook)
-        notebook.refresh_from_db()
-    assert notebook.status == RequestStatus.LAUNCHING
+    catch_up(notebook, "launching")
     return org, notebook
 
 

@@ -10,16 +10,11 @@ from django.urls import reverse
 from scheduling.choices import RequestStatus
 from scheduling.models import GpuRequest
 from tests.scheduling.conftest import Fleet
+from tests.scheduling.test_developer_pages import login
 from tests.support.factories import GpuRequestFactory, admit, launch, report_running
 from tests.support.personas import Org
 
 pytestmark = pytest.mark.django_db
-
-
-def signed_in(user: object) -> Client:
-    client = Client()
-    client.force_login(user)  # type: ignore[arg-type]
-    return client
 
 
 def queued_notebook(org: Org, fleet: Fleet) -> GpuRequest:
@@ -33,7 +28,7 @@ def queued_notebook(org: Org, fleet: Fleet) -> GpuRequest:
 
 def test_the_page_watches_a_request_until_it_runs(org: Org, fleet: Fleet) -> None:
     notebook = queued_notebook(org, fleet)
-    client = signed_in(org.dev_a)
+    client = login(org.dev_a)
     page = client.get(reverse("gpu-request-page", args=[notebook.pk])).content.decode()
     watch = reverse("gpu-request-status-page", args=[notebook.pk])
     assert f'hx-get="{watch}?seen=queued"' in page
@@ -57,7 +52,7 @@ def test_the_page_watches_a_request_until_it_runs(org: Org, fleet: Fleet) -> Non
 def test_another_team_cannot_watch_a_request(org: Org, fleet: Fleet) -> None:
     notebook = queued_notebook(org, fleet)
     watch = reverse("gpu-request-status-page", args=[notebook.pk])
-    assert signed_in(org.dev_b).get(watch, {"seen": "queued"}).status_code == 404
+    assert login(org.dev_b).get(watch, {"seen": "queued"}).status_code == 404
     anonymous = Client().get(watch, {"seen": "queued"})
     assert anonymous.status_code == 302 and "/login" in anonymous["Location"]
-    assert signed_in(org.dev_a).get(watch, {"seen": "queued"}).status_code == 204
+    assert login(org.dev_a).get(watch, {"seen": "queued"}).status_code == 204

@@ -308,6 +308,23 @@ class GpuRequestFactory(factory.Factory[GpuRequest]):
         return request
 
 
+def catch_up(request: GpuRequest, to: str) -> None:
+    """Take a submitted `request` on to `to` ("admitted", "launching" or "running"), each step
+    only if not yet taken: in a transactional test the cycle its submission queued on commit
+    may already have taken some."""
+    request.refresh_from_db()
+    stage = STAGES.index(to)
+    if stage >= STAGES.index("admitted") and request.status == RequestStatus.QUEUED:
+        admit(request)
+    if stage >= STAGES.index("launching") and request.status == RequestStatus.ADMITTED:
+        launch(request)
+        request.refresh_from_db()
+    if stage >= STAGES.index("running") and request.status != RequestStatus.RUNNING:
+        report_running(request)
+    request.refresh_from_db()
+    assert request.status == to, f"{request} is {request.status}, not {to}"
+
+
 def admit(request: GpuRequest) -> None:
     """One scheduling cycle, which must admit `request`; the launch it queues is not made."""
     from scheduling.services import cycle
