@@ -15,6 +15,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_POST
+from django_htmx.http import HttpResponseClientRefresh
 
 from scheduling.choices import (
     CANCELLABLE_STATUSES,
@@ -333,9 +334,7 @@ def request_status_watch(request: HttpRequest, pk: int) -> HttpResponse:
         raise Http404("No such request.")
     if status == request.GET.get("seen"):
         return HttpResponse(status=204)
-    response = HttpResponse()
-    response["HX-Refresh"] = "true"
-    return response
+    return HttpResponseClientRefresh()
 
 
 def _request_activity(request: HttpRequest, gpu_request: GpuRequest) -> dict[str, Any]:
